@@ -1,0 +1,1 @@
+"""The deskfleet coordinator: fleet registry, enrollment, presence and (later) the work journal."""

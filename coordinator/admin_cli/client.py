@@ -1,0 +1,45 @@
+"""A blocking gRPC client of the coordinator for the CLI; failed calls become DeskfleetError."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from shared.config import ClientConfig
+from shared.credentials import auth_metadata
+from shared.errors import from_rpc_error
+from shared.gen.deskfleet.v1 import admin_pb2_grpc, fleet_pb2_grpc, worker_pb2_grpc
+
+Response = TypeVar("Response")
+
+
+class CoordinatorClient:
+    def __init__(self, config: ClientConfig, *, timeout: float = 10.0) -> None:
+        self.config = config
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(config.coordinator)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.fleet = fleet_pb2_grpc.FleetServiceStub(self._channel)
+        self.gateway = worker_pb2_grpc.WorkerGatewayStub(self._channel)
+        self._metadata: tuple[tuple[str, str], ...] | None = None
+
+    def __enter__(self) -> CoordinatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._channel.close()
+
+    def call(
+        self, method: Callable[..., Response], request: Any, *, authenticated: bool = True
+    ) -> Response:
+        metadata: tuple[tuple[str, str], ...] = ()
+        if authenticated:
+            if self._metadata is None:
+                self._metadata = auth_metadata(self.config.read_token())
+            metadata = self._metadata
+        try:
+            return method(request, metadata=metadata, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.config.coordinator) from exc

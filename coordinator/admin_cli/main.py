@@ -1,0 +1,181 @@
+"""`deskfleet`: the admin CLI. Read commands print a table, or one JSON document with --json."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from coordinator.admin_cli import render
+from coordinator.admin_cli.client import CoordinatorClient
+from shared import __version__
+from shared.config import ClientConfig, parse_duration
+from shared.errors import DeskfleetError, InvalidArgumentError
+from shared.gen.deskfleet.v1 import admin_pb2, fleet_pb2
+
+Command = Callable[[CoordinatorClient, argparse.Namespace], None]
+
+# Exit codes a script can tell apart.
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_AUTH = 3
+EXIT_NOT_FOUND = 4
+EXIT_UNAVAILABLE = 5
+
+
+def _tokens_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    token = client.call(
+        client.admin.CreateEnrollmentToken,
+        admin_pb2.CreateEnrollmentTokenRequest(
+            capabilities=args.capability or [],
+            ttl_seconds=int(parse_duration(args.ttl)),
+            uses=args.uses,
+        ),
+    )
+    doc = render.as_dict(token)
+    if args.json:
+        render.print_json(doc)
+        return
+    caps = ",".join(doc["capabilities"]) or "all"
+    print(f"enrollment token {doc['id']} (capabilities: {caps}; uses: {doc['uses']};"
+          f" expires {doc['expiresAt']})")
+    print(doc["token"])
+
+
+def _users_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    user = client.call(client.admin.CreateUser,
+                       admin_pb2.CreateUserRequest(name=args.name, role=args.role))
+    doc = render.as_dict(user)
+    if args.json:
+        render.print_json(doc)
+        return
+    print(f"user {doc['id']} ({doc['name']}, {doc['role']}); its token, shown once:")
+    print(doc["token"])
+
+
+def _whoami(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    me = render.as_dict(client.call(client.admin.WhoAmI, admin_pb2.WhoAmIRequest()))
+    if args.json:
+        render.print_json(me)
+    else:
+        print(f"{me['name']} ({me['role']}, {me['id']})")
+
+
+def _status(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    doc = render.as_dict(client.call(client.fleet.GetWorkerStatus,
+                                     fleet_pb2.GetWorkerStatusRequest()))
+    if args.json:
+        render.print_json(doc)
+        return
+    print(f"headless online: {doc['headlessOnline']}    "
+          f"computer use online: {doc['computerUseOnline']}")
+    if doc["workers"]:
+        print()
+        print(render.worker_rows(doc["workers"]))
+
+
+def _workers_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    doc = render.as_dict(client.call(
+        client.fleet.ListWorkers, fleet_pb2.ListWorkersRequest(include_revoked=args.all)))
+    if args.json:
+        render.print_json(doc)
+    elif doc["workers"]:
+        print(render.worker_rows(doc["workers"]))
+    else:
+        print("no workers enrolled (create a token with `deskfleet tokens create`)")
+
+
+def _worker_action(rpc: str, verb: str) -> Command:
+    def run(client: CoordinatorClient, args: argparse.Namespace) -> None:
+        info = client.call(getattr(client.fleet, rpc), fleet_pb2.WorkerRef(id=args.id))
+        doc = render.as_dict(info)
+        if args.json:
+            render.print_json(doc)
+        elif verb:
+            print(f"worker {doc['id']} ({doc['name']}) {verb}")
+        else:
+            print(render.worker_detail(doc))
+
+    return run
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--coordinator", help="HOST:PORT (env DESKFLEET_COORDINATOR)")
+    common.add_argument("--token-file", help="credential file (env DESKFLEET_TOKEN_FILE)")
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    common.add_argument("--json", action="store_true", help="print one JSON document")
+
+    p = argparse.ArgumentParser(prog="deskfleet", description=__doc__)
+    p.add_argument("--version", action="version", version=f"deskfleet {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def leaf(parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+             command: Command, help_text: str) -> argparse.ArgumentParser:
+        parser = parent.add_parser(name, parents=[common], help=help_text)
+        parser.set_defaults(run=command)
+        return parser
+
+    tokens = sub.add_parser("tokens", help="enrollment tokens").add_subparsers(
+        dest="sub", required=True, metavar="ACTION")
+    create = leaf(tokens, "create", _tokens_create, "create an expiring enrollment token")
+    create.add_argument("--capability", action="append", choices=["headless", "computer_use"],
+                        help="a capability the worker may offer (repeatable; default all)")
+    create.add_argument("--ttl", default="1h", help="lifetime, e.g. 10m, 1h, 2d (default 1h)")
+    create.add_argument("--uses", type=int, default=1, help="how many enrollments (default 1)")
+
+    users = sub.add_parser("users", help="owner and admin principals").add_subparsers(
+        dest="sub", required=True, metavar="ACTION")
+    ucreate = leaf(users, "create", _users_create, "create a user and print its token")
+    ucreate.add_argument("name")
+    ucreate.add_argument("--role", choices=["owner", "admin"], default="owner")
+
+    leaf(sub, "status", _status, "fleet status: workers online by capability")
+    leaf(sub, "whoami", _whoami, "the principal of the credential in use")
+
+    workers = sub.add_parser("workers", help="enrolled workers").add_subparsers(
+        dest="sub", required=True, metavar="ACTION")
+    wlist = leaf(workers, "list", _workers_list, "list enrolled workers")
+    wlist.add_argument("--all", action="store_true", help="include revoked workers")
+    for name, rpc, verb, help_text in (
+        ("show", "GetWorker", "", "one worker in detail, with capability reasons"),
+        ("revoke", "RevokeWorker", "revoked", "disconnect the worker and refuse it from now on"),
+        ("drain", "DrainWorker", "draining: no new work will reach it", "stop new work for it"),
+        ("undrain", "UndrainWorker", "active again", "let new work reach it again"),
+    ):
+        leaf(workers, name, _worker_action(rpc, verb), help_text).add_argument("id")
+    return p
+
+
+def _exit_code(exc: DeskfleetError) -> int:
+    import grpc
+
+    return {
+        grpc.StatusCode.UNAUTHENTICATED: EXIT_AUTH,
+        grpc.StatusCode.PERMISSION_DENIED: EXIT_AUTH,
+        grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
+        grpc.StatusCode.UNAVAILABLE: EXIT_UNAVAILABLE,
+        grpc.StatusCode.INVALID_ARGUMENT: EXIT_USAGE,
+    }.get(exc.code, EXIT_ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = ClientConfig.resolve(args.coordinator, args.token_file)
+        if args.timeout <= 0:
+            raise InvalidArgumentError("--timeout must be positive")
+        with CoordinatorClient(config, timeout=args.timeout) as client:
+            args.run(client, args)
+        return 0
+    except DeskfleetError as exc:
+        print(f"deskfleet: {exc.message}", file=sys.stderr)
+        return _exit_code(exc)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Output for people (aligned tables) and for programs (exactly one JSON document)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    return MessageToDict(message, always_print_fields_with_no_presence=True)
+
+
+def print_json(document: Any) -> None:
+    json.dump(document, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in sorted(value.items())) or "-"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def capabilities_cell(worker: dict[str, Any]) -> str:
+    caps = [c["name"] for c in worker.get("capabilities", []) if c.get("available")]
+    return ",".join(caps) or "none"
+
+
+def displays_cell(worker: dict[str, Any]) -> str:
+    shown = [f"{d['width']}x{d['height']}" for d in worker.get("displays", [])]
+    return ",".join(shown) or "none"
+
+
+def worker_rows(workers: list[dict[str, Any]]) -> str:
+    return table(
+        ["ID", "NAME", "STATE", "ONLINE", "CAPABILITIES", "DISPLAYS", "REPLICA", "LAST HEARTBEAT"],
+        [
+            [
+                w["id"], w["name"], w["state"], w["online"], capabilities_cell(w),
+                displays_cell(w), w.get("replica"), w.get("lastHeartbeat"),
+            ]
+            for w in workers
+        ],
+    )
+
+
+def worker_detail(w: dict[str, Any]) -> str:
+    lines = [
+        f"id:            {w['id']}",
+        f"name:          {w['name']}",
+        f"state:         {w['state']}",
+        f"online:        {_cell(w['online'])}",
+        f"replica:       {_cell(w.get('replica'))}",
+        f"last heartbeat:{' ' + _cell(w.get('lastHeartbeat'))}",
+        f"enrolled at:   {_cell(w.get('enrolledAt'))}",
+        f"labels:        {_cell(w.get('labels', {}))}",
+        f"os:            {_cell(w.get('os'))}",
+        f"versions:      {_cell(w.get('versions', {}))}",
+        f"granted:       {_cell(w.get('allowedCapabilities')) if w.get('allowedCapabilities') else 'all'}",
+        "displays:",
+    ]
+    for d in w.get("displays", []) or []:
+        lines.append(f"  #{d['index']}: {d['width']}x{d['height']} at {d['left']},{d['top']}")
+    if not w.get("displays"):
+        lines.append("  none")
+    lines.append("capabilities:")
+    for c in w.get("capabilities", []):
+        state = "available" if c["available"] else f"absent: {c['reason'] or 'unknown reason'}"
+        lines.append(f"  {c['name']}: {state}")
+    return "\n".join(lines)

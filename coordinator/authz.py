@@ -1,0 +1,27 @@
+"""Who may call what: one rule per RPC. An RPC without a rule is refused to everyone."""
+
+from __future__ import annotations
+
+from coordinator.principals import Role
+
+PUBLIC: frozenset[Role] = frozenset()  # no credential needed (the request carries its own)
+ANY_PRINCIPAL = frozenset({Role.ADMIN, Role.OWNER, Role.WORKER})
+ADMIN = frozenset({Role.ADMIN})
+PEOPLE = frozenset({Role.ADMIN, Role.OWNER})
+WORKER = frozenset({Role.WORKER})
+
+RULES: dict[str, frozenset[Role]] = {
+    "/deskfleet.v1.AdminService/CreateEnrollmentToken": ADMIN,
+    "/deskfleet.v1.AdminService/CreateUser": ADMIN,
+    "/deskfleet.v1.AdminService/WhoAmI": ANY_PRINCIPAL,
+    "/deskfleet.v1.FleetService/GetWorkerStatus": PEOPLE,
+    "/deskfleet.v1.FleetService/ListWorkers": ADMIN,
+    "/deskfleet.v1.FleetService/GetWorker": ADMIN,
+    "/deskfleet.v1.FleetService/RevokeWorker": ADMIN,
+    "/deskfleet.v1.FleetService/DrainWorker": ADMIN,
+    "/deskfleet.v1.FleetService/UndrainWorker": ADMIN,
+    "/deskfleet.v1.WorkerGateway/Enroll": PUBLIC,
+    "/deskfleet.v1.WorkerGateway/Connect": WORKER,
+}
+
+GUARDED_PREFIX = "/deskfleet.v1."

@@ -1,0 +1,130 @@
+"""`deskfleet-coordinator`: initialise the store, and serve."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from coordinator.principals import Role, create_user, has_admin_secret
+from coordinator.server import Coordinator
+from coordinator.settings import CoordinatorConfig
+from coordinator.store import Database, SchemaError
+from coordinator.store.engine import sqlite_path
+from coordinator.store.schema import upgrade
+from shared import __version__
+from shared.errors import AlreadyExistsError, DeskfleetError
+from shared.ids import new_id
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="deskfleet-coordinator", description=__doc__)
+    p.add_argument("--version", action="version", version=f"deskfleet {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    init = sub.add_parser("init", help="create or upgrade the schema and write an admin credential")
+    init.add_argument("--db", required=True, help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
+    init.add_argument("--admin-token-file", required=True, type=Path)
+
+    serve = sub.add_parser("serve", help="serve the API")
+    serve.add_argument("--db", required=True)
+    serve.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")
+    serve.add_argument("--replica", default=None, help="this replica's name (default: hostname)")
+    serve.add_argument("--heartbeat-interval", type=float, default=5.0, metavar="SECONDS")
+    serve.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
+    serve.add_argument("--log-level", default="INFO")
+    return p
+
+
+async def _init(db_url: str, token_file: Path) -> str:
+    before, after = await asyncio.to_thread(upgrade, db_url)
+    if before == after:
+        schema_note = f"schema already at {after}"
+    else:
+        schema_note = f"schema {before or 'empty'} -> {after}"
+    db = Database(db_url)
+    try:
+        if token_file.exists():
+            secret = token_file.read_text().strip()
+            if await has_admin_secret(db, secret):
+                return f"{schema_note}; admin credential in {token_file} is valid, kept"
+            raise DeskfleetError(
+                f"{token_file} exists but holds no admin credential of this store;"
+                " move it away to write a new one"
+            )
+        name = "admin"
+        try:
+            user = await create_user(db, name, Role.ADMIN)
+        except AlreadyExistsError:
+            user = await create_user(db, f"admin-{new_id('x')[-6:]}", Role.ADMIN)
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        # Created with 0600 from the start: never world-readable, not even for an instant.
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(user.secret + "\n")
+        return f"{schema_note}; admin credential for {user.principal.name} written to {token_file}"
+    finally:
+        await db.close()
+
+
+async def _serve(config: CoordinatorConfig) -> None:
+    coordinator = Coordinator(config)
+    try:
+        port = await coordinator.start()
+    except BaseException:
+        await coordinator.stop()
+        raise
+    host = config.listen.rsplit(":", 1)[0]
+    # Tests and scripts read the bound port from this line (with --listen HOST:0).
+    print(f"deskfleet-coordinator {config.replica} listening on {host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger(__name__).info("stopping")
+    await coordinator.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    prog = "deskfleet-coordinator"
+    try:
+        if args.command == "init":
+            path = sqlite_path(args.db)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            print(asyncio.run(_init(args.db, args.admin_token_file)))
+            return 0
+        logging.basicConfig(
+            level=args.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        if args.heartbeat_interval <= 0 or args.lease_ttl <= args.heartbeat_interval:
+            raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
+        config = CoordinatorConfig(
+            db_url=args.db,
+            listen=args.listen,
+            heartbeat_interval=args.heartbeat_interval,
+            lease_ttl=args.lease_ttl,
+            **({"replica": args.replica} if args.replica else {}),
+        )
+        asyncio.run(_serve(config))
+        return 0
+    except (DeskfleetError, SchemaError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{prog}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

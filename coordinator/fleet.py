@@ -1,0 +1,127 @@
+"""The enrolled fleet as admins see it: status counts, worker rows, revoke and drain."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from coordinator import capabilities
+from coordinator.presence import Presence
+from coordinator.store import Database
+from coordinator.store import workers as worker_queries
+from coordinator.store.models import PresenceRow, WorkerRow
+from shared.advertisement import Advertisement, Capability
+from shared.errors import FailedPreconditionError, NotFoundError, RevokedError
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    id: str
+    name: str
+    labels: dict[str, str]
+    state: str
+    advertisement: Advertisement
+    allowed_capabilities: tuple[str, ...]
+    enrolled_at: float
+    online: bool
+    last_heartbeat: float | None
+    lease_expires_at: float | None
+    replica: str
+
+    @property
+    def capabilities(self) -> tuple[Capability, ...]:
+        """Every known capability as it stands for routing: measured, and granted by the token."""
+        out = []
+        for name in capabilities.ALL:
+            measured = self.advertisement.capability(name)
+            if measured is None:
+                out.append(Capability(name, False, "not reported (the worker has not connected)"))
+            elif measured.available and self.allowed_capabilities and (
+                name not in self.allowed_capabilities
+            ):
+                out.append(Capability(name, False, "not granted by the enrollment token"))
+            else:
+                out.append(measured)
+        return tuple(out)
+
+    def offers(self, capability: str) -> bool:
+        """Whether new work needing `capability` may be routed here now."""
+        if not self.online or self.state != "active":
+            return False
+        return any(c.name == capability and c.available for c in self.capabilities)
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    headless_online: int
+    computer_use_online: int
+    workers: tuple[WorkerView, ...]
+
+
+def _view(worker: WorkerRow, presence: PresenceRow | None, now: float) -> WorkerView:
+    online = presence is not None and presence.lease_expires_at > now and worker.state != "revoked"
+    return WorkerView(
+        id=worker.id,
+        name=worker.name,
+        labels=dict(worker.labels),
+        state=worker.state,
+        advertisement=Advertisement.from_json(worker.advertisement),
+        allowed_capabilities=tuple(worker.allowed_capabilities),
+        enrolled_at=worker.enrolled_at,
+        online=online,
+        last_heartbeat=presence.last_heartbeat_at if presence else None,
+        lease_expires_at=presence.lease_expires_at if presence else None,
+        replica=presence.replica if presence and online else "",
+    )
+
+
+class Fleet:
+    def __init__(self, db: Database, presence: Presence) -> None:
+        self._db = db
+        self._presence = presence
+
+    async def status(self) -> FleetStatus:
+        """Counts of workers that can take work now, read from the shared store."""
+        workers = await self.list(include_revoked=False)
+        return FleetStatus(
+            headless_online=sum(w.offers(capabilities.HEADLESS) for w in workers),
+            computer_use_online=sum(w.offers(capabilities.COMPUTER_USE) for w in workers),
+            workers=tuple(workers),
+        )
+
+    async def list(self, *, include_revoked: bool) -> list[WorkerView]:
+        now = time.time()
+        async with self._db.read() as s:
+            rows = await worker_queries.workers_with_presence(s, include_revoked=include_revoked)
+        return [_view(w, p, now) for w, p in rows]
+
+    async def get(self, worker_id: str) -> WorkerView:
+        now = time.time()
+        async with self._db.read() as s:
+            rows = await worker_queries.workers_with_presence(
+                s, include_revoked=True, worker_id=worker_id
+            )
+        if not rows:
+            raise NotFoundError(f"no worker {worker_id!r}")
+        return _view(*rows[0], now)
+
+    async def revoke(self, worker_id: str) -> WorkerView:
+        """Refuse the worker's credential from now on and cut its stream at once."""
+        async with self._db.write() as s:
+            worker = await worker_queries.worker_by_id(s, worker_id)
+            if worker is None:
+                raise NotFoundError(f"no worker {worker_id!r}")
+            if worker.state != "revoked":
+                await worker_queries.set_state(s, worker_id, "revoked", revoked_at=time.time())
+        self._presence.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
+        return await self.get(worker_id)
+
+    async def drain(self, worker_id: str, *, draining: bool) -> WorkerView:
+        async with self._db.write() as s:
+            worker = await worker_queries.worker_by_id(s, worker_id)
+            if worker is None:
+                raise NotFoundError(f"no worker {worker_id!r}")
+            if worker.state == "revoked":
+                raise FailedPreconditionError(f"worker {worker_id} is revoked; enroll it again")
+            await worker_queries.set_state(s, worker_id, "draining" if draining else "active")
+        return await self.get(worker_id)

@@ -1,0 +1,103 @@
+"""Who is calling: admin and owner principals, workers, and how a secret is resolved to one."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.exc import IntegrityError
+
+from coordinator.store import Database
+from coordinator.store import principals as principal_queries
+from coordinator.store import workers as worker_queries
+from coordinator.store.models import PrincipalRow
+from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
+from shared.errors import (
+    AlreadyExistsError,
+    AuthenticationError,
+    InvalidArgumentError,
+    RevokedError,
+)
+from shared.ids import new_id
+
+
+class Role(str, enum.Enum):
+    ADMIN = "admin"
+    OWNER = "owner"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class Principal:
+    id: str
+    name: str
+    role: Role
+
+
+@dataclass(frozen=True)
+class NewUser:
+    principal: Principal
+    secret: str
+    created_at: float
+
+
+MAX_NAME = 200
+
+
+async def authenticate(db: Database, secret: str | None) -> Principal:
+    """Resolve a bearer secret to its principal, or raise Authentication/RevokedError."""
+    if not secret:
+        raise AuthenticationError("no credential: pass --token-file or set DESKFLEET_TOKEN_FILE")
+    kind = kind_of(secret)
+    digest = secret_hash(secret)
+    if kind is SecretKind.WORKER:
+        async with db.read() as s:
+            worker = await worker_queries.worker_by_hash(s, digest)
+        if worker is None:
+            raise AuthenticationError("unknown worker credential")
+        if worker.state == "revoked":
+            raise RevokedError(f"worker {worker.id} has been revoked")
+        return Principal(worker.id, worker.name, Role.WORKER)
+    if kind is SecretKind.USER:
+        async with db.read() as s:
+            row = await principal_queries.principal_by_hash(s, digest)
+        if row is None:
+            raise AuthenticationError("unknown credential")
+        if row.revoked_at is not None:
+            raise RevokedError(f"the credential of {row.name} has been revoked")
+        return Principal(row.id, row.name, Role(row.role))
+    if kind is SecretKind.ENROLLMENT:
+        raise AuthenticationError(
+            "an enrollment token is not a credential: use it with `deskfleet-worker enroll`"
+        )
+    raise AuthenticationError("malformed credential")
+
+
+async def create_user(db: Database, name: str, role: Role) -> NewUser:
+    name = name.strip()
+    if not name or len(name) > MAX_NAME:
+        raise InvalidArgumentError(f"name: must be 1-{MAX_NAME} characters")
+    if role is Role.WORKER:
+        raise InvalidArgumentError("role: must be owner or admin (workers enroll with a token)")
+    user_id = new_id("usr")
+    secret = new_secret(SecretKind.USER, user_id)
+    now = time.time()
+    try:
+        async with db.write() as s:
+            await principal_queries.add(
+                s,
+                PrincipalRow(
+                    id=user_id, name=name, role=role.value, secret_hash=secret_hash(secret),
+                    created_at=now,
+                ),
+            )
+    except IntegrityError as exc:
+        raise AlreadyExistsError(f"a user named {name!r} already exists") from exc
+    return NewUser(Principal(user_id, name, role), secret, now)
+
+
+async def has_admin_secret(db: Database, secret: str) -> bool:
+    async with db.read() as s:
+        row = await principal_queries.principal_by_hash(s, secret_hash(secret))
+    return row is not None and row.role == Role.ADMIN.value and row.revoked_at is None

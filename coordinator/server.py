@@ -1,0 +1,102 @@
+"""Wiring: the gRPC server with its servicers, health, reflection and the guard interceptor."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from coordinator.fleet import Fleet
+from coordinator.presence import Presence
+from coordinator.servicers.admin import AdminServicer
+from coordinator.servicers.fleet import FleetServicer
+from coordinator.servicers.guard import GuardInterceptor
+from coordinator.servicers.worker_gateway import WorkerGatewayServicer
+from coordinator.settings import CoordinatorConfig
+from coordinator.store import Database
+from coordinator.store.schema import head_revision
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, fleet_pb2, fleet_pb2_grpc
+from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    fleet_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
+    worker_pb2.DESCRIPTOR.services_by_name["WorkerGateway"].full_name,
+)
+
+# Workers keep one stream open for hours: keepalives find dead peers that never sent a FIN.
+SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+]
+
+
+def create_server(
+    address: str, db: Database, presence: Presence, config: CoordinatorConfig
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """Build (not start) the server; returns it, the bound port (for port 0) and its health."""
+    server = grpc.aio.server(interceptors=[GuardInterceptor(db)], options=SERVER_OPTIONS)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(db, config), server)
+    fleet_pb2_grpc.add_FleetServiceServicer_to_server(FleetServicer(Fleet(db, presence)), server)
+    worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
+        WorkerGatewayServicer(db, presence, config), server
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return server, port, health_servicer
+
+
+class Coordinator:
+    """One running coordinator replica: store, presence and server, closed in reverse order."""
+
+    def __init__(self, config: CoordinatorConfig) -> None:
+        self.config = config
+        self.port = 0
+        self._db: Database | None = None
+        self._presence: Presence | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+
+    async def start(self) -> int:
+        self._db = Database(self.config.db_url)
+        await self._db.check_schema(head_revision())
+        self._presence = Presence(self._db, self.config)
+        await self._presence.__aenter__()
+        self._server, self.port, self._health = create_server(
+            self.config.listen, self._db, self._presence, self.config
+        )
+        await self._server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    async def wait(self) -> None:
+        assert self._server is not None
+        await self._server.wait_for_termination()
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Stop serving; safe to call twice."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        if self._presence is not None:
+            await self._presence.aclose()
+            self._presence = None
+        if self._db is not None:
+            await self._db.close()
+            self._db = None

@@ -1,0 +1,1 @@
+"""gRPC adapters: proto in, domain call, proto out. Auth and error mapping live in `guard`."""

@@ -1,0 +1,60 @@
+"""AdminService: enrollment tokens and users."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from coordinator import enrollment
+from coordinator.principals import Role, create_user
+from coordinator.servicers.guard import current_principal
+from coordinator.settings import CoordinatorConfig
+from coordinator.store import Database
+from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
+from shared.timestamps import to_timestamp
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, db: Database, config: CoordinatorConfig) -> None:
+        self._db = db
+        self._config = config
+
+    async def CreateEnrollmentToken(
+        self, request: admin_pb2.CreateEnrollmentTokenRequest, context: Context
+    ) -> admin_pb2.EnrollmentToken:
+        token = await enrollment.create_token(
+            self._db,
+            current_principal(),
+            capability_names=list(request.capabilities),
+            ttl=float(request.ttl_seconds) or self._config.enrollment_token_ttl,
+            uses=request.uses or 1,
+        )
+        return admin_pb2.EnrollmentToken(
+            id=token.id,
+            token=token.secret,
+            capabilities=list(token.capabilities),
+            uses=token.uses,
+            expires_at=to_timestamp(token.expires_at),
+        )
+
+    async def CreateUser(self, request: admin_pb2.CreateUserRequest, context: Context) -> admin_pb2.User:
+        try:
+            role = Role(request.role or "owner")
+        except ValueError as exc:
+            raise InvalidArgumentError("role: must be owner or admin") from exc
+        user = await create_user(self._db, request.name, role)
+        return admin_pb2.User(
+            id=user.principal.id,
+            name=user.principal.name,
+            role=user.principal.role.value,
+            token=user.secret,
+            created_at=to_timestamp(user.created_at),
+        )
+
+    async def WhoAmI(self, request: admin_pb2.WhoAmIRequest, context: Context) -> admin_pb2.Principal:
+        me = current_principal()
+        return admin_pb2.Principal(id=me.id, name=me.name, role=me.role.value)

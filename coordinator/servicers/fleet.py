@@ -1,0 +1,52 @@
+"""FleetService: status, worker rows, revoke and drain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from coordinator.fleet import Fleet
+from coordinator.servicers.convert import worker_info, worker_status
+from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _worker_id(ref: fleet_pb2.WorkerRef) -> str:
+    if not ref.id or len(ref.id) > 64:
+        raise InvalidArgumentError("id: a worker id is required (see `deskfleet workers list`)")
+    return ref.id
+
+
+class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+
+    async def GetWorkerStatus(
+        self, request: fleet_pb2.GetWorkerStatusRequest, context: Context
+    ) -> fleet_pb2.WorkerStatus:
+        return worker_status(await self._fleet.status())
+
+    async def ListWorkers(
+        self, request: fleet_pb2.ListWorkersRequest, context: Context
+    ) -> fleet_pb2.ListWorkersResponse:
+        views = await self._fleet.list(include_revoked=request.include_revoked)
+        return fleet_pb2.ListWorkersResponse(workers=[worker_info(v) for v in views])
+
+    async def GetWorker(self, request: fleet_pb2.WorkerRef, context: Context) -> fleet_pb2.WorkerInfo:
+        return worker_info(await self._fleet.get(_worker_id(request)))
+
+    async def RevokeWorker(
+        self, request: fleet_pb2.WorkerRef, context: Context
+    ) -> fleet_pb2.WorkerInfo:
+        return worker_info(await self._fleet.revoke(_worker_id(request)))
+
+    async def DrainWorker(self, request: fleet_pb2.WorkerRef, context: Context) -> fleet_pb2.WorkerInfo:
+        return worker_info(await self._fleet.drain(_worker_id(request), draining=True))
+
+    async def UndrainWorker(
+        self, request: fleet_pb2.WorkerRef, context: Context
+    ) -> fleet_pb2.WorkerInfo:
+        return worker_info(await self._fleet.drain(_worker_id(request), draining=False))

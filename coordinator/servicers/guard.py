@@ -1,0 +1,100 @@
+"""The one interceptor on every deskfleet RPC: authenticate, authorize, and map errors.
+
+Domain code raises `shared.errors.DeskfleetError`; this is the only place that turns those
+into gRPC status codes. Any other exception is a defect: it is logged with a reference and
+the caller gets INTERNAL with that reference, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from coordinator import authz
+from coordinator.principals import Principal, authenticate
+from coordinator.store import Database
+from shared.credentials import METADATA_KEY, SCHEME
+from shared.errors import DeskfleetError, PermissionDeniedError
+from shared.ids import new_id
+
+log = logging.getLogger(__name__)
+
+_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "principal", default=None
+)
+
+
+def current_principal() -> Principal:
+    principal = _principal.get()
+    assert principal is not None, "called outside an authenticated RPC"
+    return principal
+
+
+def _bearer(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == METADATA_KEY and isinstance(value, str):
+            return value[len(SCHEME):] if value.startswith(SCHEME) else value
+    return None
+
+
+class GuardInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method: str = details.method  # type: ignore[attr-defined]
+        if handler is None or not method.startswith(authz.GUARDED_PREFIX):
+            return handler  # health and reflection are public by design
+        roles = authz.RULES.get(method)
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+            factory = grpc.unary_unary_rpc_method_handler
+        elif handler.stream_stream is not None:
+            inner = handler.stream_stream
+            factory = grpc.stream_stream_rpc_method_handler
+        else:
+            raise TypeError(f"{method}: only unary and bidi RPCs are guarded")
+
+        async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                await self._admit(method, roles, context)
+                return await inner(request, context)
+            except DeskfleetError as exc:
+                await context.abort(exc.code, exc.message)
+            except (grpc.aio.AbortError, grpc.aio.UsageError):
+                raise
+            except Exception:
+                ref = new_id("err")
+                log.exception("unexpected error in %s (ref %s)", method, ref)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref})")
+
+        return factory(  # type: ignore[no-any-return]
+            guarded,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    async def _admit(
+        self, method: str, roles: frozenset[Any] | None, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        if roles is None:
+            raise PermissionDeniedError(f"{method} has no access rule; it is refused to everyone")
+        if not roles:  # authz.PUBLIC
+            return
+        principal = await authenticate(self._db, _bearer(context))
+        if principal.role not in roles:
+            needed = " or ".join(sorted(r.value for r in roles))
+            raise PermissionDeniedError(
+                f"{method.rsplit('/', 1)[-1]} needs a {needed} credential; this one is a"
+                f" {principal.role.value} credential ({principal.id})"
+            )
+        _principal.set(principal)

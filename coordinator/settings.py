@@ -1,0 +1,21 @@
+"""The coordinator's configuration, fixed at start-up."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    db_url: str
+    listen: str = "127.0.0.1:50051"
+    replica: str = socket.gethostname()
+    # A worker heartbeats every `heartbeat_interval`; it is offline once `lease_ttl` passes
+    # without one. The ttl spans several heartbeats so that one late beat is not an outage.
+    heartbeat_interval: float = 5.0
+    lease_ttl: float = 15.0
+    # Renewals are gathered and written in one statement per flush: one write per worker per
+    # heartbeat would cost a commit each at fleet scale.
+    lease_flush_interval: float = 0.25
+    enrollment_token_ttl: float = 3600.0

@@ -1,0 +1,113 @@
+"""The one error tree of deskfleet, and its mapping to gRPC status codes (both ways).
+
+    DeskfleetError
+    ├── InvalidArgumentError ........ INVALID_ARGUMENT
+    ├── NotFoundError ............... NOT_FOUND
+    ├── AlreadyExistsError .......... ALREADY_EXISTS
+    ├── FailedPreconditionError ..... FAILED_PRECONDITION
+    ├── AuthenticationError ......... UNAUTHENTICATED   (missing, unknown or expired credential)
+    ├── PermissionDeniedError ....... PERMISSION_DENIED (a known credential that may not do this)
+    │   └── RevokedError ............ PERMISSION_DENIED (the credential was revoked)
+    ├── UnavailableError ............ UNAVAILABLE
+    │   └── StoreUnavailableError ... UNAVAILABLE       (the coordinator cannot read its store)
+    └── InternalError ............... INTERNAL          (a defect; the message hides details)
+
+Servers raise these from domain code; one place per process maps them to status codes
+(`coordinator/servicers/interceptor.py`), and clients map codes back with `from_status`.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class DeskfleetError(Exception):
+    """Base of every error deskfleet reports to a user."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgumentError(DeskfleetError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFoundError(DeskfleetError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExistsError(DeskfleetError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPreconditionError(DeskfleetError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AuthenticationError(DeskfleetError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(DeskfleetError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class RevokedError(PermissionDeniedError):
+    pass
+
+
+class UnavailableError(DeskfleetError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class StoreUnavailableError(UnavailableError):
+    pass
+
+
+class InternalError(DeskfleetError):
+    code = grpc.StatusCode.INTERNAL
+
+
+_BY_CODE: dict[grpc.StatusCode, type[DeskfleetError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgumentError,
+        NotFoundError,
+        AlreadyExistsError,
+        FailedPreconditionError,
+        AuthenticationError,
+        PermissionDeniedError,
+        UnavailableError,
+        InternalError,
+    )
+}
+
+
+def from_status(code: grpc.StatusCode, details: str) -> DeskfleetError:
+    """The client-side error for a status a server returned."""
+    cls = _BY_CODE.get(code, DeskfleetError)
+    return cls(details or code.name.lower().replace("_", " "))
+
+
+def from_rpc_error(exc: grpc.RpcError, target: str) -> DeskfleetError:
+    """Turn a failed call into a one-line DeskfleetError that names the coordinator if unreachable."""
+    code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
+    details: str = exc.details() or ""  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.UNAVAILABLE and _is_transport_failure(details):
+        return UnavailableError(f"cannot reach the coordinator at {target}: {_first_line(details)}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return UnavailableError(f"the coordinator at {target} did not answer in time")
+    return from_status(code, _first_line(details))
+
+
+def _is_transport_failure(details: str) -> bool:
+    lowered = details.lower()
+    return any(s in lowered for s in ("failed to connect", "connection refused", "socket closed",
+                                      "connect failed", "dns resolution", "connection reset"))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text

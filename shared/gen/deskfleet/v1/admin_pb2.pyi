@@ -1,0 +1,70 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateEnrollmentTokenRequest(_message.Message):
+    __slots__ = ("capabilities", "ttl_seconds", "uses")
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    USES_FIELD_NUMBER: _ClassVar[int]
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    ttl_seconds: int
+    uses: int
+    def __init__(self, capabilities: _Optional[_Iterable[str]] = ..., ttl_seconds: _Optional[int] = ..., uses: _Optional[int] = ...) -> None: ...
+
+class EnrollmentToken(_message.Message):
+    __slots__ = ("id", "token", "capabilities", "uses", "expires_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    USES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    token: str
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    uses: int
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., token: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., uses: _Optional[int] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateUserRequest(_message.Message):
+    __slots__ = ("name", "role")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("id", "name", "role", "token", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    role: str
+    token: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., token: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Principal(_message.Message):
+    __slots__ = ("id", "name", "role")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    role: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""The enrolled worker: measures its capabilities, keeps one stream to a coordinator."""

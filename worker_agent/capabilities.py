@@ -1,0 +1,135 @@
+"""Measure what this machine can offer, on the spot: displays, Computer Use, headless browser.
+
+Nothing here raises: an absent display or browser is a capability that is absent, with the
+reason a person needs to fix it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+
+from shared import __version__
+from shared.advertisement import Advertisement, Capability, Display
+
+DEFAULT_CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    chromium: str = DEFAULT_CHROMIUM
+    computer_use_allowed: bool = True
+    browser_timeout: float = 30.0
+
+
+def _display_problem() -> str | None:
+    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+        if os.environ.get("WAYLAND_DISPLAY"):
+            return "no X display: Wayland without DISPLAY (XWayland) is not supported"
+        return "no display: DISPLAY is not set"
+    return None
+
+
+def probe_displays() -> tuple[tuple[Display, ...], str | None]:
+    problem = _display_problem()
+    if problem:
+        return (), problem
+    try:
+        import mss
+
+        with mss.MSS() as grabber:
+            monitors = grabber.monitors[1:]
+    except Exception as exc:  # any failure here means "no usable display", with its reason
+        return (), f"display {os.environ.get('DISPLAY', '')} does not answer: {_short(exc)}"
+    displays = tuple(
+        Display(i, int(m["left"]), int(m["top"]), int(m["width"]), int(m["height"]))
+        for i, m in enumerate(monitors)
+    )
+    return displays, None if displays else "the display reports no screens"
+
+
+def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Capability:
+    name = "computer_use"
+    if not options.computer_use_allowed:
+        return Capability(name, False, "disabled by local policy (--no-computer-use)")
+    if display_problem:
+        return Capability(name, False, display_problem)
+    try:
+        # Imported only now: pyautogui fails at import time without a display.
+        import pyautogui
+
+        pyautogui.PAUSE = 0
+        x, y = pyautogui.position()
+        pyautogui.moveTo(x, y)  # an input action that leaves the pointer where it was
+    except (Exception, SystemExit) as exc:  # mouseinfo calls sys.exit() without tkinter
+        return Capability(name, False, f"pyautogui cannot act on the display: {_short(exc)}")
+    return Capability(name, True)
+
+
+def probe_headless(options: ProbeOptions) -> tuple[Capability, str]:
+    """(capability, browser version)."""
+    name = "headless"
+    if not os.path.exists(options.chromium):
+        return (
+            Capability(name, False, f"no browser at {options.chromium}: install chromium or pass"
+                       " --chromium PATH"),
+            "",
+        )
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        return Capability(name, False, f"playwright is not installed: {_short(exc)}"), ""
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=options.chromium,
+                args=CHROMIUM_ARGS,
+                timeout=options.browser_timeout * 1000,
+            )
+            version = browser.version
+            browser.close()
+    except Exception as exc:
+        return Capability(name, False, f"chromium at {options.chromium} did not launch:"
+                          f" {_short(exc)}"), ""
+    return Capability(name, True), version
+
+
+def measure(options: ProbeOptions, labels: dict[str, str]) -> Advertisement:
+    """Run the probes (in parallel: the browser launch dominates) and build the advertisement."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
+        browser_future = pool.submit(probe_headless, options)
+        displays, display_problem = probe_displays()
+        computer_use = probe_computer_use(display_problem, options)
+        headless, browser_version = browser_future.result()
+    versions = {"deskfleet": __version__, "python": platform.python_version()}
+    with contextlib.suppress(PackageNotFoundError):  # the headless probe reports its absence
+        versions["playwright"] = package_version("playwright")
+    if browser_version:
+        versions["chromium"] = browser_version
+    return Advertisement(
+        hostname=platform.node(),
+        labels=labels,
+        displays=displays,
+        capabilities=(headless, computer_use),
+        os=f"{platform.system()} {platform.release()}",
+        versions=versions,
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

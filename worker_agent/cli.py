@@ -1,0 +1,137 @@
+"""`deskfleet-worker`: enroll this machine, then run it as a worker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import logging
+import os
+import platform
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+
+from shared import __version__
+from shared.errors import (
+    AuthenticationError,
+    DeskfleetError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    from_rpc_error,
+)
+from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
+from worker_agent.connection import WorkerConnection
+from worker_agent.state import StateDir, WorkerIdentity
+
+EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="deskfleet-worker", description=__doc__)
+    p.add_argument("--version", action="version", version=f"deskfleet {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    enroll = sub.add_parser("enroll", help="exchange an enrollment token for this worker's credential")
+    enroll.add_argument("--coordinator", required=True,
+                        help="HOST:PORT, or several separated by commas")
+    enroll.add_argument("--token", required=True, help="the enrollment token (dfe_...)")
+    enroll.add_argument("--state-dir", required=True, type=Path)
+    enroll.add_argument("--name", default=platform.node(), help="default: the hostname")
+    enroll.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+
+    run = sub.add_parser("run", help="connect, advertise, heartbeat, reconnect forever")
+    run.add_argument("--state-dir", required=True, type=Path)
+    run.add_argument("--chromium", default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
+                     help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})")
+    run.add_argument("--no-computer-use", action="store_true",
+                     help="never offer desktop control, whatever this machine can do")
+    run.add_argument("--log-level", default="INFO")
+    return p
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidArgumentError(f"--label {pair!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def _enroll(args: argparse.Namespace) -> str:
+    state = StateDir(args.state_dir)
+    if state.enrolled:
+        raise FailedPreconditionError(
+            f"{args.state_dir} already holds an enrolled worker; use another --state-dir"
+        )
+    coordinators = [a.strip() for a in args.coordinator.split(",") if a.strip()]
+    if not coordinators:
+        raise InvalidArgumentError("--coordinator: give at least one HOST:PORT")
+    labels = _labels(args.label)
+    request = worker_pb2.EnrollRequest(token=args.token.strip(), name=args.name, labels=labels)
+    last: DeskfleetError | None = None
+    for address in coordinators:
+        with grpc.insecure_channel(address) as channel:
+            try:
+                reply = worker_pb2_grpc.WorkerGatewayStub(channel).Enroll(request, timeout=15)
+            except grpc.RpcError as exc:
+                last = from_rpc_error(exc, address)
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                    continue  # try the next coordinator
+                raise last from exc
+        state.save(
+            WorkerIdentity(reply.worker_id, args.name, coordinators, labels,
+                           list(reply.allowed_capabilities)),
+            reply.credential,
+        )
+        return f"enrolled as {reply.worker_id}; state saved in {args.state_dir}"
+    assert last is not None
+    raise last
+
+
+async def _run(args: argparse.Namespace) -> None:
+    identity, credential = StateDir(args.state_dir).load()
+    options = ProbeOptions(chromium=args.chromium, computer_use_allowed=not args.no_computer_use)
+    connection = WorkerConnection(
+        identity, credential, functools.partial(measure, options, identity.labels)
+    )
+    task = asyncio.create_task(connection.run_forever())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        logging.getLogger("deskfleet.worker").info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    prog = "deskfleet-worker"
+    try:
+        if args.command == "enroll":
+            print(_enroll(args))
+            return 0
+        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        asyncio.run(_run(args))
+        return 0
+    except (AuthenticationError, PermissionDeniedError) as exc:
+        what = "enrollment refused" if args.command == "enroll" else "the coordinator refused this worker"
+        print(f"{prog}: {what}: {exc.message}", file=sys.stderr)
+        return EXIT_REFUSED
+    except DeskfleetError as exc:
+        print(f"{prog}: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The worker's one stream to the coordinator: hello, heartbeats, and reconnection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from shared.advertisement import Advertisement
+from shared.credentials import auth_metadata
+from shared.errors import AuthenticationError, PermissionDeniedError
+from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from worker_agent.backoff import Backoff
+from worker_agent.state import WorkerIdentity
+
+log = logging.getLogger("deskfleet.worker")
+
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+WELCOME_TIMEOUT = 10.0
+
+
+class ConnectionLost(Exception):
+    """The stream ended or stalled; the worker reconnects."""
+
+
+class WorkerConnection:
+    """Keeps the worker connected to one of its coordinators until it is revoked or stopped."""
+
+    def __init__(
+        self,
+        identity: WorkerIdentity,
+        credential: str,
+        measure: Callable[[], Advertisement],
+        backoff: Backoff | None = None,
+    ) -> None:
+        self._identity = identity
+        self._metadata = auth_metadata(credential)
+        self._measure = measure
+        self._backoff = backoff or Backoff()
+        self.connected = asyncio.Event()
+
+    async def run_forever(self) -> None:
+        """Connect, serve, reconnect. Returns never; raises when the credential is refused."""
+        attempt = 0
+        while True:
+            address = self._identity.coordinators[attempt % len(self._identity.coordinators)]
+            attempt += 1
+            try:
+                await self._session(address)
+                reason = "the coordinator closed the stream"
+            except (AuthenticationError, PermissionDeniedError):
+                raise
+            except ConnectionLost as exc:
+                reason = str(exc)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    raise AuthenticationError(exc.details() or "credential refused") from exc
+                if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    raise PermissionDeniedError(exc.details() or "access denied") from exc
+                reason = f"{exc.code().name.lower()}: {_first_line(exc.details())}"
+            self.connected.clear()
+            delay = self._backoff.next_delay()
+            log.warning("connection to %s lost (%s); retrying in %.1f s", address, reason, delay)
+            await asyncio.sleep(delay)
+
+    async def _session(self, address: str) -> None:
+        advertisement = await asyncio.to_thread(self._measure)
+        async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+            call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self._metadata)
+            await call.write(
+                worker_pb2.WorkerMessage(hello=worker_pb2.Hello(advertisement=advertisement.to_proto()))
+            )
+            first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
+            if first is grpc.aio.EOF:
+                await call  # raises the stream's status if it carries an error
+                raise ConnectionLost("the stream ended before the welcome")
+            welcome = first.welcome
+            self._backoff.reset()
+            self.connected.set()
+            caps = ", ".join(
+                f"{c.name}: {'yes' if c.available else 'no (' + c.reason + ')'}"
+                for c in advertisement.capabilities
+            )
+            log.info("connected to %s (replica %s) as %s; %s", address, welcome.replica,
+                     welcome.worker_id, caps)
+            beats = asyncio.create_task(self._heartbeats(call, welcome))
+            try:
+                await self._receive(call, welcome)
+            finally:
+                beats.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beats
+                call.cancel()
+
+    async def _heartbeats(self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(welcome.heartbeat_interval_seconds)
+            seq += 1
+            await call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
+
+    async def _receive(self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome) -> None:
+        # No message for a whole lease means the coordinator no longer sees us as online:
+        # give the stream up and reconnect rather than wait on a half-dead connection.
+        silence = max(welcome.lease_ttl_seconds, 2 * welcome.heartbeat_interval_seconds)
+        while True:
+            try:
+                message = await asyncio.wait_for(call.read(), silence)
+            except TimeoutError as exc:
+                raise ConnectionLost(f"no answer from the coordinator for {silence:.0f} s") from exc
+            if message is grpc.aio.EOF:
+                await call
+                return
+            # Heartbeat acks carry nothing else yet; their arrival is what resets the silence.
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else "no details"

@@ -1,0 +1,61 @@
+"""The worker's state directory: who it is (worker.json) and its credential (0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from shared.errors import FailedPreconditionError, InvalidArgumentError
+
+IDENTITY = "worker.json"
+CREDENTIAL = "credential"
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    worker_id: str
+    name: str
+    coordinators: list[str]
+    labels: dict[str, str] = field(default_factory=dict)
+    allowed_capabilities: list[str] = field(default_factory=list)
+
+
+class StateDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def enrolled(self) -> bool:
+        return (self.path / CREDENTIAL).exists()
+
+    def save(self, identity: WorkerIdentity, credential: str) -> None:
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._write(IDENTITY, json.dumps(asdict(identity), indent=2) + "\n", 0o644)
+        self._write(CREDENTIAL, credential + "\n", 0o600)
+
+    def load(self) -> tuple[WorkerIdentity, str]:
+        if not self.enrolled:
+            raise FailedPreconditionError(
+                f"{self.path} holds no enrollment: run `deskfleet-worker enroll --state-dir"
+                f" {self.path} ...` first"
+            )
+        try:
+            data = json.loads((self.path / IDENTITY).read_text())
+            credential = (self.path / CREDENTIAL).read_text().strip()
+            return WorkerIdentity(**data), credential
+        except (OSError, ValueError, TypeError) as exc:
+            raise InvalidArgumentError(f"{self.path} is damaged ({exc}); enroll again") from exc
+
+    def _write(self, name: str, text: str, mode: int) -> None:
+        # Write to a temporary file created with its final mode, then rename: a crash never
+        # leaves a half-written credential, and it is never readable by others.
+        tmp = self.path / f".{name}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, self.path / name)
