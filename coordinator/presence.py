@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 # Revocations made on another replica reach this one's streams through this periodic check.
 REVOCATION_CHECK_EVERY = 1.0
+STORE_WARNING_EVERY = 30.0
 
 
 @dataclass(eq=False)
@@ -107,6 +108,8 @@ class Presence:
 
     async def _flush_loop(self) -> None:
         last_check = 0.0
+        failing_since: float | None = None
+        last_warning = 0.0
         while True:
             await asyncio.sleep(self._config.lease_flush_interval)
             try:
@@ -115,7 +118,17 @@ class Presence:
                     last_check = time.monotonic()
                     await self._cut_revoked()
             except DeskfleetError as exc:
-                log.warning("presence flush failed: %s", exc)
+                now = time.monotonic()
+                failing_since = failing_since or now
+                # One line when the store fails, then one every STORE_WARNING_EVERY seconds.
+                if now - last_warning >= STORE_WARNING_EVERY:
+                    last_warning = now
+                    log.warning("cannot renew presence leases for %.0f s: %s",
+                                now - failing_since, exc)
+            else:
+                if failing_since is not None:
+                    log.info("presence leases renewed again")
+                failing_since = None
 
     async def _flush(self) -> None:
         if not self._renewals:

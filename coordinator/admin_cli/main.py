@@ -24,6 +24,8 @@ EXIT_UNAVAILABLE = 5
 
 
 def _tokens_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    if args.uses < 1:
+        raise InvalidArgumentError("--uses: must be at least 1")
     token = client.call(
         client.admin.CreateEnrollmentToken,
         admin_pb2.CreateEnrollmentTokenRequest(

@@ -1,0 +1,286 @@
+"""Real deskfleet processes for tests and benchmarks: coordinators, workers, an X server.
+
+Everything here starts a real program and cleans up after itself; nothing is simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BIN = Path(sys.executable).parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05,
+               what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def base_env(workdir: Path) -> dict[str, str]:
+    """A clean environment: no inherited DISPLAY or client configuration."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "XAUTHORITY", "WAYLAND_DISPLAY")
+           and not k.startswith("DESKFLEET_")}
+    env["XDG_CONFIG_HOME"] = str(workdir / "xdg-config")
+    env["XDG_CACHE_HOME"] = str(workdir / "xdg-cache")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class CoordinatorProcess:
+    """`deskfleet-coordinator init` + `serve` on a free loopback port."""
+
+    def __init__(self, workdir: Path, db_url: str | None = None, *, heartbeat: float = 0.3,
+                 lease: float = 1.5, replica: str = "r1") -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.db_url = db_url or f"sqlite:///{workdir / 'fleet.db'}"
+        self.admin_token_file = workdir / "admin.token"
+        self.heartbeat = heartbeat
+        self.lease = lease
+        self.replica = replica
+        self.log = workdir / f"coordinator-{replica}.log"
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self._log_file: Any = None
+
+    def _close_files(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def init(self) -> None:
+        subprocess.run(
+            [BIN / "deskfleet-coordinator", "init", "--db", self.db_url,
+             "--admin-token-file", self.admin_token_file],
+            check=True, capture_output=True, text=True, env=base_env(self.workdir), timeout=60,
+        )
+
+    def start(self, *, port: int = 0) -> CoordinatorProcess:
+        if not self.admin_token_file.exists():
+            self.init()
+        self._close_files()
+        self._log_file = self.log.open("a")
+        self.proc = subprocess.Popen(
+            [BIN / "deskfleet-coordinator", "serve", "--db", self.db_url,
+             "--listen", f"127.0.0.1:{port}", "--replica", self.replica,
+             "--heartbeat-interval", str(self.heartbeat), "--lease-ttl", str(self.lease)],
+            stdout=subprocess.PIPE, stderr=self._log_file, text=True,
+            env=base_env(self.workdir),
+        )
+        line = self._read_line(timeout=30)
+        self.port = int(line.rsplit(":", 1)[1])
+        return self
+
+    def _read_line(self, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            self.kill()
+            raise RuntimeError(f"coordinator did not start:\n{_tail(self.log)}")
+        line = self.proc.stdout.readline().strip()
+        if "listening on" not in line:
+            self.kill()
+            raise RuntimeError(f"coordinator did not start ({line!r}):\n{_tail(self.log)}")
+        return line
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close_files()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_files()
+
+    def cli(self, *args: str, token_file: Path | None = None, json_out: bool = False,
+            check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run `deskfleet ARGS` against this coordinator (as admin unless told otherwise)."""
+        env = base_env(self.workdir)
+        env["DESKFLEET_COORDINATOR"] = self.address
+        env["DESKFLEET_TOKEN_FILE"] = str(token_file or self.admin_token_file)
+        argv = [str(BIN / "deskfleet"), *args, *(["--json"] if json_out else [])]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{' '.join(argv[1:])} failed ({done.returncode}): {done.stderr}")
+        return done
+
+    def cli_json(self, *args: str, token_file: Path | None = None) -> Any:
+        return json.loads(self.cli(*args, token_file=token_file, json_out=True).stdout)
+
+    def status(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.cli_json("status")
+        return doc
+
+    def create_token(self, *extra: str) -> str:
+        token: str = self.cli_json("tokens", "create", *extra)["token"]
+        return token
+
+
+class WorkerProcess:
+    """An enrolled `deskfleet-worker run` subprocess."""
+
+    def __init__(self, coordinator: CoordinatorProcess, name: str, *,
+                 display_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()):
+        self.coordinator = coordinator
+        self.name = name
+        self.state_dir = coordinator.workdir / f"worker-{name}"
+        self.log = coordinator.workdir / f"worker-{name}.log"
+        self.display_env = display_env or {}
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen[str] | None = None
+        self.worker_id = ""
+        self._log_file: Any = None
+
+    def env(self) -> dict[str, str]:
+        env = base_env(self.state_dir)
+        env.update(self.display_env)
+        return env
+
+    def enroll(self, token: str | None = None, *labels: str,
+               coordinators: str | None = None) -> subprocess.CompletedProcess[str]:
+        token = token or self.coordinator.create_token()
+        argv = [str(BIN / "deskfleet-worker"), "enroll", "--coordinator",
+                coordinators or self.coordinator.address, "--token", token,
+                "--state-dir", str(self.state_dir), "--name", self.name]
+        for label in labels:
+            argv += ["--label", label]
+        done = subprocess.run(argv, capture_output=True, text=True, env=self.env(), timeout=60)
+        if done.returncode == 0:
+            self.worker_id = json.loads((self.state_dir / "worker.json").read_text())["worker_id"]
+        return done
+
+    def start(self) -> WorkerProcess:
+        if not self.worker_id:
+            done = self.enroll()
+            assert done.returncode == 0, done.stderr
+        if self._log_file is not None:
+            self._log_file.close()
+        self._log_file = self.log.open("a")
+        self.proc = subprocess.Popen(
+            [str(BIN / "deskfleet-worker"), "run", "--state-dir", str(self.state_dir),
+             *self.extra_args],
+            stdout=subprocess.DEVNULL, stderr=self._log_file, text=True, env=self.env(),
+        )
+        return self
+
+    def row(self) -> dict[str, Any] | None:
+        status = self.coordinator.status()
+        return next((w for w in status["workers"] if w["id"] == self.worker_id), None)
+
+    def wait_online(self, timeout: float = 30) -> dict[str, Any]:
+        def online() -> dict[str, Any] | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited:\n{_tail(self.log)}")
+            row = self.row()
+            return row if row and row["online"] else None
+        row: dict[str, Any] = wait_until(online, timeout, 0.1, f"worker {self.name} online")
+        return row
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            if self.proc.returncode is None:
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+class Xvfb:
+    """A real X server on a free display number, with its own authority file."""
+
+    def __init__(self, workdir: Path, width: int = 1280, height: int = 800) -> None:
+        self.workdir = workdir
+        self.size = (width, height)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.display = ""
+        self.auth = workdir / "Xauthority"
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("Xvfb") is not None and shutil.which("xauth") is not None
+
+    def start(self) -> Xvfb:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        number = next(n for n in range(90, 200)
+                      if not Path(f"/tmp/.X{n}-lock").exists()
+                      and not Path(f"/tmp/.X11-unix/X{n}").exists())
+        self.display = f":{number}"
+        self.auth.touch()
+        subprocess.run(["xauth", "-f", str(self.auth), "add", self.display, ".",
+                        secrets.token_hex(16)], check=True, capture_output=True)
+        width, height = self.size
+        self.proc = subprocess.Popen(
+            ["Xvfb", self.display, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp",
+             "-auth", str(self.auth)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: Path(f"/tmp/.X11-unix/X{number}").exists(), 10, what="Xvfb socket")
+        return self
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DISPLAY": self.display, "XAUTHORITY": str(self.auth)}
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def postgres_available(host: str = "127.0.0.1", port: int = 5432) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
