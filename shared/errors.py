@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import grpc
 
+# Servers tag the errors they raise on purpose with this trailing metadata key, so that a
+# client can tell "the coordinator said UNAVAILABLE" from "the coordinator cannot be reached".
+ERROR_METADATA_KEY = "deskfleet-error"
+
 
 class DeskfleetError(Exception):
     """Base of every error deskfleet reports to a user."""
@@ -96,17 +100,13 @@ def from_rpc_error(exc: grpc.RpcError, target: str) -> DeskfleetError:
     """Turn a failed call into a one-line DeskfleetError that names the coordinator if unreachable."""
     code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
     details: str = exc.details() or ""  # type: ignore[attr-defined]
-    if code == grpc.StatusCode.UNAVAILABLE and _is_transport_failure(details):
+    trailing = exc.trailing_metadata() or ()  # type: ignore[attr-defined]
+    from_server = any(key == ERROR_METADATA_KEY for key, _ in trailing)
+    if code == grpc.StatusCode.UNAVAILABLE and not from_server:
         return UnavailableError(f"cannot reach the coordinator at {target}: {_first_line(details)}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return UnavailableError(f"the coordinator at {target} did not answer in time")
     return from_status(code, _first_line(details))
-
-
-def _is_transport_failure(details: str) -> bool:
-    lowered = details.lower()
-    return any(s in lowered for s in ("failed to connect", "connection refused", "socket closed",
-                                      "connect failed", "dns resolution", "connection reset"))
 
 
 def _first_line(text: str) -> str:

@@ -18,7 +18,7 @@ from coordinator import authz
 from coordinator.principals import Principal, authenticate
 from coordinator.store import Database
 from shared.credentials import METADATA_KEY, SCHEME
-from shared.errors import DeskfleetError, PermissionDeniedError
+from shared.errors import ERROR_METADATA_KEY, DeskfleetError, PermissionDeniedError
 from shared.ids import new_id
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,8 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 await self._admit(method, roles, context)
                 return await inner(request, context)
             except DeskfleetError as exc:
-                await context.abort(exc.code, exc.message)
+                await context.abort(exc.code, exc.message,
+                                    trailing_metadata=((ERROR_METADATA_KEY, type(exc).__name__),))
             except (grpc.aio.AbortError, grpc.aio.UsageError):
                 raise
             except Exception:
@@ -94,7 +95,12 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         if principal.role not in roles:
             needed = " or ".join(sorted(r.value for r in roles))
             raise PermissionDeniedError(
-                f"{method.rsplit('/', 1)[-1]} needs a {needed} credential; this one is a"
-                f" {principal.role.value} credential ({principal.id})"
+                f"{method.rsplit('/', 1)[-1]} needs {_article(needed)} {needed} credential;"
+                f" this one is {_article(principal.role.value)} {principal.role.value}"
+                f" credential ({principal.id})"
             )
         _principal.set(principal)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

@@ -1,0 +1,186 @@
+"""K simulated workers in one process, speaking the real WorkerGateway protocol.
+
+Usage: simulated_workers.py --coordinator ADDR --admin-token-file PATH --count K
+
+Creates one enrollment token with K uses, enrolls K workers concurrently, opens K Connect
+streams from one event loop (Hello, then heartbeats at the welcome interval, reading acks),
+prints `READY K` once every stream got its Welcome, and runs until stdin closes or SIGTERM.
+Timing lines (`TIMING enroll=... connect=...`) come before READY for the caller to record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import platform
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+
+from shared.advertisement import Advertisement, Capability  # noqa: E402
+from shared.credentials import auth_metadata  # noqa: E402
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
+from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
+
+# Same keepalives as the real worker; a local subchannel pool gives every simulated worker its
+# own TCP connection, as K separate machines would have (channels otherwise share one).
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.use_local_subchannel_pool", 1),
+]
+WELCOME_TIMEOUT = 30.0
+
+
+def advertisement(index: int) -> Advertisement:
+    """A headless-capable worker without a display, like a server running Chromium."""
+    return Advertisement(
+        hostname=f"sim-{index}",
+        labels={"bench": "simulated"},
+        capabilities=(
+            Capability("headless", True),
+            Capability("computer_use", False, "simulated worker: no display"),
+        ),
+        os=f"{platform.system()} {platform.release()}",
+        versions={"deskfleet": "bench-sim", "python": platform.python_version()},
+    )
+
+
+async def enroll_all(address: str, admin_token: str, count: int) -> list[str]:
+    """One K-use token, then K concurrent Enroll calls; returns the worker credentials."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        token = await admin_pb2_grpc.AdminServiceStub(channel).CreateEnrollmentToken(
+            admin_pb2.CreateEnrollmentTokenRequest(uses=count), metadata=auth_metadata(admin_token)
+        )
+        gateway = worker_pb2_grpc.WorkerGatewayStub(channel)
+        replies = await asyncio.gather(*(
+            gateway.Enroll(worker_pb2.EnrollRequest(token=token.token, name=f"sim-{i}",
+                                                    labels={"bench": "simulated"}))
+            for i in range(count)
+        ))
+    return [r.credential for r in replies]
+
+
+class SimulatedWorker:
+    """One stream: Hello, Welcome, then heartbeats and acks until cancelled."""
+
+    def __init__(self, index: int, address: str, credential: str) -> None:
+        self.index = index
+        self.address = address
+        self.metadata = auth_metadata(credential)
+        self.welcomed = asyncio.Event()
+        self.acks = 0
+
+    async def run(self) -> None:
+        async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
+            call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self.metadata)
+            try:
+                await call.write(worker_pb2.WorkerMessage(
+                    hello=worker_pb2.Hello(advertisement=advertisement(self.index).to_proto())))
+                first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
+                if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
+                    await call  # raises the stream's status if it carries one
+                    raise RuntimeError(f"sim-{self.index}: no welcome")
+                self.welcomed.set()
+                beats = asyncio.create_task(self._heartbeats(call, first.welcome))
+                try:
+                    while (message := await call.read()) is not grpc.aio.EOF:
+                        if message.WhichOneof("body") == "heartbeat_ack":
+                            self.acks += 1
+                    await call
+                    raise RuntimeError(f"sim-{self.index}: the coordinator closed the stream")
+                finally:
+                    beats.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await beats
+            finally:
+                # Cancelling ends the stream at once, so the coordinator releases the lease.
+                call.cancel()
+
+    async def _heartbeats(self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(welcome.heartbeat_interval_seconds)
+            seq += 1
+            await call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
+
+
+async def stdin_closed() -> None:
+    """Returns when stdin reaches EOF (the parent closed the pipe or died)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    try:
+        while await reader.read(4096):
+            pass
+    finally:
+        transport.close()
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    admin_token = Path(args.admin_token_file).read_text().strip()
+    started = time.perf_counter()
+    credentials = await enroll_all(args.coordinator, admin_token, args.count)
+    enrolled = time.perf_counter()
+    workers = [SimulatedWorker(i, args.coordinator, c) for i, c in enumerate(credentials)]
+    tasks = [asyncio.create_task(w.run(), name=f"sim-{w.index}") for w in workers]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watchers = [asyncio.create_task(stdin_closed()), asyncio.create_task(stop.wait())]
+    try:
+        # Any stream failing before or after READY is fatal: counts would no longer be exact.
+        welcomed = asyncio.gather(*(w.welcomed.wait() for w in workers))
+        done, _ = await asyncio.wait([welcomed, *tasks, *watchers],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if welcomed not in done:
+            welcomed.cancel()
+            for task in done:
+                task.result()
+            return  # stopped before everyone was welcome
+        connected = time.perf_counter()
+        print(f"TIMING enroll={enrolled - started:.3f} connect={connected - enrolled:.3f}",
+              flush=True)
+        print(f"READY {args.count}", flush=True)
+        done, _ = await asyncio.wait([*tasks, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in [*tasks, *watchers]:
+            task.cancel()
+        await asyncio.gather(*tasks, *watchers, return_exceptions=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--coordinator", required=True, help="HOST:PORT")
+    parser.add_argument("--admin-token-file", required=True)
+    parser.add_argument("--count", type=int, required=True)
+    args = parser.parse_args()
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+    try:
+        asyncio.run(main_async(args))
+    except grpc.aio.AioRpcError as exc:
+        print(f"simulated_workers: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # one line for the bench to show
+        print(f"simulated_workers: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Every RPC has an access rule, and credentials of the wrong kind are refused clearly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from coordinator import authz
+from coordinator.server import SERVICE_NAMES
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    fleet_pb2,
+    fleet_pb2_grpc,
+    worker_pb2,
+)
+from tests.harness import CoordinatorProcess, WorkerProcess
+
+
+def _all_methods() -> set[str]:
+    from google.protobuf import descriptor_pool
+
+    pool = descriptor_pool.Default()
+    return {
+        f"/{name}/{method.name}"
+        for name in SERVICE_NAMES
+        for method in pool.FindServiceByName(name).methods
+    }
+
+
+def test_every_rpc_has_exactly_one_rule_and_every_rule_an_rpc() -> None:
+    methods = _all_methods()
+    assert methods - set(authz.RULES) == set(), "RPCs without an access rule"
+    assert set(authz.RULES) - methods == set(), "rules for RPCs that do not exist"
+
+
+@pytest.fixture
+def channel(coordinator: CoordinatorProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(coordinator.address) as ch:
+        yield ch
+
+
+def _code(call: object, *args: object, **kwargs: object) -> tuple[grpc.StatusCode, str]:
+    try:
+        call(*args, timeout=10, **kwargs)  # type: ignore[operator]
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details()  # type: ignore[attr-defined]
+    return grpc.StatusCode.OK, ""
+
+
+def test_missing_and_wrong_credentials_are_unauthenticated(
+    coordinator: CoordinatorProcess, channel: grpc.Channel
+) -> None:
+    fleet = fleet_pb2_grpc.FleetServiceStub(channel)
+    request = fleet_pb2.GetWorkerStatusRequest()
+    code, details = _code(fleet.GetWorkerStatus, request)
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "no credential" in details
+    code, details = _code(fleet.GetWorkerStatus, request, metadata=auth_metadata("dfu_x.bogus"))
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "unknown credential" in details
+    code, _ = _code(fleet.GetWorkerStatus, request, metadata=auth_metadata("garbage"))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_worker_credential_cannot_call_admin_rpcs(
+    coordinator: CoordinatorProcess, channel: grpc.Channel
+) -> None:
+    worker = WorkerProcess(coordinator, "w")
+    assert worker.enroll().returncode == 0
+    metadata = auth_metadata((worker.state_dir / "credential").read_text().strip())
+    admin = admin_pb2_grpc.AdminServiceStub(channel)
+    code, details = _code(admin.CreateEnrollmentToken, admin_pb2.CreateEnrollmentTokenRequest(),
+                          metadata=metadata)
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert "needs an admin credential; this one is a worker credential" in details
+    fleet = fleet_pb2_grpc.FleetServiceStub(channel)
+    code, _ = _code(fleet.RevokeWorker, fleet_pb2.WorkerRef(id=worker.worker_id),
+                    metadata=metadata)
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    code, _ = _code(fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest(), metadata=metadata)
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    # The refusal changed nothing.
+    assert coordinator.cli_json("workers", "show", worker.worker_id)["state"] == "active"
+
+
+def test_an_owner_reads_status_but_administers_nothing(coordinator: CoordinatorProcess) -> None:
+    owner = coordinator.cli_json("users", "create", "olga")
+    assert owner["role"] == "owner" and owner["token"].startswith(f"dfu_{owner['id']}.")
+    token_file = coordinator.workdir / "olga.token"
+    token_file.write_text(owner["token"])
+    assert coordinator.cli_json("whoami", token_file=token_file)["role"] == "owner"
+    assert coordinator.cli_json("status", token_file=token_file)["headlessOnline"] == 0
+    refused = coordinator.cli("tokens", "create", token_file=token_file, check=False)
+    assert refused.returncode == 3
+    assert refused.stderr.startswith("deskfleet: CreateEnrollmentToken needs an admin credential")
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_an_enrollment_token_is_not_a_credential(coordinator: CoordinatorProcess) -> None:
+    token_file = coordinator.workdir / "enroll.token"
+    token_file.write_text(coordinator.create_token())
+    done = coordinator.cli("status", token_file=token_file, check=False)
+    assert done.returncode == 3 and "an enrollment token is not a credential" in done.stderr
+
+
+def test_a_second_admin_can_be_created_and_names_are_unique(
+    coordinator: CoordinatorProcess,
+) -> None:
+    assert coordinator.cli_json("users", "create", "ops", "--role", "admin")["role"] == "admin"
+    again = coordinator.cli("users", "create", "ops", check=False)
+    assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_a_worker_stream_must_start_with_hello(
+    coordinator: CoordinatorProcess, channel: grpc.Channel
+) -> None:
+    worker = WorkerProcess(coordinator, "rude")
+    assert worker.enroll().returncode == 0
+    metadata = auth_metadata((worker.state_dir / "credential").read_text().strip())
+    stub = channel.stream_stream(
+        "/deskfleet.v1.WorkerGateway/Connect",
+        request_serializer=worker_pb2.WorkerMessage.SerializeToString,
+        response_deserializer=worker_pb2.CoordinatorMessage.FromString,
+    )
+    beat = worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=1))
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub(iter([beat]), metadata=metadata, timeout=10))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert "must be a hello" in caught.value.details()  # type: ignore[attr-defined]
+
+
+def test_negative_uses_are_refused_by_the_coordinator(
+    coordinator: CoordinatorProcess, channel: grpc.Channel
+) -> None:
+    admin = admin_pb2_grpc.AdminServiceStub(channel)
+    metadata = auth_metadata(coordinator.admin_token_file.read_text().strip())
+    code, details = _code(admin.CreateEnrollmentToken,
+                          admin_pb2.CreateEnrollmentTokenRequest(uses=-1), metadata=metadata)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("uses:")
+    code, details = _code(admin.CreateEnrollmentToken,
+                          admin_pb2.CreateEnrollmentTokenRequest(capabilities=["root"]),
+                          metadata=metadata)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown root" in details

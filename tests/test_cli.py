@@ -1,0 +1,101 @@
+"""CLI conventions: one JSON document, one-line errors, configuration from flags/env/file."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from shared.config import parse_duration
+from shared.errors import InvalidArgumentError
+from tests.harness import BIN, CoordinatorProcess, base_env
+from worker_agent.backoff import Backoff
+
+
+def test_json_output_is_exactly_one_document(coordinator: CoordinatorProcess) -> None:
+    for args in (("status",), ("workers", "list"), ("whoami",), ("tokens", "create")):
+        out = coordinator.cli(*args, json_out=True).stdout
+        json.loads(out)  # raises on anything but one document
+
+
+def test_tables_by_default(coordinator: CoordinatorProcess) -> None:
+    assert coordinator.cli("status").stdout.startswith("headless online: 0")
+    assert "no workers enrolled" in coordinator.cli("workers", "list").stdout
+
+
+def test_unknown_worker_is_not_found_in_one_line(coordinator: CoordinatorProcess) -> None:
+    done = coordinator.cli("workers", "show", "wkr_nope", check=False)
+    assert (done.returncode, done.stderr) == (4, "deskfleet: no worker 'wkr_nope'\n")
+
+
+def test_unreachable_coordinator_is_one_line_and_exit_5(coordinator: CoordinatorProcess) -> None:
+    env = base_env(coordinator.workdir)
+    done = subprocess.run(
+        [BIN / "deskfleet", "status", "--coordinator", "127.0.0.1:1", "--token-file",
+         str(coordinator.admin_token_file), "--timeout", "3"],
+        capture_output=True, text=True, env=env, timeout=30,
+    )
+    assert done.returncode == 5 and done.stdout == ""
+    assert done.stderr.startswith("deskfleet: cannot reach the coordinator at 127.0.0.1:1")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_config_file_supplies_address_and_credential(coordinator: CoordinatorProcess) -> None:
+    env = base_env(coordinator.workdir)
+    config = coordinator.workdir / "xdg-config" / "deskfleet" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"coordinator": coordinator.address,
+                                  "token_file": str(coordinator.admin_token_file)}))
+    done = subprocess.run([BIN / "deskfleet", "whoami", "--json"], capture_output=True,
+                          text=True, env=env, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["role"] == "admin"
+    # Flags win over the file.
+    done = subprocess.run([BIN / "deskfleet", "whoami", "--token-file", "/nonexistent"],
+                          capture_output=True, text=True, env=env, timeout=30)
+    assert (done.returncode, done.stderr) == (
+        2, "deskfleet: token file /nonexistent does not exist\n")
+
+
+def test_missing_credential_says_how_to_give_one(coordinator: CoordinatorProcess) -> None:
+    env = base_env(coordinator.workdir)
+    env["DESKFLEET_COORDINATOR"] = coordinator.address
+    done = subprocess.run([BIN / "deskfleet", "status"], capture_output=True, text=True,
+                          env=env, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "deskfleet: no credential: pass --token-file PATH or set DESKFLEET_TOKEN_FILE\n")
+
+
+def test_worker_run_without_enrollment_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([BIN / "deskfleet-worker", "run", "--state-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "holds no enrollment: run `deskfleet-worker enroll" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("10m", 600),
+                                               ("1h", 3600), ("2d", 172800), ("1.5h", 5400)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "h", "-1h", "1w", "1 hour"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_duration(text)
+
+
+def test_backoff_grows_is_capped_jittered_and_resets() -> None:
+    backoff = Backoff(base=0.5, cap=4.0, rng=random.Random(7))
+    delays = [backoff.next_delay() for _ in range(12)]
+    ceilings = [min(4.0, 0.5 * 2**i) for i in range(12)]
+    assert all(0 <= d <= c for d, c in zip(delays, ceilings, strict=True))
+    assert len(set(delays)) == len(delays)  # jittered, never in lockstep
+    assert max(delays[6:]) <= 4.0 and max(delays[6:]) > 2.0
+    backoff.reset()
+    assert backoff.next_delay() <= 0.5

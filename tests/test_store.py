@@ -1,0 +1,188 @@
+"""The store: migrations, init, a dead store reported as UNAVAILABLE, and PostgreSQL."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from coordinator.store.models import Base
+from coordinator.store.schema import sync_engine, upgrade
+from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env
+
+
+def _init(tmp_path: Path, db_url: str, token_file: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BIN / "deskfleet-coordinator", "init", "--db", db_url, "--admin-token-file", token_file],
+        capture_output=True, text=True, env=base_env(tmp_path), timeout=60,
+    )
+
+
+def test_migrations_build_exactly_the_models(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    assert upgrade(url) == (None, "0001_foundation")
+    engine = sync_engine(url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_init_is_idempotent_and_keeps_a_valid_admin_credential(tmp_path: Path) -> None:
+    url, token = f"sqlite:///{tmp_path / 'db' / 'f.db'}", tmp_path / "admin.token"
+    first = _init(tmp_path, url, token)
+    assert first.returncode == 0, first.stderr
+    assert "schema empty -> 0001_foundation" in first.stdout
+    secret = token.read_text()
+    again = _init(tmp_path, url, token)
+    assert again.returncode == 0 and "is valid, kept" in again.stdout
+    assert token.read_text() == secret
+
+
+def test_init_refuses_to_overwrite_a_foreign_token_file(tmp_path: Path) -> None:
+    token = tmp_path / "admin.token"
+    token.write_text("someone else's\n")
+    done = _init(tmp_path, f"sqlite:///{tmp_path / 'f.db'}", token)
+    assert done.returncode == 1 and "holds no admin credential" in done.stderr
+    assert token.read_text() == "someone else's\n"
+
+
+def test_bad_database_urls_are_refused_in_one_line(tmp_path: Path) -> None:
+    done = _init(tmp_path, "mysql://root@localhost/x", tmp_path / "t")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "deskfleet-coordinator: --db: unsupported database 'mysql'; use sqlite:///PATH or"
+        " postgresql://USER@HOST/DB"
+    )
+
+
+def test_serve_on_an_uninitialised_store_says_to_run_init(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [BIN / "deskfleet-coordinator", "serve", "--db", f"sqlite:///{tmp_path / 'none.db'}",
+         "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, env=base_env(tmp_path), timeout=60,
+    )
+    assert done.returncode == 1
+    assert "run `deskfleet-coordinator init` first" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unreadable_store_is_unavailable_never_zero_online(
+    coordinator: CoordinatorProcess,
+) -> None:
+    worker = WorkerProcess(coordinator, "w").start()
+    try:
+        worker.wait_online()
+        db = coordinator.workdir / "fleet.db"
+        # Damage the store under the running coordinator: the main file, the WAL and its index.
+        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+            if path.exists():
+                path.write_bytes(b"\xde\xad" * (path.stat().st_size // 2))
+        done = coordinator.cli("status", json_out=True, check=False)
+        assert done.returncode == 5
+        assert done.stdout == ""
+        assert done.stderr.strip() == (
+            "deskfleet: the coordinator's store is unavailable: file is not a database"
+        )
+    finally:
+        worker.stop()
+
+
+class _TcpProxy:
+    """A loopback TCP relay to PostgreSQL that a test can cut, like a database going away."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while self.alive:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.alive:
+                client.close()
+                return
+            upstream = socket.create_connection(self.target)
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    continue
+            src.close()
+
+    def cut(self) -> None:
+        self.alive = False
+        # shutdown() first: close() alone leaves a listener that a thread blocks in accept() on.
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for conn in self.conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
+@pytest.mark.postgres
+def test_postgresql_store_end_to_end(tmp_path: Path, pg_url: str) -> None:
+    coordinator = CoordinatorProcess(tmp_path / "pg", pg_url).start()
+    worker = WorkerProcess(coordinator, "pgw")
+    try:
+        worker.start().wait_online()
+        status = coordinator.status()
+        assert status["headlessOnline"] == 1
+        coordinator.cli("workers", "revoke", worker.worker_id)
+        assert worker.proc is not None and worker.proc.wait(10) == 3
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
+@pytest.fixture
+def pg_proxy(pg_url: str) -> Iterator[tuple[str, _TcpProxy]]:
+    proxy = _TcpProxy(("127.0.0.1", 5432))
+    yield pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), proxy
+    proxy.cut()
+
+
+@pytest.mark.postgres
+def test_a_dead_postgresql_is_unavailable(tmp_path: Path, pg_proxy: tuple[str, _TcpProxy]) -> None:
+    url, proxy = pg_proxy
+    coordinator = CoordinatorProcess(tmp_path / "pgdead", url).start()
+    try:
+        assert coordinator.status()["headlessOnline"] == 0
+        proxy.cut()
+        done = coordinator.cli("status", json_out=True, check=False, timeout=60)
+        assert done.returncode == 5, done.stderr
+        assert done.stdout == ""
+        assert done.stderr.startswith("deskfleet: the coordinator's store is unavailable:")
+        assert len(done.stderr.strip().splitlines()) == 1
+    finally:
+        coordinator.stop()
