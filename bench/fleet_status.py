@@ -17,6 +17,7 @@ import os
 import platform
 import selectors
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -265,9 +266,14 @@ def main() -> int:
             raise ValueError
     except ValueError:
         parser.error("--workers: comma-separated positive integers, e.g. 1,100")
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop every child process.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         doc = run(args, ks)
-    except (Exception, KeyboardInterrupt) as exc:
+    except KeyboardInterrupt:
+        print("fleet_status: interrupted", file=sys.stderr)
+        return 1
+    except Exception as exc:
         detail = str(exc).strip().splitlines()
         print(f"fleet_status: {type(exc).__name__}: {detail[0] if detail else ''}",
               file=sys.stderr)

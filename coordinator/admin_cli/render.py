@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,9 +28,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+_FRACTION = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.\d+Z$")
+
+
 def _cell(value: Any) -> str:
     if value is None or value == "":
         return "-"
+    if isinstance(value, str) and (match := _FRACTION.match(value)):
+        return match.group(1) + "Z"  # whole seconds are enough to read
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict):
@@ -69,7 +75,7 @@ def worker_detail(w: dict[str, Any]) -> str:
         f"state:         {w['state']}",
         f"online:        {_cell(w['online'])}",
         f"replica:       {_cell(w.get('replica'))}",
-        f"last heartbeat:{' ' + _cell(w.get('lastHeartbeat'))}",
+        f"heartbeat:     {_cell(w.get('lastHeartbeat'))}",
         f"enrolled at:   {_cell(w.get('enrolledAt'))}",
         f"labels:        {_cell(w.get('labels', {}))}",
         f"os:            {_cell(w.get('os'))}",

@@ -1,0 +1,25 @@
+.PHONY: setup test test-fast demo bench bench-quick proto lint
+
+setup:
+	bash scripts/setup.sh
+
+# The whole suite, slow end-to-end tests included (what CI runs).
+test:
+	bash scripts/test.sh
+
+# Everything but the tests marked slow.
+test-fast:
+	bash scripts/test.sh -m "not slow"
+
+demo:
+	bash scripts/demo.sh
+
+bench: setup
+	.venv/bin/python bench/fleet_status.py
+
+bench-quick: setup
+	.venv/bin/python bench/fleet_status.py --quick
+
+# Regenerate shared/gen from protos/ (a test fails when they differ).
+proto: setup
+	.venv/bin/python scripts/gen_protos.py

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The offline demo: a coordinator on SQLite, one local worker (desktop-capable under Xvfb when it
+# is installed), and the fleet status. Everything runs on loopback; nothing is downloaded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BIN=$PWD/.venv/bin
+STATE=$(mktemp -d "${TMPDIR:-/tmp}/deskfleet-demo.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$STATE"
+}
+trap cleanup EXIT
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "1. create the store and an admin credential"
+"$BIN/deskfleet-coordinator" init --db "sqlite:///$STATE/fleet.db" --admin-token-file "$STATE/admin.token"
+
+step "2. start the coordinator"
+"$BIN/deskfleet-coordinator" serve --db "sqlite:///$STATE/fleet.db" --listen 127.0.0.1:0 \
+  --heartbeat-interval 1 --lease-ttl 4 >"$STATE/serve.out" 2>"$STATE/coordinator.log" &
+pids+=($!)
+for _ in $(seq 100); do grep -q "listening on" "$STATE/serve.out" 2>/dev/null && break; sleep 0.1; done
+cat "$STATE/serve.out"
+export DESKFLEET_COORDINATOR=$(grep -o '127.0.0.1:[0-9]*' "$STATE/serve.out")
+export DESKFLEET_TOKEN_FILE=$STATE/admin.token
+
+WORKER_ENV=()
+if command -v Xvfb >/dev/null && command -v xauth >/dev/null; then
+  step "3. start a virtual display (Xvfb) for the desktop worker"
+  for n in $(seq 90 199); do [ -e "/tmp/.X$n-lock" ] || [ -e "/tmp/.X11-unix/X$n" ] || break; done
+  touch "$STATE/Xauthority"
+  xauth -f "$STATE/Xauthority" add ":$n" . "$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+  Xvfb ":$n" -screen 0 1280x800x24 -nolisten tcp -auth "$STATE/Xauthority" >/dev/null 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do [ -e "/tmp/.X11-unix/X$n" ] && break; sleep 0.1; done
+  WORKER_ENV=(DISPLAY=":$n" XAUTHORITY="$STATE/Xauthority")
+  echo "display :$n (1280x800)"
+else
+  step "3. no Xvfb here: the worker will offer headless research only"
+fi
+
+step "4. create a single-use enrollment token and enroll a worker with it"
+TOKEN=$("$BIN/deskfleet" tokens create --ttl 10m --json | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+echo "token: ${TOKEN:0:24}..."
+"$BIN/deskfleet-worker" enroll --coordinator "$DESKFLEET_COORDINATOR" --token "$TOKEN" \
+  --state-dir "$STATE/worker" --name demo-worker --label site=demo
+
+step "5. run the worker: it measures its capabilities and connects"
+env "${WORKER_ENV[@]}" XDG_CONFIG_HOME="$STATE/worker/xdg" XDG_CACHE_HOME="$STATE/worker/xdg" \
+  "$BIN/deskfleet-worker" run --state-dir "$STATE/worker" 2>"$STATE/worker.log" &
+pids+=($!)
+for _ in $(seq 300); do
+  "$BIN/deskfleet" status --json 2>/dev/null | grep -q '"online": true' && break; sleep 0.1
+done
+
+step "6. fleet status"
+"$BIN/deskfleet" status
+echo
+"$BIN/deskfleet" status --json
+
+step "7. the worker in detail"
+WORKER_ID=$("$BIN/deskfleet" workers list --json | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["id"])')
+"$BIN/deskfleet" workers show "$WORKER_ID"
+
+step "8. a used token is refused"
+"$BIN/deskfleet-worker" enroll --coordinator "$DESKFLEET_COORDINATOR" --token "$TOKEN" \
+  --state-dir "$STATE/worker2" || echo "(refused, as it should be)"
+
+step "9. revoke the worker: it is cut off at once"
+"$BIN/deskfleet" workers revoke "$WORKER_ID"
+sleep 1
+tail -n 1 "$STATE/worker.log"
+"$BIN/deskfleet" status
+echo
+echo "demo finished; state removed"

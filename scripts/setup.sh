@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install what deskfleet needs on a fresh Debian machine; safe to run again (it skips what is done).
+#   system: Xvfb + xauth (desktop tests and the demo), xdotool, Debian's Chromium (Playwright drives
+#           it through executable_path: `playwright install` cannot download here)
+#   python: a virtual environment in .venv with the project installed in editable mode
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(xvfb xauth xdotool x11-utils chromium)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
+    echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+# Reinstall only when the project's dependencies changed.
+stamp=.venv/.deskfleet-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing the project and its dependencies into .venv"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[dev]'
+  echo "$want" > "$stamp"
+fi
