@@ -20,6 +20,11 @@ bench: setup
 bench-quick: setup
 	.venv/bin/python bench/fleet_status.py --quick
 
+# ruff and mypy (strict) on the hand-written code; CI runs this too.
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
 # Regenerate shared/gen from protos/ (a test fails when they differ).
 proto: setup
 	.venv/bin/python scripts/gen_protos.py

@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from coordinator.principals import Role, create_user, has_admin_secret
+from coordinator.principals import NewUser, Role, create_user, has_admin_secret
 from coordinator.server import Coordinator
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database, SchemaError
@@ -27,7 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     init = sub.add_parser("init", help="create or upgrade the schema and write an admin credential")
-    init.add_argument("--db", required=True, help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
+    init.add_argument(
+        "--db", required=True, help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+    )
     init.add_argument("--admin-token-file", required=True, type=Path)
 
     serve = sub.add_parser("serve", help="serve the API")
@@ -40,35 +42,39 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _init(db_url: str, token_file: Path) -> str:
+async def _init(
+    db_url: str, token_file: Path, existing_secret: str | None
+) -> tuple[str, NewUser | None]:
+    """Upgrade the schema; create an admin unless `existing_secret` already is one."""
     before, after = await asyncio.to_thread(upgrade, db_url)
-    if before == after:
-        schema_note = f"schema already at {after}"
-    else:
-        schema_note = f"schema {before or 'empty'} -> {after}"
+    note = (
+        f"schema already at {after}"
+        if before == after
+        else f"schema {before or 'empty'} -> {after}"
+    )
     db = Database(db_url)
     try:
-        if token_file.exists():
-            secret = token_file.read_text().strip()
-            if await has_admin_secret(db, secret):
-                return f"{schema_note}; admin credential in {token_file} is valid, kept"
+        if existing_secret is not None:
+            if await has_admin_secret(db, existing_secret):
+                return note, None
             raise DeskfleetError(
-                f"{token_file} exists but holds no admin credential of this store;"
+                f"{token_file} holds no admin credential of this store;"
                 " move it away to write a new one"
             )
-        name = "admin"
         try:
-            user = await create_user(db, name, Role.ADMIN)
+            return note, await create_user(db, "admin", Role.ADMIN)
         except AlreadyExistsError:
-            user = await create_user(db, f"admin-{new_id('x')[-6:]}", Role.ADMIN)
-        token_file.parent.mkdir(parents=True, exist_ok=True)
-        # Created with 0600 from the start: never world-readable, not even for an instant.
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(user.secret + "\n")
-        return f"{schema_note}; admin credential for {user.principal.name} written to {token_file}"
+            return note, await create_user(db, f"admin-{new_id('x')[-6:]}", Role.ADMIN)
     finally:
         await db.close()
+
+
+def _write_secret(path: Path, secret: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Created with 0600 from the start: never world-readable, not even for an instant.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
 
 
 async def _serve(config: CoordinatorConfig) -> None:
@@ -98,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             path = sqlite_path(args.db)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            print(asyncio.run(_init(args.db, args.admin_token_file)))
+            token_file: Path = args.admin_token_file
+            existing = token_file.read_text().strip() if token_file.exists() else None
+            note, user = asyncio.run(_init(args.db, token_file, existing))
+            if user is None:
+                print(f"{note}; admin credential in {token_file} is valid, kept")
+            else:
+                _write_secret(token_file, user.secret)
+                print(f"{note}; admin credential for {user.principal.name} written to {token_file}")
             return 0
         logging.basicConfig(
             level=args.log_level.upper(),

@@ -63,8 +63,13 @@ async def create_token(
         await principal_queries.add(
             s,
             EnrollmentTokenRow(
-                id=token_id, secret_hash=secret_hash(secret), capabilities=list(caps),
-                uses_total=uses, uses_left=uses, expires_at=now + ttl, created_at=now,
+                id=token_id,
+                secret_hash=secret_hash(secret),
+                capabilities=list(caps),
+                uses_total=uses,
+                uses_left=uses,
+                expires_at=now + ttl,
+                created_at=now,
                 created_by=creator.id,
             ),
         )
@@ -113,9 +118,16 @@ async def enroll(db: Database, secret: str, name: str, labels: dict[str, str]) -
         await worker_queries.add_worker(
             s,
             WorkerRow(
-                id=worker_id, name=name, secret_hash=secret_hash(credential), state="active",
-                labels=dict(labels), allowed_capabilities=list(token.capabilities),
-                advertisement={}, enrolled_at=now, revoked_at=None, enrollment_token_id=token.id,
+                id=worker_id,
+                name=name,
+                secret_hash=secret_hash(credential),
+                state="active",
+                labels=dict(labels),
+                allowed_capabilities=list(token.capabilities),
+                advertisement={},
+                enrolled_at=now,
+                revoked_at=None,
+                enrollment_token_id=token.id,
             ),
         )
     return Enrolled(worker_id, credential, tuple(token.capabilities))

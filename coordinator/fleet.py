@@ -36,8 +36,10 @@ class WorkerView:
             measured = self.advertisement.capability(name)
             if measured is None:
                 out.append(Capability(name, False, "not reported (the worker has not connected)"))
-            elif measured.available and self.allowed_capabilities and (
-                name not in self.allowed_capabilities
+            elif (
+                measured.available
+                and self.allowed_capabilities
+                and (name not in self.allowed_capabilities)
             ):
                 out.append(Capability(name, False, "not granted by the enrollment token"))
             else:

@@ -74,7 +74,11 @@ class Presence:
         async with self._db.write() as s:
             await worker_queries.set_advertisement(s, worker_id, advertisement.to_json())
             await worker_queries.claim_presence(
-                s, worker_id, self._config.replica, session.session_id, time.time(),
+                s,
+                worker_id,
+                self._config.replica,
+                session.session_id,
+                time.time(),
                 self._config.lease_ttl,
             )
         previous = self._sessions.get(worker_id)
@@ -123,8 +127,9 @@ class Presence:
                 # One line when the store fails, then one every STORE_WARNING_EVERY seconds.
                 if now - last_warning >= STORE_WARNING_EVERY:
                     last_warning = now
-                    log.warning("cannot renew presence leases for %.0f s: %s",
-                                now - failing_since, exc)
+                    log.warning(
+                        "cannot renew presence leases for %.0f s: %s", now - failing_since, exc
+                    )
             else:
                 if failing_since is not None:
                     log.info("presence leases renewed again")

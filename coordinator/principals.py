@@ -22,7 +22,7 @@ from shared.errors import (
 from shared.ids import new_id
 
 
-class Role(str, enum.Enum):
+class Role(enum.StrEnum):
     ADMIN = "admin"
     OWNER = "owner"
     WORKER = "worker"
@@ -88,7 +88,10 @@ async def create_user(db: Database, name: str, role: Role) -> NewUser:
             await principal_queries.add(
                 s,
                 PrincipalRow(
-                    id=user_id, name=name, role=role.value, secret_hash=secret_hash(secret),
+                    id=user_id,
+                    name=name,
+                    role=role.value,
+                    secret_hash=secret_hash(secret),
                     created_at=now,
                 ),
             )

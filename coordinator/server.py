@@ -17,8 +17,14 @@ from coordinator.servicers.worker_gateway import WorkerGatewayServicer
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.schema import head_revision
-from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, fleet_pb2, fleet_pb2_grpc
-from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.gen.deskfleet.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    fleet_pb2,
+    fleet_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 

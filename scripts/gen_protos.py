@@ -43,8 +43,9 @@ def generate(out_dir: Path) -> None:
     # the stubs live inside the shared package, so the imports are made absolute.
     for path in out_dir.rglob("*.py*"):
         text = path.read_text()
-        fixed = re.sub(r"^from deskfleet\.v1 import", f"from {PACKAGE}.deskfleet.v1 import",
-                       text, flags=re.M)
+        fixed = re.sub(
+            r"^from deskfleet\.v1 import", f"from {PACKAGE}.deskfleet.v1 import", text, flags=re.M
+        )
         path.write_text(fixed)
     for pkg in [out_dir, *[p for p in out_dir.rglob("*") if p.is_dir()]]:
         (pkg / "__init__.py").touch()

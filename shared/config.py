@@ -46,7 +46,9 @@ class ClientConfig:
     def resolve(cls, coordinator: str | None, token_file: str | None) -> ClientConfig:
         settings = _file_settings()
         address = (
-            coordinator or os.environ.get(ENV_COORDINATOR) or settings.get("coordinator")
+            coordinator
+            or os.environ.get(ENV_COORDINATOR)
+            or settings.get("coordinator")
             or DEFAULT_COORDINATOR
         )
         tf = token_file or os.environ.get(ENV_TOKEN_FILE) or settings.get("token_file")
@@ -62,7 +64,9 @@ class ClientConfig:
         except FileNotFoundError as exc:
             raise InvalidArgumentError(f"token file {self.token_file} does not exist") from exc
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot read token file {self.token_file}: {exc.strerror}") from exc
+            raise InvalidArgumentError(
+                f"cannot read token file {self.token_file}: {exc.strerror}"
+            ) from exc
         if not token:
             raise InvalidArgumentError(f"token file {self.token_file} is empty")
         return token

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from enum import Enum
+from enum import StrEnum
 
 METADATA_KEY = "authorization"
 SCHEME = "Bearer "
 
 
-class SecretKind(str, Enum):
+class SecretKind(StrEnum):
     USER = "dfu"
     WORKER = "dfw"
     ENROLLMENT = "dfe"

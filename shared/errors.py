@@ -97,11 +97,11 @@ def from_status(code: grpc.StatusCode, details: str) -> DeskfleetError:
 
 
 def from_rpc_error(exc: grpc.RpcError, target: str) -> DeskfleetError:
-    """Turn a failed call into a one-line DeskfleetError that names the coordinator if unreachable."""
-    code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
-    details: str = exc.details() or ""  # type: ignore[attr-defined]
-    trailing = exc.trailing_metadata() or ()  # type: ignore[attr-defined]
-    from_server = any(key == ERROR_METADATA_KEY for key, _ in trailing)
+    """A failed call as a one-line DeskfleetError (naming the coordinator if unreachable)."""
+    call: grpc.Call = exc  # type: ignore[assignment]  # every RpcError raised by a call is one
+    code = call.code()
+    details = call.details() or ""
+    from_server = any(m[0] == ERROR_METADATA_KEY for m in call.trailing_metadata() or ())
     if code == grpc.StatusCode.UNAVAILABLE and not from_server:
         return UnavailableError(f"cannot reach the coordinator at {target}: {_first_line(details)}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

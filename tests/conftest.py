@@ -41,8 +41,13 @@ def workers(coordinator: CoordinatorProcess) -> Iterator[Callable[..., WorkerPro
     """Factory of enrolled, running workers of the test's coordinator."""
     started: list[WorkerProcess] = []
 
-    def make(name: str, *, display_env: dict[str, str] | None = None,
-             extra_args: tuple[str, ...] = (), start: bool = True) -> WorkerProcess:
+    def make(
+        name: str,
+        *,
+        display_env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        start: bool = True,
+    ) -> WorkerProcess:
         worker = WorkerProcess(coordinator, name, display_env=display_env, extra_args=extra_args)
         started.append(worker)
         return worker.start() if start else worker

@@ -23,8 +23,9 @@ BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05,
-               what: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -44,9 +45,11 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 def base_env(workdir: Path) -> dict[str, str]:
     """A clean environment: no inherited DISPLAY or client configuration."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "XAUTHORITY", "WAYLAND_DISPLAY")
-           and not k.startswith("DESKFLEET_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "XAUTHORITY", "WAYLAND_DISPLAY") and not k.startswith("DESKFLEET_")
+    }
     env["XDG_CONFIG_HOME"] = str(workdir / "xdg-config")
     env["XDG_CACHE_HOME"] = str(workdir / "xdg-cache")
     env["PYTHONUNBUFFERED"] = "1"
@@ -56,8 +59,15 @@ def base_env(workdir: Path) -> dict[str, str]:
 class CoordinatorProcess:
     """`deskfleet-coordinator init` + `serve` on a free loopback port."""
 
-    def __init__(self, workdir: Path, db_url: str | None = None, *, heartbeat: float = 0.3,
-                 lease: float = 1.5, replica: str = "r1") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        db_url: str | None = None,
+        *,
+        heartbeat: float = 0.3,
+        lease: float = 1.5,
+        replica: str = "r1",
+    ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.db_url = db_url or f"sqlite:///{workdir / 'fleet.db'}"
@@ -83,9 +93,19 @@ class CoordinatorProcess:
 
     def init(self) -> None:
         subprocess.run(
-            [BIN / "deskfleet-coordinator", "init", "--db", self.db_url,
-             "--admin-token-file", self.admin_token_file],
-            check=True, capture_output=True, text=True, env=base_env(self.workdir), timeout=60,
+            [
+                BIN / "deskfleet-coordinator",
+                "init",
+                "--db",
+                self.db_url,
+                "--admin-token-file",
+                self.admin_token_file,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=base_env(self.workdir),
+            timeout=60,
         )
 
     def start(self, *, port: int = 0) -> CoordinatorProcess:
@@ -94,10 +114,23 @@ class CoordinatorProcess:
         self._close_files()
         self._log_file = self.log.open("a")
         self.proc = subprocess.Popen(
-            [BIN / "deskfleet-coordinator", "serve", "--db", self.db_url,
-             "--listen", f"127.0.0.1:{port}", "--replica", self.replica,
-             "--heartbeat-interval", str(self.heartbeat), "--lease-ttl", str(self.lease)],
-            stdout=subprocess.PIPE, stderr=self._log_file, text=True,
+            [
+                BIN / "deskfleet-coordinator",
+                "serve",
+                "--db",
+                self.db_url,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--replica",
+                self.replica,
+                "--heartbeat-interval",
+                str(self.heartbeat),
+                "--lease-ttl",
+                str(self.lease),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
             env=base_env(self.workdir),
         )
         line = self._read_line(timeout=30)
@@ -133,8 +166,14 @@ class CoordinatorProcess:
             self.proc.wait()
         self._close_files()
 
-    def cli(self, *args: str, token_file: Path | None = None, json_out: bool = False,
-            check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self,
+        *args: str,
+        token_file: Path | None = None,
+        json_out: bool = False,
+        check: bool = True,
+        timeout: float = 30,
+    ) -> subprocess.CompletedProcess[str]:
         """Run `deskfleet ARGS` against this coordinator (as admin unless told otherwise)."""
         env = base_env(self.workdir)
         env["DESKFLEET_COORDINATOR"] = self.address
@@ -160,8 +199,14 @@ class CoordinatorProcess:
 class WorkerProcess:
     """An enrolled `deskfleet-worker run` subprocess."""
 
-    def __init__(self, coordinator: CoordinatorProcess, name: str, *,
-                 display_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        coordinator: CoordinatorProcess,
+        name: str,
+        *,
+        display_env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+    ):
         self.coordinator = coordinator
         self.name = name
         self.state_dir = coordinator.workdir / f"worker-{name}"
@@ -177,12 +222,22 @@ class WorkerProcess:
         env.update(self.display_env)
         return env
 
-    def enroll(self, token: str | None = None, *labels: str,
-               coordinators: str | None = None) -> subprocess.CompletedProcess[str]:
+    def enroll(
+        self, token: str | None = None, *labels: str, coordinators: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         token = token or self.coordinator.create_token()
-        argv = [str(BIN / "deskfleet-worker"), "enroll", "--coordinator",
-                coordinators or self.coordinator.address, "--token", token,
-                "--state-dir", str(self.state_dir), "--name", self.name]
+        argv = [
+            str(BIN / "deskfleet-worker"),
+            "enroll",
+            "--coordinator",
+            coordinators or self.coordinator.address,
+            "--token",
+            token,
+            "--state-dir",
+            str(self.state_dir),
+            "--name",
+            self.name,
+        ]
         for label in labels:
             argv += ["--label", label]
         done = subprocess.run(argv, capture_output=True, text=True, env=self.env(), timeout=60)
@@ -198,9 +253,17 @@ class WorkerProcess:
             self._log_file.close()
         self._log_file = self.log.open("a")
         self.proc = subprocess.Popen(
-            [str(BIN / "deskfleet-worker"), "run", "--state-dir", str(self.state_dir),
-             *self.extra_args],
-            stdout=subprocess.DEVNULL, stderr=self._log_file, text=True, env=self.env(),
+            [
+                str(BIN / "deskfleet-worker"),
+                "run",
+                "--state-dir",
+                str(self.state_dir),
+                *self.extra_args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._log_file,
+            text=True,
+            env=self.env(),
         )
         return self
 
@@ -214,6 +277,7 @@ class WorkerProcess:
                 raise RuntimeError(f"worker {self.name} exited:\n{_tail(self.log)}")
             row = self.row()
             return row if row and row["online"] else None
+
         row: dict[str, Any] = wait_until(online, timeout, 0.1, f"worker {self.name} online")
         return row
 
@@ -252,18 +316,33 @@ class Xvfb:
 
     def start(self) -> Xvfb:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        number = next(n for n in range(90, 200)
-                      if not Path(f"/tmp/.X{n}-lock").exists()
-                      and not Path(f"/tmp/.X11-unix/X{n}").exists())
+        number = next(
+            n
+            for n in range(90, 200)
+            if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists()
+        )
         self.display = f":{number}"
         self.auth.touch()
-        subprocess.run(["xauth", "-f", str(self.auth), "add", self.display, ".",
-                        secrets.token_hex(16)], check=True, capture_output=True)
+        subprocess.run(
+            ["xauth", "-f", str(self.auth), "add", self.display, ".", secrets.token_hex(16)],
+            check=True,
+            capture_output=True,
+        )
         width, height = self.size
         self.proc = subprocess.Popen(
-            ["Xvfb", self.display, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp",
-             "-auth", str(self.auth)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "Xvfb",
+                self.display,
+                "-screen",
+                "0",
+                f"{width}x{height}x24",
+                "-nolisten",
+                "tcp",
+                "-auth",
+                str(self.auth),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_until(lambda: Path(f"/tmp/.X11-unix/X{number}").exists(), 10, what="Xvfb socket")
         return self

@@ -71,13 +71,13 @@ def test_a_worker_credential_cannot_call_admin_rpcs(
     assert worker.enroll().returncode == 0
     metadata = auth_metadata((worker.state_dir / "credential").read_text().strip())
     admin = admin_pb2_grpc.AdminServiceStub(channel)
-    code, details = _code(admin.CreateEnrollmentToken, admin_pb2.CreateEnrollmentTokenRequest(),
-                          metadata=metadata)
+    code, details = _code(
+        admin.CreateEnrollmentToken, admin_pb2.CreateEnrollmentTokenRequest(), metadata=metadata
+    )
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert "needs an admin credential; this one is a worker credential" in details
     fleet = fleet_pb2_grpc.FleetServiceStub(channel)
-    code, _ = _code(fleet.RevokeWorker, fleet_pb2.WorkerRef(id=worker.worker_id),
-                    metadata=metadata)
+    code, _ = _code(fleet.RevokeWorker, fleet_pb2.WorkerRef(id=worker.worker_id), metadata=metadata)
     assert code == grpc.StatusCode.PERMISSION_DENIED
     code, _ = _code(fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest(), metadata=metadata)
     assert code == grpc.StatusCode.PERMISSION_DENIED
@@ -136,10 +136,15 @@ def test_negative_uses_are_refused_by_the_coordinator(
 ) -> None:
     admin = admin_pb2_grpc.AdminServiceStub(channel)
     metadata = auth_metadata(coordinator.admin_token_file.read_text().strip())
-    code, details = _code(admin.CreateEnrollmentToken,
-                          admin_pb2.CreateEnrollmentTokenRequest(uses=-1), metadata=metadata)
+    code, details = _code(
+        admin.CreateEnrollmentToken,
+        admin_pb2.CreateEnrollmentTokenRequest(uses=-1),
+        metadata=metadata,
+    )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("uses:")
-    code, details = _code(admin.CreateEnrollmentToken,
-                          admin_pb2.CreateEnrollmentTokenRequest(capabilities=["root"]),
-                          metadata=metadata)
+    code, details = _code(
+        admin.CreateEnrollmentToken,
+        admin_pb2.CreateEnrollmentTokenRequest(capabilities=["root"]),
+        metadata=metadata,
+    )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown root" in details

@@ -34,9 +34,20 @@ def test_unknown_worker_is_not_found_in_one_line(coordinator: CoordinatorProcess
 def test_unreachable_coordinator_is_one_line_and_exit_5(coordinator: CoordinatorProcess) -> None:
     env = base_env(coordinator.workdir)
     done = subprocess.run(
-        [BIN / "deskfleet", "status", "--coordinator", "127.0.0.1:1", "--token-file",
-         str(coordinator.admin_token_file), "--timeout", "3"],
-        capture_output=True, text=True, env=env, timeout=30,
+        [
+            BIN / "deskfleet",
+            "status",
+            "--coordinator",
+            "127.0.0.1:1",
+            "--token-file",
+            str(coordinator.admin_token_file),
+            "--timeout",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
     )
     assert done.returncode == 5 and done.stdout == ""
     assert done.stderr.startswith("deskfleet: cannot reach the coordinator at 127.0.0.1:1")
@@ -47,39 +58,58 @@ def test_config_file_supplies_address_and_credential(coordinator: CoordinatorPro
     env = base_env(coordinator.workdir)
     config = coordinator.workdir / "xdg-config" / "deskfleet" / "config.json"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(json.dumps({"coordinator": coordinator.address,
-                                  "token_file": str(coordinator.admin_token_file)}))
-    done = subprocess.run([BIN / "deskfleet", "whoami", "--json"], capture_output=True,
-                          text=True, env=env, timeout=30)
+    config.write_text(
+        json.dumps(
+            {"coordinator": coordinator.address, "token_file": str(coordinator.admin_token_file)}
+        )
+    )
+    done = subprocess.run(
+        [BIN / "deskfleet", "whoami", "--json"], capture_output=True, text=True, env=env, timeout=30
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["role"] == "admin"
     # Flags win over the file.
-    done = subprocess.run([BIN / "deskfleet", "whoami", "--token-file", "/nonexistent"],
-                          capture_output=True, text=True, env=env, timeout=30)
+    done = subprocess.run(
+        [BIN / "deskfleet", "whoami", "--token-file", "/nonexistent"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert (done.returncode, done.stderr) == (
-        2, "deskfleet: token file /nonexistent does not exist\n")
+        2,
+        "deskfleet: token file /nonexistent does not exist\n",
+    )
 
 
 def test_missing_credential_says_how_to_give_one(coordinator: CoordinatorProcess) -> None:
     env = base_env(coordinator.workdir)
     env["DESKFLEET_COORDINATOR"] = coordinator.address
-    done = subprocess.run([BIN / "deskfleet", "status"], capture_output=True, text=True,
-                          env=env, timeout=30)
+    done = subprocess.run(
+        [BIN / "deskfleet", "status"], capture_output=True, text=True, env=env, timeout=30
+    )
     assert done.returncode == 2
     assert done.stderr == (
-        "deskfleet: no credential: pass --token-file PATH or set DESKFLEET_TOKEN_FILE\n")
+        "deskfleet: no credential: pass --token-file PATH or set DESKFLEET_TOKEN_FILE\n"
+    )
 
 
 def test_worker_run_without_enrollment_is_one_line(tmp_path: Path) -> None:
-    done = subprocess.run([BIN / "deskfleet-worker", "run", "--state-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [BIN / "deskfleet-worker", "run", "--state-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 1
     assert "holds no enrollment: run `deskfleet-worker enroll" in done.stderr
     assert len(done.stderr.splitlines()) == 1
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("10m", 600),
-                                               ("1h", 3600), ("2d", 172800), ("1.5h", 5400)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("10m", 600), ("1h", 3600), ("2d", 172800), ("1.5h", 5400)],
+)
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 

@@ -43,5 +43,7 @@ def test_reflection_lists_and_describes_every_service(coordinator: CoordinatorPr
         assert "GetWorkerStatus" in [m.name for m in fleet.methods]
         status = pool.FindMessageTypeByName("deskfleet.v1.WorkerStatus")
         assert [f.name for f in status.fields] == [
-            "headless_online", "computer_use_online", "workers"
+            "headless_online",
+            "computer_use_online",
+            "workers",
         ]

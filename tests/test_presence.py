@@ -45,9 +45,7 @@ def test_worker_under_xvfb_counts_for_computer_use_and_headless(
     status = coordinator.status()
     assert (status["headlessOnline"], status["computerUseOnline"]) == (2, 1)
     assert _capability(desk_row, "computer_use")["available"] is True
-    assert desk_row["displays"] == [
-        {"index": 0, "left": 0, "top": 0, "width": 1280, "height": 800}
-    ]
+    assert desk_row["displays"] == [{"index": 0, "left": 0, "top": 0, "width": 1280, "height": 800}]
 
 
 def test_missing_browser_is_an_absent_capability_with_its_reason(

@@ -20,7 +20,10 @@ from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env
 def _init(tmp_path: Path, db_url: str, token_file: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [BIN / "deskfleet-coordinator", "init", "--db", db_url, "--admin-token-file", token_file],
-        capture_output=True, text=True, env=base_env(tmp_path), timeout=60,
+        capture_output=True,
+        text=True,
+        env=base_env(tmp_path),
+        timeout=60,
     )
 
 
@@ -64,9 +67,18 @@ def test_bad_database_urls_are_refused_in_one_line(tmp_path: Path) -> None:
 
 def test_serve_on_an_uninitialised_store_says_to_run_init(tmp_path: Path) -> None:
     done = subprocess.run(
-        [BIN / "deskfleet-coordinator", "serve", "--db", f"sqlite:///{tmp_path / 'none.db'}",
-         "--listen", "127.0.0.1:0"],
-        capture_output=True, text=True, env=base_env(tmp_path), timeout=60,
+        [
+            BIN / "deskfleet-coordinator",
+            "serve",
+            "--db",
+            f"sqlite:///{tmp_path / 'none.db'}",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        env=base_env(tmp_path),
+        timeout=60,
     )
     assert done.returncode == 1
     assert "run `deskfleet-coordinator init` first" in done.stderr

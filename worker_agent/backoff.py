@@ -14,7 +14,7 @@ class Backoff:
 
     def next_delay(self) -> float:
         """The wait before the next attempt: uniform in [0, min(cap, base * 2^attempt)]."""
-        ceiling = min(self.cap, self.base * (2 ** self.attempt))
+        ceiling = min(self.cap, self.base * (2**self.attempt))
         self.attempt = min(self.attempt + 1, 32)
         return self._rng.uniform(0, ceiling)
 

@@ -85,8 +85,11 @@ def probe_headless(options: ProbeOptions) -> tuple[Capability, str]:
     name = "headless"
     if not os.path.exists(options.chromium):
         return (
-            Capability(name, False, f"no browser at {options.chromium}: install chromium or pass"
-                       " --chromium PATH"),
+            Capability(
+                name,
+                False,
+                f"no browser at {options.chromium}: install chromium or pass --chromium PATH",
+            ),
             "",
         )
     try:
@@ -103,8 +106,9 @@ def probe_headless(options: ProbeOptions) -> tuple[Capability, str]:
             version = browser.version
             browser.close()
     except Exception as exc:
-        return Capability(name, False, f"chromium at {options.chromium} did not launch:"
-                          f" {_short(exc)}"), ""
+        return Capability(
+            name, False, f"chromium at {options.chromium} did not launch: {_short(exc)}"
+        ), ""
     return Capability(name, True), version
 
 

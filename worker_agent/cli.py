@@ -36,9 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"deskfleet {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    enroll = sub.add_parser("enroll", help="exchange an enrollment token for this worker's credential")
-    enroll.add_argument("--coordinator", required=True,
-                        help="HOST:PORT, or several separated by commas")
+    enroll = sub.add_parser(
+        "enroll", help="exchange an enrollment token for this worker's credential"
+    )
+    enroll.add_argument(
+        "--coordinator", required=True, help="HOST:PORT, or several separated by commas"
+    )
     enroll.add_argument("--token", required=True, help="the enrollment token (dfe_...)")
     enroll.add_argument("--state-dir", required=True, type=Path)
     enroll.add_argument("--name", default=platform.node(), help="default: the hostname")
@@ -46,10 +49,16 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="connect, advertise, heartbeat, reconnect forever")
     run.add_argument("--state-dir", required=True, type=Path)
-    run.add_argument("--chromium", default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
-                     help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})")
-    run.add_argument("--no-computer-use", action="store_true",
-                     help="never offer desktop control, whatever this machine can do")
+    run.add_argument(
+        "--chromium",
+        default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
+        help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
+    )
+    run.add_argument(
+        "--no-computer-use",
+        action="store_true",
+        help="never offer desktop control, whatever this machine can do",
+    )
     run.add_argument("--log-level", default="INFO")
     return p
 
@@ -82,12 +91,13 @@ def _enroll(args: argparse.Namespace) -> str:
                 reply = worker_pb2_grpc.WorkerGatewayStub(channel).Enroll(request, timeout=15)
             except grpc.RpcError as exc:
                 last = from_rpc_error(exc, address)
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                if last.code == grpc.StatusCode.UNAVAILABLE:
                     continue  # try the next coordinator
                 raise last from exc
         state.save(
-            WorkerIdentity(reply.worker_id, args.name, coordinators, labels,
-                           list(reply.allowed_capabilities)),
+            WorkerIdentity(
+                reply.worker_id, args.name, coordinators, labels, list(reply.allowed_capabilities)
+            ),
             reply.credential,
         )
         return f"enrolled as {reply.worker_id}; state saved in {args.state_dir}"
@@ -118,12 +128,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "enroll":
             print(_enroll(args))
             return 0
-        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=args.log_level.upper(),
+            stream=sys.stderr,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
         asyncio.run(_run(args))
         return 0
     except (AuthenticationError, PermissionDeniedError) as exc:
-        what = "enrollment refused" if args.command == "enroll" else "the coordinator refused this worker"
+        what = (
+            "enrollment refused"
+            if args.command == "enroll"
+            else "the coordinator refused this worker"
+        )
         print(f"{prog}: {what}: {exc.message}", file=sys.stderr)
         return EXIT_REFUSED
     except DeskfleetError as exc:

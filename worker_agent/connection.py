@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import TypeAlias
 
 import grpc
 
@@ -13,6 +14,7 @@ from shared.advertisement import Advertisement
 from shared.credentials import auth_metadata
 from shared.errors import AuthenticationError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
 from worker_agent.backoff import Backoff
 from worker_agent.state import WorkerIdentity
 
@@ -25,6 +27,9 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.max_pings_without_data", 0),
 ]
 WELCOME_TIMEOUT = 10.0
+
+# Generic only in the type stubs, hence the string.
+Call: TypeAlias = "grpc.aio.StreamStreamCall[WorkerMessage, CoordinatorMessage]"
 
 
 class ConnectionLost(Exception):
@@ -76,11 +81,13 @@ class WorkerConnection:
         async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
             call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self._metadata)
             await call.write(
-                worker_pb2.WorkerMessage(hello=worker_pb2.Hello(advertisement=advertisement.to_proto()))
+                worker_pb2.WorkerMessage(
+                    hello=worker_pb2.Hello(advertisement=advertisement.to_proto())
+                )
             )
             first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
             if first is grpc.aio.EOF:
-                await call  # raises the stream's status if it carries an error
+                await _raise_status(call)
                 raise ConnectionLost("the stream ended before the welcome")
             welcome = first.welcome
             self._backoff.reset()
@@ -89,8 +96,13 @@ class WorkerConnection:
                 f"{c.name}: {'yes' if c.available else 'no (' + c.reason + ')'}"
                 for c in advertisement.capabilities
             )
-            log.info("connected to %s (replica %s) as %s; %s", address, welcome.replica,
-                     welcome.worker_id, caps)
+            log.info(
+                "connected to %s (replica %s) as %s; %s",
+                address,
+                welcome.replica,
+                welcome.worker_id,
+                caps,
+            )
             beats = asyncio.create_task(self._heartbeats(call, welcome))
             try:
                 await self._receive(call, welcome)
@@ -100,14 +112,16 @@ class WorkerConnection:
                     await beats
                 call.cancel()
 
-    async def _heartbeats(self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome) -> None:
+    async def _heartbeats(
+        self, call: Call, welcome: worker_pb2.Welcome
+    ) -> None:
         seq = 0
         while True:
             await asyncio.sleep(welcome.heartbeat_interval_seconds)
             seq += 1
             await call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
 
-    async def _receive(self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome) -> None:
+    async def _receive(self, call: Call, welcome: worker_pb2.Welcome) -> None:
         # No message for a whole lease means the coordinator no longer sees us as online:
         # give the stream up and reconnect rather than wait on a half-dead connection.
         silence = max(welcome.lease_ttl_seconds, 2 * welcome.heartbeat_interval_seconds)
@@ -117,9 +131,21 @@ class WorkerConnection:
             except TimeoutError as exc:
                 raise ConnectionLost(f"no answer from the coordinator for {silence:.0f} s") from exc
             if message is grpc.aio.EOF:
-                await call
+                await _raise_status(call)
                 return
             # Heartbeat acks carry nothing else yet; their arrival is what resets the silence.
+
+
+async def _raise_status(call: Call) -> None:
+    """Raise the stream's final status as AioRpcError when it is an error."""
+    code = await call.code()
+    if code != grpc.StatusCode.OK:
+        raise grpc.aio.AioRpcError(
+            code,
+            await call.initial_metadata(),
+            await call.trailing_metadata(),
+            details=await call.details(),
+        )
 
 
 def _first_line(text: str | None) -> str:

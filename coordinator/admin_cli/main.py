@@ -39,14 +39,17 @@ def _tokens_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
         render.print_json(doc)
         return
     caps = ",".join(doc["capabilities"]) or "all"
-    print(f"enrollment token {doc['id']} (capabilities: {caps}; uses: {doc['uses']};"
-          f" expires {doc['expiresAt']})")
+    print(
+        f"enrollment token {doc['id']} (capabilities: {caps}; uses: {doc['uses']};"
+        f" expires {doc['expiresAt']})"
+    )
     print(doc["token"])
 
 
 def _users_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    user = client.call(client.admin.CreateUser,
-                       admin_pb2.CreateUserRequest(name=args.name, role=args.role))
+    user = client.call(
+        client.admin.CreateUser, admin_pb2.CreateUserRequest(name=args.name, role=args.role)
+    )
     doc = render.as_dict(user)
     if args.json:
         render.print_json(doc)
@@ -64,21 +67,27 @@ def _whoami(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 
 def _status(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    doc = render.as_dict(client.call(client.fleet.GetWorkerStatus,
-                                     fleet_pb2.GetWorkerStatusRequest()))
+    doc = render.as_dict(
+        client.call(client.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest())
+    )
     if args.json:
         render.print_json(doc)
         return
-    print(f"headless online: {doc['headlessOnline']}    "
-          f"computer use online: {doc['computerUseOnline']}")
+    print(
+        f"headless online: {doc['headlessOnline']}    "
+        f"computer use online: {doc['computerUseOnline']}"
+    )
     if doc["workers"]:
         print()
         print(render.worker_rows(doc["workers"]))
 
 
 def _workers_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    doc = render.as_dict(client.call(
-        client.fleet.ListWorkers, fleet_pb2.ListWorkersRequest(include_revoked=args.all)))
+    doc = render.as_dict(
+        client.call(
+            client.fleet.ListWorkers, fleet_pb2.ListWorkersRequest(include_revoked=args.all)
+        )
+    )
     if args.json:
         render.print_json(doc)
     elif doc["workers"]:
@@ -112,22 +121,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"deskfleet {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def leaf(parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
-             command: Command, help_text: str) -> argparse.ArgumentParser:
+    def leaf(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser],
+        name: str,
+        command: Command,
+        help_text: str,
+    ) -> argparse.ArgumentParser:
         parser = parent.add_parser(name, parents=[common], help=help_text)
         parser.set_defaults(run=command)
         return parser
 
     tokens = sub.add_parser("tokens", help="enrollment tokens").add_subparsers(
-        dest="sub", required=True, metavar="ACTION")
+        dest="sub", required=True, metavar="ACTION"
+    )
     create = leaf(tokens, "create", _tokens_create, "create an expiring enrollment token")
-    create.add_argument("--capability", action="append", choices=["headless", "computer_use"],
-                        help="a capability the worker may offer (repeatable; default all)")
+    create.add_argument(
+        "--capability",
+        action="append",
+        choices=["headless", "computer_use"],
+        help="a capability the worker may offer (repeatable; default all)",
+    )
     create.add_argument("--ttl", default="1h", help="lifetime, e.g. 10m, 1h, 2d (default 1h)")
     create.add_argument("--uses", type=int, default=1, help="how many enrollments (default 1)")
 
     users = sub.add_parser("users", help="owner and admin principals").add_subparsers(
-        dest="sub", required=True, metavar="ACTION")
+        dest="sub", required=True, metavar="ACTION"
+    )
     ucreate = leaf(users, "create", _users_create, "create a user and print its token")
     ucreate.add_argument("name")
     ucreate.add_argument("--role", choices=["owner", "admin"], default="owner")
@@ -136,7 +155,8 @@ def _parser() -> argparse.ArgumentParser:
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
 
     workers = sub.add_parser("workers", help="enrolled workers").add_subparsers(
-        dest="sub", required=True, metavar="ACTION")
+        dest="sub", required=True, metavar="ACTION"
+    )
     wlist = leaf(workers, "list", _workers_list, "list enrolled workers")
     wlist.add_argument("--all", action="store_true", help="include revoked workers")
     for name, rpc, verb, help_text in (

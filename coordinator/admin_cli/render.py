@@ -60,8 +60,14 @@ def worker_rows(workers: list[dict[str, Any]]) -> str:
         ["ID", "NAME", "STATE", "ONLINE", "CAPABILITIES", "DISPLAYS", "REPLICA", "LAST HEARTBEAT"],
         [
             [
-                w["id"], w["name"], w["state"], w["online"], capabilities_cell(w),
-                displays_cell(w), w.get("replica"), w.get("lastHeartbeat"),
+                w["id"],
+                w["name"],
+                w["state"],
+                w["online"],
+                capabilities_cell(w),
+                displays_cell(w),
+                w.get("replica"),
+                w.get("lastHeartbeat"),
             ]
             for w in workers
         ],
@@ -80,7 +86,7 @@ def worker_detail(w: dict[str, Any]) -> str:
         f"labels:        {_cell(w.get('labels', {}))}",
         f"os:            {_cell(w.get('os'))}",
         f"versions:      {_cell(w.get('versions', {}))}",
-        f"granted:       {_cell(w.get('allowedCapabilities')) if w.get('allowedCapabilities') else 'all'}",
+        f"granted:       {_cell(w.get('allowedCapabilities') or ['all'])}",
         "displays:",
     ]
     for d in w.get("displays", []) or []:

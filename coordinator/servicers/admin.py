@@ -41,7 +41,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             expires_at=to_timestamp(token.expires_at),
         )
 
-    async def CreateUser(self, request: admin_pb2.CreateUserRequest, context: Context) -> admin_pb2.User:
+    async def CreateUser(
+        self, request: admin_pb2.CreateUserRequest, context: Context
+    ) -> admin_pb2.User:
         try:
             role = Role(request.role or "owner")
         except ValueError as exc:
@@ -55,6 +57,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             created_at=to_timestamp(user.created_at),
         )
 
-    async def WhoAmI(self, request: admin_pb2.WhoAmIRequest, context: Context) -> admin_pb2.Principal:
+    async def WhoAmI(
+        self, request: admin_pb2.WhoAmIRequest, context: Context
+    ) -> admin_pb2.Principal:
         me = current_principal()
         return admin_pb2.Principal(id=me.id, name=me.name, role=me.role.value)

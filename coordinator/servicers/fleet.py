@@ -35,7 +35,9 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
         views = await self._fleet.list(include_revoked=request.include_revoked)
         return fleet_pb2.ListWorkersResponse(workers=[worker_info(v) for v in views])
 
-    async def GetWorker(self, request: fleet_pb2.WorkerRef, context: Context) -> fleet_pb2.WorkerInfo:
+    async def GetWorker(
+        self, request: fleet_pb2.WorkerRef, context: Context
+    ) -> fleet_pb2.WorkerInfo:
         return worker_info(await self._fleet.get(_worker_id(request)))
 
     async def RevokeWorker(
@@ -43,7 +45,9 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
     ) -> fleet_pb2.WorkerInfo:
         return worker_info(await self._fleet.revoke(_worker_id(request)))
 
-    async def DrainWorker(self, request: fleet_pb2.WorkerRef, context: Context) -> fleet_pb2.WorkerInfo:
+    async def DrainWorker(
+        self, request: fleet_pb2.WorkerRef, context: Context
+    ) -> fleet_pb2.WorkerInfo:
         return worker_info(await self._fleet.drain(_worker_id(request), draining=True))
 
     async def UndrainWorker(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -22,6 +22,8 @@ from shared.errors import ERROR_METADATA_KEY, DeskfleetError, PermissionDeniedEr
 from shared.ids import new_id
 
 log = logging.getLogger(__name__)
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the type stubs
 
 _principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
     "principal", default=None
@@ -37,7 +39,7 @@ def current_principal() -> Principal:
 def _bearer(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == METADATA_KEY and isinstance(value, str):
-            return value[len(SCHEME):] if value.startswith(SCHEME) else value
+            return value[len(SCHEME) :] if value.startswith(SCHEME) else value
     return None
 
 
@@ -47,11 +49,11 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(details)
-        method: str = details.method  # type: ignore[attr-defined]
+        method: str = details.method
         if handler is None or not method.startswith(authz.GUARDED_PREFIX):
             return handler  # health and reflection are public by design
         roles = authz.RULES.get(method)
@@ -67,10 +69,13 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 await self._admit(method, roles, context)
-                return await inner(request, context)
+                return await inner(request, context)  # type: ignore[arg-type]
             except DeskfleetError as exc:
-                await context.abort(exc.code, exc.message,
-                                    trailing_metadata=((ERROR_METADATA_KEY, type(exc).__name__),))
+                await context.abort(
+                    exc.code,
+                    exc.message,
+                    trailing_metadata=((ERROR_METADATA_KEY, type(exc).__name__),),
+                )
             except (grpc.aio.AbortError, grpc.aio.UsageError):
                 raise
             except Exception:
@@ -78,7 +83,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
                 log.exception("unexpected error in %s (ref %s)", method, ref)
                 await context.abort(grpc.StatusCode.INTERNAL, f"internal error (ref {ref})")
 
-        return factory(  # type: ignore[no-any-return]
+        return factory(
             guarded,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,

@@ -31,8 +31,9 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
     async def Enroll(
         self, request: worker_pb2.EnrollRequest, context: Context
     ) -> worker_pb2.EnrollResponse:
-        enrolled = await enrollment.enroll(self._db, request.token, request.name,
-                                           dict(request.labels))
+        enrolled = await enrollment.enroll(
+            self._db, request.token, request.name, dict(request.labels)
+        )
         return worker_pb2.EnrollResponse(
             worker_id=enrolled.worker_id,
             credential=enrolled.credential,
@@ -65,16 +66,19 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 )
             )
             reader = asyncio.create_task(self._read(session, context))
-            done, _ = await asyncio.wait(
-                {reader, session.ended}, return_when=asyncio.FIRST_COMPLETED
-            )
+            waiters: set[asyncio.Future[Any]] = {reader, session.ended}
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if session.ended in done:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reader
                 reason: DeskfleetError = session.ended.result()
-                await context.abort(reason.code if reason.code != grpc.StatusCode.UNKNOWN
-                                    else grpc.StatusCode.ABORTED, reason.message)
+                await context.abort(
+                    reason.code
+                    if reason.code != grpc.StatusCode.UNKNOWN
+                    else grpc.StatusCode.ABORTED,
+                    reason.message,
+                )
             reader.result()
         finally:
             await self._presence.close(session)

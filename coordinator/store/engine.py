@@ -12,7 +12,12 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from shared.errors import InvalidArgumentError, StoreUnavailableError
 
@@ -27,7 +32,7 @@ class SchemaError(Exception):
 
 
 def parse_db_url(url: str, *, asynchronous: bool) -> tuple[Dialect, str]:
-    """Map a user's `sqlite:///PATH` or `postgresql://...` URL to a SQLAlchemy URL with our driver."""
+    """Map a user's `sqlite:///PATH` or `postgresql://...` URL to SQLAlchemy's, with our driver."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
@@ -35,7 +40,9 @@ def parse_db_url(url: str, *, asynchronous: bool) -> tuple[Dialect, str]:
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if not parsed.database:
-            raise InvalidArgumentError("--db: sqlite URLs need a file path, e.g. sqlite:///fleet.db")
+            raise InvalidArgumentError(
+                "--db: sqlite URLs need a file path, e.g. sqlite:///fleet.db"
+            )
         driver = "aiosqlite" if asynchronous else "pysqlite"
         return Dialect.SQLITE, parsed.set(drivername=f"sqlite+{driver}").render_as_string(False)
     if backend in ("postgresql", "postgres"):
@@ -49,7 +56,9 @@ def parse_db_url(url: str, *, asynchronous: bool) -> tuple[Dialect, str]:
 
 def sqlite_path(url: str) -> Path | None:
     parsed = make_url(url)
-    return Path(parsed.database) if parsed.get_backend_name() == "sqlite" and parsed.database else None
+    return (
+        Path(parsed.database) if parsed.get_backend_name() == "sqlite" and parsed.database else None
+    )
 
 
 def _tune_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
@@ -134,7 +143,9 @@ async def _store_errors() -> AsyncIterator[None]:
     except IntegrityError:
         raise
     except (DBAPIError, PoolTimeoutError, OSError) as exc:
-        raise StoreUnavailableError(f"the coordinator's store is unavailable: {_reason(exc)}") from exc
+        raise StoreUnavailableError(
+            f"the coordinator's store is unavailable: {_reason(exc)}"
+        ) from exc
 
 
 def _reason(exc: BaseException) -> str:

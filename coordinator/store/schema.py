@@ -31,9 +31,11 @@ def sync_engine(url: str) -> Engine:
     dialect, sync_url = parse_db_url(url, asynchronous=False)
     engine = create_engine(sync_url)
     if dialect is Dialect.SQLITE:
+
         @event.listens_for(engine, "connect")
         def _wal(dbapi_conn, _record):  # type: ignore[no-untyped-def]
             dbapi_conn.execute("PRAGMA journal_mode=WAL")
+
     return engine
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.store.models import PresenceRow, WorkerRow
@@ -41,7 +41,9 @@ async def workers_with_presence(
 
 
 async def set_state(s: AsyncSession, worker_id: str, state: str, **values: Any) -> None:
-    await s.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(state=state, **values))
+    await s.execute(
+        update(WorkerRow).where(WorkerRow.id == worker_id).values(state=state, **values)
+    )
 
 
 async def set_advertisement(s: AsyncSession, worker_id: str, advertisement: dict[str, Any]) -> None:
@@ -76,7 +78,7 @@ async def renew_leases(
     if not params:
         return
     # Core table, not the ORM entity: an executemany UPDATE with our own WHERE clause.
-    table = PresenceRow.__table__
+    table = cast(Table, PresenceRow.__table__)
     await s.execute(
         update(table)
         .where(table.c.worker_id == bindparam("w"), table.c.session_id == bindparam("sid"))
