@@ -11,20 +11,17 @@ baseline is a gRPC health Check round trip to the same coordinator over the same
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
-import selectors
 import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +32,11 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
+from bench.simulated_workers import SimulatorProcess  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc  # noqa: E402
-from tests.harness import CoordinatorProcess, WorkerProcess, _tail  # noqa: E402
+from tests.harness import CoordinatorProcess, WorkerProcess, tail  # noqa: E402
 
-SIMULATOR = Path(__file__).resolve().parent / "simulated_workers.py"
 HEARTBEAT, LEASE = 1.0, 5.0
 POLL = 0.020  # status poll interval while waiting for a worker to come online
 
@@ -62,8 +59,13 @@ def timed(call: Callable[[], Any], n: int, warmup: int) -> dict[str, Any]:
         start = time.perf_counter()
         call()
         samples.append((time.perf_counter() - start) * 1000)
-    return {"n": n, "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
-            "mean_ms": statistics.fmean(samples), "max_ms": max(samples)}
+    return {
+        "n": n,
+        "p50_ms": percentile(samples, 50),
+        "p99_ms": percentile(samples, 99),
+        "mean_ms": statistics.fmean(samples),
+        "max_ms": max(samples),
+    }
 
 
 class Client:
@@ -81,7 +83,8 @@ class Client:
 
     def status(self) -> fleet_pb2.WorkerStatus:
         reply: fleet_pb2.WorkerStatus = self.fleet.GetWorkerStatus(
-            fleet_pb2.GetWorkerStatusRequest(), metadata=self.metadata, timeout=10)
+            fleet_pb2.GetWorkerStatusRequest(), metadata=self.metadata, timeout=10
+        )
         return reply
 
     def wait_headless(self, want: Callable[[int], bool], timeout: float, what: str) -> int:
@@ -93,8 +96,9 @@ class Client:
         return n
 
 
-def worker_to_online(coordinator: CoordinatorProcess, client: Client,
-                     name: str) -> tuple[float, str]:
+def worker_to_online(
+    coordinator: CoordinatorProcess, client: Client, name: str
+) -> tuple[float, str]:
     """Seconds from `deskfleet-worker run` (already enrolled) to online, and its headless probe."""
     worker = WorkerProcess(coordinator, name)
     try:
@@ -112,7 +116,7 @@ def worker_to_online(coordinator: CoordinatorProcess, client: Client,
                 headless = next(c for c in row.capabilities if c.name == "headless")
                 return elapsed, "available" if headless.available else headless.reason
             if proc.poll() is not None:
-                raise RuntimeError(f"worker {name} exited: {_tail(worker.log, 3)}")
+                raise RuntimeError(f"worker {name} exited: {tail(worker.log, 1)}")
             if time.perf_counter() > start + 60:
                 raise TimeoutError(f"worker {name} not online after 60 s")
             time.sleep(POLL)
@@ -120,63 +124,15 @@ def worker_to_online(coordinator: CoordinatorProcess, client: Client,
         worker.stop()
 
 
-class Simulator:
-    """bench/simulated_workers.py as a child process; stopped by closing its stdin."""
-
-    def __init__(self, coordinator: CoordinatorProcess, count: int, log: Path) -> None:
-        self.count = count
-        self.log = log
-        self._log_file = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SIMULATOR), "--coordinator", coordinator.address,
-             "--admin-token-file", str(coordinator.admin_token_file), "--count", str(count)],
-            # Unbuffered bytes: a buffered reader could swallow READY behind the select().
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, bufsize=0,
-            cwd=ROOT,
-        )
-
-    def wait_ready(self, timeout: float) -> dict[str, float]:
-        """Block until `READY K`; returns the simulator's TIMING figures."""
-        assert self.proc.stdout is not None
-        timings: dict[str, float] = {}
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while True:
-                if not sel.select(max(0.0, deadline - time.monotonic())):
-                    raise TimeoutError(f"simulator (K={self.count}) not ready after {timeout:.0f} s")
-                line = self.proc.stdout.readline().decode()
-                if not line:
-                    self.proc.wait(5)
-                    raise RuntimeError(f"simulator (K={self.count}) exited {self.proc.returncode}:"
-                                       f" {_tail(self.log, 1)}")
-                if line.startswith("TIMING "):
-                    timings = {k: float(v) for k, v in
-                               (kv.split("=") for kv in line.split()[1:])}
-                elif line.strip() == f"READY {self.count}":
-                    return timings
-
-    def stop(self) -> None:
-        """Close stdin (the simulator's stop signal), then SIGTERM, then SIGKILL."""
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
-        for action in (None, self.proc.terminate, self.proc.kill):
-            if self.proc.poll() is not None:
-                break
-            if action is not None:
-                action()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(10)
-        self._log_file.close()
-
-
-def status_with_k(coordinator: CoordinatorProcess, client: Client, k: int, n: int,
-                  workdir: Path) -> dict[str, Any]:
+def status_with_k(
+    coordinator: CoordinatorProcess, client: Client, k: int, n: int, workdir: Path
+) -> dict[str, Any]:
     """GetWorkerStatus latency while K simulated workers hold streams and heartbeat."""
     # Exact counts need an empty fleet first (previous simulators are stopped by now).
     client.wait_headless(lambda c: c == 0, LEASE + 10, "headlessOnline to drop to 0")
-    sim = Simulator(coordinator, k, workdir / f"simulator-{k}.log")
+    sim = SimulatorProcess(
+        coordinator.address, coordinator.admin_token_file, k, workdir / f"simulator-{k}.log"
+    )
     try:
         spawned = time.perf_counter()
         timings = sim.wait_ready(timeout=180)
@@ -184,9 +140,15 @@ def status_with_k(coordinator: CoordinatorProcess, client: Client, k: int, n: in
         seen = client.wait_headless(lambda c: c >= k, 30, f"headlessOnline >= {k}")
         online = time.perf_counter()
         result = timed(client.status, n, warmup=5)
-        result.update(k=k, headless_online=seen, rows_in_reply=len(client.status().workers),
-                      spawn_to_ready_s=ready - spawned, ready_to_online_s=online - ready,
-                      enroll_s=timings.get("enroll"), connect_s=timings.get("connect"))
+        result.update(
+            k=k,
+            headless_online=seen,
+            rows_in_reply=len(client.status().workers),
+            spawn_to_ready_s=ready - spawned,
+            ready_to_online_s=online - ready,
+            enroll_s=timings.get("enroll"),
+            connect_s=timings.get("connect"),
+        )
         if sim.proc.poll() is not None:
             raise RuntimeError(f"simulator (K={k}) died during the measurement")
         return result
@@ -197,24 +159,46 @@ def status_with_k(coordinator: CoordinatorProcess, client: Client, k: int, n: in
 def table(doc: dict[str, Any]) -> str:
     """figure | value | baseline | ratio, latency rows compared like for like."""
     base = doc["baseline"]
-    rows = [("health Check p50 (baseline)", f"{base['p50_ms']:.3f} ms", "-", "-"),
-            ("health Check p99 (baseline)", f"{base['p99_ms']:.3f} ms", "-", "-")]
+    rows = [
+        ("health Check p50 (baseline)", f"{base['p50_ms']:.3f} ms", "-", "-"),
+        ("health Check p99 (baseline)", f"{base['p99_ms']:.3f} ms", "-", "-"),
+    ]
     start = doc["figures"]["worker_run_to_online"]
     each = ", ".join(f"{v:.2f}" for v in start["values_s"])
     odd = [h for h in start["headless"] if h != "available"]  # Chromium did not launch
-    rows.append((f"worker run -> online, median of {len(start['values_s'])}",
-                 f"{start['median_s']:.2f} s ({each})" + (f" [headless: {odd[0]}]" if odd else ""),
-                 "-", "-"))
+    rows.append(
+        (
+            f"worker run -> online, median of {len(start['values_s'])}",
+            f"{start['median_s']:.2f} s ({each})" + (f" [headless: {odd[0]}]" if odd else ""),
+            "-",
+            "-",
+        )
+    )
     for fig in doc["figures"]["status_latency"]:
         for stat in ("p50", "p99"):
             value, ref = fig[f"{stat}_ms"], base[f"{stat}_ms"]
-            rows.append((f"GetWorkerStatus {stat}, K={fig['k']}", f"{value:.3f} ms",
-                         f"{ref:.3f} ms", f"{value / ref:.1f}x"))
-        rows.append((f"simulator K={fig['k']}: enroll / connect",
-                     f"{fig['enroll_s']:.2f} s / {fig['connect_s']:.2f} s", "-", "-"))
+            rows.append(
+                (
+                    f"GetWorkerStatus {stat}, K={fig['k']}",
+                    f"{value:.3f} ms",
+                    f"{ref:.3f} ms",
+                    f"{value / ref:.1f}x",
+                )
+            )
+        rows.append(
+            (
+                f"simulator K={fig['k']}: enroll / connect",
+                f"{fig['enroll_s']:.2f} s / {fig['connect_s']:.2f} s",
+                "-",
+                "-",
+            )
+        )
     header = ("figure", "value", "baseline", "ratio")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -235,20 +219,31 @@ def run(args: argparse.Namespace, ks: list[int]) -> dict[str, Any]:
                 client.channel.close()
             coordinator.stop()
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
-        "machine": {"platform": platform.platform(), "machine": platform.machine(),
-                    "cpu_count": os.cpu_count(), "python": platform.python_version(),
-                    "grpcio": grpc.__version__},
-        "settings": {"quick": args.quick, "heartbeat_s": HEARTBEAT, "lease_s": LEASE,
-                     "store": "sqlite", "status_poll_s": POLL, "workers": ks},
-        "baseline": {"what": "grpc.health.v1.Health/Check, sync client, same channel",
-                     **baseline},
+        "machine": {
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "grpcio": grpc.__version__,
+        },
+        "settings": {
+            "quick": args.quick,
+            "heartbeat_s": HEARTBEAT,
+            "lease_s": LEASE,
+            "store": "sqlite",
+            "status_poll_s": POLL,
+            "workers": ks,
+        },
+        "baseline": {"what": "grpc.health.v1.Health/Check, sync client, same channel", **baseline},
         "figures": {
             "worker_run_to_online": {
                 "note": "includes the worker measuring its capabilities (one Chromium launch)",
                 "median_s": statistics.median(s for s, _ in starts),
-                "values_s": [s for s, _ in starts], "headless": [h for _, h in starts]},
+                "values_s": [s for s, _ in starts],
+                "headless": [h for _, h in starts],
+            },
             "status_latency": figures,
         },
     }
@@ -275,8 +270,7 @@ def main() -> int:
         return 1
     except Exception as exc:
         detail = str(exc).strip().splitlines()
-        print(f"fleet_status: {type(exc).__name__}: {detail[0] if detail else ''}",
-              file=sys.stderr)
+        print(f"fleet_status: {type(exc).__name__}: {detail[0] if detail else ''}", file=sys.stderr)
         return 1
     print(table(doc))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ Creates one enrollment token with K uses, enrolls K workers concurrently, opens 
 streams from one event loop (Hello, then heartbeats at the welcome interval, reading acks),
 prints `READY K` once every stream got its Welcome, and runs until stdin closes or SIGTERM.
 Timing lines (`TIMING enroll=... connect=...`) come before READY for the caller to record.
+SimulatorProcess is the parent side of that protocol, used by bench/fleet_status.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import argparse
 import asyncio
 import contextlib
 import platform
+import selectors
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,8 +30,7 @@ import grpc  # noqa: E402
 
 from shared.advertisement import Advertisement, Capability  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
-from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc  # noqa: E402
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, worker_pb2, worker_pb2_grpc  # noqa: E402  # noqa: E402
 
 # Same keepalives as the real worker; a local subchannel pool gives every simulated worker its
 # own TCP connection, as K separate machines would have (channels otherwise share one).
@@ -63,11 +65,16 @@ async def enroll_all(address: str, admin_token: str, count: int) -> list[str]:
             admin_pb2.CreateEnrollmentTokenRequest(uses=count), metadata=auth_metadata(admin_token)
         )
         gateway = worker_pb2_grpc.WorkerGatewayStub(channel)
-        replies = await asyncio.gather(*(
-            gateway.Enroll(worker_pb2.EnrollRequest(token=token.token, name=f"sim-{i}",
-                                                    labels={"bench": "simulated"}))
-            for i in range(count)
-        ))
+        replies = await asyncio.gather(
+            *(
+                gateway.Enroll(
+                    worker_pb2.EnrollRequest(
+                        token=token.token, name=f"sim-{i}", labels={"bench": "simulated"}
+                    )
+                )
+                for i in range(count)
+            )
+        )
     return [r.credential for r in replies]
 
 
@@ -85,8 +92,11 @@ class SimulatedWorker:
         async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
             call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self.metadata)
             try:
-                await call.write(worker_pb2.WorkerMessage(
-                    hello=worker_pb2.Hello(advertisement=advertisement(self.index).to_proto())))
+                await call.write(
+                    worker_pb2.WorkerMessage(
+                        hello=worker_pb2.Hello(advertisement=advertisement(self.index).to_proto())
+                    )
+                )
                 first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
                 if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
                     await call  # raises the stream's status if it carries one
@@ -107,7 +117,9 @@ class SimulatedWorker:
                 # Cancelling ends the stream at once, so the coordinator releases the lease.
                 call.cancel()
 
-    async def _heartbeats(self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome) -> None:
+    async def _heartbeats(
+        self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome
+    ) -> None:
         seq = 0
         while True:
             await asyncio.sleep(welcome.heartbeat_interval_seconds)
@@ -120,7 +132,8 @@ async def stdin_closed() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
     try:
         while await reader.read(4096):
             pass
@@ -128,8 +141,7 @@ async def stdin_closed() -> None:
         transport.close()
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    admin_token = Path(args.admin_token_file).read_text().strip()
+async def main_async(args: argparse.Namespace, admin_token: str) -> None:
     started = time.perf_counter()
     credentials = await enroll_all(args.coordinator, admin_token, args.count)
     enrolled = time.perf_counter()
@@ -143,16 +155,18 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         # Any stream failing before or after READY is fatal: counts would no longer be exact.
         welcomed = asyncio.gather(*(w.welcomed.wait() for w in workers))
-        done, _ = await asyncio.wait([welcomed, *tasks, *watchers],
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            [welcomed, *tasks, *watchers], return_when=asyncio.FIRST_COMPLETED
+        )
         if welcomed not in done:
             welcomed.cancel()
             for task in done:
                 task.result()
             return  # stopped before everyone was welcome
         connected = time.perf_counter()
-        print(f"TIMING enroll={enrolled - started:.3f} connect={connected - enrolled:.3f}",
-              flush=True)
+        print(
+            f"TIMING enroll={enrolled - started:.3f} connect={connected - enrolled:.3f}", flush=True
+        )
         print(f"READY {args.count}", flush=True)
         done, _ = await asyncio.wait([*tasks, *watchers], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -163,8 +177,78 @@ async def main_async(args: argparse.Namespace) -> None:
         await asyncio.gather(*tasks, *watchers, return_exceptions=True)
 
 
+class SimulatorProcess:
+    """This script as a child process of the bench; stopped by closing its stdin."""
+
+    def __init__(self, address: str, admin_token_file: Path, count: int, log: Path) -> None:
+        self.count = count
+        self.log = log
+        self._log_file = log.open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--coordinator",
+                address,
+                "--admin-token-file",
+                str(admin_token_file),
+                "--count",
+                str(count),
+            ],
+            # Unbuffered bytes: a buffered reader could swallow READY behind the select().
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            bufsize=0,
+            cwd=ROOT,
+        )
+
+    def wait_ready(self, timeout: float) -> dict[str, float]:
+        """Block until `READY K`; returns the simulator's TIMING figures."""
+        assert self.proc.stdout is not None
+        timings: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while True:
+                if not sel.select(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(
+                        f"simulator (K={self.count}) not ready after {timeout:.0f} s"
+                    )
+                line = self.proc.stdout.readline().decode()
+                if not line:
+                    self.proc.wait(5)
+                    raise RuntimeError(
+                        f"simulator (K={self.count}) exited {self.proc.returncode}:"
+                        f" {_last_line(self.log)}"
+                    )
+                if line.startswith("TIMING "):
+                    timings = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+                elif line.strip() == f"READY {self.count}":
+                    return timings
+
+    def stop(self) -> None:
+        """Close stdin (the simulator's stop signal), then SIGTERM, then SIGKILL."""
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        for action in (None, self.proc.terminate, self.proc.kill):
+            if self.proc.poll() is not None:
+                break
+            if action is not None:
+                action()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+        self._log_file.close()
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "(no output)"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="K simulated workers in one process.")
     parser.add_argument("--coordinator", required=True, help="HOST:PORT")
     parser.add_argument("--admin-token-file", required=True)
     parser.add_argument("--count", type=int, required=True)
@@ -172,7 +256,7 @@ def main() -> int:
     if args.count < 1:
         parser.error("--count must be at least 1")
     try:
-        asyncio.run(main_async(args))
+        asyncio.run(main_async(args, Path(args.admin_token_file).read_text().strip()))
     except grpc.aio.AioRpcError as exc:
         print(f"simulated_workers: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1

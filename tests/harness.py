@@ -36,7 +36,7 @@ def wait_until(
         time.sleep(interval)
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -143,11 +143,11 @@ class CoordinatorProcess:
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         if not sel.select(timeout):
             self.kill()
-            raise RuntimeError(f"coordinator did not start:\n{_tail(self.log)}")
+            raise RuntimeError(f"coordinator did not start:\n{tail(self.log)}")
         line = self.proc.stdout.readline().strip()
         if "listening on" not in line:
             self.kill()
-            raise RuntimeError(f"coordinator did not start ({line!r}):\n{_tail(self.log)}")
+            raise RuntimeError(f"coordinator did not start ({line!r}):\n{tail(self.log)}")
         return line
 
     def stop(self) -> None:
@@ -274,7 +274,7 @@ class WorkerProcess:
     def wait_online(self, timeout: float = 30) -> dict[str, Any]:
         def online() -> dict[str, Any] | None:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited:\n{_tail(self.log)}")
+                raise RuntimeError(f"worker {self.name} exited:\n{tail(self.log)}")
             row = self.row()
             return row if row and row["online"] else None
 
