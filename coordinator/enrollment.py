@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from coordinator import capabilities
 from coordinator.principals import Principal
 from coordinator.store import Database
@@ -59,20 +61,19 @@ async def create_token(
     secret = new_secret(SecretKind.ENROLLMENT, token_id)
     now = time.time()
     caps = tuple(sorted(set(capability_names)))
-    async with db.write() as s:
-        await principal_queries.add(
-            s,
-            EnrollmentTokenRow(
-                id=token_id,
-                secret_hash=secret_hash(secret),
-                capabilities=list(caps),
-                uses_total=uses,
-                uses_left=uses,
-                expires_at=now + ttl,
-                created_at=now,
-                created_by=creator.id,
-            ),
-        )
+    await db.write(
+        principal_queries.add,
+        EnrollmentTokenRow(
+            id=token_id,
+            secret_hash=secret_hash(secret),
+            capabilities=list(caps),
+            uses_total=uses,
+            uses_left=uses,
+            expires_at=now + ttl,
+            created_at=now,
+            created_by=creator.id,
+        ),
+    )
     return EnrollmentToken(token_id, secret, caps, uses, now + ttl)
 
 
@@ -101,8 +102,9 @@ async def enroll(db: Database, secret: str, name: str, labels: dict[str, str]) -
     now = time.time()
     worker_id = new_id("wkr")
     credential = new_secret(SecretKind.WORKER, worker_id)
-    async with db.write() as s:
-        token = await principal_queries.enrollment_token_by_hash(s, secret_hash(secret))
+
+    def exchange(s: Session) -> tuple[str, ...]:
+        token = principal_queries.enrollment_token_by_hash(s, secret_hash(secret))
         if token is None:
             raise AuthenticationError("unknown enrollment token")
         if token.expires_at <= now:
@@ -110,12 +112,12 @@ async def enroll(db: Database, secret: str, name: str, labels: dict[str, str]) -
                 f"enrollment token {token.id} expired at {iso(token.expires_at)}; ask an admin"
                 " for a new one"
             )
-        if not await principal_queries.consume_enrollment_use(s, token.id):
+        if not principal_queries.consume_enrollment_use(s, token.id):
             raise PermissionDeniedError(
                 f"enrollment token {token.id} has been used up ({token.uses_total} of"
                 f" {token.uses_total} uses); ask an admin for a new one"
             )
-        await worker_queries.add_worker(
+        worker_queries.add_worker(
             s,
             WorkerRow(
                 id=worker_id,
@@ -130,4 +132,7 @@ async def enroll(db: Database, secret: str, name: str, labels: dict[str, str]) -
                 enrollment_token_id=token.id,
             ),
         )
-    return Enrolled(worker_id, credential, tuple(token.capabilities))
+        return tuple(token.capabilities)
+
+    allowed = await db.write(exchange)
+    return Enrolled(worker_id, credential, allowed)

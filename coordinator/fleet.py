@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from coordinator import capabilities
 from coordinator.presence import Presence
+from coordinator.principals import Authenticator
 from coordinator.store import Database
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import PresenceRow, WorkerRow
@@ -78,9 +81,10 @@ def _view(worker: WorkerRow, presence: PresenceRow | None, now: float) -> Worker
 
 
 class Fleet:
-    def __init__(self, db: Database, presence: Presence) -> None:
+    def __init__(self, db: Database, presence: Presence, auth: Authenticator) -> None:
         self._db = db
         self._presence = presence
+        self._auth = auth
 
     async def status(self) -> FleetStatus:
         """Counts of workers that can take work now, read from the shared store."""
@@ -93,37 +97,43 @@ class Fleet:
 
     async def list(self, *, include_revoked: bool) -> list[WorkerView]:
         now = time.time()
-        async with self._db.read() as s:
-            rows = await worker_queries.workers_with_presence(s, include_revoked=include_revoked)
+        rows = await self._db.read(
+            worker_queries.workers_with_presence, include_revoked=include_revoked
+        )
         return [_view(w, p, now) for w, p in rows]
 
     async def get(self, worker_id: str) -> WorkerView:
         now = time.time()
-        async with self._db.read() as s:
-            rows = await worker_queries.workers_with_presence(
-                s, include_revoked=True, worker_id=worker_id
-            )
+        rows = await self._db.read(
+            worker_queries.workers_with_presence, include_revoked=True, worker_id=worker_id
+        )
         if not rows:
             raise NotFoundError(f"no worker {worker_id!r}")
         return _view(*rows[0], now)
 
     async def revoke(self, worker_id: str) -> WorkerView:
         """Refuse the worker's credential from now on and cut its stream at once."""
-        async with self._db.write() as s:
-            worker = await worker_queries.worker_by_id(s, worker_id)
+
+        def mark(s: Session) -> None:
+            worker = worker_queries.worker_by_id(s, worker_id)
             if worker is None:
                 raise NotFoundError(f"no worker {worker_id!r}")
             if worker.state != "revoked":
-                await worker_queries.set_state(s, worker_id, "revoked", revoked_at=time.time())
+                worker_queries.set_state(s, worker_id, "revoked", revoked_at=time.time())
+
+        await self._db.write(mark)
+        self._auth.forget(worker_id)
         self._presence.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
         return await self.get(worker_id)
 
     async def drain(self, worker_id: str, *, draining: bool) -> WorkerView:
-        async with self._db.write() as s:
-            worker = await worker_queries.worker_by_id(s, worker_id)
+        def mark(s: Session) -> None:
+            worker = worker_queries.worker_by_id(s, worker_id)
             if worker is None:
                 raise NotFoundError(f"no worker {worker_id!r}")
             if worker.state == "revoked":
                 raise FailedPreconditionError(f"worker {worker_id} is revoked; enroll it again")
-            await worker_queries.set_state(s, worker_id, "draining" if draining else "active")
+            worker_queries.set_state(s, worker_id, "draining" if draining else "active")
+
+        await self._db.write(mark)
         return await self.get(worker_id)

@@ -12,6 +12,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from sqlalchemy.orm import Session
+
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import workers as worker_queries
@@ -71,9 +73,10 @@ class Presence:
     async def open(self, worker_id: str, advertisement: Advertisement) -> WorkerSession:
         """Record the worker's advertisement and take its presence lease for a new session."""
         session = WorkerSession(worker_id, new_id("ses"))
-        async with self._db.write() as s:
-            await worker_queries.set_advertisement(s, worker_id, advertisement.to_json())
-            await worker_queries.claim_presence(
+
+        def claim(s: Session) -> None:
+            worker_queries.set_advertisement(s, worker_id, advertisement.to_json())
+            worker_queries.claim_presence(
                 s,
                 worker_id,
                 self._config.replica,
@@ -81,6 +84,8 @@ class Presence:
                 time.time(),
                 self._config.lease_ttl,
             )
+
+        await self._db.write(claim)
         previous = self._sessions.get(worker_id)
         if previous is not None:
             previous.end(DeskfleetError("superseded by a newer connection of the same worker"))
@@ -96,8 +101,9 @@ class Presence:
             del self._sessions[session.worker_id]
         self._renewals.pop(session.worker_id, None)
         try:
-            async with self._db.write() as s:
-                await worker_queries.release_presence(s, session.worker_id, session.session_id)
+            await self._db.write(
+                worker_queries.release_presence, session.worker_id, session.session_id
+            )
         except DeskfleetError as exc:
             # The lease lapses by itself; nothing is lost by not releasing it early.
             log.warning("could not release the lease of %s: %s", session.worker_id, exc)
@@ -140,10 +146,12 @@ class Presence:
             return
         batch, self._renewals = self._renewals, {}
         try:
-            async with self._db.write() as s:
-                await worker_queries.renew_leases(
-                    s, batch.items(), time.time(), self._config.lease_ttl
-                )
+            await self._db.write(
+                worker_queries.renew_leases,
+                list(batch.items()),
+                time.time(),
+                self._config.lease_ttl,
+            )
         except DeskfleetError:
             # Keep the renewals for the next flush (newer heartbeats win).
             self._renewals = {**batch, **self._renewals}
@@ -152,7 +160,6 @@ class Presence:
     async def _cut_revoked(self) -> None:
         if not self._sessions:
             return
-        async with self._db.read() as s:
-            revoked = await worker_queries.revoked_among(s, list(self._sessions))
+        revoked = await self._db.read(worker_queries.revoked_among, list(self._sessions))
         for worker_id in revoked:
             self.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))

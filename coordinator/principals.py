@@ -45,6 +45,37 @@ class NewUser:
 MAX_NAME = 200
 
 
+class Authenticator:
+    """Resolves secrets to principals, remembering each answer for `ttl` seconds.
+
+    Every RPC authenticates, and a store read per call would cost more than the call itself.
+    Only successes are remembered; a revocation on this replica is forgotten at once (`forget`),
+    one made on another replica takes effect here within `ttl`.
+    """
+
+    def __init__(self, db: Database, ttl: float = 2.0, max_entries: int = 50_000) -> None:
+        self._db = db
+        self._ttl = ttl
+        self._max = max_entries
+        self._known: dict[str, tuple[Principal, float]] = {}
+
+    async def authenticate(self, secret: str | None) -> Principal:
+        key = secret_hash(secret) if secret else ""
+        hit = self._known.get(key)
+        now = time.monotonic()
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        principal = await authenticate(self._db, secret)
+        if len(self._known) >= self._max:
+            self._known.clear()  # crude, and rare: entries live two seconds
+        self._known[key] = (principal, now + self._ttl)
+        return principal
+
+    def forget(self, principal_id: str) -> None:
+        for key in [k for k, (p, _) in self._known.items() if p.id == principal_id]:
+            del self._known[key]
+
+
 async def authenticate(db: Database, secret: str | None) -> Principal:
     """Resolve a bearer secret to its principal, or raise Authentication/RevokedError."""
     if not secret:
@@ -52,16 +83,14 @@ async def authenticate(db: Database, secret: str | None) -> Principal:
     kind = kind_of(secret)
     digest = secret_hash(secret)
     if kind is SecretKind.WORKER:
-        async with db.read() as s:
-            worker = await worker_queries.worker_by_hash(s, digest)
+        worker = await db.read(worker_queries.worker_by_hash, digest)
         if worker is None:
             raise AuthenticationError("unknown worker credential")
         if worker.state == "revoked":
             raise RevokedError(f"worker {worker.id} has been revoked")
         return Principal(worker.id, worker.name, Role.WORKER)
     if kind is SecretKind.USER:
-        async with db.read() as s:
-            row = await principal_queries.principal_by_hash(s, digest)
+        row = await db.read(principal_queries.principal_by_hash, digest)
         if row is None:
             raise AuthenticationError("unknown credential")
         if row.revoked_at is not None:
@@ -84,23 +113,21 @@ async def create_user(db: Database, name: str, role: Role) -> NewUser:
     secret = new_secret(SecretKind.USER, user_id)
     now = time.time()
     try:
-        async with db.write() as s:
-            await principal_queries.add(
-                s,
-                PrincipalRow(
-                    id=user_id,
-                    name=name,
-                    role=role.value,
-                    secret_hash=secret_hash(secret),
-                    created_at=now,
-                ),
-            )
+        await db.write(
+            principal_queries.add,
+            PrincipalRow(
+                id=user_id,
+                name=name,
+                role=role.value,
+                secret_hash=secret_hash(secret),
+                created_at=now,
+            ),
+        )
     except IntegrityError as exc:
         raise AlreadyExistsError(f"a user named {name!r} already exists") from exc
     return NewUser(Principal(user_id, name, role), secret, now)
 
 
 async def has_admin_secret(db: Database, secret: str) -> bool:
-    async with db.read() as s:
-        row = await principal_queries.principal_by_hash(s, secret_hash(secret))
+    row = await db.read(principal_queries.principal_by_hash, secret_hash(secret))
     return row is not None and row.role == Role.ADMIN.value and row.revoked_at is None

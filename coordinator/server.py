@@ -10,6 +10,7 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.fleet import Fleet
 from coordinator.presence import Presence
+from coordinator.principals import Authenticator
 from coordinator.servicers.admin import AdminServicer
 from coordinator.servicers.fleet import FleetServicer
 from coordinator.servicers.guard import GuardInterceptor
@@ -48,9 +49,12 @@ def create_server(
     address: str, db: Database, presence: Presence, config: CoordinatorConfig
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Build (not start) the server; returns it, the bound port (for port 0) and its health."""
-    server = grpc.aio.server(interceptors=[GuardInterceptor(db)], options=SERVER_OPTIONS)
+    auth = Authenticator(db)
+    server = grpc.aio.server(interceptors=[GuardInterceptor(auth)], options=SERVER_OPTIONS)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(db, config), server)
-    fleet_pb2_grpc.add_FleetServiceServicer_to_server(FleetServicer(Fleet(db, presence)), server)
+    fleet_pb2_grpc.add_FleetServiceServicer_to_server(
+        FleetServicer(Fleet(db, presence, auth)), server
+    )
     worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
         WorkerGatewayServicer(db, presence, config), server
     )

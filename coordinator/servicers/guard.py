@@ -15,8 +15,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from coordinator import authz
-from coordinator.principals import Principal, authenticate
-from coordinator.store import Database
+from coordinator.principals import Authenticator, Principal
 from shared.credentials import METADATA_KEY, SCHEME
 from shared.errors import ERROR_METADATA_KEY, DeskfleetError, PermissionDeniedError
 from shared.ids import new_id
@@ -44,8 +43,8 @@ def _bearer(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, auth: Authenticator) -> None:
+        self._auth = auth
 
     async def intercept_service(
         self,
@@ -96,7 +95,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             raise PermissionDeniedError(f"{method} has no access rule; it is refused to everyone")
         if not roles:  # authz.PUBLIC
             return
-        principal = await authenticate(self._db, _bearer(context))
+        principal = await self._auth.authenticate(_bearer(context))
         if principal.role not in roles:
             needed = " or ".join(sorted(r.value for r in roles))
             raise PermissionDeniedError(

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 
-from coordinator.store.engine import Dialect, parse_db_url
+from coordinator.store.engine import create_store_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -28,15 +28,7 @@ def head_revision() -> str:
 
 
 def sync_engine(url: str) -> Engine:
-    dialect, sync_url = parse_db_url(url, asynchronous=False)
-    engine = create_engine(sync_url)
-    if dialect is Dialect.SQLITE:
-
-        @event.listens_for(engine, "connect")
-        def _wal(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-            dbapi_conn.execute("PRAGMA journal_mode=WAL")
-
-    return engine
+    return create_store_engine(url, pool_size=1)
 
 
 def upgrade(url: str) -> tuple[str | None, str]:
@@ -44,8 +36,6 @@ def upgrade(url: str) -> tuple[str | None, str]:
     engine = sync_engine(url)
     try:
         with engine.begin() as conn:
-            from alembic.runtime.migration import MigrationContext
-
             before = MigrationContext.configure(conn).get_current_revision()
             cfg = _config()
             cfg.attributes["connection"] = conn

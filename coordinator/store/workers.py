@@ -6,28 +6,28 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, delete, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from coordinator.store.models import PresenceRow, WorkerRow
 
 
-async def add_worker(s: AsyncSession, row: WorkerRow) -> None:
+def add_worker(s: Session, row: WorkerRow) -> None:
     s.add(row)
-    await s.flush()
+    s.flush()
 
 
-async def worker_by_hash(s: AsyncSession, secret_hash: str) -> WorkerRow | None:
+def worker_by_hash(s: Session, secret_hash: str) -> WorkerRow | None:
     return (
-        await s.execute(select(WorkerRow).where(WorkerRow.secret_hash == secret_hash))
+        s.execute(select(WorkerRow).where(WorkerRow.secret_hash == secret_hash))
     ).scalar_one_or_none()
 
 
-async def worker_by_id(s: AsyncSession, worker_id: str) -> WorkerRow | None:
-    return await s.get(WorkerRow, worker_id)
+def worker_by_id(s: Session, worker_id: str) -> WorkerRow | None:
+    return s.get(WorkerRow, worker_id)
 
 
-async def workers_with_presence(
-    s: AsyncSession, *, include_revoked: bool, worker_id: str | None = None
+def workers_with_presence(
+    s: Session, *, include_revoked: bool, worker_id: str | None = None
 ) -> Sequence[tuple[WorkerRow, PresenceRow | None]]:
     query = select(WorkerRow, PresenceRow).outerjoin(
         PresenceRow, PresenceRow.worker_id == WorkerRow.id
@@ -36,27 +36,25 @@ async def workers_with_presence(
         query = query.where(WorkerRow.state != "revoked")
     if worker_id is not None:
         query = query.where(WorkerRow.id == worker_id)
-    rows = (await s.execute(query.order_by(WorkerRow.enrolled_at))).tuples().all()
+    rows = (s.execute(query.order_by(WorkerRow.enrolled_at))).tuples().all()
     return rows
 
 
-async def set_state(s: AsyncSession, worker_id: str, state: str, **values: Any) -> None:
-    await s.execute(
-        update(WorkerRow).where(WorkerRow.id == worker_id).values(state=state, **values)
-    )
+def set_state(s: Session, worker_id: str, state: str, **values: Any) -> None:
+    s.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(state=state, **values))
 
 
-async def set_advertisement(s: AsyncSession, worker_id: str, advertisement: dict[str, Any]) -> None:
-    await s.execute(
+def set_advertisement(s: Session, worker_id: str, advertisement: dict[str, Any]) -> None:
+    s.execute(
         update(WorkerRow).where(WorkerRow.id == worker_id).values(advertisement=advertisement)
     )
 
 
-async def claim_presence(
-    s: AsyncSession, worker_id: str, replica: str, session_id: str, now: float, lease_ttl: float
+def claim_presence(
+    s: Session, worker_id: str, replica: str, session_id: str, now: float, lease_ttl: float
 ) -> None:
     """Record that `session_id` on `replica` holds the worker's stream, replacing any older one."""
-    await s.execute(delete(PresenceRow).where(PresenceRow.worker_id == worker_id))
+    s.execute(delete(PresenceRow).where(PresenceRow.worker_id == worker_id))
     s.add(
         PresenceRow(
             worker_id=worker_id,
@@ -67,11 +65,11 @@ async def claim_presence(
             lease_expires_at=now + lease_ttl,
         )
     )
-    await s.flush()
+    s.flush()
 
 
-async def renew_leases(
-    s: AsyncSession, renewals: Iterable[tuple[str, str]], now: float, lease_ttl: float
+def renew_leases(
+    s: Session, renewals: Iterable[tuple[str, str]], now: float, lease_ttl: float
 ) -> None:
     """Renew many leases in one statement; a session that lost its claim renews nothing."""
     params = [{"w": w, "sid": sid} for w, sid in renewals]
@@ -79,7 +77,7 @@ async def renew_leases(
         return
     # Core table, not the ORM entity: an executemany UPDATE with our own WHERE clause.
     table = cast(Table, PresenceRow.__table__)
-    await s.execute(
+    s.execute(
         update(table)
         .where(table.c.worker_id == bindparam("w"), table.c.session_id == bindparam("sid"))
         .values(last_heartbeat_at=now, lease_expires_at=now + lease_ttl),
@@ -87,18 +85,18 @@ async def renew_leases(
     )
 
 
-async def release_presence(s: AsyncSession, worker_id: str, session_id: str) -> None:
-    await s.execute(
+def release_presence(s: Session, worker_id: str, session_id: str) -> None:
+    s.execute(
         delete(PresenceRow).where(
             PresenceRow.worker_id == worker_id, PresenceRow.session_id == session_id
         )
     )
 
 
-async def revoked_among(s: AsyncSession, worker_ids: Sequence[str]) -> list[str]:
+def revoked_among(s: Session, worker_ids: Sequence[str]) -> list[str]:
     if not worker_ids:
         return []
-    rows = await s.execute(
+    rows = s.execute(
         select(WorkerRow.id).where(WorkerRow.id.in_(worker_ids), WorkerRow.state == "revoked")
     )
     return list(rows.scalars())
