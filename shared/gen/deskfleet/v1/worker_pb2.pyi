@@ -34,11 +34,25 @@ class EnrollResponse(_message.Message):
     allowed_capabilities: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, worker_id: _Optional[str] = ..., credential: _Optional[str] = ..., allowed_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class HeldAction(_message.Message):
+    __slots__ = ("action_id", "attempt_id", "epoch", "state")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    attempt_id: str
+    epoch: int
+    state: str
+    def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+
 class Hello(_message.Message):
-    __slots__ = ("advertisement",)
+    __slots__ = ("advertisement", "held")
     ADVERTISEMENT_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     advertisement: _fleet_pb2.Advertisement
-    def __init__(self, advertisement: _Optional[_Union[_fleet_pb2.Advertisement, _Mapping]] = ...) -> None: ...
+    held: _containers.RepeatedCompositeFieldContainer[HeldAction]
+    def __init__(self, advertisement: _Optional[_Union[_fleet_pb2.Advertisement, _Mapping]] = ..., held: _Optional[_Iterable[_Union[HeldAction, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("seq",)
@@ -46,13 +60,49 @@ class Heartbeat(_message.Message):
     seq: int
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
+class ActionStarted(_message.Message):
+    __slots__ = ("action_id", "attempt_id", "epoch")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    attempt_id: str
+    epoch: int
+    def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class Receipt(_message.Message):
+    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "status", "result_json", "error", "started_at", "finished_at")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    run_id: str
+    attempt_id: str
+    epoch: int
+    status: str
+    result_json: str
+    error: str
+    started_at: float
+    finished_at: float
+    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., status: _Optional[str] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ...) -> None: ...
+
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat")
+    __slots__ = ("hello", "heartbeat", "started", "receipt")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+    started: ActionStarted
+    receipt: Receipt
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds")
@@ -74,10 +124,60 @@ class HeartbeatAck(_message.Message):
     seq: int
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
+class Dispatch(_message.Message):
+    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "attempt", "kind", "args_json", "idempotent", "timeout_seconds")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    run_id: str
+    attempt_id: str
+    epoch: int
+    attempt: int
+    kind: str
+    args_json: str
+    idempotent: bool
+    timeout_seconds: float
+    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class ReceiptAck(_message.Message):
+    __slots__ = ("action_id", "attempt_id", "accepted", "reason")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    attempt_id: str
+    accepted: bool
+    reason: str
+    def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelAction(_message.Message):
+    __slots__ = ("action_id", "attempt_id", "reason")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    attempt_id: str
+    reason: str
+    def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "heartbeat_ack")
+    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_ACK_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...
+    dispatch: Dispatch
+    receipt_ack: ReceiptAck
+    cancel: CancelAction
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ...) -> None: ...

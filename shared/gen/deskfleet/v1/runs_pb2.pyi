@@ -1,0 +1,303 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RouteConstraint(_message.Message):
+    __slots__ = ("worker", "labels", "capability")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    worker: str
+    labels: _containers.ScalarMap[str, str]
+    capability: str
+    def __init__(self, worker: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capability: _Optional[str] = ...) -> None: ...
+
+class PlannedAction(_message.Message):
+    __slots__ = ("kind", "args_json", "idempotent", "route", "intent")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    args_json: str
+    idempotent: bool
+    route: RouteConstraint
+    intent: str
+    def __init__(self, kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., route: _Optional[_Union[RouteConstraint, _Mapping]] = ..., intent: _Optional[str] = ...) -> None: ...
+
+class Limits(_message.Message):
+    __slots__ = ("max_actions", "max_seconds", "estimate_actions", "estimate_seconds", "action_timeout_seconds")
+    MAX_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    max_actions: int
+    max_seconds: float
+    estimate_actions: int
+    estimate_seconds: float
+    action_timeout_seconds: float
+    def __init__(self, max_actions: _Optional[int] = ..., max_seconds: _Optional[float] = ..., estimate_actions: _Optional[int] = ..., estimate_seconds: _Optional[float] = ..., action_timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class SubmitRunRequest(_message.Message):
+    __slots__ = ("actions", "limits", "title")
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedCompositeFieldContainer[PlannedAction]
+    limits: Limits
+    title: str
+    def __init__(self, actions: _Optional[_Iterable[_Union[PlannedAction, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., title: _Optional[str] = ...) -> None: ...
+
+class ActionInfo(_message.Message):
+    __slots__ = ("id", "index", "kind", "intent", "fingerprint", "idempotent", "status", "worker_id", "attempt_id", "epoch", "attempts", "dispatched_at", "finished_at", "error", "receipt_id", "route_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    index: int
+    kind: str
+    intent: str
+    fingerprint: str
+    idempotent: bool
+    status: str
+    worker_id: str
+    attempt_id: str
+    epoch: int
+    attempts: int
+    dispatched_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    error: str
+    receipt_id: str
+    route_json: str
+    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., intent: _Optional[str] = ..., fingerprint: _Optional[str] = ..., idempotent: _Optional[bool] = ..., status: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempts: _Optional[int] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., receipt_id: _Optional[str] = ..., route_json: _Optional[str] = ...) -> None: ...
+
+class WaitingReason(_message.Message):
+    __slots__ = ("code", "detail")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    detail: str
+    def __init__(self, code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    EXTENSIONS_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_USED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    GUIDANCE_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    owner: str
+    title: str
+    status: str
+    stop_reason: str
+    waiting: WaitingReason
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    limits: Limits
+    extensions: int
+    actions_total: int
+    actions_succeeded: int
+    attempts_used: int
+    last_seq: int
+    trace_id: str
+    actions: _containers.RepeatedCompositeFieldContainer[ActionInfo]
+    guidance_queued: int
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ...) -> None: ...
+
+class RunRef(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("limit", "status")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    status: str
+    def __init__(self, limit: _Optional[int] = ..., status: _Optional[str] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
+
+class WaitRunRequest(_message.Message):
+    __slots__ = ("id", "timeout_seconds")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    timeout_seconds: float
+    def __init__(self, id: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class GuideRunRequest(_message.Message):
+    __slots__ = ("id", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    text: str
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class GuideRunResponse(_message.Message):
+    __slots__ = ("guidance_id", "seq", "queued")
+    GUIDANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    guidance_id: str
+    seq: int
+    queued: int
+    def __init__(self, guidance_id: _Optional[str] = ..., seq: _Optional[int] = ..., queued: _Optional[int] = ...) -> None: ...
+
+class JournalEvent(_message.Message):
+    __slots__ = ("run_id", "seq", "kind", "at", "data_json", "hash", "prev_hash", "trace_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    PREV_HASH_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    seq: int
+    kind: str
+    at: _timestamp_pb2.Timestamp
+    data_json: str
+    hash: str
+    prev_hash: str
+    trace_id: str
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., data_json: _Optional[str] = ..., hash: _Optional[str] = ..., prev_hash: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
+
+class WatchRunRequest(_message.Message):
+    __slots__ = ("id", "after_seq", "follow")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    after_seq: int
+    follow: bool
+    def __init__(self, id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class ReadEntryRequest(_message.Message):
+    __slots__ = ("run_id", "seq", "offset", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    seq: int
+    offset: int
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ReadEntryResponse(_message.Message):
+    __slots__ = ("run_id", "seq", "kind", "text", "offset", "next_offset", "total_length", "archived")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    seq: int
+    kind: str
+    text: str
+    offset: int
+    next_offset: int
+    total_length: int
+    archived: bool
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., total_length: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
+
+class SearchJournalRequest(_message.Message):
+    __slots__ = ("run_id", "text", "cursor", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    text: str
+    cursor: str
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., text: _Optional[str] = ..., cursor: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class SearchMatch(_message.Message):
+    __slots__ = ("seq", "kind", "offset", "excerpt")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXCERPT_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    kind: str
+    offset: int
+    excerpt: str
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[str] = ..., offset: _Optional[int] = ..., excerpt: _Optional[str] = ...) -> None: ...
+
+class SearchJournalResponse(_message.Message):
+    __slots__ = ("matches", "cursor", "has_more", "match_limit_reached")
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_LIMIT_REACHED_FIELD_NUMBER: _ClassVar[int]
+    matches: _containers.RepeatedCompositeFieldContainer[SearchMatch]
+    cursor: str
+    has_more: bool
+    match_limit_reached: bool
+    def __init__(self, matches: _Optional[_Iterable[_Union[SearchMatch, _Mapping]]] = ..., cursor: _Optional[str] = ..., has_more: _Optional[bool] = ..., match_limit_reached: _Optional[bool] = ...) -> None: ...
+
+class VerifyJournalResponse(_message.Message):
+    __slots__ = ("ok", "events_checked", "receipts_checked", "problems")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    events_checked: int
+    receipts_checked: int
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ok: _Optional[bool] = ..., events_checked: _Optional[int] = ..., receipts_checked: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
