@@ -22,6 +22,18 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.FleetService/UndrainWorker": ADMIN,
     "/deskfleet.v1.WorkerGateway/Enroll": PUBLIC,
     "/deskfleet.v1.WorkerGateway/Connect": WORKER,
+    "/deskfleet.v1.RunService/SubmitRun": PEOPLE,
+    "/deskfleet.v1.RunService/GetRun": PEOPLE,
+    "/deskfleet.v1.RunService/ListRuns": PEOPLE,
+    "/deskfleet.v1.RunService/WaitRun": PEOPLE,
+    "/deskfleet.v1.RunService/CancelRun": PEOPLE,
+    "/deskfleet.v1.RunService/RetryRun": PEOPLE,
+    "/deskfleet.v1.RunService/AbandonRun": PEOPLE,
+    "/deskfleet.v1.RunService/GuideRun": PEOPLE,
+    "/deskfleet.v1.RunService/WatchRun": PEOPLE,
+    "/deskfleet.v1.JournalService/ReadEntry": PEOPLE,
+    "/deskfleet.v1.JournalService/SearchJournal": PEOPLE,
+    "/deskfleet.v1.JournalService/VerifyJournal": PEOPLE,
 }
 
 GUARDED_PREFIX = "/deskfleet.v1."

@@ -38,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--replica", default=None, help="this replica's name (default: hostname)")
     serve.add_argument("--heartbeat-interval", type=float, default=5.0, metavar="SECONDS")
     serve.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
+    serve.add_argument(
+        "--sweep-interval",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how often the recovery sweep resumes saved work (default 120)",
+    )
     serve.add_argument("--log-level", default="INFO")
     return p
 
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             listen=args.listen,
             heartbeat_interval=args.heartbeat_interval,
             lease_ttl=args.lease_ttl,
+            sweep_interval=args.sweep_interval,
             **({"replica": args.replica} if args.replica else {}),
         )
         asyncio.run(_serve(config))

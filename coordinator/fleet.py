@@ -63,7 +63,7 @@ class FleetStatus:
     workers: tuple[WorkerView, ...]
 
 
-def _view(worker: WorkerRow, presence: PresenceRow | None, now: float) -> WorkerView:
+def view_of(worker: WorkerRow, presence: PresenceRow | None, now: float) -> WorkerView:
     online = presence is not None and presence.lease_expires_at > now and worker.state != "revoked"
     return WorkerView(
         id=worker.id,
@@ -100,7 +100,7 @@ class Fleet:
         rows = await self._db.read(
             worker_queries.workers_with_presence, include_revoked=include_revoked
         )
-        return [_view(w, p, now) for w, p in rows]
+        return [view_of(w, p, now) for w, p in rows]
 
     async def get(self, worker_id: str) -> WorkerView:
         now = time.time()
@@ -109,7 +109,7 @@ class Fleet:
         )
         if not rows:
             raise NotFoundError(f"no worker {worker_id!r}")
-        return _view(*rows[0], now)
+        return view_of(*rows[0], now)
 
     async def revoke(self, worker_id: str) -> WorkerView:
         """Refuse the worker's credential from now on and cut its stream at once."""

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
+from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, RevokedError
@@ -37,6 +38,8 @@ class WorkerSession:
     ended: asyncio.Future[DeskfleetError] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # Orders for the worker (dispatches, cancels, receipt verdicts); the stream's writer drains it.
+    outbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
 
     def end(self, reason: DeskfleetError) -> None:
         if not self.ended.done():
@@ -92,6 +95,17 @@ class Presence:
         self._sessions[worker_id] = session
         return session
 
+    def connected_ids(self) -> frozenset[str]:
+        return frozenset(self._sessions)
+
+    def send(self, worker_id: str, order: object) -> bool:
+        """Queue an order for the worker's stream on this replica; False if it is not here."""
+        session = self._sessions.get(worker_id)
+        if session is None or session.ended.done():
+            return False
+        session.outbox.put_nowait(order)
+        return True
+
     def heartbeat(self, session: WorkerSession) -> None:
         self._renewals[session.worker_id] = session.session_id
 
@@ -146,12 +160,7 @@ class Presence:
             return
         batch, self._renewals = self._renewals, {}
         try:
-            await self._db.write(
-                worker_queries.renew_leases,
-                list(batch.items()),
-                time.time(),
-                self._config.lease_ttl,
-            )
+            await self._db.write(_renew, list(batch.items()), time.time(), self._config.lease_ttl)
         except DeskfleetError:
             # Keep the renewals for the next flush (newer heartbeats win).
             self._renewals = {**batch, **self._renewals}
@@ -163,3 +172,9 @@ class Presence:
         revoked = await self._db.read(worker_queries.revoked_among, list(self._sessions))
         for worker_id in revoked:
             self.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
+
+
+def _renew(s: Session, renewals: list[tuple[str, str]], now: float, ttl: float) -> None:
+    """Renew presence leases and, with them, the leases of the attempts those workers hold."""
+    worker_queries.renew_leases(s, renewals, now, ttl)
+    run_queries.renew_action_leases(s, [w for w, _ in renewals], now + ttl)

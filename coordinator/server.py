@@ -8,12 +8,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
+from coordinator.journal import JournalBus
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
+from coordinator.recall import Recall
+from coordinator.runs import Runs
 from coordinator.servicers.admin import AdminServicer
 from coordinator.servicers.fleet import FleetServicer
 from coordinator.servicers.guard import GuardInterceptor
+from coordinator.servicers.runs import JournalServicer, RunServicer
 from coordinator.servicers.worker_gateway import WorkerGatewayServicer
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
@@ -23,6 +28,8 @@ from shared.gen.deskfleet.v1 import (
     admin_pb2_grpc,
     fleet_pb2,
     fleet_pb2_grpc,
+    runs_pb2,
+    runs_pb2_grpc,
     worker_pb2,
     worker_pb2_grpc,
 )
@@ -33,6 +40,8 @@ SERVICE_NAMES = (
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
     fleet_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
     worker_pb2.DESCRIPTOR.services_by_name["WorkerGateway"].full_name,
+    runs_pb2.DESCRIPTOR.services_by_name["RunService"].full_name,
+    runs_pb2.DESCRIPTOR.services_by_name["JournalService"].full_name,
 )
 
 # Workers keep one stream open for hours: keepalives find dead peers that never sent a FIN.
@@ -46,7 +55,12 @@ SERVER_OPTIONS = [
 
 
 def create_server(
-    address: str, db: Database, presence: Presence, config: CoordinatorConfig
+    address: str,
+    db: Database,
+    presence: Presence,
+    dispatcher: Dispatcher,
+    bus: JournalBus,
+    config: CoordinatorConfig,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Build (not start) the server; returns it, the bound port (for port 0) and its health."""
     auth = Authenticator(db)
@@ -56,8 +70,11 @@ def create_server(
         FleetServicer(Fleet(db, presence, auth)), server
     )
     worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
-        WorkerGatewayServicer(db, presence, config), server
+        WorkerGatewayServicer(db, presence, dispatcher, config), server
     )
+    runs = Runs(db, dispatcher, bus)
+    runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs), server)
+    runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, Recall(db)), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -77,6 +94,7 @@ class Coordinator:
         self.port = 0
         self._db: Database | None = None
         self._presence: Presence | None = None
+        self._dispatcher: Dispatcher | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
 
@@ -85,10 +103,13 @@ class Coordinator:
         await self._db.check_schema(head_revision())
         self._presence = Presence(self._db, self.config)
         await self._presence.__aenter__()
+        bus = JournalBus()
+        self._dispatcher = Dispatcher(self._db, self._presence, bus, self.config)
         self._server, self.port, self._health = create_server(
-            self.config.listen, self._db, self._presence, self.config
+            self.config.listen, self._db, self._presence, self._dispatcher, bus, self.config
         )
         await self._server.start()
+        await self._dispatcher.__aenter__()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
@@ -104,6 +125,9 @@ class Coordinator:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self._dispatcher is not None:
+            await self._dispatcher.aclose()
+            self._dispatcher = None
         if self._presence is not None:
             await self._presence.aclose()
             self._presence = None

@@ -19,3 +19,7 @@ class CoordinatorConfig:
     # heartbeat would cost a commit each at fleet scale.
     lease_flush_interval: float = 0.25
     enrollment_token_ttl: float = 3600.0
+    # The recovery sweep resumes saved work: expired leases, overdue attempts, waiting runs.
+    sweep_interval: float = 120.0
+    # Automatic attempts of an idempotent action before the run stops for a person.
+    max_attempts: int = 3

@@ -8,8 +8,10 @@
     ├── AuthenticationError ......... UNAUTHENTICATED   (missing, unknown or expired credential)
     ├── PermissionDeniedError ....... PERMISSION_DENIED (a known credential that may not do this)
     │   └── RevokedError ............ PERMISSION_DENIED (the credential was revoked)
+    ├── ResourceExhaustedError ...... RESOURCE_EXHAUSTED (a per-run limit, e.g. guidance)
     ├── UnavailableError ............ UNAVAILABLE
     │   └── StoreUnavailableError ... UNAVAILABLE       (the coordinator cannot read its store)
+    ├── DataIntegrityError .......... DATA_LOSS         (a stored receipt or event was altered)
     └── InternalError ............... INTERNAL          (a defect; the message hides details)
 
 Servers raise these from domain code; one place per process maps them to status codes
@@ -63,6 +65,14 @@ class RevokedError(PermissionDeniedError):
     pass
 
 
+class ResourceExhaustedError(DeskfleetError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class DataIntegrityError(DeskfleetError):
+    code = grpc.StatusCode.DATA_LOSS
+
+
 class UnavailableError(DeskfleetError):
     code = grpc.StatusCode.UNAVAILABLE
 
@@ -84,7 +94,9 @@ _BY_CODE: dict[grpc.StatusCode, type[DeskfleetError]] = {
         FailedPreconditionError,
         AuthenticationError,
         PermissionDeniedError,
+        ResourceExhaustedError,
         UnavailableError,
+        DataIntegrityError,
         InternalError,
     )
 }

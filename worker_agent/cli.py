@@ -24,8 +24,10 @@ from shared.errors import (
     from_rpc_error,
 )
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from worker_agent.action_log import ActionLog
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.connection import WorkerConnection
+from worker_agent.executor import ActionExecutor
 from worker_agent.state import StateDir, WorkerIdentity
 
 EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
@@ -108,8 +110,9 @@ def _enroll(args: argparse.Namespace) -> str:
 async def _run(args: argparse.Namespace) -> None:
     identity, credential = StateDir(args.state_dir).load()
     options = ProbeOptions(chromium=args.chromium, computer_use_allowed=not args.no_computer_use)
+    actions = ActionExecutor(ActionLog(args.state_dir / "actions"))
     connection = WorkerConnection(
-        identity, credential, functools.partial(measure, options, identity.labels)
+        identity, credential, functools.partial(measure, options, identity.labels), actions=actions
     )
     task = asyncio.create_task(connection.run_forever())
     loop = asyncio.get_running_loop()
@@ -119,6 +122,8 @@ async def _run(args: argparse.Namespace) -> None:
         await task
     except asyncio.CancelledError:
         logging.getLogger("deskfleet.worker").info("stopped")
+    finally:
+        actions.close()
 
 
 def main(argv: list[str] | None = None) -> int:

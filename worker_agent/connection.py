@@ -1,4 +1,4 @@
-"""The worker's one stream to the coordinator: hello, heartbeats, and reconnection."""
+"""The worker's one stream to the coordinator: hello, heartbeats, actions, and reconnection."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from shared.errors import AuthenticationError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
 from worker_agent.backoff import Backoff
+from worker_agent.executor import ActionExecutor
 from worker_agent.state import WorkerIdentity
 
 log = logging.getLogger("deskfleet.worker")
@@ -45,11 +46,14 @@ class WorkerConnection:
         credential: str,
         measure: Callable[[], Advertisement],
         backoff: Backoff | None = None,
+        *,
+        actions: ActionExecutor,
     ) -> None:
         self._identity = identity
         self._metadata = auth_metadata(credential)
         self._measure = measure
         self._backoff = backoff or Backoff()
+        self._actions = actions
         self.connected = asyncio.Event()
 
     async def run_forever(self) -> None:
@@ -80,11 +84,10 @@ class WorkerConnection:
         advertisement = await asyncio.to_thread(self._measure)
         async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
             call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self._metadata)
-            await call.write(
-                worker_pb2.WorkerMessage(
-                    hello=worker_pb2.Hello(advertisement=advertisement.to_proto())
-                )
+            hello = worker_pb2.Hello(
+                advertisement=advertisement.to_proto(), held=self._actions.held()
             )
+            await call.write(worker_pb2.WorkerMessage(hello=hello))
             first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
             if first is grpc.aio.EOF:
                 await _raise_status(call)
@@ -103,23 +106,47 @@ class WorkerConnection:
                 welcome.worker_id,
                 caps,
             )
-            beats = asyncio.create_task(self._heartbeats(call, welcome))
+            # One writer per stream: grpc.aio allows one write in flight, and receipts come
+            # from action threads at any time. No await between reading the outbox and
+            # attaching the queue, so no receipt falls between the two.
+            outgoing: asyncio.Queue[WorkerMessage] = asyncio.Queue()
+            for message in self._actions.pending():
+                outgoing.put_nowait(message)
+            self._actions.attach(outgoing.put_nowait)
+            tasks = [
+                asyncio.create_task(self._write(call, outgoing)),
+                asyncio.create_task(self._heartbeats(outgoing, welcome)),
+            ]
             try:
                 await self._receive(call, welcome)
             finally:
-                beats.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await beats
+                self._actions.attach(None)
+                for task in tasks:
+                    task.cancel()
+                for task in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
                 call.cancel()
 
+    async def _write(self, call: Call, outgoing: asyncio.Queue[WorkerMessage]) -> None:
+        while True:
+            message = await outgoing.get()
+            try:
+                await call.write(message)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+                # The stream is gone; reading notices and reconnects. What was not sent is
+                # in the outbox (receipts) or the next Hello (running attempts).
+                log.debug("stream write failed: %s", exc)
+                return
+
     async def _heartbeats(
-        self, call: Call, welcome: worker_pb2.Welcome
+        self, outgoing: asyncio.Queue[WorkerMessage], welcome: worker_pb2.Welcome
     ) -> None:
         seq = 0
         while True:
             await asyncio.sleep(welcome.heartbeat_interval_seconds)
             seq += 1
-            await call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
+            outgoing.put_nowait(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
 
     async def _receive(self, call: Call, welcome: worker_pb2.Welcome) -> None:
         # No message for a whole lease means the coordinator no longer sees us as online:
@@ -130,10 +157,17 @@ class WorkerConnection:
                 message = await asyncio.wait_for(call.read(), silence)
             except TimeoutError as exc:
                 raise ConnectionLost(f"no answer from the coordinator for {silence:.0f} s") from exc
-            if message is grpc.aio.EOF:
+            if not isinstance(message, CoordinatorMessage):  # grpc.aio.EOF
                 await _raise_status(call)
                 return
-            # Heartbeat acks carry nothing else yet; their arrival is what resets the silence.
+            # Any message resets the silence; heartbeat acks carry nothing else.
+            kind = message.WhichOneof("body")
+            if kind == "dispatch":
+                self._actions.dispatch(message.dispatch)
+            elif kind == "cancel":
+                self._actions.cancel(message.cancel)
+            elif kind == "receipt_ack":
+                self._actions.acknowledge(message.receipt_ack)
 
 
 async def _raise_status(call: Call) -> None:

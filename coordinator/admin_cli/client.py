@@ -10,7 +10,7 @@ import grpc
 from shared.config import ClientConfig
 from shared.credentials import auth_metadata
 from shared.errors import from_rpc_error
-from shared.gen.deskfleet.v1 import admin_pb2_grpc, fleet_pb2_grpc, worker_pb2_grpc
+from shared.gen.deskfleet.v1 import admin_pb2_grpc, fleet_pb2_grpc, runs_pb2_grpc, worker_pb2_grpc
 
 Response = TypeVar("Response")
 
@@ -23,6 +23,8 @@ class CoordinatorClient:
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.fleet = fleet_pb2_grpc.FleetServiceStub(self._channel)
         self.gateway = worker_pb2_grpc.WorkerGatewayStub(self._channel)
+        self.runs = runs_pb2_grpc.RunServiceStub(self._channel)
+        self.journal = runs_pb2_grpc.JournalServiceStub(self._channel)
         self._metadata: tuple[tuple[str, str], ...] | None = None
 
     def __enter__(self) -> CoordinatorClient:
@@ -31,15 +33,21 @@ class CoordinatorClient:
     def __exit__(self, *exc: object) -> None:
         self._channel.close()
 
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        if self._metadata is None:
+            self._metadata = auth_metadata(self.config.read_token())
+        return self._metadata
+
     def call(
-        self, method: Callable[..., Response], request: Any, *, authenticated: bool = True
+        self,
+        method: Callable[..., Response],
+        request: Any,
+        *,
+        authenticated: bool = True,
+        timeout: float | None = None,
     ) -> Response:
-        metadata: tuple[tuple[str, str], ...] = ()
-        if authenticated:
-            if self._metadata is None:
-                self._metadata = auth_metadata(self.config.read_token())
-            metadata = self._metadata
+        metadata = self.metadata() if authenticated else ()
         try:
-            return method(request, metadata=metadata, timeout=self.timeout)
+            return method(request, metadata=metadata, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.config.coordinator) from exc

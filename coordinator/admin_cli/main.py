@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from coordinator.admin_cli import render
+from coordinator.admin_cli import render, runs_commands
 from coordinator.admin_cli.client import CoordinatorClient
 from shared import __version__
 from shared.config import ClientConfig, parse_duration
@@ -154,6 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     leaf(sub, "status", _status, "fleet status: workers online by capability")
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
 
+    runs_commands.add_parsers(sub, leaf)
+
     workers = sub.add_parser("workers", help="enrolled workers").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )
@@ -193,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     except DeskfleetError as exc:
         print(f"deskfleet: {exc.message}", file=sys.stderr)
         return _exit_code(exc)
+    except runs_commands.RunNotSucceeded:
+        return runs_commands.EXIT_RUN_NOT_SUCCEEDED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

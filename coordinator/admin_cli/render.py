@@ -98,3 +98,77 @@ def worker_detail(w: dict[str, Any]) -> str:
         state = "available" if c["available"] else f"absent: {c['reason'] or 'unknown reason'}"
         lines.append(f"  {c['name']}: {state}")
     return "\n".join(lines)
+
+
+def run_rows(runs: list[dict[str, Any]]) -> str:
+    return table(
+        ["ID", "STATUS", "ACTIONS", "TITLE", "WAITING / STOP REASON", "UPDATED"],
+        [
+            [
+                r["id"],
+                r["status"],
+                f"{r['actionsSucceeded']}/{r['actionsTotal']}",
+                r["title"],
+                _reason(r),
+                r.get("updatedAt"),
+            ]
+            for r in runs
+        ],
+    )
+
+
+def _reason(run: dict[str, Any]) -> str:
+    waiting = run.get("waiting")
+    if waiting:
+        return f"{waiting['code']}: {waiting['detail']}"
+    return str(run.get("stopReason") or "")
+
+
+def run_detail(r: dict[str, Any]) -> str:
+    lim = r["limits"]
+    lines = [
+        f"run:        {r['id']}  ({r['title']})",
+        f"status:     {r['status']}",
+    ]
+    if r.get("waiting"):
+        lines.append(f"waiting:    {r['waiting']['code']}: {r['waiting']['detail']}")
+    if r.get("stopReason"):
+        lines.append(f"stopped:    {r['stopReason']}")
+    lines += [
+        f"progress:   {r['actionsSucceeded']}/{r['actionsTotal']} actions succeeded,"
+        f" {r['attemptsUsed']} attempts used",
+        f"budget:     {lim['maxActions']} attempts / {lim['maxSeconds']:g} s hard;"
+        f" estimate {lim['estimateActions']} attempts / {lim['estimateSeconds']:g} s;"
+        f" {r['extensions']} of 3 extensions used",
+        f"journal:    {r['lastSeq']} events (trace {r['traceId']})",
+        f"created:    {_cell(r.get('createdAt'))}   updated: {_cell(r.get('updatedAt'))}",
+    ]
+    if r.get("guidanceQueued"):
+        lines.append(f"guidance:   {r['guidanceQueued']} message(s) queued")
+    if r.get("actions"):
+        lines.append("")
+        lines.append(
+            table(
+                ["#", "KIND", "STATUS", "WORKER", "ATTEMPTS", "EPOCH", "ERROR"],
+                [
+                    [
+                        a["index"],
+                        a["kind"],
+                        a["status"],
+                        a.get("workerId"),
+                        a["attempts"],
+                        a["epoch"],
+                        a.get("error"),
+                    ]
+                    for a in r["actions"]
+                ],
+            )
+        )
+    return "\n".join(lines)
+
+
+def event_line(e: dict[str, Any]) -> str:
+    data = e.get("dataJson", "")
+    if len(data) > 160:
+        data = data[:157] + "..."
+    return f"{e['seq']:>5}  {_cell(e.get('at'))}  {e['kind']:<18} {data}"

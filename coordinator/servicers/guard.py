@@ -59,11 +59,14 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_unary is not None:
             inner = handler.unary_unary
             factory = grpc.unary_unary_rpc_method_handler
+        elif handler.unary_stream is not None:
+            inner = handler.unary_stream
+            factory = grpc.unary_stream_rpc_method_handler
         elif handler.stream_stream is not None:
             inner = handler.stream_stream
             factory = grpc.stream_stream_rpc_method_handler
         else:
-            raise TypeError(f"{method}: only unary and bidi RPCs are guarded")
+            raise TypeError(f"{method}: client-streaming RPCs are not guarded")
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:

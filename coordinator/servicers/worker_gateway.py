@@ -9,6 +9,8 @@ from typing import Any
 import grpc
 
 from coordinator import enrollment
+from coordinator.dispatch import Dispatcher, Started
+from coordinator.ledger import CancelOrder, DispatchOrder, Held, IncomingReceipt, ReceiptVerdict
 from coordinator.presence import Presence, WorkerSession
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
@@ -22,10 +24,50 @@ Context = grpc.aio.ServicerContext[Any, Any]
 HELLO_TIMEOUT = 10.0
 
 
+def _message(order: object) -> worker_pb2.CoordinatorMessage:
+    if isinstance(order, DispatchOrder):
+        return worker_pb2.CoordinatorMessage(
+            dispatch=worker_pb2.Dispatch(
+                action_id=order.action_id,
+                run_id=order.run_id,
+                attempt_id=order.attempt_id,
+                epoch=order.epoch,
+                attempt=order.attempt,
+                kind=order.kind,
+                args_json=order.args_json,
+                idempotent=order.idempotent,
+                timeout_seconds=order.timeout_seconds,
+            )
+        )
+    if isinstance(order, CancelOrder):
+        return worker_pb2.CoordinatorMessage(
+            cancel=worker_pb2.CancelAction(
+                action_id=order.action_id,
+                attempt_id=order.attempt_id,
+                reason=order.reason,
+            )
+        )
+    if isinstance(order, _Ack):
+        return worker_pb2.CoordinatorMessage(heartbeat_ack=worker_pb2.HeartbeatAck(seq=order.seq))
+    if isinstance(order, ReceiptVerdict):
+        return worker_pb2.CoordinatorMessage(
+            receipt_ack=worker_pb2.ReceiptAck(
+                action_id=order.action_id,
+                attempt_id=order.attempt_id,
+                accepted=order.accepted,
+                reason=order.reason,
+            )
+        )
+    raise TypeError(f"no message for {order!r}")
+
+
 class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
-    def __init__(self, db: Database, presence: Presence, config: CoordinatorConfig) -> None:
+    def __init__(
+        self, db: Database, presence: Presence, dispatcher: Dispatcher, config: CoordinatorConfig
+    ) -> None:
         self._db = db
         self._presence = presence
+        self._dispatcher = dispatcher
         self._config = config
 
     async def Enroll(
@@ -50,9 +92,11 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             return
         if first.WhichOneof("body") != "hello":
             raise InvalidArgumentError("the first message on the stream must be a hello")
+        hello = first.hello
         session = await self._presence.open(
-            worker.id, Advertisement.from_proto(first.hello.advertisement)
+            worker.id, Advertisement.from_proto(hello.advertisement)
         )
+        tasks: list[asyncio.Task[None]] = []
         try:
             await context.write(
                 worker_pb2.CoordinatorMessage(
@@ -65,23 +109,35 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                     )
                 )
             )
-            reader = asyncio.create_task(self._read(session, context))
-            waiters: set[asyncio.Future[Any]] = {reader, session.ended}
+            held = [Held(h.action_id, h.attempt_id, h.epoch, h.state) for h in hello.held]
+            await self._dispatcher.on_connect(worker.id, held)
+            tasks = [
+                asyncio.create_task(self._read(session, context)),
+                asyncio.create_task(self._write(session, context)),
+            ]
+            waiters: set[asyncio.Future[Any]] = {*tasks, session.ended}
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if session.ended in done:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
                 reason: DeskfleetError = session.ended.result()
-                await context.abort(
+                code = (
                     reason.code
                     if reason.code != grpc.StatusCode.UNKNOWN
-                    else grpc.StatusCode.ABORTED,
-                    reason.message,
+                    else grpc.StatusCode.ABORTED
                 )
-            reader.result()
+                await context.abort(code, reason.message)
+            for task in done:
+                task.result()
         finally:
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await self._presence.close(session)
+
+    async def _write(self, session: WorkerSession, context: Context) -> None:
+        while True:
+            order = await session.outbox.get()
+            await context.write(_message(order))
 
     async def _read(self, session: WorkerSession, context: Context) -> None:
         while True:
@@ -91,10 +147,32 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             kind = message.WhichOneof("body")
             if kind == "heartbeat":
                 self._presence.heartbeat(session)
-                await context.write(
-                    worker_pb2.CoordinatorMessage(
-                        heartbeat_ack=worker_pb2.HeartbeatAck(seq=message.heartbeat.seq)
+                session.outbox.put_nowait(_Ack(message.heartbeat.seq))
+            elif kind == "started":
+                m = message.started
+                self._dispatcher.on_started(Started(session.worker_id, m.action_id, m.attempt_id))
+            elif kind == "receipt":
+                r = message.receipt
+                self._dispatcher.on_receipt(
+                    IncomingReceipt(
+                        session.worker_id,
+                        r.action_id,
+                        r.run_id,
+                        r.attempt_id,
+                        r.epoch,
+                        r.status,
+                        r.result_json,
+                        r.error,
+                        r.started_at,
+                        r.finished_at,
                     )
                 )
             else:
                 raise InvalidArgumentError(f"unexpected {kind or 'empty'} message on the stream")
+
+
+class _Ack:
+    """A heartbeat acknowledgement, queued behind any order sent before it."""
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq

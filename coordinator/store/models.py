@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, String
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -68,3 +68,102 @@ class PresenceRow(Base):
     connected_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float] = mapped_column(Float)
     lease_expires_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class RunRow(Base):
+    """A durable unit of work: its contract, state, budget and the head of its journal."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner_id: Mapped[str] = mapped_column(String(64), index=True)
+    title: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(32), index=True)
+    stop_reason: Mapped[str] = mapped_column(Text, default="")
+    waiting_code: Mapped[str] = mapped_column(String(64), default="")
+    waiting_detail: Mapped[str] = mapped_column(Text, default="")
+    limits: Mapped[dict[str, Any]] = mapped_column(JSON)
+    estimate_actions: Mapped[int] = mapped_column(Integer)
+    estimate_seconds: Mapped[float] = mapped_column(Float)
+    extensions: Mapped[int] = mapped_column(Integer, default=0)
+    successes_at_extension: Mapped[int] = mapped_column(Integer, default=0)
+    actions_total: Mapped[int] = mapped_column(Integer)
+    actions_succeeded: Mapped[int] = mapped_column(Integer, default=0)
+    attempts_used: Mapped[int] = mapped_column(Integer, default=0)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    last_hash: Mapped[str] = mapped_column(String(64), default="")
+    trace_id: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ActionRow(Base):
+    """One step of a run in the action ledger, with its current claim (attempt, epoch, lease)."""
+
+    __tablename__ = "actions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)
+    idx: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(100))
+    intent: Mapped[str] = mapped_column(Text)
+    args: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    idempotent: Mapped[bool] = mapped_column(Boolean)
+    route: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    worker_id: Mapped[str] = mapped_column(String(64), default="", index=True)
+    attempt_id: Mapped[str] = mapped_column(String(64), default="")
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    timeout_seconds: Mapped[float] = mapped_column(Float)
+    dispatched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str] = mapped_column(Text, default="")
+    receipt_id: Mapped[str] = mapped_column(String(64), default="")
+
+
+class ReceiptRow(Base):
+    """A worker's result of one attempt: canonical ASCII JSON and its content hash."""
+
+    __tablename__ = "receipts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)
+    action_id: Mapped[str] = mapped_column(String(64), ForeignKey("actions.id"), index=True)
+    attempt_id: Mapped[str] = mapped_column(String(64))
+    epoch: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    body: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class JournalRow(Base):
+    """One append-only, hash-chained event of a run's journal."""
+
+    __tablename__ = "journal"
+
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)
+    data: Mapped[str] = mapped_column(Text)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+    trace_id: Mapped[str] = mapped_column(String(32))
+
+
+class GuidanceRow(Base):
+    """A person's message to a run, queued until the run's next safe boundary."""
+
+    __tablename__ = "guidance"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)
+    author_id: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True)

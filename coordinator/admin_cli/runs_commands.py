@@ -1,0 +1,264 @@
+"""`deskfleet runs ...` and `deskfleet journal ...`: submit plans, follow and steer runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from coordinator.admin_cli import render
+from coordinator.admin_cli.client import CoordinatorClient
+from shared.errors import InvalidArgumentError, from_rpc_error
+from shared.gen.deskfleet.v1 import runs_pb2
+
+EXIT_RUN_NOT_SUCCEEDED = 6
+ACTIVE = ("RUNNING", "WAITING_FOR_ENVIRONMENT", "RECOVERING")
+
+
+class RunNotSucceeded(Exception):
+    """`--wait` saw the run stop without success (the document is printed all the same)."""
+
+
+def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
+    """Read PLAN.json into a request, naming the field at fault on any mistake."""
+    try:
+        plan = json.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise InvalidArgumentError(f"plan file {path} does not exist") from exc
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"plan file {path}: {exc}") from exc
+    if not isinstance(plan, dict) or not isinstance(plan.get("actions"), list):
+        raise InvalidArgumentError(f'plan file {path}: expected {{"actions": [...]}}')
+    request = runs_pb2.SubmitRunRequest(title=str(plan.get("title", "")))
+    for i, action in enumerate(plan["actions"]):
+        if not isinstance(action, dict) or not isinstance(action.get("kind"), str):
+            raise InvalidArgumentError(f'actions[{i}]: needs a "kind"')
+        args = action.get("args", {})
+        if not isinstance(args, dict):
+            raise InvalidArgumentError(f"actions[{i}].args: must be an object")
+        route = action.get("route") or {}
+        if not isinstance(route, dict):
+            raise InvalidArgumentError(f"actions[{i}].route: must be an object")
+        request.actions.append(
+            runs_pb2.PlannedAction(
+                kind=action["kind"],
+                args_json=json.dumps(args, ensure_ascii=True),
+                idempotent=bool(action.get("idempotent", False)),
+                intent=str(action.get("intent", "")),
+                route=runs_pb2.RouteConstraint(
+                    worker=str(route.get("worker", "")),
+                    labels={str(k): str(v) for k, v in (route.get("labels") or {}).items()},
+                    capability=str(route.get("capability", "")),
+                ),
+            )
+        )
+    limits = plan.get("limits") or {}
+    try:
+        request.limits.CopyFrom(
+            runs_pb2.Limits(
+                max_actions=int(limits.get("max_actions", 0)),
+                max_seconds=float(limits.get("max_seconds", 0)),
+                estimate_actions=int(limits.get("estimate_actions", 0)),
+                estimate_seconds=float(limits.get("estimate_seconds", 0)),
+                action_timeout_seconds=float(limits.get("action_timeout_seconds", 0)),
+            )
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"plan file {path}: limits: {exc}") from exc
+    return request
+
+
+def _print_run(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        render.print_json(doc)
+    else:
+        print(render.run_detail(doc))
+
+
+def _wait(client: CoordinatorClient, run_id: str) -> runs_pb2.Run:
+    while True:
+        run: runs_pb2.Run = client.call(
+            client.runs.WaitRun, runs_pb2.WaitRunRequest(id=run_id, timeout_seconds=30), timeout=45
+        )
+        if run.status not in ACTIVE:
+            return run
+
+
+def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    run = client.call(client.runs.SubmitRun, load_plan(args.plan))
+    if args.wait:
+        if not args.json:
+            print(f"run {run.id} submitted; waiting for it to stop...", file=sys.stderr)
+        run = _wait(client, run.id)
+    _print_run(render.as_dict(run), args.json)
+    if args.wait and run.status != "SUCCEEDED":
+        raise RunNotSucceeded(run.status)
+
+
+def show(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    _print_run(
+        render.as_dict(client.call(client.runs.GetRun, runs_pb2.RunRef(id=args.id))), args.json
+    )
+
+
+def list_runs(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    doc = render.as_dict(
+        client.call(
+            client.runs.ListRuns,
+            runs_pb2.ListRunsRequest(limit=args.limit, status=args.status or ""),
+        )
+    )
+    if args.json:
+        render.print_json(doc)
+    elif doc["runs"]:
+        print(render.run_rows(doc["runs"]))
+    else:
+        print("no runs yet (submit one with `deskfleet runs submit PLAN.json`)")
+
+
+def control(rpc: str) -> Any:
+    def run(client: CoordinatorClient, args: argparse.Namespace) -> None:
+        result = client.call(getattr(client.runs, rpc), runs_pb2.RunRef(id=args.id))
+        _print_run(render.as_dict(result), args.json)
+
+    return run
+
+
+def guide(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    reply = client.call(client.runs.GuideRun, runs_pb2.GuideRunRequest(id=args.id, text=args.text))
+    doc = render.as_dict(reply)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(
+            f"guidance {doc['guidanceId']} queued for run {args.id} (journal event"
+            f" {doc['seq']}); it is delivered at the run's next safe boundary"
+        )
+
+
+def watch(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    """Stream the journal; after a disconnect, resume from the last sequence seen."""
+    request = runs_pb2.WatchRunRequest(
+        id=args.id, after_seq=args.after_seq, follow=not args.no_follow
+    )
+    events: list[dict[str, Any]] = []
+    metadata = client.metadata()
+    try:
+        for event in client.runs.WatchRun(request, metadata=metadata):
+            doc = render.as_dict(event)
+            if args.json:
+                events.append(doc)
+            else:
+                print(render.event_line(doc), flush=True)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc, client.config.coordinator) from exc
+    if args.json:
+        render.print_json({"runId": args.id, "events": events})
+
+
+def journal_read(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    page = client.call(
+        client.journal.ReadEntry,
+        runs_pb2.ReadEntryRequest(
+            run_id=args.run_id, seq=args.seq, offset=args.offset, limit=args.limit
+        ),
+    )
+    doc = render.as_dict(page)
+    if args.json:
+        render.print_json(doc)
+        return
+    sys.stdout.write(page.text + "\n")
+    more = f"more from --offset {page.next_offset}" if page.next_offset >= 0 else "end"
+    print(
+        f"[{page.kind} #{page.seq}: characters {page.offset}-{page.offset + len(page.text)}"
+        f" of {page.total_length}{', archived' if page.archived else ''}; {more}]",
+        file=sys.stderr,
+    )
+
+
+def journal_search(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    page = client.call(
+        client.journal.SearchJournal,
+        runs_pb2.SearchJournalRequest(
+            run_id=args.run_id, text=args.text, cursor=args.cursor or "", limit=args.limit
+        ),
+    )
+    doc = render.as_dict(page)
+    if args.json:
+        render.print_json(doc)
+        return
+    for m in doc["matches"]:
+        print(f"#{m['seq']} {m['kind']} @{m['offset']}: {m['excerpt']}")
+    if not doc["matches"]:
+        print("no match in this page" + (" (more to search)" if doc["hasMore"] else ""))
+    if doc["matchLimitReached"]:
+        print(
+            "some excerpts did not fit: narrow the search or read the events by --seq",
+            file=sys.stderr,
+        )
+    if doc["hasMore"]:
+        print(f"continue with --cursor {doc['cursor']}", file=sys.stderr)
+
+
+def journal_verify(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    doc = render.as_dict(client.call(client.journal.VerifyJournal, runs_pb2.RunRef(id=args.run_id)))
+    if args.json:
+        render.print_json(doc)
+    elif doc["ok"]:
+        print(
+            f"journal of {args.run_id} verified: {doc['eventsChecked']} events in an unbroken"
+            f" chain, {doc['receiptsChecked']} receipts match their content hashes"
+        )
+    if not doc["ok"]:
+        for problem in doc["problems"]:
+            print(f"problem: {problem}", file=sys.stderr)
+        raise RunNotSucceeded("journal verification failed")
+
+
+def add_parsers(sub: Any, leaf: Any) -> None:
+    runs = sub.add_parser("runs", help="durable runs").add_subparsers(
+        dest="sub", required=True, metavar="ACTION"
+    )
+    p = leaf(runs, "submit", submit, "submit a plan of actions")
+    p.add_argument("plan", metavar="PLAN.json")
+    p.add_argument(
+        "--wait", action="store_true", help="wait until the run stops (exit 6 unless it succeeded)"
+    )
+    p = leaf(runs, "list", list_runs, "your runs, newest first")
+    p.add_argument("--status", help="only runs in this state")
+    p.add_argument("--limit", type=int, default=50)
+    leaf(runs, "show", show, "a run: state, stop or waiting reason, actions").add_argument("id")
+    p = leaf(runs, "watch", watch, "stream a run's journal; resume with --after-seq")
+    p.add_argument("id")
+    p.add_argument("--after-seq", type=int, default=0, metavar="N")
+    p.add_argument("--no-follow", action="store_true", help="print history only")
+    for name, rpc, text in (
+        ("cancel", "CancelRun", "stop a run now"),
+        ("retry", "RetryRun", "continue a stopped run from its checkpoint"),
+        ("abandon", "AbandonRun", "end a stopped run, keeping its results"),
+    ):
+        leaf(runs, name, control(rpc), text).add_argument("id")
+    p = leaf(runs, "guide", guide, "queue a message for the run's next safe boundary")
+    p.add_argument("id")
+    p.add_argument("text")
+
+    journal = sub.add_parser("journal", help="a run's journal").add_subparsers(
+        dest="sub", required=True, metavar="ACTION"
+    )
+    p = leaf(journal, "read", journal_read, "a page of one event's original text")
+    p.add_argument("run_id")
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--limit", type=int, default=0, help="characters (default 16384)")
+    p = leaf(journal, "search", journal_search, "search a run's journal")
+    p.add_argument("run_id")
+    p.add_argument("text")
+    p.add_argument("--cursor")
+    p.add_argument("--limit", type=int, default=10)
+    leaf(
+        journal, "verify", journal_verify, "check the hash chain and every receipt's content hash"
+    ).add_argument("run_id")

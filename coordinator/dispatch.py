@@ -1,0 +1,229 @@
+"""The dispatcher: turns ledger decisions into messages to workers, and worker messages back
+into ledger transactions, batched so that many receipts share one commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from coordinator import ledger
+from coordinator.journal import JournalBus
+from coordinator.ledger import (
+    CancelOrder,
+    Context,
+    DispatchOrder,
+    Held,
+    IncomingReceipt,
+    Order,
+)
+from coordinator.presence import Presence
+from coordinator.settings import CoordinatorConfig
+from coordinator.store import Database
+from coordinator.store import runs as run_queries
+from shared.errors import DeskfleetError
+
+log = logging.getLogger(__name__)
+
+# A timed-out attempt is finalized under its own short deadline, so that a slow store cannot
+# leave it eligible to run again elsewhere while we wait.
+FINALIZE_DEADLINE = 2.0
+INGEST_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Started:
+    worker_id: str
+    action_id: str
+    attempt_id: str
+
+
+class Dispatcher:
+    def __init__(
+        self, db: Database, presence: Presence, bus: JournalBus, config: CoordinatorConfig
+    ) -> None:
+        self._db = db
+        self._presence = presence
+        self._bus = bus
+        self._config = config
+        self._inbox: asyncio.Queue[IncomingReceipt | Started] = asyncio.Queue()
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = time.monotonic()
+
+    async def __aenter__(self) -> Dispatcher:
+        self._tasks = [
+            asyncio.create_task(self._ingest_loop(), name="receipt-ingest"),
+            asyncio.create_task(self._sweep_loop(), name="recovery-sweep"),
+        ]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    def context(self) -> Context:
+        return Context(
+            connected=self._presence.connected_ids(),
+            lease_ttl=self._config.lease_ttl,
+            max_attempts=self._config.max_attempts,
+        )
+
+    async def run_unit(self, unit: Callable[[Session, Context], list[Order]]) -> None:
+        """Run a ledger transaction, then send what it decided and wake the run's watchers."""
+        ctx = self.context()
+        orders = await self._db.write(unit, ctx)
+        self.deliver(orders, ctx.touched)
+
+    def deliver(self, orders: Iterable[Order], touched: Iterable[str] = ()) -> None:
+        for order in orders:
+            if isinstance(order, DispatchOrder):
+                self._arm_timeout(order)
+            elif isinstance(order, ledger.ReceiptVerdict) and order.accepted:
+                self._disarm(order.action_id, order.attempt_id)
+            if not self._presence.send(order.worker_id, order) and isinstance(order, DispatchOrder):
+                # The stream went away after the claim: the worker's reconnect (or the lease)
+                # reconciles this attempt; nothing is lost by not sending it now.
+                log.info("worker %s left before dispatch of %s", order.worker_id, order.action_id)
+        self._bus.notify(set(touched))
+
+    # ------------------------------------------------------------------ worker messages
+
+    def on_receipt(self, receipt: IncomingReceipt) -> None:
+        self._inbox.put_nowait(receipt)
+
+    def on_started(self, started: Started) -> None:
+        self._inbox.put_nowait(started)
+
+    async def on_connect(self, worker_id: str, held: Sequence[Held]) -> None:
+        """Reconcile the worker's attempts, then give waiting runs a chance to use it."""
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            orders = ledger.reconcile_worker(s, worker_id, held, ctx)
+            return orders + _advance_waiting(s, ctx)
+
+        await self.run_unit(unit)
+
+    async def advance(self, run_ids: Sequence[str]) -> None:
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            orders: list[Order] = []
+            for run_id in run_ids:
+                run = run_queries.run_for_update(s, run_id)
+                if run is not None:
+                    orders += ledger.advance(s, run, ctx)
+            return orders
+
+        await self.run_unit(unit)
+
+    async def _ingest_loop(self) -> None:
+        while True:
+            batch = [await self._inbox.get()]
+            # Whatever arrived while the previous batch was being committed joins this one.
+            while not self._inbox.empty() and len(batch) < INGEST_BATCH:
+                batch.append(self._inbox.get_nowait())
+            try:
+                await self.run_unit(functools.partial(_apply_batch, batch=batch))
+            except DeskfleetError as exc:
+                # Not acknowledged, so the workers keep these receipts and send them again.
+                log.warning("could not record %d worker messages: %s", len(batch), exc)
+
+    # ------------------------------------------------------------------ timeouts and sweep
+
+    def _arm_timeout(self, order: DispatchOrder) -> None:
+        key = (order.action_id, order.attempt_id)
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(
+            order.timeout_seconds,
+            lambda: asyncio.ensure_future(self._finalize_timeout(order)),
+        )
+
+    def _disarm(self, action_id: str, attempt_id: str) -> None:
+        timer = self._timers.pop((action_id, attempt_id), None)
+        if timer is not None:
+            timer.cancel()
+
+    async def _finalize_timeout(self, order: DispatchOrder) -> None:
+        self._timers.pop((order.action_id, order.attempt_id), None)
+        cause = f"timed out after {order.timeout_seconds:g} s"
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            action = run_queries.action(s, order.action_id)
+            if action is None or action.attempt_id != order.attempt_id:
+                return []
+            return ledger.expire(s, action, cause, ctx)
+
+        try:
+            await asyncio.wait_for(self.run_unit(unit), FINALIZE_DEADLINE)
+        except (TimeoutError, DeskfleetError) as exc:
+            # The sweep finalizes it later from the ledger; the lease keeps it from running twice.
+            log.warning("could not finalize the timeout of %s: %s", order.action_id, exc)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except DeskfleetError as exc:
+                log.warning("recovery sweep failed: %s", exc)
+            await asyncio.sleep(self._config.sweep_interval)
+
+    async def sweep(self) -> None:
+        """Resume saved work: expired leases, overdue attempts, runs with nothing in flight."""
+        # Right after a start, workers are still reconnecting to report what they hold.
+        leases_due = time.monotonic() - self._started >= self._config.lease_ttl
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            orders: list[Order] = []
+            if leases_due:
+                for action in run_queries.expired_in_flight(s, ctx.now):
+                    orders += ledger.expire(
+                        s, action, "its claimant stopped responding (lease expired)", ctx
+                    )
+                for action in run_queries.overdue_in_flight(s, ctx.now, ctx.lease_ttl):
+                    orders += ledger.expire(
+                        s, action, f"timed out after {action.timeout_seconds:g} s", ctx
+                    )
+            for run in run_queries.runs_in(s, ledger.ACTIVE):
+                locked = run_queries.run_for_update(s, run.id)
+                if locked is not None:
+                    orders += ledger.advance(s, locked, ctx)
+            return orders
+
+        await self.run_unit(unit)
+
+    def cancel_attempt(self, worker_id: str, action_id: str, attempt_id: str, reason: str) -> None:
+        self._presence.send(worker_id, CancelOrder(worker_id, action_id, attempt_id, reason))
+
+
+def _apply_batch(
+    s: Session, ctx: Context, *, batch: Sequence[IncomingReceipt | Started]
+) -> list[Order]:
+    orders: list[Order] = []
+    for item in batch:
+        if isinstance(item, Started):
+            orders += ledger.apply_started(s, item.worker_id, item.action_id, item.attempt_id, ctx)
+        else:
+            orders += ledger.apply_receipt(s, item, ctx)
+    return orders
+
+
+def _advance_waiting(s: Session, ctx: Context) -> list[Order]:
+    orders: list[Order] = []
+    for run in run_queries.runs_in(s, (ledger.WAITING_FOR_ENVIRONMENT,)):
+        locked = run_queries.run_for_update(s, run.id)
+        if locked is not None:
+            orders += ledger.advance(s, locked, ctx)
+    return orders

@@ -1,0 +1,607 @@
+"""The action ledger's rules, applied inside one store transaction each.
+
+Everything here is synchronous and runs on a store thread with the run row locked. Each
+function returns the orders (dispatches, cancels, receipt verdicts) to send once the
+transaction has committed: nothing reaches a worker before the ledger says so durably.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from coordinator import journal
+from coordinator.fleet import WorkerView, view_of
+from coordinator.store import runs as run_queries
+from coordinator.store import workers as worker_queries
+from coordinator.store.models import ActionRow, GuidanceRow, ReceiptRow, RunRow
+from shared.ids import new_id
+from shared.receipts import content_hash, decode_result, encode_result
+
+# Run states (SPEC §3).
+RUNNING = "RUNNING"
+WAITING_FOR_ENVIRONMENT = "WAITING_FOR_ENVIRONMENT"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+HAND_BACK_TO_HUMAN = "HAND_BACK_TO_HUMAN"
+CANCELLED = "CANCELLED"
+ACTIVE = (RUNNING, WAITING_FOR_ENVIRONMENT)
+STOPPED_FOR_A_PERSON = (FAILED, HAND_BACK_TO_HUMAN)
+
+# Action states.
+PENDING = "PENDING"
+DISPATCHED = "DISPATCHED"
+STARTED = "STARTED"
+UNKNOWN = "UNKNOWN"
+IN_FLIGHT = (DISPATCHED, STARTED)
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+# Results longer than this are archived: the journal keeps a preview and an exact reference.
+ARCHIVE_OVER = 4096
+PREVIEW_CHARS = 300
+UNKNOWN_OUTCOME = "unknown_outcome"
+
+
+@dataclass(frozen=True)
+class DispatchOrder:
+    worker_id: str
+    action_id: str
+    run_id: str
+    attempt_id: str
+    epoch: int
+    attempt: int
+    kind: str
+    args_json: str
+    idempotent: bool
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class CancelOrder:
+    worker_id: str
+    action_id: str
+    attempt_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReceiptVerdict:
+    worker_id: str
+    action_id: str
+    attempt_id: str
+    accepted: bool
+    reason: str = ""
+
+
+Order = DispatchOrder | CancelOrder | ReceiptVerdict
+
+
+@dataclass(frozen=True)
+class IncomingReceipt:
+    worker_id: str
+    action_id: str
+    run_id: str
+    attempt_id: str
+    epoch: int
+    status: str
+    result_json: str
+    error: str
+    started_at: float
+    finished_at: float
+
+
+@dataclass(frozen=True)
+class Held:
+    """An attempt the worker reported on connect: running, finished (in its outbox), interrupted."""
+
+    action_id: str
+    attempt_id: str
+    epoch: int
+    state: str
+
+
+@dataclass
+class Context:
+    """What one transaction needs to know beyond the store."""
+
+    connected: frozenset[str]
+    lease_ttl: float
+    max_attempts: int
+    now: float = field(default_factory=time.time)
+    touched: set[str] = field(default_factory=set)  # runs whose journal grew
+
+
+def record(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> int:
+    ctx.touched.add(run.id)
+    return journal.append(s, run, event, data)
+
+
+def set_status(
+    s: Session,
+    run: RunRow,
+    ctx: Context,
+    status: str,
+    *,
+    stop_reason: str = "",
+    waiting: tuple[str, str] = ("", ""),
+    cause: str = "",
+) -> None:
+    if (run.status, run.stop_reason, run.waiting_code, run.waiting_detail) == (
+        status,
+        stop_reason,
+        *waiting,
+    ):
+        return
+    run.status, run.stop_reason = status, stop_reason
+    run.waiting_code, run.waiting_detail = waiting
+    record(
+        s,
+        run,
+        ctx,
+        "run.state",
+        status=status,
+        stop_reason=stop_reason,
+        waiting={"code": waiting[0], "detail": waiting[1]},
+        cause=cause,
+    )
+
+
+def _label(action: ActionRow) -> str:
+    return f"action {action.idx} ({action.kind}, {action.id})"
+
+
+# ---------------------------------------------------------------------------------- advancing
+
+
+def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
+    """Move the run one step: finish it, wait, or dispatch its next action."""
+    if run.status not in ACTIVE:
+        return []
+    actions = run_queries.actions_of(s, run.id)
+    if any(a.status in IN_FLIGHT for a in actions):
+        return []
+    if all(a.status == "SUCCEEDED" for a in actions):
+        set_status(s, run, ctx, SUCCEEDED, stop_reason="completed: every action succeeded")
+        return []
+    stop = _budget_stop(s, run, ctx)
+    if stop:
+        return []
+    nxt = next((a for a in actions if a.status == PENDING), None)
+    if nxt is None:  # an action is UNKNOWN or FAILED but the run was left active: stop safely
+        bad = next(a for a in actions if a.status != "SUCCEEDED")
+        set_status(s, run, ctx, FAILED, stop_reason=f"{_label(bad)} is {bad.status.lower()}")
+        return []
+    _deliver_guidance(s, run, ctx)
+    worker, code, detail = choose_worker(s, nxt, ctx)
+    if worker is None:
+        set_status(
+            s,
+            run,
+            ctx,
+            WAITING_FOR_ENVIRONMENT,
+            waiting=(code, detail),
+            cause=f"no route for {_label(nxt)}",
+        )
+        return []
+    set_status(s, run, ctx, RUNNING)
+    return [claim(s, run, nxt, worker, ctx)]
+
+
+def claim(s: Session, run: RunRow, action: ActionRow, worker_id: str, ctx: Context) -> Order:
+    action.attempt_id = new_id("att")
+    action.epoch += 1
+    action.attempts += 1
+    action.status = DISPATCHED
+    action.worker_id = worker_id
+    action.dispatched_at = ctx.now
+    action.lease_expires_at = ctx.now + ctx.lease_ttl
+    action.error = ""
+    run.attempts_used += 1
+    record(
+        s,
+        run,
+        ctx,
+        "action.dispatched",
+        action=action.id,
+        index=action.idx,
+        kind=action.kind,
+        attempt=action.attempt_id,
+        epoch=action.epoch,
+        worker=worker_id,
+        attempt_number=action.attempts,
+    )
+    return DispatchOrder(
+        worker_id,
+        action.id,
+        run.id,
+        action.attempt_id,
+        action.epoch,
+        action.attempts,
+        action.kind,
+        action.args,
+        action.idempotent,
+        action.timeout_seconds,
+    )
+
+
+def _budget_stop(s: Session, run: RunRow, ctx: Context) -> bool:
+    """Apply the hard limits and the extendable estimate; True when the run had to stop."""
+    limits = run.limits
+    elapsed = ctx.now - run.created_at
+    if run.attempts_used >= limits["max_actions"]:
+        set_status(
+            s,
+            run,
+            ctx,
+            FAILED,
+            stop_reason=(
+                f"budget_exhausted: the action limit ({limits['max_actions']} attempts) is reached;"
+                " results are saved"
+            ),
+        )
+        return True
+    if elapsed >= limits["max_seconds"]:
+        set_status(
+            s,
+            run,
+            ctx,
+            FAILED,
+            stop_reason=(
+                f"budget_exhausted: the time limit ({limits['max_seconds']:.0f} s) is reached;"
+                " results are saved"
+            ),
+        )
+        return True
+    over_actions = run.attempts_used >= run.estimate_actions
+    over_time = elapsed >= run.estimate_seconds
+    if not (over_actions or over_time):
+        return False
+    progress = run.actions_succeeded > run.successes_at_extension
+    if run.extensions < 3 and progress:
+        run.extensions += 1
+        run.successes_at_extension = run.actions_succeeded
+        if over_actions:
+            run.estimate_actions = min(
+                limits["max_actions"], run.estimate_actions + limits["estimate_actions"]
+            )
+        if over_time:
+            run.estimate_seconds = min(
+                limits["max_seconds"], run.estimate_seconds + limits["estimate_seconds"]
+            )
+        record(
+            s,
+            run,
+            ctx,
+            "budget.extended",
+            extension=run.extensions,
+            estimate_actions=run.estimate_actions,
+            estimate_seconds=run.estimate_seconds,
+            succeeded=run.actions_succeeded,
+        )
+        return False
+    why = (
+        "3 extensions are spent"
+        if run.extensions >= 3
+        else "no new successful receipt since the last extension"
+    )
+    set_status(
+        s,
+        run,
+        ctx,
+        HAND_BACK_TO_HUMAN,
+        stop_reason=f"estimate_exhausted: the estimate is spent and {why}",
+        waiting=(
+            "estimate_exhausted",
+            "retry to keep working within the original limits,"
+            " or abandon to stop here; results are saved",
+        ),
+    )
+    return True
+
+
+def _deliver_guidance(s: Session, run: RunRow, ctx: Context) -> None:
+    """Queued guidance reaches the run at this boundary: before its next dispatch."""
+    pending: Sequence[GuidanceRow] = run_queries.undelivered_guidance(s, run.id)
+    for message in pending:
+        message.delivered_at = ctx.now
+        record(s, run, ctx, "guidance.delivered", guidance=message.id, text=message.text)
+
+
+def _labels_match(view: WorkerView, wanted: dict[str, str]) -> bool:
+    return all(view.labels.get(k) == v for k, v in wanted.items())
+
+
+def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | None, str, str]:
+    """The least busy eligible worker connected to this replica, or why there is none."""
+    route: dict[str, Any] = action.route
+    wanted_worker = route.get("worker") or ""
+    labels: dict[str, str] = route.get("labels") or {}
+    capability = route.get("capability") or ""
+    rows = worker_queries.workers_with_presence(s, include_revoked=bool(wanted_worker))
+    views = [view_of(w, p, ctx.now) for w, p in rows]
+    if wanted_worker:
+        view = next((v for v in views if v.id == wanted_worker), None)
+        if view is None:
+            return None, "no_eligible_worker", f"worker {wanted_worker} is not enrolled"
+        if view.state == "revoked":
+            return None, "no_eligible_worker", f"worker {wanted_worker} is revoked"
+        if view.state == "draining":
+            return None, "worker_draining", f"worker {wanted_worker} is draining"
+        views = [view]
+    eligible = [
+        v
+        for v in views
+        if v.online
+        and v.state == "active"
+        and _labels_match(v, labels)
+        and (not capability or v.offers(capability))
+    ]
+    here = [v for v in eligible if v.id in ctx.connected]
+    if not here:
+        needs = []
+        if capability:
+            needs.append(f"capability {capability}")
+        if labels:
+            needs.append("labels " + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+        if wanted_worker:
+            needs.insert(0, f"worker {wanted_worker}")
+        what = " and ".join(needs) or "any worker"
+        online = sum(v.online for v in views)
+        return (
+            None,
+            "no_eligible_worker",
+            f"needs {what}: none online and eligible ({online} online)",
+        )
+    busy = run_queries.in_flight_counts(s, [v.id for v in here])
+    best = min(here, key=lambda v: (busy.get(v.id, 0), v.id))
+    return best.id, "", ""
+
+
+# ---------------------------------------------------------------------------------- outcomes
+
+
+def outcome_unknown(
+    s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context
+) -> list[Order]:
+    """An attempt whose result cannot be known: retry it only if that is safe (SPEC §4.3)."""
+    orders: list[Order] = []
+    if action.worker_id and action.status in IN_FLIGHT:
+        orders.append(CancelOrder(action.worker_id, action.id, action.attempt_id, cause))
+    action.status = UNKNOWN
+    action.error = cause
+    action.lease_expires_at = None
+    record(
+        s,
+        run,
+        ctx,
+        "action.unknown",
+        action=action.id,
+        attempt=action.attempt_id,
+        epoch=action.epoch,
+        cause=cause,
+    )
+    if run.status not in ACTIVE:
+        return orders
+    if action.idempotent and action.attempts < ctx.max_attempts:
+        action.status = PENDING
+        record(s, run, ctx, "action.retry", action=action.id, cause=cause, attempts=action.attempts)
+        return orders + advance(s, run, ctx)
+    if action.idempotent:
+        set_status(
+            s,
+            run,
+            ctx,
+            FAILED,
+            stop_reason=(
+                f"{_label(action)} failed: {action.attempts} attempts exhausted (last: {cause})"
+            ),
+        )
+        return orders
+    set_status(
+        s,
+        run,
+        ctx,
+        HAND_BACK_TO_HUMAN,
+        stop_reason=(
+            f"{UNKNOWN_OUTCOME}: {_label(action)} is not idempotent and its outcome is"
+            f" unknown ({cause}); it is not retried blindly"
+        ),
+        waiting=(
+            UNKNOWN_OUTCOME,
+            f"check whether {_label(action)} took effect, then retry or abandon the run",
+        ),
+    )
+    return orders
+
+
+def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Order]:
+    """Record a worker's receipt if its claim is current; then move the run on."""
+
+    def verdict(accepted: bool, reason: str = "") -> ReceiptVerdict:
+        return ReceiptVerdict(
+            receipt.worker_id, receipt.action_id, receipt.attempt_id, accepted, reason
+        )
+
+    action = run_queries.action(s, receipt.action_id)
+    if action is None or action.run_id != receipt.run_id:
+        return [verdict(False, "unknown action")]
+    run = run_queries.run_for_update(s, action.run_id)
+    assert run is not None
+    if action.attempt_id != receipt.attempt_id or action.epoch != receipt.epoch:
+        # Fencing: a timed-out or superseded attempt can never write over its successor.
+        record(
+            s,
+            run,
+            ctx,
+            "receipt.refused",
+            action=action.id,
+            attempt=receipt.attempt_id,
+            epoch=receipt.epoch,
+            current_epoch=action.epoch,
+            worker=receipt.worker_id,
+            status=receipt.status,
+        )
+        return [
+            verdict(
+                False, f"stale epoch {receipt.epoch}; the current claim is epoch {action.epoch}"
+            )
+        ]
+    if action.receipt_id:
+        return [verdict(True, "already recorded")]
+    try:
+        result = decode_result(receipt.result_json) if receipt.result_json else None
+    except ValueError:
+        return [verdict(False, "the result is not valid JSON")]
+    body = encode_result(
+        {
+            "action": action.id,
+            "run": run.id,
+            "kind": action.kind,
+            "attempt": action.attempt_id,
+            "epoch": action.epoch,
+            "worker": receipt.worker_id,
+            "status": receipt.status,
+            "result": result,
+            "error": receipt.error,
+            "started_at": receipt.started_at,
+            "finished_at": receipt.finished_at,
+            "fingerprint": action.fingerprint,
+        }
+    )
+    row = ReceiptRow(
+        id=new_id("rcp"),
+        run_id=run.id,
+        action_id=action.id,
+        attempt_id=action.attempt_id,
+        epoch=action.epoch,
+        worker_id=receipt.worker_id,
+        status=receipt.status,
+        body=body,
+        sha256=content_hash(body),
+        created_at=ctx.now,
+    )
+    s.add(row)
+    was_unknown = action.status == UNKNOWN
+    succeeded = receipt.status == "succeeded"
+    action.status = "SUCCEEDED" if succeeded else "FAILED"
+    action.finished_at = ctx.now
+    action.error = "" if succeeded else (receipt.error or receipt.status)
+    action.receipt_id = row.id
+    action.lease_expires_at = None
+    entry: dict[str, Any] = {
+        "action": action.id,
+        "attempt": action.attempt_id,
+        "epoch": action.epoch,
+        "status": receipt.status,
+        "receipt": row.id,
+        "sha256": row.sha256,
+        "error": receipt.error,
+    }
+    result_text = encode_result(result)
+    if len(result_text) > ARCHIVE_OVER:
+        entry["result_preview"] = result_text[:PREVIEW_CHARS]
+        entry["incomplete"] = True
+        entry["archive"] = {"receipt": row.id, "length": len(body)}
+    else:
+        entry["result"] = result
+    record(s, run, ctx, "receipt", **entry)
+    if succeeded:
+        run.actions_succeeded += 1
+    orders: list[Order] = [verdict(True)]
+    if was_unknown and run.status == HAND_BACK_TO_HUMAN and run.waiting_code == UNKNOWN_OUTCOME:
+        set_status(s, run, ctx, RUNNING, cause=f"the outcome of {_label(action)} is now known")
+    if run.status not in ACTIVE:
+        return orders
+    if succeeded:
+        return orders + advance(s, run, ctx)
+    retryable = receipt.status != "refused" and action.idempotent
+    if retryable and action.attempts < ctx.max_attempts:
+        action.status = PENDING
+        record(
+            s,
+            run,
+            ctx,
+            "action.retry",
+            action=action.id,
+            cause=action.error,
+            attempts=action.attempts,
+        )
+        return orders + advance(s, run, ctx)
+    note = f"{action.attempts} attempts" if action.idempotent else "not idempotent: no retry"
+    set_status(s, run, ctx, FAILED, stop_reason=f"{_label(action)} failed ({note}): {action.error}")
+    return orders
+
+
+def apply_started(
+    s: Session, worker_id: str, action_id: str, attempt_id: str, ctx: Context
+) -> list[Order]:
+    action = run_queries.action(s, action_id)
+    if action is None or action.attempt_id != attempt_id or action.status != DISPATCHED:
+        return []
+    run = run_queries.run_for_update(s, action.run_id)
+    assert run is not None
+    action.status = STARTED
+    action.lease_expires_at = ctx.now + ctx.lease_ttl
+    record(s, run, ctx, "action.started", action=action.id, attempt=attempt_id, worker=worker_id)
+    return []
+
+
+def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Context) -> list[Order]:
+    """Compare the ledger with what a (re)connecting worker says it holds."""
+    by_action = {h.action_id: h for h in held}
+    orders: list[Order] = []
+    current: set[tuple[str, str]] = set()
+    for action in run_queries.in_flight_of_worker(s, worker_id):
+        run = run_queries.run_for_update(s, action.run_id)
+        assert run is not None
+        h = by_action.get(action.id)
+        if h is not None and h.attempt_id == action.attempt_id:
+            current.add((h.action_id, h.attempt_id))
+            if h.state == "interrupted":
+                orders += outcome_unknown(
+                    s, run, action, "the worker stopped during the attempt", ctx
+                )
+            else:
+                action.lease_expires_at = ctx.now + ctx.lease_ttl
+            continue
+        if action.status == DISPATCHED:
+            # The worker never recorded this attempt, so it never acted on it: send it again.
+            action.status = PENDING
+            action.lease_expires_at = None
+            record(
+                s,
+                run,
+                ctx,
+                "action.redispatch",
+                action=action.id,
+                attempt=action.attempt_id,
+                cause="the worker never received the attempt",
+            )
+            orders += advance(s, run, ctx)
+        else:
+            orders += outcome_unknown(s, run, action, "the worker no longer knows the attempt", ctx)
+    for h in held:
+        if h.state == "running" and (h.action_id, h.attempt_id) not in current:
+            orders.append(
+                CancelOrder(
+                    worker_id,
+                    h.action_id,
+                    h.attempt_id,
+                    "a newer claim or a decision supersedes this attempt",
+                )
+            )
+    return orders
+
+
+def expire(s: Session, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
+    """Finalize an attempt whose lease or timeout ran out, if it is still the current one."""
+    run = run_queries.run_for_update(s, action.run_id)
+    assert run is not None
+    s.refresh(action)
+    if action.status not in IN_FLIGHT:
+        return []
+    return outcome_unknown(s, run, action, cause, ctx)

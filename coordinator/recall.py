@@ -1,0 +1,162 @@
+"""Exact recall of a run's journal: bounded pages of original text, and search with a cursor.
+
+Bulky receipts are archived: their journal event keeps a preview, and reads of that event
+return pages of the archived receipt's original serialized text instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from coordinator import journal
+from coordinator.principals import Principal
+from coordinator.store import Database
+from coordinator.store import runs as run_queries
+from coordinator.store.models import JournalRow
+from shared.errors import InvalidArgumentError, NotFoundError
+from shared.receipts import decode_result
+
+DEFAULT_PAGE = 16384
+MAX_PAGE = 65536
+EXCERPT_RADIUS = 80
+EXCERPT_BUDGET = 4000  # characters of excerpts per search response
+SCAN_LIMIT = 2000  # journal events examined per search call
+
+
+@dataclass(frozen=True)
+class Page:
+    run_id: str
+    seq: int
+    kind: str
+    text: str
+    offset: int
+    next_offset: int
+    total_length: int
+    archived: bool
+
+
+@dataclass(frozen=True)
+class Match:
+    seq: int
+    kind: str
+    offset: int
+    excerpt: str
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    matches: tuple[Match, ...]
+    cursor: str
+    has_more: bool
+    match_limit_reached: bool
+
+
+def _original_text(s: Session, row: JournalRow) -> tuple[str, bool]:
+    """The event's serialized text, or the archived receipt's when the event holds a preview."""
+    data = decode_result(row.data)
+    archive = data.get("archive") if isinstance(data, dict) else None
+    if not archive:
+        return row.data, False
+    receipt = run_queries.receipt(s, archive["receipt"])
+    if receipt is None:
+        raise NotFoundError(f"archived receipt {archive['receipt']} is missing")
+    journal.read_receipt(receipt)  # verifies the content hash before any byte is returned
+    return receipt.body, True
+
+
+def _owned_run(s: Session, who: Principal, run_id: str) -> None:
+    if run_queries.run_of_owner(s, run_id, who.id) is None:
+        raise NotFoundError(f"no run {run_id!r}")
+
+
+def _parse_cursor(cursor: str) -> tuple[int, int]:
+    if not cursor:
+        return 1, 0
+    try:
+        seq, offset = (int(part) for part in cursor.split(":"))
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"cursor: not a cursor from a previous search: {cursor!r}"
+        ) from exc
+    return seq, offset
+
+
+class Recall:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def read(self, who: Principal, run_id: str, seq: int, offset: int, limit: int) -> Page:
+        limit = limit or DEFAULT_PAGE
+        if not 0 < limit <= MAX_PAGE:
+            raise InvalidArgumentError(f"limit: between 1 and {MAX_PAGE} characters")
+        if offset < 0:
+            raise InvalidArgumentError("offset: must not be negative")
+
+        def unit(s: Session) -> Page:
+            _owned_run(s, who, run_id)
+            row = run_queries.journal_entry(s, run_id, seq)
+            if row is None:
+                raise NotFoundError(f"run {run_id} has no journal event {seq}")
+            text, archived = _original_text(s, row)
+            if offset > len(text):
+                raise InvalidArgumentError(f"offset: {offset} is past the end ({len(text)})")
+            end = offset + limit
+            return Page(
+                run_id,
+                seq,
+                row.kind,
+                text[offset:end],
+                offset,
+                end if end < len(text) else -1,
+                len(text),
+                archived,
+            )
+
+        return await self._db.read(unit)
+
+    async def search(
+        self, who: Principal, run_id: str, query: str, cursor: str, limit: int
+    ) -> SearchPage:
+        if not query:
+            raise InvalidArgumentError("text: search for at least one character")
+        limit = limit or 10
+        if not 0 < limit <= 100:
+            raise InvalidArgumentError("limit: between 1 and 100 matches")
+        start_seq, start_offset = _parse_cursor(cursor)
+        # Events are stored as ASCII JSON: look for the query as it appears inside a JSON
+        # string, so that quotes, newlines and non-ASCII text match their escaped form.
+        needle = json.dumps(query, ensure_ascii=True)[1:-1].lower()
+
+        def unit(s: Session) -> SearchPage:
+            _owned_run(s, who, run_id)
+            matches: list[Match] = []
+            budget = EXCERPT_BUDGET
+            scanned = 0
+            after = start_seq - 1
+            while scanned < SCAN_LIMIT:
+                rows = run_queries.journal_after(s, run_id, after, 200)
+                if not rows:
+                    return SearchPage(tuple(matches), "", False, False)
+                for row in rows:
+                    scanned += 1
+                    text, _ = _original_text(s, row)
+                    haystack = text.lower()
+                    pos = haystack.find(needle, start_offset if row.seq == start_seq else 0)
+                    while pos >= 0:
+                        lo, hi = max(0, pos - EXCERPT_RADIUS), pos + len(needle) + EXCERPT_RADIUS
+                        excerpt = text[lo:hi]
+                        if len(excerpt) > budget:
+                            return SearchPage(tuple(matches), f"{row.seq}:{pos}", True, True)
+                        if len(matches) == limit:
+                            return SearchPage(tuple(matches), f"{row.seq}:{pos}", True, False)
+                        budget -= len(excerpt)
+                        matches.append(Match(row.seq, row.kind, pos, excerpt))
+                        pos = haystack.find(needle, pos + 1)
+                    after = row.seq
+            more = bool(run_queries.journal_after(s, run_id, after, 1))
+            return SearchPage(tuple(matches), f"{after + 1}:0" if more else "", more, False)
+
+        return await self._db.read(unit)

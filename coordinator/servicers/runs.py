@@ -1,0 +1,221 @@
+"""RunService and JournalService: owner-scoped adapters over `coordinator.runs` and `recall`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from coordinator.recall import Recall
+from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
+from coordinator.servicers.guard import current_principal
+from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
+from shared.timestamps import to_timestamp
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _run_id(value: str) -> str:
+    if not value or len(value) > 64:
+        raise InvalidArgumentError("id: a run id is required (see `deskfleet runs list`)")
+    return value
+
+
+def run_message(view: RunView) -> runs_pb2.Run:
+    run = view.run
+    limits = run.limits
+    msg = runs_pb2.Run(
+        id=run.id,
+        owner=run.owner_id,
+        title=run.title,
+        status=run.status,
+        stop_reason=run.stop_reason,
+        created_at=to_timestamp(run.created_at),
+        updated_at=to_timestamp(run.updated_at),
+        limits=runs_pb2.Limits(
+            max_actions=limits["max_actions"],
+            max_seconds=limits["max_seconds"],
+            estimate_actions=run.estimate_actions,
+            estimate_seconds=run.estimate_seconds,
+            action_timeout_seconds=limits["action_timeout_seconds"],
+        ),
+        extensions=run.extensions,
+        actions_total=run.actions_total,
+        actions_succeeded=run.actions_succeeded,
+        attempts_used=run.attempts_used,
+        last_seq=run.last_seq,
+        trace_id=run.trace_id,
+        guidance_queued=view.guidance_queued,
+    )
+    if run.waiting_code:
+        msg.waiting.CopyFrom(
+            runs_pb2.WaitingReason(code=run.waiting_code, detail=run.waiting_detail)
+        )
+    for a in view.actions:
+        msg.actions.append(
+            runs_pb2.ActionInfo(
+                id=a.id,
+                index=a.idx,
+                kind=a.kind,
+                intent=a.intent,
+                fingerprint=a.fingerprint,
+                idempotent=a.idempotent,
+                status=a.status,
+                worker_id=a.worker_id,
+                attempt_id=a.attempt_id,
+                epoch=a.epoch,
+                attempts=a.attempts,
+                dispatched_at=to_timestamp(a.dispatched_at),
+                finished_at=to_timestamp(a.finished_at),
+                error=a.error,
+                receipt_id=a.receipt_id,
+            )
+        )
+    return msg
+
+
+def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
+    route: dict[str, Any] = {}
+    if msg.worker:
+        route["worker"] = msg.worker
+    if msg.labels:
+        route["labels"] = dict(msg.labels)
+    if msg.capability:
+        route["capability"] = msg.capability
+    return route
+
+
+class RunServicer(runs_pb2_grpc.RunServiceServicer):
+    def __init__(self, runs: Runs) -> None:
+        self._runs = runs
+
+    async def SubmitRun(self, request: runs_pb2.SubmitRunRequest, context: Context) -> runs_pb2.Run:
+        actions = parse_plan_actions(
+            [
+                (a.kind, a.args_json, a.idempotent, _route(a.route), a.intent)
+                for a in request.actions
+            ]
+        )
+        lim = request.limits
+        plan = Plan(
+            tuple(actions),
+            request.title,
+            lim.max_actions,
+            lim.max_seconds,
+            lim.estimate_actions,
+            lim.estimate_seconds,
+            lim.action_timeout_seconds,
+        )
+        return run_message(await self._runs.submit(current_principal(), plan))
+
+    async def GetRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
+        return run_message(await self._runs.get(current_principal(), _run_id(request.id)))
+
+    async def ListRuns(
+        self, request: runs_pb2.ListRunsRequest, context: Context
+    ) -> runs_pb2.ListRunsResponse:
+        limit = request.limit or 50
+        if not 0 < limit <= 1000:
+            raise InvalidArgumentError("limit: between 1 and 1000")
+        views = await self._runs.list(current_principal(), request.status, limit)
+        return runs_pb2.ListRunsResponse(runs=[run_message(v) for v in views])
+
+    async def WaitRun(self, request: runs_pb2.WaitRunRequest, context: Context) -> runs_pb2.Run:
+        timeout = request.timeout_seconds or 30.0
+        if not 0 < timeout <= 3600:
+            raise InvalidArgumentError("timeout_seconds: between 0 and 3600")
+        view = await self._runs.wait(current_principal(), _run_id(request.id), timeout)
+        return run_message(view)
+
+    async def CancelRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
+        return run_message(await self._runs.cancel(current_principal(), _run_id(request.id)))
+
+    async def RetryRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
+        return run_message(await self._runs.retry(current_principal(), _run_id(request.id)))
+
+    async def AbandonRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
+        return run_message(await self._runs.abandon(current_principal(), _run_id(request.id)))
+
+    async def GuideRun(
+        self, request: runs_pb2.GuideRunRequest, context: Context
+    ) -> runs_pb2.GuideRunResponse:
+        guidance_id, seq, queued = await self._runs.guide(
+            current_principal(), _run_id(request.id), request.text
+        )
+        return runs_pb2.GuideRunResponse(guidance_id=guidance_id, seq=seq, queued=queued)
+
+    async def WatchRun(self, request: runs_pb2.WatchRunRequest, context: Context) -> None:
+        if request.after_seq < 0:
+            raise InvalidArgumentError("after_seq: must not be negative")
+        events: AsyncIterator[Any] = self._runs.watch(
+            current_principal(), _run_id(request.id), request.after_seq, request.follow
+        )
+        async for event in events:
+            await context.write(
+                runs_pb2.JournalEvent(
+                    run_id=event.run_id,
+                    seq=event.seq,
+                    kind=event.kind,
+                    at=to_timestamp(event.at),
+                    data_json=event.data,
+                    hash=event.hash,
+                    prev_hash=event.prev_hash,
+                    trace_id=event.trace_id,
+                )
+            )
+
+
+class JournalServicer(runs_pb2_grpc.JournalServiceServicer):
+    def __init__(self, runs: Runs, recall: Recall) -> None:
+        self._runs = runs
+        self._recall = recall
+
+    async def ReadEntry(
+        self, request: runs_pb2.ReadEntryRequest, context: Context
+    ) -> runs_pb2.ReadEntryResponse:
+        page = await self._recall.read(
+            current_principal(), _run_id(request.run_id), request.seq, request.offset, request.limit
+        )
+        return runs_pb2.ReadEntryResponse(
+            run_id=page.run_id,
+            seq=page.seq,
+            kind=page.kind,
+            text=page.text,
+            offset=page.offset,
+            next_offset=page.next_offset,
+            total_length=page.total_length,
+            archived=page.archived,
+        )
+
+    async def SearchJournal(
+        self, request: runs_pb2.SearchJournalRequest, context: Context
+    ) -> runs_pb2.SearchJournalResponse:
+        page = await self._recall.search(
+            current_principal(),
+            _run_id(request.run_id),
+            request.text,
+            request.cursor,
+            request.limit,
+        )
+        return runs_pb2.SearchJournalResponse(
+            matches=[
+                runs_pb2.SearchMatch(seq=m.seq, kind=m.kind, offset=m.offset, excerpt=m.excerpt)
+                for m in page.matches
+            ],
+            cursor=page.cursor,
+            has_more=page.has_more,
+            match_limit_reached=page.match_limit_reached,
+        )
+
+    async def VerifyJournal(
+        self, request: runs_pb2.RunRef, context: Context
+    ) -> runs_pb2.VerifyJournalResponse:
+        result = await self._runs.verify(current_principal(), _run_id(request.id))
+        return runs_pb2.VerifyJournalResponse(
+            ok=not result.problems,
+            events_checked=result.events,
+            receipts_checked=result.receipts,
+            problems=list(result.problems),
+        )

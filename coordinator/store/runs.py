@@ -1,0 +1,158 @@
+"""Queries on runs, the action ledger, receipts, the journal and guidance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow, RunRow
+
+IN_FLIGHT = ("DISPATCHED", "STARTED")
+
+
+def run_for_update(s: Session, run_id: str) -> RunRow | None:
+    """The run row, locked for this transaction: its journal head is about to move."""
+    return s.execute(
+        select(RunRow).where(RunRow.id == run_id).with_for_update()
+    ).scalar_one_or_none()
+
+
+def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:
+    return s.execute(
+        select(RunRow).where(RunRow.id == run_id, RunRow.owner_id == owner_id)
+    ).scalar_one_or_none()
+
+
+def runs_of_owner(s: Session, owner_id: str, status: str, limit: int) -> Sequence[RunRow]:
+    query = select(RunRow).where(RunRow.owner_id == owner_id)
+    if status:
+        query = query.where(RunRow.status == status)
+    return s.execute(query.order_by(RunRow.created_at.desc()).limit(limit)).scalars().all()
+
+
+def runs_in(s: Session, statuses: Sequence[str]) -> Sequence[RunRow]:
+    return s.execute(select(RunRow).where(RunRow.status.in_(statuses))).scalars().all()
+
+
+def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
+    return (
+        s.execute(select(ActionRow).where(ActionRow.run_id == run_id).order_by(ActionRow.idx))
+        .scalars()
+        .all()
+    )
+
+
+def action(s: Session, action_id: str) -> ActionRow | None:
+    return s.get(ActionRow, action_id)
+
+
+def in_flight_of_worker(s: Session, worker_id: str) -> Sequence[ActionRow]:
+    return (
+        s.execute(
+            select(ActionRow).where(
+                ActionRow.worker_id == worker_id, ActionRow.status.in_(IN_FLIGHT)
+            )
+        )
+        .scalars()
+        .all()
+    )
+
+
+def expired_in_flight(s: Session, now: float) -> Sequence[ActionRow]:
+    return (
+        s.execute(
+            select(ActionRow).where(
+                ActionRow.status.in_(IN_FLIGHT), ActionRow.lease_expires_at < now
+            )
+        )
+        .scalars()
+        .all()
+    )
+
+
+def overdue_in_flight(s: Session, now: float, grace: float) -> Sequence[ActionRow]:
+    """In-flight attempts past their timeout (plus grace), whatever their lease says."""
+    return (
+        s.execute(
+            select(ActionRow).where(
+                ActionRow.status.in_(IN_FLIGHT),
+                ActionRow.dispatched_at + ActionRow.timeout_seconds + grace < now,
+            )
+        )
+        .scalars()
+        .all()
+    )
+
+
+def renew_action_leases(s: Session, worker_ids: Sequence[str], until: float) -> None:
+    if worker_ids:
+        s.execute(
+            update(ActionRow)
+            .where(ActionRow.worker_id.in_(worker_ids), ActionRow.status.in_(IN_FLIGHT))
+            .values(lease_expires_at=until)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def journal_after(s: Session, run_id: str, after_seq: int, limit: int) -> Sequence[JournalRow]:
+    return (
+        s.execute(
+            select(JournalRow)
+            .where(JournalRow.run_id == run_id, JournalRow.seq > after_seq)
+            .order_by(JournalRow.seq)
+            .limit(limit)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def journal_entry(s: Session, run_id: str, seq: int) -> JournalRow | None:
+    return s.get(JournalRow, (run_id, seq))
+
+
+def receipt(s: Session, receipt_id: str) -> ReceiptRow | None:
+    return s.get(ReceiptRow, receipt_id)
+
+
+def receipts_of(s: Session, run_id: str) -> Sequence[ReceiptRow]:
+    return (
+        s.execute(
+            select(ReceiptRow).where(ReceiptRow.run_id == run_id).order_by(ReceiptRow.created_at)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def undelivered_guidance(s: Session, run_id: str) -> Sequence[GuidanceRow]:
+    return (
+        s.execute(
+            select(GuidanceRow)
+            .where(GuidanceRow.run_id == run_id, GuidanceRow.delivered_at.is_(None))
+            .order_by(GuidanceRow.created_at)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def guidance_totals(s: Session, run_id: str) -> tuple[int, int]:
+    """(messages, characters) of all guidance ever given to the run."""
+    count, chars = s.execute(
+        select(
+            func.count(GuidanceRow.id), func.coalesce(func.sum(func.length(GuidanceRow.text)), 0)
+        ).where(GuidanceRow.run_id == run_id)
+    ).one()
+    return int(count), int(chars)
+
+
+def in_flight_counts(s: Session, worker_ids: Sequence[str]) -> dict[str, int]:
+    rows = s.execute(
+        select(ActionRow.worker_id, func.count(ActionRow.id))
+        .where(ActionRow.worker_id.in_(worker_ids), ActionRow.status.in_(IN_FLIGHT))
+        .group_by(ActionRow.worker_id)
+    ).all()
+    return {worker: int(count) for worker, count in rows}

@@ -1,0 +1,57 @@
+"""Action results as canonical ASCII JSON, and the hashes both sides compute over them.
+
+Canonical means one text per value (sorted keys, no spaces), so the coordinator and a worker
+agree on hashes. ASCII means NUL and lone surrogates travel as escapes: protobuf strings must be
+valid UTF-8 and PostgreSQL text cannot hold NUL, but both carry `\\u0000` and `\\ud800`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from shared.errors import InvalidArgumentError
+
+
+def encode_result(value: Any) -> str:
+    """The canonical JSON text of `value`; InvalidArgumentError if JSON cannot hold it."""
+    try:
+        return json.dumps(
+            value, ensure_ascii=True, sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArgumentError(f"value cannot be encoded as JSON: {exc}") from exc
+
+
+def decode_result(text: str) -> Any:
+    """The value of a JSON text; NaN and Infinity are refused as `encode_result` refuses them."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgumentError(f"not valid JSON: {exc}") from exc
+
+
+def content_hash(text: str) -> str:
+    """sha256 hex of the UTF-8 bytes of `text` (canonical JSON is ASCII, so always encodable)."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"text holds a lone surrogate at {exc.start}: hash its encode_result() form"
+        ) from exc
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprint(kind: str, args: Any) -> str:
+    """What an action does, as a hash: equal for equal kind and args, whatever the key order."""
+    return content_hash(encode_result({"kind": kind, "args": args}))
+
+
+def safe_text(text: str) -> str:
+    """`text` with NUL and lone surrogates escaped, fit for a protobuf string and SQL text."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")

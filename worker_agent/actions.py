@@ -1,0 +1,181 @@
+"""Action kinds this worker can run, their handlers, and the diagnostic actions built in.
+
+A handler is a plain function `(args, ctx) -> result` run on a pool thread. It returns a JSON
+value, raises ActionFailed (or any exception) to fail, and raises ActionCancelled once it sees
+`ctx.cancelled` set. Cancellation is cooperative: a handler that never looks cannot be stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.errors import InvalidArgumentError
+from shared.receipts import decode_result, encode_result, safe_text
+
+SUCCEEDED, FAILED, CANCELLED, REFUSED = "succeeded", "failed", "cancelled", "refused"
+
+
+class ActionFailed(Exception):
+    """The action ran and did not do what was asked; the message says why."""
+
+
+class ActionCancelled(Exception):
+    """The action stopped early because its attempt was cancelled."""
+
+
+class ActionRefused(Exception):
+    """The action was not run at all (unknown kind, malformed arguments)."""
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    action_id: str
+    attempt: int  # 1 for the first attempt
+    timeout: float | None = None  # seconds; the executor cancels the attempt when it passes
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+MAX_ERROR = 2000  # characters; an error is a line for people, not a dump
+
+Handler = Callable[[dict[str, Any], ActionContext], Any]
+
+
+class ActionRegistry:
+    """Action kinds and their handlers."""
+
+    def __init__(self, handlers: dict[str, Handler] | None = None) -> None:
+        self._handlers: dict[str, Handler] = dict(handlers or {})
+
+    def register(self, kind: str, handler: Handler) -> None:
+        self._handlers[kind] = handler
+
+    def kinds(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def resolve(self, kind: str, args_json: str) -> tuple[Handler, dict[str, Any]]:
+        """The handler and decoded args for a dispatch; ActionRefused if it cannot run here."""
+        handler = self._handlers.get(kind)
+        if handler is None:
+            known = ", ".join(self.kinds()) or "nothing"
+            raise ActionRefused(f"unknown action kind {kind!r} (this worker knows: {known})")
+        try:
+            args = decode_result(args_json) if args_json else {}
+        except InvalidArgumentError as exc:
+            raise ActionRefused(f"args of {kind}: {exc.message}") from exc
+        if not isinstance(args, dict):
+            raise ActionRefused(f"args of {kind} must be a JSON object, not {_json_type(args)}")
+        return handler, args
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one run of a handler ended, as a receipt reports it."""
+
+    status: str
+    result_json: str = ""
+    error: str = ""
+
+
+def run_action(registry: ActionRegistry, kind: str, args_json: str, ctx: ActionContext) -> Outcome:
+    """Run one action to its outcome; never raises (a defect in a handler is a failure)."""
+    try:
+        handler, args = registry.resolve(kind, args_json)
+    except ActionRefused as exc:
+        return Outcome(REFUSED, error=safe_text(str(exc)))
+    return run_handler(handler, args, ctx)
+
+
+def run_handler(handler: Handler, args: dict[str, Any], ctx: ActionContext) -> Outcome:
+    """Run a resolved handler to its outcome; never raises."""
+    try:
+        return Outcome(SUCCEEDED, result_json=encode_result(handler(args, ctx)))
+    except ActionCancelled as exc:
+        return Outcome(CANCELLED, error=error_line(exc))
+    except Exception as exc:
+        return Outcome(FAILED, error=error_line(exc))
+
+
+def error_line(exc: BaseException) -> str:
+    """`ExceptionType: first line of the message`, safe for protobuf and SQL text."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return safe_text(text[:MAX_ERROR])
+
+
+def default_registry() -> ActionRegistry:
+    """The actions every worker knows."""
+    return ActionRegistry(
+        {
+            "diag.echo": diag_echo,
+            "diag.sleep": diag_sleep,
+            "diag.fail": diag_fail,
+            "diag.append": diag_append,
+        }
+    )
+
+
+def diag_echo(args: dict[str, Any], ctx: ActionContext) -> Any:
+    """{"value": any} -> {"echo": value}."""
+    return {"echo": args.get("value")}
+
+
+def diag_sleep(args: dict[str, Any], ctx: ActionContext) -> Any:
+    """{"seconds": number} -> {"slept": seconds}, or ActionCancelled as soon as cancelled."""
+    seconds = args.get("seconds")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds >= 0:
+        raise ActionFailed(f"diag.sleep needs 'seconds': a number >= 0, not {seconds!r}")
+    if ctx.cancelled.wait(timeout=float(seconds)):
+        raise ActionCancelled("cancelled while sleeping")
+    return {"slept": seconds}
+
+
+def diag_fail(args: dict[str, Any], ctx: ActionContext) -> Any:
+    """Fail while `attempt <= fail_attempts` (absent or null: always), then succeed."""
+    message = args.get("message", "failed on request")
+    fail_attempts = args.get("fail_attempts")
+    if not isinstance(message, str):
+        raise ActionFailed(f"diag.fail: 'message' must be a string, not {_json_type(message)}")
+    if fail_attempts is not None and (type(fail_attempts) is not int or fail_attempts < 0):
+        raise ActionFailed("diag.fail: 'fail_attempts' must be an integer >= 0 or null")
+    if fail_attempts is None or ctx.attempt <= fail_attempts:
+        raise ActionFailed(message)
+    return {"recovered_after": ctx.attempt - 1}
+
+
+def diag_append(args: dict[str, Any], ctx: ActionContext) -> Any:
+    """{"path": absolute path, "line": str}: append the line and a newline, durably.
+
+    Not idempotent on purpose: running it twice leaves two lines, which is how tests see
+    whether an action was redone.
+    """
+    path, line = args.get("path"), args.get("line")
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise ActionFailed(f"diag.append needs 'path': an absolute path, not {path!r}")
+    if not isinstance(line, str):
+        raise ActionFailed(f"diag.append needs 'line': a string, not {_json_type(line)}")
+    try:
+        data = (line + "\n").encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ActionFailed(f"diag.append: 'line' is not valid Unicode text ({exc.reason})") from exc
+    with open(path, "ab") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return {"path": path, "bytes": len(data)}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if _is_number(value):
+        return "a number"
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,254 @@
+"""Runs dispatched attempts on a bounded thread pool, apart from any one stream.
+
+Everything public here is called on the event loop thread. Handlers run on pool threads; what
+they produce comes back to the loop with `call_soon_threadsafe` and leaves through the sink the
+connection attaches while a stream is up. With no stream the message is dropped: receipts are
+in the outbox and go out after the next Welcome, running attempts are in the next Hello.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import worker_pb2
+from shared.receipts import safe_text
+from worker_agent.action_log import ActionLog, ReceiptRecord, StartedRecord, Verdict
+from worker_agent.actions import (
+    CANCELLED,
+    FAILED,
+    REFUSED,
+    ActionContext,
+    ActionRefused,
+    ActionRegistry,
+    Handler,
+    Outcome,
+    default_registry,
+    error_line,
+    run_handler,
+)
+
+log = logging.getLogger("deskfleet.worker")
+
+ACTION_THREADS = 4
+
+Sink = Callable[[worker_pb2.WorkerMessage], None]
+
+
+@dataclass
+class Attempt:
+    dispatch: worker_pb2.Dispatch
+    handler: Handler
+    args: dict[str, Any]
+    ctx: ActionContext
+    cancel_reason: str = ""
+    done: bool = False
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.dispatch.action_id, self.dispatch.attempt_id)
+
+
+class ActionExecutor:
+    """Admits dispatches against the action log, runs them, and reports what happened."""
+
+    def __init__(
+        self,
+        action_log: ActionLog,
+        registry: ActionRegistry | None = None,
+        *,
+        threads: int = ACTION_THREADS,
+    ) -> None:
+        self.log = action_log
+        self.registry = registry or default_registry()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="action")
+        self._running: dict[tuple[str, str], Attempt] = {}
+        self._sink: Sink | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, sink: Sink | None) -> None:
+        """Where messages go from now on (the current stream), or None while disconnected."""
+        self._sink = sink
+
+    def held(self) -> list[worker_pb2.HeldAction]:
+        return [entry.to_proto() for entry in self.log.held()]
+
+    def pending(self) -> list[worker_pb2.WorkerMessage]:
+        return [worker_pb2.WorkerMessage(receipt=r.to_proto()) for r in self.log.pending_receipts()]
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def dispatch(self, d: worker_pb2.Dispatch) -> None:
+        """Start an attempt without waiting for it, or refuse it, or recognise a repeat."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            admission = self.log.admit(d.action_id, d.attempt_id, d.epoch)
+        except InvalidArgumentError as exc:
+            self._refuse(d, exc.message)
+            return
+        if admission.verdict is Verdict.DUPLICATE:
+            log.debug("attempt %s of %s is already running", d.attempt_id, d.action_id)
+            return
+        if admission.verdict is Verdict.FINISHED:
+            assert admission.receipt is not None
+            self._emit(worker_pb2.WorkerMessage(receipt=admission.receipt.to_proto()))
+            return
+        if admission.verdict is not Verdict.ACCEPT:
+            self._refuse(d, admission.reason)
+            return
+        try:
+            handler, args = self.registry.resolve(d.kind, d.args_json)
+        except ActionRefused as exc:
+            self.log.release(d.action_id, d.attempt_id)
+            self._refuse(d, str(exc))
+            return
+        for old in admission.superseded:
+            previous = self._running.get((d.action_id, old))
+            if previous is not None:
+                self._cancel(previous, f"superseded by attempt {d.attempt_id} (epoch {d.epoch})")
+        timeout = d.timeout_seconds if d.timeout_seconds > 0 else None
+        attempt = Attempt(d, handler, args, ActionContext(d.action_id, d.attempt, timeout))
+        self._running[attempt.key] = attempt
+        self._pool.submit(self._execute, attempt)
+
+    def cancel(self, c: worker_pb2.CancelAction) -> None:
+        """Ask the attempt (every attempt of the action, without attempt_id) to stop."""
+        targets = [
+            a
+            for (action_id, attempt_id), a in self._running.items()
+            if action_id == c.action_id and c.attempt_id in ("", attempt_id)
+        ]
+        for attempt in targets:
+            self._cancel(attempt, c.reason or "cancelled by the coordinator")
+        if not targets and c.attempt_id:
+            # Already over: the coordinator may have missed the receipt.
+            receipt = self._stored_receipt(c.action_id, c.attempt_id)
+            if receipt is not None:
+                self._emit(worker_pb2.WorkerMessage(receipt=receipt.to_proto()))
+
+    def acknowledge(self, ack: worker_pb2.ReceiptAck) -> None:
+        self.log.acknowledge(ack.action_id, ack.attempt_id)
+        if not ack.accepted:
+            log.warning(
+                "the coordinator refused the receipt of attempt %s of %s: %s",
+                ack.attempt_id,
+                ack.action_id,
+                ack.reason or "no reason given",
+            )
+
+    def close(self, *, wait: bool = False) -> None:
+        """Stop: cancel what runs (its receipts reach the outbox), take no more work."""
+        for attempt in list(self._running.values()):
+            self._cancel(attempt, "the worker is stopping")
+        self._pool.shutdown(wait=wait)
+
+    def _cancel(self, attempt: Attempt, reason: str) -> None:
+        if not attempt.ctx.cancelled.is_set():
+            attempt.cancel_reason = reason  # before the event: the thread reads it once it is set
+            attempt.ctx.cancelled.set()
+
+    def _refuse(self, d: worker_pb2.Dispatch, reason: str) -> None:
+        # Not kept in the outbox: nothing happened, and a repeat of the dispatch is refused again.
+        now = time.time()
+        log.info("refused attempt %s of %s: %s", d.attempt_id, d.action_id, reason)
+        receipt = worker_pb2.Receipt(
+            action_id=d.action_id,
+            run_id=d.run_id,
+            attempt_id=d.attempt_id,
+            epoch=d.epoch,
+            status=REFUSED,
+            error=safe_text(reason),
+            started_at=now,
+            finished_at=now,
+        )
+        self._emit(worker_pb2.WorkerMessage(receipt=receipt))
+
+    def _stored_receipt(self, action_id: str, attempt_id: str) -> ReceiptRecord | None:
+        try:
+            return self.log.receipt(action_id, attempt_id)
+        except OSError:
+            return None
+
+    def _emit(self, message: worker_pb2.WorkerMessage) -> None:
+        if self._sink is not None:
+            self._sink(message)
+
+    def _execute(self, attempt: Attempt) -> None:
+        """Pool thread: record the start, act, record the receipt; hand both to the loop."""
+        d = attempt.dispatch
+        started_at = time.time()
+        try:
+            if attempt.ctx.cancelled.is_set():
+                outcome = Outcome(CANCELLED, error="ActionCancelled: cancelled before it started")
+            else:
+                try:
+                    self.log.begin(
+                        StartedRecord(
+                            d.action_id, d.attempt_id, d.epoch, d.run_id, d.kind, started_at
+                        )
+                    )
+                except OSError as exc:
+                    outcome = Outcome(FAILED, error=f"not started: {error_line(exc)}")
+                else:
+                    self._to_loop(self._on_started, attempt)
+                    outcome = run_handler(attempt.handler, attempt.args, attempt.ctx)
+            if outcome.status == CANCELLED and attempt.cancel_reason:
+                outcome = replace(outcome, error=f"ActionCancelled: {attempt.cancel_reason}")
+            receipt = ReceiptRecord(
+                d.action_id,
+                d.run_id,
+                d.attempt_id,
+                d.epoch,
+                outcome.status,
+                outcome.result_json,
+                safe_text(outcome.error),
+                started_at,
+                time.time(),
+            )
+            try:
+                self.log.finish(receipt)
+            except OSError as exc:  # still sent: the coordinator may take it now
+                log.error("could not record the receipt of %s: %s", d.action_id, exc)
+            log.info("attempt %s of %s %s", d.attempt_id, d.action_id, outcome.status)
+            self._to_loop(self._on_finished, attempt, receipt)
+        except Exception:  # a pool swallows exceptions; this one is a defect worth seeing
+            log.exception("attempt %s of %s broke down", d.attempt_id, d.action_id)
+
+    def _to_loop(self, callback: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            pass  # the loop is closed: the worker is stopping, the outbox keeps the receipt
+
+    def _on_started(self, attempt: Attempt) -> None:
+        d = attempt.dispatch
+        started = worker_pb2.ActionStarted(
+            action_id=d.action_id, attempt_id=d.attempt_id, epoch=d.epoch
+        )
+        self._emit(worker_pb2.WorkerMessage(started=started))
+        if attempt.ctx.timeout is not None and not attempt.done:
+            assert self._loop is not None
+            attempt.timer = self._loop.call_later(
+                attempt.ctx.timeout,
+                self._cancel,
+                attempt,
+                f"timed out after {attempt.ctx.timeout:g} s",
+            )
+
+    def _on_finished(self, attempt: Attempt, receipt: ReceiptRecord) -> None:
+        attempt.done = True
+        if attempt.timer is not None:
+            attempt.timer.cancel()
+        if self._running.get(attempt.key) is attempt:
+            del self._running[attempt.key]
+        self._emit(worker_pb2.WorkerMessage(receipt=receipt.to_proto()))
