@@ -200,6 +200,8 @@ def claim(s: Session, run: RunRow, action: ActionRow, worker_id: str, ctx: Conte
     action.dispatched_at = ctx.now
     action.lease_expires_at = ctx.now + ctx.lease_ttl
     action.error = ""
+    action.receipt_id = ""  # the receipt of an earlier attempt stays in the receipts table
+    action.finished_at = None
     run.attempts_used += 1
     record(
         s,

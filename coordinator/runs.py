@@ -31,7 +31,7 @@ from shared.ids import new_id
 from shared.receipts import encode_result, fingerprint
 
 MAX_ACTIONS_PER_PLAN = 1000
-MAX_ARGS_CHARS = 256 * 1024
+MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
 DEFAULT_MAX_SECONDS = 3600.0
 DEFAULT_ACTION_TIMEOUT = 60.0
 GUIDANCE_CHARS = 4000
@@ -339,7 +339,7 @@ class Runs:
             result["seq"] = ledger.record(
                 s, run, ctx, "guidance.queued", guidance=guidance_id, by=who.id, text=text
             )
-            result["queued"] = len(run_queries.undelivered_guidance(s, run_id)) + 1
+            result["queued"] = len(run_queries.undelivered_guidance(s, run_id))  # incl. this one
             return ledger.advance(s, run, ctx)
 
         await self._dispatcher.run_unit(unit)

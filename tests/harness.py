@@ -67,7 +67,9 @@ class CoordinatorProcess:
         heartbeat: float = 0.3,
         lease: float = 1.5,
         replica: str = "r1",
+        sweep: float = 1.0,
     ) -> None:
+        self.sweep = sweep
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.db_url = db_url or f"sqlite:///{workdir / 'fleet.db'}"
@@ -127,6 +129,8 @@ class CoordinatorProcess:
                 str(self.heartbeat),
                 "--lease-ttl",
                 str(self.lease),
+                "--sweep-interval",
+                str(self.sweep),
             ],
             stdout=subprocess.PIPE,
             stderr=self._log_file,
@@ -363,3 +367,52 @@ def postgres_available(host: str = "127.0.0.1", port: int = 5432) -> bool:
             return True
     except OSError:
         return False
+
+
+def write_plan(path: Path, actions: list[dict[str, Any]], **extra: Any) -> Path:
+    path.write_text(json.dumps({"actions": actions, **extra}))
+    return path
+
+
+def submit(
+    coordinator: CoordinatorProcess,
+    plan: Path,
+    *,
+    wait: bool = False,
+    token_file: Path | None = None,
+) -> dict[str, Any]:
+    args = ["runs", "submit", str(plan)] + (["--wait"] if wait else [])
+    done = coordinator.cli(*args, token_file=token_file, json_out=True, check=False, timeout=120)
+    if done.returncode not in (0, 6):
+        raise AssertionError(f"runs submit failed ({done.returncode}): {done.stderr}")
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def wait_run(
+    coordinator: CoordinatorProcess,
+    run_id: str,
+    until: Callable[[dict[str, Any]], bool],
+    timeout: float = 60,
+    token_file: Path | None = None,
+) -> dict[str, Any]:
+    """Poll `runs show` until `until(run)` holds."""
+
+    def check() -> dict[str, Any] | None:
+        run: dict[str, Any] = coordinator.cli_json("runs", "show", run_id, token_file=token_file)
+        return run if until(run) else None
+
+    found: dict[str, Any] = wait_until(check, timeout, 0.2, f"run {run_id}")
+    return found
+
+
+def journal(
+    coordinator: CoordinatorProcess, run_id: str, token_file: Path | None = None, after: int = 0
+) -> list[dict[str, Any]]:
+    doc = coordinator.cli_json(
+        "runs", "watch", run_id, "--no-follow", "--after-seq", str(after), token_file=token_file
+    )
+    events: list[dict[str, Any]] = doc["events"]
+    for e in events:
+        e["data"] = json.loads(e["dataJson"])
+    return events
