@@ -183,7 +183,7 @@ class Dispatcher:
     async def sweep(self) -> None:
         """Resume saved work: expired leases, overdue attempts, runs with nothing in flight."""
         # Right after a start, workers are still reconnecting to report what they hold.
-        leases_due = time.monotonic() - self._started >= self._config.lease_ttl
+        leases_due = time.monotonic() - self._started >= 2 * self._config.lease_ttl
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             orders: list[Order] = []

@@ -586,6 +586,21 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
             orders += advance(s, run, ctx)
         else:
             orders += outcome_unknown(s, run, action, "the worker no longer knows the attempt", ctx)
+    for action in run_queries.unknown_of_worker(s, worker_id):
+        # The ledger gave up on an attempt that the worker still runs: the outcome will be
+        # known after all, so take the attempt back instead of cancelling it.
+        h = by_action.get(action.id)
+        if h is None or h.attempt_id != action.attempt_id or h.state != "running":
+            continue
+        run = run_queries.run_for_update(s, action.run_id)
+        assert run is not None
+        current.add((h.action_id, h.attempt_id))
+        action.status = STARTED
+        action.lease_expires_at = ctx.now + ctx.lease_ttl
+        record(s, run, ctx, "action.resumed", action=action.id, attempt=action.attempt_id,
+               cause="the worker still runs the attempt")
+        if run.status == HAND_BACK_TO_HUMAN and run.waiting_code == UNKNOWN_OUTCOME:
+            set_status(s, run, ctx, RUNNING, cause=f"{_label(action)} is running after all")
     for h in held:
         if h.state == "running" and (h.action_id, h.attempt_id) not in current:
             orders.append(

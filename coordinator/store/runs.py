@@ -156,3 +156,13 @@ def in_flight_counts(s: Session, worker_ids: Sequence[str]) -> dict[str, int]:
         .group_by(ActionRow.worker_id)
     ).all()
     return {worker: int(count) for worker, count in rows}
+
+
+def unknown_of_worker(s: Session, worker_id: str) -> Sequence[ActionRow]:
+    return (
+        s.execute(
+            select(ActionRow).where(ActionRow.worker_id == worker_id, ActionRow.status == "UNKNOWN")
+        )
+        .scalars()
+        .all()
+    )

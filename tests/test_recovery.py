@@ -1,0 +1,213 @@
+"""Recovery that loses nothing: killed workers, a killed coordinator, leases, timeouts, chaos."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.harness import (
+    CoordinatorProcess,
+    WorkerProcess,
+    journal,
+    submit,
+    wait_run,
+    write_plan,
+)
+
+pytestmark = pytest.mark.slow
+
+STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
+
+
+def _started(run: dict) -> bool:
+    return run["actions"][0]["status"] == "STARTED"
+
+
+def test_a_worker_killed_mid_action_loses_its_lease_and_an_idempotent_action_moves_on(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    first, second = workers("first"), workers("second")
+    first.wait_online()
+    second.wait_online()
+    plan = write_plan(
+        tmp_path / "plan.json", [{"kind": "diag.sleep", "args": {"seconds": 2}, "idempotent": True}]
+    )
+    run = wait_run(coordinator, submit(coordinator, plan)["id"], _started)
+    victim = first if run["actions"][0]["workerId"] == first.worker_id else second
+    survivor = second if victim is first else first
+    victim.signal(signal.SIGKILL)
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 30)
+    assert done["status"] == "SUCCEEDED"
+    assert done["actions"][0]["workerId"] == survivor.worker_id
+    assert done["actions"][0]["epoch"] == 2
+    unknown = [e["data"] for e in journal(coordinator, run["id"]) if e["kind"] == "action.unknown"]
+    assert [u["cause"] for u in unknown] == ["its claimant stopped responding (lease expired)"]
+
+
+def test_a_non_idempotent_action_with_an_unknown_outcome_is_handed_back_not_retried(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    worker = workers("w")
+    worker.wait_online()
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [
+            {"kind": "diag.sleep", "args": {"seconds": 3}, "idempotent": False},
+            {"kind": "diag.echo", "args": {}, "idempotent": True},
+        ],
+    )
+    run = wait_run(coordinator, submit(coordinator, plan)["id"], _started)
+    worker.signal(signal.SIGKILL)
+    worker.proc.wait()  # type: ignore[union-attr]
+    worker.start()  # its action log says the attempt was interrupted
+    handed = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 20)
+    assert handed["status"] == "HAND_BACK_TO_HUMAN"
+    assert handed["stopReason"].startswith("unknown_outcome: action 0 (diag.sleep")
+    assert "the worker stopped during the attempt" in handed["stopReason"]
+    assert handed["waiting"]["code"] == "unknown_outcome"
+    time.sleep(2)  # nothing retries it by itself
+    again = coordinator.cli_json("runs", "show", run["id"])
+    assert again["status"] == "HAND_BACK_TO_HUMAN" and again["actions"][0]["attempts"] == 1
+    # A person decides: retry runs it again, then the run finishes.
+    coordinator.cli("runs", "retry", run["id"])
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 30)
+    assert done["status"] == "SUCCEEDED" and done["actions"][0]["attempts"] == 2
+
+
+def test_receipts_finished_while_the_coordinator_was_down_are_replayed_not_redone(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    worker = workers("w")
+    worker.wait_online()
+    out = tmp_path / "effects.txt"
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [
+            {"kind": "diag.sleep", "args": {"seconds": 1.5}, "idempotent": False},
+            {"kind": "diag.append", "args": {"path": str(out), "line": "after"}},
+        ],
+    )
+    run = wait_run(coordinator, submit(coordinator, plan)["id"], _started)
+    port = coordinator.port
+    coordinator.kill()
+    time.sleep(2.5)  # the sleep finishes; its receipt waits in the worker's outbox
+    coordinator.start(port=port)
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 40)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    events = journal(coordinator, run["id"])
+    dispatched = [e["data"]["index"] for e in events if e["kind"] == "action.dispatched"]
+    assert dispatched == [0, 1]  # nothing was sent twice
+    assert out.read_text() == "after\n"
+    assert coordinator.cli_json("journal", "verify", run["id"])["ok"] is True
+
+
+def test_a_timed_out_attempt_is_fenced_off_from_its_successor(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    workers("w").wait_online()
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [{"kind": "diag.sleep", "args": {"seconds": 5}, "idempotent": True}],
+        limits={"action_timeout_seconds": 1},
+    )
+    run = submit(coordinator, plan, wait=True)
+    assert run["status"] == "FAILED"
+    assert run["stopReason"] == (
+        f"action 0 (diag.sleep, {run['actions'][0]['id']}) failed: 3 attempts exhausted"
+        " (last: timed out after 1 s)"
+    )
+    events = journal(coordinator, run["id"])
+    refused = [e["data"] for e in events if e["kind"] == "receipt.refused"]
+    # The cancelled first attempts report back after a newer epoch holds the claim.
+    assert refused and all(r["epoch"] < r["current_epoch"] for r in refused)
+    assert not [e for e in events if e["kind"] == "receipt" and e["data"]["epoch"] < 3]
+
+
+def test_retry_after_exhausted_recovery_continues_from_the_checkpoint(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    workers("w").wait_online()
+    out = tmp_path / "once.txt"
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [
+            {"kind": "diag.append", "args": {"path": str(out), "line": "x"}},
+            {
+                "kind": "diag.fail",
+                "args": {"message": "down", "fail_attempts": 3},
+                "idempotent": True,
+            },
+        ],
+    )
+    run = submit(coordinator, plan, wait=True)
+    assert (
+        run["status"] == "FAILED" and "failed (3 attempts): ActionFailed: down" in run["stopReason"]
+    )
+    used = run["attemptsUsed"]
+    coordinator.cli("runs", "retry", run["id"])
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED)
+    assert done["status"] == "SUCCEEDED"
+    assert done["attemptsUsed"] == used + 1  # the budget was not replenished, only used
+    assert out.read_text() == "x\n"  # the completed effect was not replayed
+
+
+def test_chaos_killing_the_coordinator_loses_no_receipt_and_repeats_no_effect(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    workers("a").wait_online()
+    workers("b").wait_online()
+    rng = random.Random(20261130)
+    effects = tmp_path / "effects"
+    effects.mkdir()
+    runs = []
+    for r in range(4):
+        actions = []
+        for i in range(8):
+            if i % 2 == 0:
+                actions.append(
+                    {
+                        "kind": "diag.append",
+                        "args": {"path": str(effects / f"{r}-{i}.txt"), "line": "done"},
+                    }
+                )
+            else:
+                actions.append({"kind": "diag.sleep", "args": {"seconds": 0.2}, "idempotent": True})
+        runs.append(submit(coordinator, write_plan(tmp_path / f"plan{r}.json", actions))["id"])
+    port = coordinator.port
+    for _ in range(4):
+        time.sleep(rng.uniform(0.3, 1.2))
+        coordinator.kill()
+        time.sleep(rng.uniform(0.1, 1.0))
+        coordinator.start(port=port)
+    finals = [
+        wait_run(coordinator, run_id, lambda r: r["status"] in STOPPED, 90) for run_id in runs
+    ]
+    succeeded_appends = 0
+    for r, final in enumerate(finals):
+        assert final["status"] in ("SUCCEEDED", "HAND_BACK_TO_HUMAN"), final["stopReason"]
+        events = journal(coordinator, final["id"])
+        receipts = {e["data"]["action"]: e["data"] for e in events if e["kind"] == "receipt"}
+        for action in final["actions"]:
+            i = action["index"]
+            if action["kind"] == "diag.sleep":
+                if final["status"] == "SUCCEEDED":
+                    assert action["status"] == "SUCCEEDED"
+                continue
+            path = effects / f"{r}-{i}.txt"
+            lines = path.read_text().splitlines() if path.exists() else []
+            if action["status"] == "SUCCEEDED":
+                # Ran exactly once, and its receipt is in the journal.
+                assert lines == ["done"], (final["id"], i)
+                assert receipts[action["id"]]["status"] == "succeeded"
+                succeeded_appends += 1
+            else:
+                assert final["status"] == "HAND_BACK_TO_HUMAN"
+                assert f"action {i} (diag.append, {action['id']})" in final["stopReason"]
+                assert len(lines) <= 1  # never repeated blindly
+        assert coordinator.cli_json("journal", "verify", final["id"])["ok"] is True
+    assert succeeded_appends >= 8  # the test did real work, not only hand-backs
