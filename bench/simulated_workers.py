@@ -105,8 +105,11 @@ class SimulatedWorker:
                 beats = asyncio.create_task(self._heartbeats(call, first.welcome))
                 try:
                     while (message := await call.read()) is not grpc.aio.EOF:
-                        if message.WhichOneof("body") == "heartbeat_ack":
+                        kind = message.WhichOneof("body")
+                        if kind == "heartbeat_ack":
                             self.acks += 1
+                        elif kind == "dispatch":
+                            await call.write(_receipt_for(message.dispatch))
                     await call
                     raise RuntimeError(f"sim-{self.index}: the coordinator closed the stream")
                 finally:
@@ -125,6 +128,23 @@ class SimulatedWorker:
             await asyncio.sleep(welcome.heartbeat_interval_seconds)
             seq += 1
             await call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
+
+
+def _receipt_for(d: worker_pb2.Dispatch) -> worker_pb2.WorkerMessage:
+    """Answer at once, from memory: this measures the coordinator, not a worker's disk."""
+    now = time.time()
+    return worker_pb2.WorkerMessage(
+        receipt=worker_pb2.Receipt(
+            action_id=d.action_id,
+            run_id=d.run_id,
+            attempt_id=d.attempt_id,
+            epoch=d.epoch,
+            status="succeeded",
+            result_json='{"echo":null}',
+            started_at=now,
+            finished_at=now,
+        )
+    )
 
 
 async def stdin_closed() -> None:

@@ -212,11 +212,17 @@ def _apply_batch(
     s: Session, ctx: Context, *, batch: Sequence[IncomingReceipt | Started]
 ) -> list[Order]:
     orders: list[Order] = []
-    for item in batch:
-        if isinstance(item, Started):
-            orders += ledger.apply_started(s, item.worker_id, item.action_id, item.attempt_id, ctx)
-        else:
-            orders += ledger.apply_receipt(s, item, ctx)
+    # One flush at commit instead of one before every query: the inserts of a whole batch
+    # then go out as a few multi-row statements. Rows this batch changed are read back from
+    # the session's identity map, so the ledger still sees its own changes.
+    with s.no_autoflush:
+        for item in batch:
+            if isinstance(item, Started):
+                orders += ledger.apply_started(
+                    s, item.worker_id, item.action_id, item.attempt_id, ctx
+                )
+            else:
+                orders += ledger.apply_receipt(s, item, ctx)
     return orders
 
 

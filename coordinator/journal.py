@@ -118,18 +118,6 @@ class JournalBus:
             for event in self._events.get(run_id, ()):
                 event.set()
 
-    async def wait(self, run_id: str, timeout: float) -> None:  # noqa: ASYNC109
-        event = asyncio.Event()
-        self._events[run_id].add(event)
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
-        finally:
-            self._events[run_id].discard(event)
-            if not self._events[run_id]:
-                del self._events[run_id]
-
     def subscribe(self, run_id: str) -> asyncio.Event:
         event = asyncio.Event()
         self._events[run_id].add(event)

@@ -113,6 +113,20 @@ class Context:
     max_attempts: int
     now: float = field(default_factory=time.time)
     touched: set[str] = field(default_factory=set)  # runs whose journal grew
+    # The fleet as this transaction sees it, read once however many actions it routes.
+    _views: list[WorkerView] | None = None
+    _busy: dict[str, int] | None = None
+
+    def fleet(self, s: Session) -> list[WorkerView]:
+        if self._views is None:
+            rows = worker_queries.workers_with_presence(s, include_revoked=True)
+            self._views = [view_of(w, p, self.now) for w, p in rows]
+        return self._views
+
+    def busy(self, s: Session) -> dict[str, int]:
+        if self._busy is None:
+            self._busy = run_queries.in_flight_counts(s, sorted(self.connected))
+        return self._busy
 
 
 def record(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> int:
@@ -323,8 +337,7 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
     wanted_worker = route.get("worker") or ""
     labels: dict[str, str] = route.get("labels") or {}
     capability = route.get("capability") or ""
-    rows = worker_queries.workers_with_presence(s, include_revoked=bool(wanted_worker))
-    views = [view_of(w, p, ctx.now) for w, p in rows]
+    views = ctx.fleet(s)
     if wanted_worker:
         view = next((v for v in views if v.id == wanted_worker), None)
         if view is None:
@@ -334,6 +347,8 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
         if view.state == "draining":
             return None, "worker_draining", f"worker {wanted_worker} is draining"
         views = [view]
+    else:
+        views = [v for v in views if v.state != "revoked"]
     eligible = [
         v
         for v in views
@@ -358,8 +373,9 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
             "no_eligible_worker",
             f"needs {what}: none online and eligible ({online} online)",
         )
-    busy = run_queries.in_flight_counts(s, [v.id for v in here])
+    busy = ctx.busy(s)
     best = min(here, key=lambda v: (busy.get(v.id, 0), v.id))
+    busy[best.id] = busy.get(best.id, 0) + 1
     return best.id, "", ""
 
 

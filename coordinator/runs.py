@@ -199,10 +199,15 @@ class Runs:
                     for p in plan.actions
                 ],
             )
-            return ledger.advance(s, run, ctx)
+            orders = ledger.advance(s, run, ctx)
+            s.flush()
+            # The answer comes from this transaction: no second read of what was just written.
+            created.append(RunView(run, tuple(run_queries.actions_of(s, run_id))))
+            return orders
 
+        created: list[RunView] = []
         await self._dispatcher.run_unit(unit)
-        return await self.get(owner, run_id)
+        return created[0]
 
     async def get(self, owner: Principal, run_id: str) -> RunView:
         def unit(s: Session) -> RunView:
@@ -218,12 +223,19 @@ class Runs:
 
     async def wait(self, owner: Principal, run_id: str, timeout: float) -> RunView:  # noqa: ASYNC109
         deadline = time.monotonic() + timeout
-        while True:
-            view = await self.get(owner, run_id)
-            remaining = deadline - time.monotonic()
-            if view.run.status not in ledger.ACTIVE or remaining <= 0:
-                return view
-            await self._bus.wait(run_id, min(remaining, 1.0))
+        # Subscribed before reading, so a change between the read and the wait still wakes us.
+        wake = self._bus.subscribe(run_id)
+        try:
+            while True:
+                wake.clear()
+                view = await self.get(owner, run_id)
+                remaining = deadline - time.monotonic()
+                if view.run.status not in ledger.ACTIVE or remaining <= 0:
+                    return view
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), min(remaining, 1.0))
+        finally:
+            self._bus.unsubscribe(run_id, wake)
 
     async def cancel(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:

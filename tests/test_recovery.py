@@ -50,9 +50,22 @@ def test_a_worker_killed_mid_action_loses_its_lease_and_an_idempotent_action_mov
 
 
 def test_a_non_idempotent_action_with_an_unknown_outcome_is_handed_back_not_retried(
-    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    worker = workers("w")
+    # A lease long enough for the restarted worker to report before the lease lapses, so the
+    # outcome is known to be unknown from the worker's own action log.
+    coordinator = CoordinatorProcess(tmp_path / "coord", lease=8.0).start()
+    worker = WorkerProcess(coordinator, "w").start()
+    try:
+        _hand_back_then_retry(coordinator, worker, tmp_path)
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
+def _hand_back_then_retry(
+    coordinator: CoordinatorProcess, worker: WorkerProcess, tmp_path: Path
+) -> None:
     worker.wait_online()
     plan = write_plan(
         tmp_path / "plan.json",

@@ -20,9 +20,10 @@ def run_for_update(s: Session, run_id: str) -> RunRow | None:
 
 
 def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:
-    return s.execute(
-        select(RunRow).where(RunRow.id == run_id, RunRow.owner_id == owner_id)
-    ).scalar_one_or_none()
+    # By primary key, then the owner: a WHERE on both lets SQLite pick the owner index and
+    # scan every run of that owner.
+    run = s.get(RunRow, run_id)
+    return run if run is not None and run.owner_id == owner_id else None
 
 
 def runs_of_owner(s: Session, owner_id: str, status: str, limit: int) -> Sequence[RunRow]:

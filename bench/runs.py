@@ -1,0 +1,356 @@
+"""Durable-run benchmarks, each beside its baseline measured in the same run.
+
+  round trip   no-op action: client -> coordinator -> worker -> durable receipt -> client
+               (SubmitRun + WaitRun), with a real worker and with a simulated one;
+               baseline: raw grpc.aio client -> relay -> echo over one stream (bench/raw_echo.py)
+  ingest       receipts made durable per second from 50 simulated workers;
+               baseline: raw SQLAlchemy batched inserts of equal receipt rows
+
+Usage: python bench/runs.py [--quick] [--out bench/results/runs.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+from sqlalchemy import insert  # noqa: E402
+
+from bench.simulated_workers import SimulatorProcess  # noqa: E402
+from coordinator.store.engine import create_store_engine  # noqa: E402
+from coordinator.store.models import ActionRow, ReceiptRow, RunRow  # noqa: E402
+from coordinator.store.schema import upgrade  # noqa: E402
+from shared.credentials import auth_metadata  # noqa: E402
+from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc, runs_pb2, runs_pb2_grpc  # noqa: E402
+from shared.receipts import content_hash  # noqa: E402
+from tests.harness import CoordinatorProcess, WorkerProcess, wait_until  # noqa: E402
+
+IDENTITY = (lambda b: b, lambda b: b)
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summary(samples_ms: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples_ms),
+        "p50_ms": pct(samples_ms, 50),
+        "p99_ms": pct(samples_ms, 99),
+        "mean_ms": statistics.fmean(samples_ms),
+    }
+
+
+def raw_echo(n: int) -> dict[str, float]:
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "raw_echo.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().split()[1])
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/raw.Relay/Call", *IDENTITY)
+            payload = b"x" * 200
+            for _ in range(20):
+                call(payload, timeout=5)
+            samples = []
+            for _ in range(n):
+                start = time.perf_counter()
+                call(payload, timeout=5)
+                samples.append((time.perf_counter() - start) * 1000)
+        return summary(samples)
+    finally:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait(10)
+
+
+class Client:
+    def __init__(self, coordinator: CoordinatorProcess) -> None:
+        self.channel = grpc.insecure_channel(coordinator.address)
+        self.metadata = auth_metadata(coordinator.admin_token_file.read_text().strip())
+        self.runs = runs_pb2_grpc.RunServiceStub(self.channel)
+        self.fleet = fleet_pb2_grpc.FleetServiceStub(self.channel)
+
+    def online(self) -> int:
+        status = self.fleet.GetWorkerStatus(
+            fleet_pb2.GetWorkerStatusRequest(), metadata=self.metadata, timeout=10
+        )
+        return int(status.headless_online)
+
+    def submit(self, actions: int) -> str:
+        request = runs_pb2.SubmitRunRequest(
+            actions=[
+                runs_pb2.PlannedAction(kind="diag.echo", args_json="{}", idempotent=True)
+                for _ in range(actions)
+            ]
+        )
+        run = self.runs.SubmitRun(request, metadata=self.metadata, timeout=30)
+        return str(run.id)
+
+    def round_trip(self) -> float:
+        start = time.perf_counter()
+        run_id = self.submit(1)
+        run = self.runs.WaitRun(
+            runs_pb2.WaitRunRequest(id=run_id, timeout_seconds=10),
+            metadata=self.metadata,
+            timeout=15,
+        )
+        elapsed = (time.perf_counter() - start) * 1000
+        if run.status != "SUCCEEDED":
+            raise RuntimeError(f"round-trip run {run_id} ended {run.status}: {run.stop_reason}")
+        return elapsed
+
+    def succeeded(self) -> int:
+        listed = self.runs.ListRuns(
+            runs_pb2.ListRunsRequest(limit=1000, status="SUCCEEDED"),
+            metadata=self.metadata,
+            timeout=30,
+        )
+        return len(listed.runs)
+
+
+def round_trips(client: Client, n: int) -> dict[str, float]:
+    for _ in range(10):
+        client.round_trip()
+    return summary([client.round_trip() for _ in range(n)])
+
+
+def ingest(client: Client, runs: int, actions: int) -> dict[str, float]:
+    before = client.succeeded()
+    start = time.perf_counter()
+    for _ in range(runs):
+        client.submit(actions)
+    wait_until(lambda: client.succeeded() >= before + runs, 300, 0.05, "ingest runs to finish")
+    elapsed = time.perf_counter() - start
+    return {
+        "receipts": runs * actions,
+        "seconds": elapsed,
+        "receipts_per_s": runs * actions / elapsed,
+        "runs": runs,
+    }
+
+
+def raw_insert(rows: int, batch: int = 256) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/raw.db"
+        upgrade(url)
+        engine = create_store_engine(url, pool_size=1)
+        now = time.time()
+        body = '{"action":"act_x","result":{"echo":null},"status":"succeeded"}'
+        with engine.begin() as conn:
+            conn.execute(
+                insert(RunRow.__table__),
+                [
+                    dict(
+                        id="run_x",
+                        owner_id="u",
+                        title="t",
+                        status="RUNNING",
+                        stop_reason="",
+                        waiting_code="",
+                        waiting_detail="",
+                        limits={},
+                        estimate_actions=1,
+                        estimate_seconds=1.0,
+                        extensions=0,
+                        successes_at_extension=0,
+                        actions_total=1,
+                        actions_succeeded=0,
+                        attempts_used=0,
+                        last_seq=0,
+                        last_hash="",
+                        trace_id="t",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                ],
+            )
+            conn.execute(
+                insert(ActionRow.__table__),
+                [
+                    dict(
+                        id="act_x",
+                        run_id="run_x",
+                        idx=0,
+                        kind="diag.echo",
+                        intent="",
+                        args="{}",
+                        fingerprint="f",
+                        idempotent=True,
+                        route={},
+                        status="SUCCEEDED",
+                        worker_id="w",
+                        attempt_id="a",
+                        epoch=1,
+                        attempts=1,
+                        timeout_seconds=60.0,
+                        error="",
+                        receipt_id="",
+                    )
+                ],
+            )
+        start = time.perf_counter()
+        for first in range(0, rows, batch):
+            with engine.begin() as conn:
+                conn.execute(
+                    insert(ReceiptRow.__table__),
+                    [
+                        dict(
+                            id=f"rcp_{i}",
+                            run_id="run_x",
+                            action_id="act_x",
+                            attempt_id="a",
+                            epoch=1,
+                            worker_id="w",
+                            status="succeeded",
+                            body=body,
+                            sha256=content_hash(body),
+                            created_at=now,
+                        )
+                        for i in range(first, min(rows, first + batch))
+                    ],
+                )
+        elapsed = time.perf_counter() - start
+        engine.dispose()
+    return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed, "batch": batch}
+
+
+def table(doc: dict[str, Any]) -> str:
+    f, b = doc["figures"], doc["baselines"]
+    echo = b["raw_two_hop_echo"]
+    rows = [
+        (
+            "raw grpc.aio two-hop echo (baseline)",
+            f"p50 {echo['p50_ms']:.2f} / p99 {echo['p99_ms']:.2f} ms",
+            "-",
+            "-",
+        )
+    ]
+    for key, label in (
+        ("round_trip_real_worker", "no-op round trip, real worker"),
+        ("round_trip_simulated_worker", "no-op round trip, simulated worker"),
+    ):
+        fig = f[key]
+        rows.append(
+            (
+                label,
+                f"p50 {fig['p50_ms']:.2f} / p99 {fig['p99_ms']:.2f} ms",
+                f"p50 {echo['p50_ms']:.2f} ms",
+                f"{fig['p50_ms'] / echo['p50_ms']:.1f}x",
+            )
+        )
+    raw = b["raw_batched_insert"]
+    rows.append(
+        ("raw batched SQLAlchemy insert (baseline)", f"{raw['rows_per_s']:.0f} rows/s", "-", "-")
+    )
+    ing = f["ingest_50_workers"]
+    rows.append(
+        (
+            f"receipts durable/s, 50 workers ({ing['receipts']} receipts)",
+            f"{ing['receipts_per_s']:.0f} /s",
+            f"{raw['rows_per_s']:.0f} rows/s",
+            f"{ing['receipts_per_s'] / raw['rows_per_s']:.3f}x",
+        )
+    )
+    header = ("figure", "value", "baseline", "ratio")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    n = 50 if args.quick else 300
+    with tempfile.TemporaryDirectory() as tmp:
+        coordinator = CoordinatorProcess(
+            Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=60.0
+        ).start()
+        worker = WorkerProcess(coordinator, "bench-worker")
+        sim: SimulatorProcess | None = None
+        try:
+            client = Client(coordinator)
+            worker.start().wait_online(60)
+            real = round_trips(client, n)
+            worker.stop()
+            wait_until(lambda: client.online() == 0, 30, 0.05, "the real worker to leave")
+            sim = SimulatorProcess(
+                coordinator.address, coordinator.admin_token_file, 50, Path(tmp) / "sim.log"
+            )
+            sim.wait_ready(60)
+            wait_until(lambda: client.online() >= 50, 30, 0.05, "50 simulated workers online")
+            simulated = round_trips(client, n)
+            flow = ingest(client, 50 if args.quick else 100, 20 if args.quick else 40)
+        finally:
+            if sim is not None:
+                sim.stop()
+            worker.stop()
+            coordinator.stop()
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "machine": {
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "grpcio": grpc.__version__,
+        },
+        "store": "sqlite (WAL, synchronous=NORMAL)",
+        "baselines": {
+            "raw_two_hop_echo": raw_echo(n),
+            "raw_batched_insert": raw_insert(5000 if args.quick else 20000),
+        },
+        "figures": {
+            "round_trip_real_worker": real,
+            "round_trip_simulated_worker": simulated,
+            "ingest_50_workers": flow,
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "runs.json")
+    args = parser.parse_args()
+    try:
+        doc = run(args)
+    except (RuntimeError, TimeoutError, grpc.RpcError, OSError) as exc:
+        print(
+            f"runs bench: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            file=sys.stderr,
+        )
+        return 1
+    print(table(doc))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwritten to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,431 @@
+"""The worker's action machinery without a coordinator: receipts, actions, the log, the executor."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import worker_pb2
+from shared.receipts import content_hash, decode_result, encode_result, fingerprint, safe_text
+from worker_agent.action_log import ActionLog, ReceiptRecord, StartedRecord, Verdict
+from worker_agent.actions import ActionContext, Outcome, default_registry, run_action
+from worker_agent.executor import ActionExecutor
+
+# receipts ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\x00",
+        "\ud800",
+        "a\x00b\udfffc",
+        "emoji \U0001f600 and \u00e9",
+        "x" * 1_000_000,
+        "\U0001f600\x00\ud800" * 300_000,
+        {"nested": ["\x00", {"k\ud800": None}], "n": 1.5, "t": True},
+    ],
+    ids=["nul", "lone-surrogate", "mixed", "emoji", "1mb", "1mb-mixed", "nested"],
+)
+def test_results_round_trip_as_ascii(value: Any) -> None:
+    text = encode_result(value)
+    assert text.isascii()
+    assert decode_result(text) == value
+    # ASCII text passes through protobuf strings untouched.
+    wire = worker_pb2.Receipt(result_json=text).SerializeToString()
+    assert worker_pb2.Receipt.FromString(wire).result_json == text
+
+
+def test_encoding_is_canonical() -> None:
+    assert encode_result({"b": 1, "a": [1, "\x00"]}) == '{"a":[1,"\\u0000"],"b":1}'
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), object(), {1, 2}, b"bytes"])
+def test_values_json_cannot_hold_are_refused(value: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="cannot be encoded as JSON"):
+        encode_result(value)
+
+
+def test_circular_values_are_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(InvalidArgumentError):
+        encode_result(loop)
+
+
+@pytest.mark.parametrize("text", ["{", "NaN", "[Infinity]", ""])
+def test_invalid_json_is_refused(text: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="not valid JSON"):
+        decode_result(text)
+
+
+def test_content_hash_changes_with_one_character() -> None:
+    text = encode_result({"s": "x" * 1_000_000})
+    changed = text[:500_000] + "y" + text[500_001:]
+    assert content_hash(text) != content_hash(changed)
+    assert content_hash("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert content_hash(encode_result("\ud800")) == content_hash('"\\ud800"')
+    with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+        content_hash("\ud800")
+
+
+def test_fingerprint_ignores_key_order_only() -> None:
+    a = fingerprint("diag.echo", {"value": 1, "other": [1, 2]})
+    assert a == fingerprint("diag.echo", {"other": [1, 2], "value": 1})
+    assert a != fingerprint("diag.echo", {"value": 1, "other": [2, 1]})
+    assert a != fingerprint("diag.sleep", {"value": 1, "other": [1, 2]})
+    assert len(a) == 64
+
+
+def test_safe_text_escapes_what_protobuf_and_sql_cannot_hold() -> None:
+    assert safe_text("a\x00b\ud800") == "a\\x00b\\ud800"
+    worker_pb2.Receipt(error=safe_text("\ud800"))  # would raise unescaped
+
+
+# actions -------------------------------------------------------------------------------------
+
+
+def _run(kind: str, args: Any, attempt: int = 1, ctx: ActionContext | None = None) -> Outcome:
+    ctx = ctx or ActionContext("act_1", attempt)
+    return run_action(default_registry(), kind, json.dumps(args), ctx)
+
+
+def test_echo_returns_any_json_value() -> None:
+    value = {"x": ["\x00", "\ud800", 1.25, None]}
+    outcome = _run("diag.echo", {"value": value})
+    assert outcome.status == "succeeded"
+    assert decode_result(outcome.result_json) == {"echo": value}
+
+
+def test_sleep_sleeps_and_is_cancelled_within_half_a_second() -> None:
+    assert decode_result(_run("diag.sleep", {"seconds": 0.01}).result_json) == {"slept": 0.01}
+
+    ctx = ActionContext("act_1", 1)
+    outcomes: list[Outcome] = []
+    thread = threading.Thread(
+        target=lambda: outcomes.append(_run("diag.sleep", {"seconds": 30}, ctx=ctx))
+    )
+    thread.start()
+    time.sleep(0.1)
+    cancelled_at = time.monotonic()
+    ctx.cancelled.set()
+    thread.join(5)
+    assert time.monotonic() - cancelled_at < 0.5
+    assert outcomes[0].status == "cancelled"
+    assert outcomes[0].error.startswith("ActionCancelled:")
+
+
+@pytest.mark.parametrize("seconds", [-1, "1", None, True])
+def test_sleep_refuses_bad_seconds(seconds: Any) -> None:
+    outcome = _run("diag.sleep", {"seconds": seconds})
+    assert outcome.status == "failed"
+    assert "diag.sleep needs 'seconds'" in outcome.error
+
+
+def test_fail_fails_the_first_attempts_then_recovers() -> None:
+    args = {"message": "flaky", "fail_attempts": 2}
+    for attempt in (1, 2):
+        outcome = _run("diag.fail", args, attempt)
+        assert (outcome.status, outcome.error) == ("failed", "ActionFailed: flaky")
+    outcome = _run("diag.fail", args, 3)
+    assert outcome.status == "succeeded"
+    assert decode_result(outcome.result_json) == {"recovered_after": 2}
+    for attempt in (1, 50):
+        assert _run("diag.fail", {"message": "always"}, attempt).status == "failed"
+    assert "'fail_attempts' must be" in _run("diag.fail", {"fail_attempts": "2"}).error
+
+
+def test_append_appends_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    first = _run("diag.append", {"path": str(path), "line": "one"})
+    second = _run("diag.append", {"path": str(path), "line": "d\u00e9j\u00e0"})
+    assert path.read_bytes() == "one\nd\u00e9j\u00e0\n".encode()
+    assert decode_result(first.result_json) == {"path": str(path), "bytes": 4}
+    assert decode_result(second.result_json)["bytes"] == 7
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"line": "x"}, "needs 'path': an absolute path"),
+        ({"path": "relative.txt", "line": "x"}, "needs 'path': an absolute path"),
+        ({"path": "/tmp/x"}, "needs 'line': a string, not null"),
+        ({"path": "/tmp/x", "line": 3}, "needs 'line': a string, not a number"),
+    ],
+)
+def test_append_refuses_bad_args(args: dict[str, Any], message: str) -> None:
+    outcome = _run("diag.append", args)
+    assert outcome.status == "failed" and message in outcome.error
+
+
+def test_unknown_kinds_and_non_object_args_are_refused() -> None:
+    outcome = _run("nope.nothing", {})
+    assert outcome.status == "refused"
+    assert outcome.error == (
+        "unknown action kind 'nope.nothing' (this worker knows: "
+        "diag.append, diag.echo, diag.fail, diag.sleep)"
+    )
+    outcome = _run("diag.echo", [1, 2])
+    assert (outcome.status, outcome.error) == (
+        "refused",
+        "args of diag.echo must be a JSON object, not an array",
+    )
+
+
+def test_a_result_json_cannot_hold_is_a_failure() -> None:
+    registry = default_registry()
+    registry.register("test.bad", lambda args, ctx: {"x": float("nan")})
+    outcome = run_action(registry, "test.bad", "{}", ActionContext("act_1", 1))
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("InvalidArgumentError: value cannot be encoded as JSON")
+
+
+# action log ----------------------------------------------------------------------------------
+
+
+def _started(action: str, attempt: str, epoch: int) -> StartedRecord:
+    return StartedRecord(action, attempt, epoch, "run_1", "diag.echo", time.time())
+
+
+def _receipt(action: str, attempt: str, epoch: int, result: Any = None) -> ReceiptRecord:
+    now = time.time()
+    return ReceiptRecord(
+        action, "run_1", attempt, epoch, "succeeded", encode_result(result), "", now, now
+    )
+
+
+def test_log_lifecycle_started_then_outbox_then_acknowledged(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path / "actions")
+    assert log.admit("act_a", "att_1", 1).verdict is Verdict.ACCEPT
+    assert log.held() == [("act_a", "att_1", 1, "running")]  # admitted, not begun yet
+    log.begin(_started("act_a", "att_1", 1))
+    assert json.loads((log.started_dir / "act_a.att_1.json").read_text())["epoch"] == 1
+    assert log.held() == [("act_a", "att_1", 1, "running")]
+
+    receipt = _receipt("act_a", "att_1", 1, {"v": "\x00\ud800"})
+    log.finish(receipt)
+    assert not list(log.started_dir.iterdir())
+    assert log.held() == [("act_a", "att_1", 1, "finished")]
+    assert log.pending_receipts() == [receipt]
+    assert log.admit("act_a", "att_1", 1).receipt == receipt  # repeat: resend, do not rerun
+
+    assert log.acknowledge("act_a", "att_1")
+    assert log.held() == [] and log.pending_receipts() == []
+    assert log.admit("act_a", "att_1", 1).verdict is Verdict.ACKNOWLEDGED
+
+
+def test_receipts_outlive_the_process(tmp_path: Path) -> None:
+    first = ActionLog(tmp_path)
+    first.admit("act_a", "att_1", 3)
+    first.begin(_started("act_a", "att_1", 3))
+    first.finish(_receipt("act_a", "att_1", 3, "\ud800"))
+    again = ActionLog(tmp_path)
+    [receipt] = again.pending_receipts()
+    assert decode_result(receipt.result_json) == "\ud800"
+    assert again.held() == [("act_a", "att_1", 3, "finished")]
+    assert again.highest_epoch("act_a") == 3
+
+
+def test_a_started_file_left_by_a_dead_process_is_interrupted(tmp_path: Path) -> None:
+    dead = ActionLog(tmp_path)
+    dead.admit("act_a", "att_1", 2)
+    dead.begin(_started("act_a", "att_1", 2))
+    assert dead.held() == [("act_a", "att_1", 2, "running")]
+
+    log = ActionLog(tmp_path)  # the next process
+    assert log.held() == [("act_a", "att_1", 2, "interrupted")]
+    admission = log.admit("act_a", "att_1", 2)
+    assert admission.verdict is Verdict.INTERRUPTED and "outcome is unknown" in admission.reason
+    assert log.admit("act_a", "att_0", 1).reason == "stale epoch 1 < 2"  # epoch from the file
+    # A newer attempt means the coordinator has settled the interrupted one.
+    assert log.admit("act_a", "att_2", 3).verdict is Verdict.ACCEPT
+    assert log.held() == [("act_a", "att_2", 3, "running")]
+
+
+def test_acknowledging_an_interrupted_attempt_forgets_it(tmp_path: Path) -> None:
+    ActionLog(tmp_path).begin(_started("act_a", "att_1", 1))
+    log = ActionLog(tmp_path)
+    assert log.acknowledge("act_a", "att_1")
+    assert log.held() == []
+
+
+def test_stale_epochs_are_refused_and_repeats_recognised(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path)
+    assert log.admit("act_a", "att_1", 5).verdict is Verdict.ACCEPT
+    assert log.admit("act_a", "att_1", 5).verdict is Verdict.DUPLICATE
+    stale = log.admit("act_a", "att_0", 4)
+    assert (stale.verdict, stale.reason) == (Verdict.STALE, "stale epoch 4 < 5")
+    newer = log.admit("act_a", "att_2", 6)
+    assert (newer.verdict, newer.superseded) == (Verdict.ACCEPT, ("att_1",))
+    assert log.highest_epoch("act_a") == 6
+    assert log.admit("act_b", "att_1", 1).verdict is Verdict.ACCEPT  # epochs are per action
+
+
+def test_a_receipt_written_before_a_crash_wins_over_its_started_file(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path)
+    log.begin(_started("act_a", "att_1", 1))
+    log.finish(_receipt("act_a", "att_1", 1))
+    log.begin(_started("act_a", "att_1", 1))  # as if the process died before removing it
+    again = ActionLog(tmp_path)
+    assert again.held() == [("act_a", "att_1", 1, "finished")]
+    assert not list(again.started_dir.iterdir())
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", "", "a.b", "x" * 200])
+def test_ids_that_are_not_file_names_are_refused(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="not a valid id"):
+        ActionLog(tmp_path).admit(bad, "att_1", 1)
+    with pytest.raises(InvalidArgumentError):
+        ActionLog(tmp_path).admit("act_a", bad, 1)
+
+
+# executor ------------------------------------------------------------------------------------
+
+
+class Stream:
+    """What the executor sends, as the connection's queue would carry it."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[worker_pb2.WorkerMessage] = asyncio.Queue()
+
+    async def next(self, kind: str) -> Any:
+        async with asyncio.timeout(5):
+            while True:
+                message = await self.queue.get()
+                if message.WhichOneof("body") == kind:
+                    return getattr(message, kind)
+
+
+@pytest.fixture
+async def executor(tmp_path: Path) -> AsyncIterator[ActionExecutor]:
+    actions = ActionExecutor(ActionLog(tmp_path / "actions"))
+    yield actions
+    actions.close(wait=True)
+
+
+def _dispatch(
+    kind: str, args: Any, action: str = "act_a", attempt: str = "att_1", epoch: int = 1, **kw: Any
+) -> worker_pb2.Dispatch:
+    return worker_pb2.Dispatch(
+        action_id=action,
+        run_id="run_1",
+        attempt_id=attempt,
+        epoch=epoch,
+        attempt=kw.pop("number", 1),
+        kind=kind,
+        args_json=encode_result(args),
+        **kw,
+    )
+
+
+async def test_a_dispatch_is_started_then_receipted_then_acknowledged(
+    executor: ActionExecutor,
+) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    executor.dispatch(_dispatch("diag.echo", {"value": "\x00\ud800"}))
+    started = await stream.next("started")
+    assert (started.action_id, started.attempt_id, started.epoch) == ("act_a", "att_1", 1)
+    receipt = await stream.next("receipt")
+    assert (receipt.status, receipt.run_id, receipt.epoch) == ("succeeded", "run_1", 1)
+    assert decode_result(receipt.result_json) == {"echo": "\x00\ud800"}
+    assert 0 < receipt.started_at <= receipt.finished_at
+    assert [m.receipt for m in executor.pending()] == [receipt]
+    executor.acknowledge(
+        worker_pb2.ReceiptAck(action_id="act_a", attempt_id="att_1", accepted=True)
+    )
+    assert executor.pending() == [] and executor.held() == []
+
+
+async def test_a_finished_attempt_is_never_redone(executor: ActionExecutor, tmp_path: Path) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    target = tmp_path / "effects.txt"
+    dispatch = _dispatch("diag.append", {"path": str(target), "line": "once"})
+    executor.dispatch(dispatch)
+    first = await stream.next("receipt")
+    executor.dispatch(dispatch)  # the coordinator missed the receipt and asks again
+    assert await stream.next("receipt") == first
+    assert target.read_text() == "once\n"
+
+
+async def test_a_stale_dispatch_is_refused_without_acting(
+    executor: ActionExecutor, tmp_path: Path
+) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    executor.dispatch(_dispatch("diag.echo", {}, attempt="att_2", epoch=7))
+    await stream.next("receipt")
+    target = tmp_path / "effects.txt"
+    executor.dispatch(_dispatch("diag.append", {"path": str(target), "line": "x"}, epoch=6))
+    refused = await stream.next("receipt")
+    assert (refused.status, refused.error, refused.epoch) == ("refused", "stale epoch 6 < 7", 6)
+    assert not target.exists()
+
+
+async def test_an_unknown_kind_is_refused(executor: ActionExecutor) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    executor.dispatch(_dispatch("gui.teleport", {}))
+    refused = await stream.next("receipt")
+    assert refused.status == "refused" and "unknown action kind 'gui.teleport'" in refused.error
+    assert executor.held() == []
+
+
+async def test_cancel_stops_a_running_attempt(executor: ActionExecutor) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    executor.dispatch(_dispatch("diag.sleep", {"seconds": 30}))
+    executor.dispatch(_dispatch("diag.sleep", {"seconds": 30}))  # a duplicate: ignored
+    await stream.next("started")
+    assert [h.state for h in executor.held()] == ["running"]
+    cancelled_at = time.monotonic()
+    executor.cancel(worker_pb2.CancelAction(action_id="act_a", attempt_id="att_1", reason="user"))
+    receipt = await stream.next("receipt")
+    assert time.monotonic() - cancelled_at < 0.5
+    assert (receipt.status, receipt.error) == ("cancelled", "ActionCancelled: user")
+    assert stream.queue.empty()  # one start and one receipt: the duplicate never ran
+
+
+async def test_a_newer_epoch_supersedes_the_running_attempt(executor: ActionExecutor) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    executor.dispatch(_dispatch("diag.sleep", {"seconds": 30}, attempt="att_1", epoch=1))
+    await stream.next("started")
+    executor.dispatch(_dispatch("diag.echo", {"value": 2}, attempt="att_2", epoch=2))
+    receipts = {}
+    for _ in range(2):
+        r = await stream.next("receipt")
+        receipts[r.attempt_id] = r
+    assert (receipts["att_1"].status, receipts["att_1"].epoch) == ("cancelled", 1)
+    assert "superseded by attempt att_2 (epoch 2)" in receipts["att_1"].error
+    assert (receipts["att_2"].status, receipts["att_2"].epoch) == ("succeeded", 2)
+
+
+async def test_an_attempt_past_its_timeout_is_cancelled(executor: ActionExecutor) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    executor.dispatch(_dispatch("diag.sleep", {"seconds": 30}, timeout_seconds=0.2))
+    receipt = await stream.next("receipt")
+    assert (receipt.status, receipt.error) == (
+        "cancelled",
+        "ActionCancelled: timed out after 0.2 s",
+    )
+
+
+async def test_receipts_made_while_disconnected_wait_in_the_outbox(
+    executor: ActionExecutor,
+) -> None:
+    executor.dispatch(_dispatch("diag.fail", {"message": "no"}))
+    executor.close(wait=True)  # lets the attempt finish; no stream is attached
+    [pending] = executor.pending()
+    assert (pending.receipt.status, pending.receipt.error) == ("failed", "ActionFailed: no")
+    assert [(h.action_id, h.state) for h in executor.held()] == [("act_a", "finished")]
