@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import ledger
+from coordinator import ledger, outcomes
 from coordinator.journal import JournalBus
 from coordinator.ledger import (
     CancelOrder,
@@ -113,7 +113,7 @@ class Dispatcher:
         """Reconcile the worker's attempts, then give waiting runs a chance to use it."""
 
         def unit(s: Session, ctx: Context) -> list[Order]:
-            orders = ledger.reconcile_worker(s, worker_id, held, ctx)
+            orders = outcomes.reconcile_worker(s, worker_id, held, ctx)
             return orders + _advance_waiting(s, ctx)
 
         await self.run_unit(unit)
@@ -164,7 +164,7 @@ class Dispatcher:
             action = run_queries.action(s, order.action_id)
             if action is None or action.attempt_id != order.attempt_id:
                 return []
-            return ledger.expire(s, action, cause, ctx)
+            return outcomes.expire(s, action, cause, ctx)
 
         try:
             await asyncio.wait_for(self.run_unit(unit), FINALIZE_DEADLINE)
@@ -189,11 +189,11 @@ class Dispatcher:
             orders: list[Order] = []
             if leases_due:
                 for action in run_queries.expired_in_flight(s, ctx.now):
-                    orders += ledger.expire(
+                    orders += outcomes.expire(
                         s, action, "its claimant stopped responding (lease expired)", ctx
                     )
                 for action in run_queries.overdue_in_flight(s, ctx.now, ctx.lease_ttl):
-                    orders += ledger.expire(
+                    orders += outcomes.expire(
                         s, action, f"timed out after {action.timeout_seconds:g} s", ctx
                     )
             for run in run_queries.runs_in(s, ledger.ACTIVE):
@@ -218,11 +218,11 @@ def _apply_batch(
     with s.no_autoflush:
         for item in batch:
             if isinstance(item, Started):
-                orders += ledger.apply_started(
+                orders += outcomes.apply_started(
                     s, item.worker_id, item.action_id, item.attempt_id, ctx
                 )
             else:
-                orders += ledger.apply_receipt(s, item, ctx)
+                orders += outcomes.apply_receipt(s, item, ctx)
     return orders
 
 

@@ -1,0 +1,306 @@
+"""What a worker's messages mean for the ledger: receipts, starts, reconnects, lost claims.
+
+Like `ledger`, each function runs inside one store transaction and returns the orders to
+send once it has committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from coordinator.ledger import (
+    ACTIVE,
+    ARCHIVE_OVER,
+    DISPATCHED,
+    FAILED,
+    HAND_BACK_TO_HUMAN,
+    IN_FLIGHT,
+    PENDING,
+    PREVIEW_CHARS,
+    RUNNING,
+    STARTED,
+    UNKNOWN,
+    UNKNOWN_OUTCOME,
+    CancelOrder,
+    Context,
+    Held,
+    IncomingReceipt,
+    Order,
+    ReceiptVerdict,
+    advance,
+    label,
+    record,
+    set_status,
+)
+from coordinator.store import runs as run_queries
+from coordinator.store.models import ActionRow, ReceiptRow, RunRow
+from shared.ids import new_id
+from shared.receipts import content_hash, decode_result, encode_result
+
+
+def outcome_unknown(
+    s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context
+) -> list[Order]:
+    """An attempt whose result cannot be known: retry it only if that is safe (SPEC §4.3)."""
+    orders: list[Order] = []
+    if action.worker_id and action.status in IN_FLIGHT:
+        orders.append(CancelOrder(action.worker_id, action.id, action.attempt_id, cause))
+    action.status = UNKNOWN
+    action.error = cause
+    action.lease_expires_at = None
+    record(
+        s,
+        run,
+        ctx,
+        "action.unknown",
+        action=action.id,
+        attempt=action.attempt_id,
+        epoch=action.epoch,
+        cause=cause,
+    )
+    if run.status not in ACTIVE:
+        return orders
+    if action.idempotent and action.attempts < ctx.max_attempts:
+        action.status = PENDING
+        record(s, run, ctx, "action.retry", action=action.id, cause=cause, attempts=action.attempts)
+        return orders + advance(s, run, ctx)
+    if action.idempotent:
+        set_status(
+            s,
+            run,
+            ctx,
+            FAILED,
+            stop_reason=(
+                f"{label(action)} failed: {action.attempts} attempts exhausted (last: {cause})"
+            ),
+        )
+        return orders
+    set_status(
+        s,
+        run,
+        ctx,
+        HAND_BACK_TO_HUMAN,
+        stop_reason=(
+            f"{UNKNOWN_OUTCOME}: {label(action)} is not idempotent and its outcome is"
+            f" unknown ({cause}); it is not retried blindly"
+        ),
+        waiting=(
+            UNKNOWN_OUTCOME,
+            f"check whether {label(action)} took effect, then retry or abandon the run",
+        ),
+    )
+    return orders
+
+
+def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Order]:
+    """Record a worker's receipt if its claim is current; then move the run on."""
+
+    def verdict(accepted: bool, reason: str = "") -> ReceiptVerdict:
+        return ReceiptVerdict(
+            receipt.worker_id, receipt.action_id, receipt.attempt_id, accepted, reason
+        )
+
+    action = run_queries.action(s, receipt.action_id)
+    if action is None or action.run_id != receipt.run_id:
+        return [verdict(False, "unknown action")]
+    run = run_queries.run_for_update(s, action.run_id)
+    assert run is not None
+    if action.attempt_id != receipt.attempt_id or action.epoch != receipt.epoch:
+        # Fencing: a timed-out or superseded attempt can never write over its successor.
+        record(
+            s,
+            run,
+            ctx,
+            "receipt.refused",
+            action=action.id,
+            attempt=receipt.attempt_id,
+            epoch=receipt.epoch,
+            current_epoch=action.epoch,
+            worker=receipt.worker_id,
+            status=receipt.status,
+        )
+        return [
+            verdict(
+                False, f"stale epoch {receipt.epoch}; the current claim is epoch {action.epoch}"
+            )
+        ]
+    if action.receipt_id:
+        return [verdict(True, "already recorded")]
+    try:
+        result = decode_result(receipt.result_json) if receipt.result_json else None
+    except ValueError:
+        return [verdict(False, "the result is not valid JSON")]
+    body = encode_result(
+        {
+            "action": action.id,
+            "run": run.id,
+            "kind": action.kind,
+            "attempt": action.attempt_id,
+            "epoch": action.epoch,
+            "worker": receipt.worker_id,
+            "status": receipt.status,
+            "result": result,
+            "error": receipt.error,
+            "started_at": receipt.started_at,
+            "finished_at": receipt.finished_at,
+            "fingerprint": action.fingerprint,
+        }
+    )
+    row = ReceiptRow(
+        id=new_id("rcp"),
+        run_id=run.id,
+        action_id=action.id,
+        attempt_id=action.attempt_id,
+        epoch=action.epoch,
+        worker_id=receipt.worker_id,
+        status=receipt.status,
+        body=body,
+        sha256=content_hash(body),
+        created_at=ctx.now,
+    )
+    s.add(row)
+    was_unknown = action.status == UNKNOWN
+    succeeded = receipt.status == "succeeded"
+    action.status = "SUCCEEDED" if succeeded else "FAILED"
+    action.finished_at = ctx.now
+    action.error = "" if succeeded else (receipt.error or receipt.status)
+    action.receipt_id = row.id
+    action.lease_expires_at = None
+    entry: dict[str, Any] = {
+        "action": action.id,
+        "attempt": action.attempt_id,
+        "epoch": action.epoch,
+        "status": receipt.status,
+        "receipt": row.id,
+        "sha256": row.sha256,
+        "error": receipt.error,
+    }
+    result_text = encode_result(result)
+    if len(result_text) > ARCHIVE_OVER:
+        entry["result_preview"] = result_text[:PREVIEW_CHARS]
+        entry["incomplete"] = True
+        entry["archive"] = {"receipt": row.id, "length": len(body)}
+    else:
+        entry["result"] = result
+    record(s, run, ctx, "receipt", **entry)
+    if succeeded:
+        run.actions_succeeded += 1
+    orders: list[Order] = [verdict(True)]
+    if was_unknown and run.status == HAND_BACK_TO_HUMAN and run.waiting_code == UNKNOWN_OUTCOME:
+        set_status(s, run, ctx, RUNNING, cause=f"the outcome of {label(action)} is now known")
+    if run.status not in ACTIVE:
+        return orders
+    if succeeded:
+        return orders + advance(s, run, ctx)
+    retryable = receipt.status != "refused" and action.idempotent
+    if retryable and action.attempts < ctx.max_attempts:
+        action.status = PENDING
+        record(
+            s,
+            run,
+            ctx,
+            "action.retry",
+            action=action.id,
+            cause=action.error,
+            attempts=action.attempts,
+        )
+        return orders + advance(s, run, ctx)
+    note = f"{action.attempts} attempts" if action.idempotent else "not idempotent: no retry"
+    set_status(s, run, ctx, FAILED, stop_reason=f"{label(action)} failed ({note}): {action.error}")
+    return orders
+
+
+def apply_started(
+    s: Session, worker_id: str, action_id: str, attempt_id: str, ctx: Context
+) -> list[Order]:
+    action = run_queries.action(s, action_id)
+    if action is None or action.attempt_id != attempt_id or action.status != DISPATCHED:
+        return []
+    run = run_queries.run_for_update(s, action.run_id)
+    assert run is not None
+    action.status = STARTED
+    action.lease_expires_at = ctx.now + ctx.lease_ttl
+    record(s, run, ctx, "action.started", action=action.id, attempt=attempt_id, worker=worker_id)
+    return []
+
+
+def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Context) -> list[Order]:
+    """Compare the ledger with what a (re)connecting worker says it holds."""
+    by_action = {h.action_id: h for h in held}
+    orders: list[Order] = []
+    current: set[tuple[str, str]] = set()
+    for action in run_queries.in_flight_of_worker(s, worker_id):
+        run = run_queries.run_for_update(s, action.run_id)
+        assert run is not None
+        h = by_action.get(action.id)
+        if h is not None and h.attempt_id == action.attempt_id:
+            current.add((h.action_id, h.attempt_id))
+            if h.state == "interrupted":
+                orders += outcome_unknown(
+                    s, run, action, "the worker stopped during the attempt", ctx
+                )
+            else:
+                action.lease_expires_at = ctx.now + ctx.lease_ttl
+            continue
+        if action.status == DISPATCHED:
+            # The worker never recorded this attempt, so it never acted on it: send it again.
+            action.status = PENDING
+            action.lease_expires_at = None
+            record(
+                s,
+                run,
+                ctx,
+                "action.redispatch",
+                action=action.id,
+                attempt=action.attempt_id,
+                cause="the worker never received the attempt",
+            )
+            orders += advance(s, run, ctx)
+        else:
+            orders += outcome_unknown(s, run, action, "the worker no longer knows the attempt", ctx)
+    for action in run_queries.unknown_of_worker(s, worker_id):
+        # The ledger gave up on an attempt that the worker still runs: the outcome will be
+        # known after all, so take the attempt back instead of cancelling it.
+        h = by_action.get(action.id)
+        if h is None or h.attempt_id != action.attempt_id or h.state != "running":
+            continue
+        run = run_queries.run_for_update(s, action.run_id)
+        assert run is not None
+        current.add((h.action_id, h.attempt_id))
+        action.status = STARTED
+        action.lease_expires_at = ctx.now + ctx.lease_ttl
+        record(
+            s,
+            run,
+            ctx,
+            "action.resumed",
+            action=action.id,
+            attempt=action.attempt_id,
+            cause="the worker still runs the attempt",
+        )
+        if run.status == HAND_BACK_TO_HUMAN and run.waiting_code == UNKNOWN_OUTCOME:
+            set_status(s, run, ctx, RUNNING, cause=f"{label(action)} is running after all")
+    for h in held:
+        if h.state == "running" and (h.action_id, h.attempt_id) not in current:
+            orders.append(
+                CancelOrder(
+                    worker_id,
+                    h.action_id,
+                    h.attempt_id,
+                    "a newer claim or a decision supersedes this attempt",
+                )
+            )
+    return orders
+
+
+def expire(s: Session, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
+    """Finalize an attempt whose lease or timeout ran out, if it is still the current one."""
+    run = run_queries.run_for_update(s, action.run_id)
+    assert run is not None
+    s.refresh(action)
+    if action.status not in IN_FLIGHT:
+        return []
+    return outcome_unknown(s, run, action, cause, ctx)
