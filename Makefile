@@ -16,9 +16,11 @@ demo:
 
 bench: setup
 	.venv/bin/python bench/fleet_status.py
+	.venv/bin/python bench/runs.py
 
 bench-quick: setup
 	.venv/bin/python bench/fleet_status.py --quick
+	.venv/bin/python bench/runs.py --quick
 
 # ruff and mypy (strict) on the hand-written code; CI runs this too.
 lint: setup

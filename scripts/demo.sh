@@ -65,11 +65,30 @@ step "7. the worker in detail"
 WORKER_ID=$("$BIN/deskfleet" workers list --json | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["workers"][0]["id"])')
 "$BIN/deskfleet" workers show "$WORKER_ID"
 
-step "8. a used token is refused"
+step "8. submit a durable run: a plan of actions, each with a receipt"
+cat >"$STATE/plan.json" <<PLAN
+{"title": "demo plan",
+ "actions": [
+  {"kind": "diag.echo",   "args": {"value": "hello from the fleet"}, "idempotent": true},
+  {"kind": "diag.append", "args": {"path": "$STATE/effects.txt", "line": "written exactly once"}},
+  {"kind": "diag.sleep",  "args": {"seconds": 0.2}, "idempotent": true}
+ ]}
+PLAN
+"$BIN/deskfleet" runs submit "$STATE/plan.json" --wait --json >"$STATE/run.json"
+RUN_ID=$("$BIN/python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$STATE/run.json")
+"$BIN/deskfleet" runs show "$RUN_ID"
+echo
+echo "the journal (every transition, dispatch and receipt, hash-chained):"
+"$BIN/deskfleet" runs watch "$RUN_ID" --no-follow
+echo
+"$BIN/deskfleet" journal verify "$RUN_ID"
+echo "effects file: $(cat "$STATE/effects.txt")"
+
+step "9. a used token is refused"
 "$BIN/deskfleet-worker" enroll --coordinator "$DESKFLEET_COORDINATOR" --token "$TOKEN" \
   --state-dir "$STATE/worker2" || echo "(refused, as it should be)"
 
-step "9. revoke the worker: it is cut off at once"
+step "10. revoke the worker: it is cut off at once"
 "$BIN/deskfleet" workers revoke "$WORKER_ID"
 sleep 1
 tail -n 1 "$STATE/worker.log"

@@ -168,7 +168,16 @@ def run_detail(r: dict[str, Any]) -> str:
 
 
 def event_line(e: dict[str, Any]) -> str:
-    data = e.get("dataJson", "")
-    if len(data) > 160:
-        data = data[:157] + "..."
-    return f"{e['seq']:>5}  {_cell(e.get('at'))}  {e['kind']:<18} {data}"
+    text = e.get("dataJson", "")
+    if e["kind"] == "receipt":
+        # The part a person reads a receipt for: its outcome and result.
+        data = json.loads(text)
+        result = data.get("result", data.get("result_preview", ""))
+        text = (
+            f"{data['status']} {data['receipt']}"
+            f"{' error=' + data['error'] if data.get('error') else ''}"
+            f" result={json.dumps(result, ensure_ascii=False)}"
+        )
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return f"{e['seq']:>5}  {_cell(e.get('at'))}  {e['kind']:<18} {text}"
