@@ -84,7 +84,15 @@ class Event:
         )
 
 
+def _no_nul(field: str, text: str) -> None:
+    # Arguments and results travel as escaped JSON; free text is stored as text, and
+    # PostgreSQL text cannot hold NUL.
+    if "\x00" in text:
+        raise InvalidArgumentError(f"{field}: must not contain NUL characters")
+
+
 def _validate(plan: Plan) -> dict[str, Any]:
+    _no_nul("title", plan.title)
     if not plan.actions:
         raise InvalidArgumentError("actions: a plan needs at least one action")
     if len(plan.actions) > MAX_ACTIONS_PER_PLAN:
@@ -92,6 +100,8 @@ def _validate(plan: Plan) -> dict[str, Any]:
     for i, action in enumerate(plan.actions):
         if not action.kind or len(action.kind) > 100:
             raise InvalidArgumentError(f"actions[{i}].kind: 1-100 characters")
+        _no_nul(f"actions[{i}].kind", action.kind)
+        _no_nul(f"actions[{i}].intent", action.intent)
         if len(encode_result(action.args)) > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
         cap = action.route.get("capability", "")
@@ -316,6 +326,7 @@ class Runs:
         """Queue a person's message for the run's next safe boundary (SPEC §4.8)."""
         if not text.strip():
             raise InvalidArgumentError("text: guidance must not be empty")
+        _no_nul("text", text)
         if len(text) > GUIDANCE_CHARS:
             raise InvalidArgumentError(
                 f"text: guidance is at most {GUIDANCE_CHARS} characters (this is {len(text)})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import threading
@@ -14,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 
 from coordinator.store.models import Base
 from coordinator.store.schema import sync_engine, upgrade
-from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env
+from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env, journal, submit
 
 
 def _init(tmp_path: Path, db_url: str, token_file: Path) -> subprocess.CompletedProcess[str]:
@@ -197,4 +198,40 @@ def test_a_dead_postgresql_is_unavailable(tmp_path: Path, pg_proxy: tuple[str, _
         assert done.stderr.startswith("deskfleet: the coordinator's store is unavailable:")
         assert len(done.stderr.strip().splitlines()) == 1
     finally:
+        coordinator.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_runs_and_receipts_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    coordinator = CoordinatorProcess(tmp_path / "pgruns", pg_url).start()
+    worker = WorkerProcess(coordinator, "pgw")
+    try:
+        worker.start().wait_online()
+        tricky = "nul\x00 lone\ud800 é 😀"
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "actions": [
+                        {"kind": "diag.echo", "args": {"value": tricky}, "idempotent": True},
+                        {"kind": "diag.fail", "args": {"fail_attempts": 1}, "idempotent": True},
+                    ]
+                },
+                ensure_ascii=True,
+            )
+        )
+        run = submit(coordinator, plan, wait=True)
+        assert run["status"] == "SUCCEEDED", run["stopReason"]
+        receipts = [e for e in journal(coordinator, run["id"]) if e["kind"] == "receipt"]
+        assert receipts[0]["data"]["result"] == {"echo": tricky}
+        assert coordinator.cli_json("journal", "verify", run["id"])["ok"] is True
+        # Free text is stored as text, which cannot hold NUL on PostgreSQL: refused up front.
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"title": "bad\x00title", "actions": [{"kind": "diag.echo"}]}))
+        refused = coordinator.cli("runs", "submit", str(bad), check=False)
+        assert (refused.returncode, refused.stderr) == (
+            2, "deskfleet: title: must not contain NUL characters\n")
+    finally:
+        worker.stop()
         coordinator.stop()
