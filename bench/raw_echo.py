@@ -65,6 +65,8 @@ async def main() -> None:
     print(f"PORT {port}", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     reading.cancel()
+    stream.cancel()
+    await channel.close()
     await front.stop(0)
     await echo.stop(0)
 

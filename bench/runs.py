@@ -141,7 +141,7 @@ def ingest(client: Client, runs: int, actions: int) -> dict[str, float]:
     start = time.perf_counter()
     for _ in range(runs):
         client.submit(actions)
-    wait_until(lambda: client.succeeded() >= before + runs, 300, 0.05, "ingest runs to finish")
+    wait_until(lambda: client.succeeded() >= before + runs, 120, 0.05, "ingest runs to finish")
     elapsed = time.perf_counter() - start
     return {
         "receipts": runs * actions,

@@ -87,6 +87,8 @@ class SimulatedWorker:
         self.metadata = auth_metadata(credential)
         self.welcomed = asyncio.Event()
         self.acks = 0
+        # grpc.aio allows one write in flight per stream: receipts and heartbeats take turns.
+        self.writing = asyncio.Lock()
 
     async def run(self) -> None:
         async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
@@ -109,7 +111,8 @@ class SimulatedWorker:
                         if kind == "heartbeat_ack":
                             self.acks += 1
                         elif kind == "dispatch":
-                            await call.write(_receipt_for(message.dispatch))
+                            async with self.writing:
+                                await call.write(_receipt_for(message.dispatch))
                     await call
                     raise RuntimeError(f"sim-{self.index}: the coordinator closed the stream")
                 finally:
@@ -127,7 +130,8 @@ class SimulatedWorker:
         while True:
             await asyncio.sleep(welcome.heartbeat_interval_seconds)
             seq += 1
-            await call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
+            async with self.writing:
+                await call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
 
 
 def _receipt_for(d: worker_pb2.Dispatch) -> worker_pb2.WorkerMessage:
