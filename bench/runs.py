@@ -63,6 +63,7 @@ def raw_echo(n: int) -> dict[str, float]:
         [sys.executable, str(ROOT / "bench" / "raw_echo.py")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # only grpc core's shutdown chatter
         text=True,
     )
     try:
