@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
@@ -61,4 +62,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.WhoAmIRequest, context: Context
     ) -> admin_pb2.Principal:
         me = current_principal()
-        return admin_pb2.Principal(id=me.id, name=me.name, role=me.role.value)
+        # The coordinator's clock lets a caller (`deskfleet-worker doctor`) measure its skew.
+        return admin_pb2.Principal(
+            id=me.id, name=me.name, role=me.role.value, server_time=time.time()
+        )

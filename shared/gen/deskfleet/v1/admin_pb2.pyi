@@ -60,11 +60,13 @@ class WhoAmIRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Principal(_message.Message):
-    __slots__ = ("id", "name", "role")
+    __slots__ = ("id", "name", "role", "server_time")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     role: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+    server_time: float
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., server_time: _Optional[float] = ...) -> None: ...
