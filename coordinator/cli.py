@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how often the recovery sweep resumes saved work (default 120)",
     )
+    serve.add_argument(
+        "--allow-private-networks",
+        action="store_true",
+        help="let browser actions reach loopback and private addresses",
+    )
     serve.add_argument("--log-level", default="INFO")
     return p
 
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_interval=args.heartbeat_interval,
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
+            allow_private_networks=args.allow_private_networks,
             **({"replica": args.replica} if args.replica else {}),
         )
         asyncio.run(_serve(config))

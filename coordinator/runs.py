@@ -132,13 +132,50 @@ def _validate(plan: Plan) -> dict[str, Any]:
     return limits
 
 
+def with_network_policy(action: PlannedAction, allow_private: bool) -> PlannedAction:
+    """Browser actions carry the coordinator's network policy, whatever the plan asked for.
+
+    An owner may narrow where the browser goes (allowed and denied domains) but never open
+    loopback or private networks: that is the operator's `--allow-private-networks`.
+    """
+    if not action.kind.startswith("browser."):
+        return action
+    asked = action.args.get("policy") or {}
+    if not isinstance(asked, dict):
+        raise InvalidArgumentError(f"{action.kind}: args.policy must be an object")
+    policy = {**asked, "allow_private": allow_private}
+    return PlannedAction(
+        action.kind,
+        {**action.args, "policy": policy},
+        action.idempotent,
+        action.route,
+        action.intent,
+    )
+
+
 class Runs:
-    def __init__(self, db: Database, dispatcher: Dispatcher, bus: JournalBus) -> None:
+    def __init__(
+        self,
+        db: Database,
+        dispatcher: Dispatcher,
+        bus: JournalBus,
+        allow_private_networks: bool = False,
+    ) -> None:
         self._db = db
         self._dispatcher = dispatcher
         self._bus = bus
+        self._allow_private = allow_private_networks
 
     async def submit(self, owner: Principal, plan: Plan) -> RunView:
+        plan = Plan(
+            tuple(with_network_policy(a, self._allow_private) for a in plan.actions),
+            plan.title,
+            plan.max_actions,
+            plan.max_seconds,
+            plan.estimate_actions,
+            plan.estimate_seconds,
+            plan.action_timeout,
+        )
         limits = _validate(plan)
         now = time.time()
         run_id = new_id("run")

@@ -72,7 +72,7 @@ def create_server(
     worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
         WorkerGatewayServicer(db, presence, dispatcher, config), server
     )
-    runs = Runs(db, dispatcher, bus)
+    runs = Runs(db, dispatcher, bus, config.allow_private_networks)
     runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs), server)
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, Recall(db)), server)
     health_servicer = health.aio.HealthServicer()

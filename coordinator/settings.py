@@ -23,3 +23,5 @@ class CoordinatorConfig:
     sweep_interval: float = 120.0
     # Automatic attempts of an idempotent action before the run stops for a person.
     max_attempts: int = 3
+    # Research and browser actions may reach loopback and private addresses (tests, demo).
+    allow_private_networks: bool = False

@@ -68,8 +68,10 @@ class CoordinatorProcess:
         lease: float = 1.5,
         replica: str = "r1",
         sweep: float = 1.0,
+        allow_private_networks: bool = True,
     ) -> None:
         self.sweep = sweep
+        self.allow_private_networks = allow_private_networks
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.db_url = db_url or f"sqlite:///{workdir / 'fleet.db'}"
@@ -131,6 +133,7 @@ class CoordinatorProcess:
                 str(self.lease),
                 "--sweep-interval",
                 str(self.sweep),
+                *(["--allow-private-networks"] if self.allow_private_networks else []),
             ],
             stdout=subprocess.PIPE,
             stderr=self._log_file,

@@ -37,6 +37,7 @@ class ActionContext:
     attempt: int  # 1 for the first attempt
     timeout: float | None = None  # seconds; the executor cancels the attempt when it passes
     cancelled: threading.Event = field(default_factory=threading.Event)
+    run_id: str = ""  # attempts of one run share a browser context
 
 
 MAX_ERROR = 2000  # characters; an error is a line for people, not a dump

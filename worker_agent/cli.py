@@ -25,6 +25,9 @@ from shared.errors import (
 )
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from worker_agent.action_log import ActionLog
+from worker_agent.actions import default_registry
+from worker_agent.browser.actions import BrowserActions
+from worker_agent.browser.service import BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.connection import WorkerConnection
 from worker_agent.executor import ActionExecutor
@@ -110,7 +113,11 @@ def _enroll(args: argparse.Namespace) -> str:
 async def _run(args: argparse.Namespace) -> None:
     identity, credential = StateDir(args.state_dir).load()
     options = ProbeOptions(chromium=args.chromium, computer_use_allowed=not args.no_computer_use)
-    actions = ActionExecutor(ActionLog(args.state_dir / "actions"))
+    # The browser starts with the first browser action, not with the worker.
+    browser = BrowserService(args.chromium)
+    registry = default_registry()
+    BrowserActions(browser).register(registry)
+    actions = ActionExecutor(ActionLog(args.state_dir / "actions"), registry)
     connection = WorkerConnection(
         identity, credential, functools.partial(measure, options, identity.labels), actions=actions
     )
@@ -124,6 +131,7 @@ async def _run(args: argparse.Namespace) -> None:
         logging.getLogger("deskfleet.worker").info("stopped")
     finally:
         actions.close()
+        await asyncio.to_thread(browser.close)
 
 
 def main(argv: list[str] | None = None) -> int:

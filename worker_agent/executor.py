@@ -116,7 +116,8 @@ class ActionExecutor:
             if previous is not None:
                 self._cancel(previous, f"superseded by attempt {d.attempt_id} (epoch {d.epoch})")
         timeout = d.timeout_seconds if d.timeout_seconds > 0 else None
-        attempt = Attempt(d, handler, args, ActionContext(d.action_id, d.attempt, timeout))
+        context = ActionContext(d.action_id, d.attempt, timeout, run_id=d.run_id)
+        attempt = Attempt(d, handler, args, context)
         self._running[attempt.key] = attempt
         self._pool.submit(self._execute, attempt)
 

@@ -1,0 +1,148 @@
+"""Browser actions against the local site, in a real Chromium (no coordinator needed)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scripts.local_site.server import FACTS, search_template, start
+from tests.conftest import require
+from worker_agent.actions import ActionContext, ActionRegistry
+from worker_agent.browser.actions import BrowserActions
+from worker_agent.browser.service import BrowserService
+from worker_agent.capabilities import DEFAULT_CHROMIUM
+
+pytestmark = pytest.mark.slow
+LOCAL = {"allow_private": True, "timeout": 5}
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    server, url = start()
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[ActionRegistry]:
+    require(shutil.which(DEFAULT_CHROMIUM) is not None, f"no Chromium at {DEFAULT_CHROMIUM}")
+    service = BrowserService(DEFAULT_CHROMIUM)
+    registry = ActionRegistry()
+    BrowserActions(service).register(registry)
+    yield registry
+    service.close()
+
+
+def act(
+    registry: ActionRegistry, kind: str, args: dict[str, Any], timeout: float = 30
+) -> dict[str, Any]:
+    handler, _ = registry.resolve(kind, "{}")
+    result: dict[str, Any] = handler(args, ActionContext("act_t", 1, timeout, run_id="run_t"))
+    return result
+
+
+def test_fetch_extracts_the_title_main_text_and_links(browser: ActionRegistry, site: str) -> None:
+    page = act(browser, "browser.fetch", {"url": f"{site}/varn/keepers.html", "policy": LOCAL})
+    assert (page["outcome"], page["evidence"], page["status"]) == ("ok", True, 200)
+    assert page["title"] == "Varn Keepers"
+    assert FACTS["/varn/keepers.html"] in page["text"]
+    assert "Cookie notice" not in page["text"]  # the extractor drops the page's boilerplate
+    assert f"{site}/search?q=lighthouse" in page["links"]
+    assert page["content_type"].startswith("text/html") and page["bytes"] > 500
+
+
+def test_binary_responses_are_unsupported_content_with_metadata(
+    browser: ActionRegistry, site: str
+) -> None:
+    for path, kind in (("/files/report.pdf", "application/pdf"), ("/files/photo.png", "image/png")):
+        page = act(browser, "browser.fetch", {"url": site + path, "policy": LOCAL})
+        assert page["outcome"] == "unsupported_content", page
+        assert (page["content_type"], page["status"], page["evidence"]) == (kind, 200, False)
+        assert page["bytes"] > 0 and page["text"] == "" and page["url"] == site + path
+
+
+def test_challenges_are_marked_and_never_evidence(browser: ActionRegistry, site: str) -> None:
+    denied = act(browser, "browser.fetch", {"url": f"{site}/challenge", "policy": LOCAL})
+    assert (denied["outcome"], denied["status"], denied["evidence"]) == (
+        "access_challenge",
+        403,
+        False,
+    )
+    captcha = act(browser, "browser.fetch", {"url": f"{site}/captcha", "policy": LOCAL})
+    assert (captcha["outcome"], captcha["evidence"]) == ("access_challenge", False)
+    assert "captcha" in captcha["reason"]
+
+
+def test_redirects_are_followed_within_the_limit_and_each_hop_is_checked(
+    browser: ActionRegistry, site: str
+) -> None:
+    moved = act(browser, "browser.fetch", {"url": f"{site}/redirect-to-north", "policy": LOCAL})
+    assert moved["outcome"] == "ok" and moved["final_url"] == f"{site}/varn/north-light.html"
+    assert FACTS["/varn/north-light.html"] in moved["text"]
+    loop = act(browser, "browser.fetch", {"url": f"{site}/loop/0", "policy": LOCAL})
+    assert loop["outcome"] == "redirect_limit" and "more than 5 redirects" in loop["reason"]
+
+
+def test_private_addresses_and_denied_domains_are_refused_before_any_request(
+    browser: ActionRegistry, site: str
+) -> None:
+    closed = act(browser, "browser.fetch", {"url": f"{site}/varn/lens.html"})
+    assert closed["outcome"] == "refused"
+    assert "loopback or private address" in closed["reason"] and closed["status"] == 0
+    denied = act(
+        browser,
+        "browser.fetch",
+        {"url": f"{site}/varn/lens.html", "policy": {**LOCAL, "deny_domains": ["127.0.0.1"]}},
+    )
+    assert denied["reason"] == "domain 127.0.0.1 is denied by the policy"
+    scheme = act(browser, "browser.fetch", {"url": "file:///etc/passwd", "policy": LOCAL})
+    assert scheme["reason"].startswith("scheme file: is not allowed")
+
+
+def test_limits_on_time_and_size_have_clear_reasons(browser: ActionRegistry, site: str) -> None:
+    slow = act(browser, "browser.fetch", {"url": f"{site}/slow", "policy": {**LOCAL, "timeout": 2}})
+    assert slow["outcome"] == "timeout" and "within 2 s" in slow["reason"]
+    big = act(browser, "browser.fetch", {"url": f"{site}/big", "policy": LOCAL})
+    assert big["outcome"] == "too_large"
+    assert big["reason"].endswith(f"is more than the limit of {2 * 1024 * 1024}")
+
+
+def test_other_charsets_and_script_rendered_text_come_back_as_utf8(
+    browser: ActionRegistry, site: str
+) -> None:
+    latin = act(browser, "browser.fetch", {"url": f"{site}/latin1", "policy": LOCAL})
+    assert "Le café du phare de Varn sert des crêpes." in latin["text"]
+    rendered = act(browser, "browser.fetch", {"url": f"{site}/js", "policy": LOCAL})
+    assert "The fog signal of Varn sounds twice every 30 seconds." in rendered["text"]
+
+
+def test_search_returns_results_with_snippets_marked_as_not_evidence(
+    browser: ActionRegistry, site: str
+) -> None:
+    found = act(
+        browser,
+        "browser.search",
+        {
+            "query": "keeper 1962",
+            "profile": "local",
+            "template": search_template(site),
+            "policy": LOCAL,
+        },
+    )
+    assert found["outcome"] == "ok"
+    assert found["results"][0]["url"] == f"{site}/varn/keepers.html"
+    assert found["results"][0]["snippet_is_evidence"] is False
+    assert "1962" in found["results"][0]["snippet"]
+
+
+def test_screenshot_returns_a_png_and_its_hash(browser: ActionRegistry, site: str) -> None:
+    shot = act(browser, "browser.screenshot", {"url": f"{site}/varn/lens.html", "policy": LOCAL})
+    import base64
+    import hashlib
+
+    png = base64.b64decode(shot["png_base64"])
+    assert png.startswith(b"\x89PNG") and hashlib.sha256(png).hexdigest() == shot["sha256"]

@@ -1,0 +1,200 @@
+"""The browser action kinds: `browser.fetch`, `browser.search`, `browser.screenshot`.
+
+Their results are outcomes, not failures: a refused, binary, challenged or timed-out page is
+a successful action whose result says so (with the source's metadata), so that research can
+report it. Only a browser that cannot work at all fails the action.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import time
+from typing import Any
+from urllib.parse import quote_plus
+
+import trafilatura
+from playwright.async_api import BrowserContext, Page
+
+from worker_agent.actions import ActionContext, ActionFailed, ActionRegistry
+from worker_agent.browser.navigation import Navigation, open_page
+from worker_agent.browser.policy import BrowserPolicy
+from worker_agent.browser.service import BrowserService
+
+CHALLENGE_STATUS = (401, 403, 429)
+CHALLENGE_TEXT = re.compile(
+    r"verify (that )?you are (a )?human|are you a robot|captcha|unusual traffic|"
+    r"checking your browser|access denied",
+    re.I,
+)
+
+# Search interfaces: a URL template and where the results are on the page.
+SEARCH_PROFILES: dict[str, dict[str, str]] = {
+    "duckduckgo-html": {
+        "template": "https://html.duckduckgo.com/html/?q={query}",
+        "result": ".result",
+        "link": ".result__a",
+        "snippet": ".result__snippet",
+    },
+    "local": {"template": "", "result": ".result", "link": ".result-link", "snippet": ".snippet"},
+}
+DEFAULT_SEARCH_PROFILE = "duckduckgo-html"
+
+_TEXT_JS = "document.body ? document.body.innerText : ''"
+_LINKS_JS = "n => Array.from(document.links, a => a.href).slice(0, n)"
+
+
+def _classify(nav: Navigation, text: str) -> tuple[str, str]:
+    if nav.outcome:
+        return nav.outcome, nav.reason
+    if nav.status in CHALLENGE_STATUS:
+        return "access_challenge", f"HTTP {nav.status}: the site refused or challenged the request"
+    if CHALLENGE_TEXT.search(text[:5000]) and len(text) < 5000:
+        return "access_challenge", "the page asks to prove a human is visiting (captcha)"
+    if nav.status >= 400:
+        return "http_error", f"HTTP {nav.status}"
+    return "ok", ""
+
+
+async def _read(page: Page, nav: Navigation, policy: BrowserPolicy) -> dict[str, Any]:
+    html = await page.content()
+    visible = await page.evaluate(_TEXT_JS)
+    main = (
+        trafilatura.extract(
+            html, url=nav.final_url or nav.url, include_comments=False, favor_recall=True
+        )
+        or visible
+    )
+    outcome, reason = _classify(nav, visible)
+    return {
+        **nav.metadata(),
+        "outcome": outcome,
+        "reason": reason,
+        "evidence": outcome == "ok",
+        "title": await page.title(),
+        "text": main[: policy.max_text],
+        "text_truncated": len(main) > policy.max_text,
+        "links": await page.evaluate(_LINKS_JS, policy.max_links),
+    }
+
+
+def _without_page(nav: Navigation) -> dict[str, Any]:
+    return {
+        **nav.metadata(),
+        "outcome": nav.outcome,
+        "reason": nav.reason,
+        "evidence": False,
+        "title": "",
+        "text": "",
+        "links": [],
+    }
+
+
+class BrowserActions:
+    def __init__(self, service: BrowserService) -> None:
+        self._service = service
+
+    def register(self, registry: ActionRegistry) -> None:
+        registry.register("browser.fetch", self.fetch)
+        registry.register("browser.search", self.search)
+        registry.register("browser.screenshot", self.screenshot)
+
+    def _run(self, args: dict[str, Any], ctx: ActionContext, make: Any) -> dict[str, Any]:
+        policy = BrowserPolicy.from_args(args.get("policy"))
+        started = time.monotonic()
+        budget = ctx.timeout or policy.timeout * 3
+        result: dict[str, Any] = self._service.run(
+            lambda c: make(c, policy), ctx.run_id, ctx, budget
+        )
+        result["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+        return result
+
+    def fetch(self, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
+        url = _required(args, "url")
+
+        async def go(context: BrowserContext, policy: BrowserPolicy) -> dict[str, Any]:
+            nav, page = await open_page(context, url, policy)
+            if page is None:
+                return _without_page(nav)
+            try:
+                return await _read(page, nav, policy)
+            finally:
+                await page.close()
+
+        return self._run(args, ctx, go)
+
+    def search(self, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
+        query = _required(args, "query")
+        profile = {
+            **SEARCH_PROFILES[args.get("profile") or DEFAULT_SEARCH_PROFILE],
+            **{
+                k: v
+                for k, v in args.items()
+                if k in ("template", "result", "link", "snippet") and v
+            },
+        }
+        if "{query}" not in profile["template"]:
+            raise ActionFailed("template: a search URL template needs {query}")
+        url = profile["template"].replace("{query}", quote_plus(query))
+        limit = int(args.get("max_results", 10))
+
+        async def go(context: BrowserContext, policy: BrowserPolicy) -> dict[str, Any]:
+            nav, page = await open_page(context, url, policy)
+            if page is None:
+                return {**_without_page(nav), "query": query, "results": []}
+            try:
+                visible = await page.evaluate(_TEXT_JS)
+                outcome, reason = _classify(nav, visible)
+                results = await page.evaluate(
+                    """([r, l, s, n]) => Array.from(document.querySelectorAll(r)).slice(0, n)
+                        .map(e => ({url: e.querySelector(l)?.href || "",
+                                    title: (e.querySelector(l)?.innerText || "").trim(),
+                                    snippet: (e.querySelector(s)?.innerText || "").trim()}))
+                        .filter(x => x.url)""",
+                    [profile["result"], profile["link"], profile["snippet"], limit],
+                )
+                return {
+                    **nav.metadata(),
+                    "outcome": outcome,
+                    "reason": reason,
+                    "query": query,
+                    # Snippets are what the search page says about a source, not the
+                    # source: they are never evidence of its claims.
+                    "results": [{**r, "snippet_is_evidence": False} for r in results],
+                }
+            finally:
+                await page.close()
+
+        return self._run(args, ctx, go)
+
+    def screenshot(self, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
+        url = _required(args, "url")
+        full_page = bool(args.get("full_page", False))
+
+        async def go(context: BrowserContext, policy: BrowserPolicy) -> dict[str, Any]:
+            nav, page = await open_page(context, url, policy)
+            if page is None:
+                return _without_page(nav)
+            try:
+                png = await page.screenshot(type="png", full_page=full_page)
+            finally:
+                await page.close()
+            return {
+                **nav.metadata(),
+                "outcome": nav.outcome or "ok",
+                "reason": nav.reason,
+                "format": "png",
+                "sha256": hashlib.sha256(png).hexdigest(),
+                "bytes": len(png),
+                "png_base64": base64.b64encode(png).decode("ascii"),
+            }
+
+        return self._run(args, ctx, go)
+
+
+def _required(args: dict[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str) or not value:
+        raise ActionFailed(f"{key}: required (a non-empty string)")
+    return value

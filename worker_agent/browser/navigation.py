@@ -1,0 +1,156 @@
+"""One policed navigation: every document hop is fetched and checked by us, not the browser.
+
+Chromium follows redirects without showing them to route handlers, so for documents (the
+page and its frames) the handler walks the redirect chain itself with `max_redirects=0`,
+checking each hop against the policy, then hands the final response to the page. Binary or
+oversized documents never reach the page.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+from playwright.async_api import BrowserContext, Page, Route
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from worker_agent.browser.policy import BrowserPolicy
+
+TEXTUAL = re.compile(r"^(text/|application/(xhtml\+xml|xml|json|[\w.+-]+\+(xml|json))\b)", re.I)
+_HEAD = re.compile(rb"<head[^>]*>", re.I)
+
+
+@dataclass
+class Navigation:
+    """What happened to a document navigation; `outcome` is empty while it went fine."""
+
+    url: str
+    final_url: str = ""
+    status: int = 0
+    content_type: str = ""
+    bytes: int = 0
+    redirects: list[str] = field(default_factory=list)
+    outcome: str = ""
+    reason: str = ""
+    blocked: list[dict[str, str]] = field(default_factory=list)
+
+    def stop(self, outcome: str, reason: str) -> None:
+        if not self.outcome:
+            self.outcome, self.reason = outcome, reason
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "final_url": self.final_url or self.url,
+            "status": self.status,
+            "content_type": self.content_type,
+            "bytes": self.bytes,
+            "redirects": self.redirects,
+            "blocked_requests": self.blocked[:20],
+        }
+
+
+def _with_base(body: bytes, base: str) -> bytes:
+    # The page is served under its first URL; a <base> keeps its relative links right.
+    tag = f'<base href="{base}">'.encode()
+    match = _HEAD.search(body)
+    return body[: match.end()] + tag + body[match.end() :] if match else tag + body
+
+
+async def open_page(
+    context: BrowserContext, url: str, policy: BrowserPolicy
+) -> tuple[Navigation, Page | None]:
+    """Navigate a new page to `url`; the caller closes the page it gets back."""
+    nav = Navigation(url)
+    refusal = policy.refusal(url)
+    if refusal:
+        nav.stop("refused", refusal)
+        return nav, None
+    page = await context.new_page()
+
+    async def handle(route: Route) -> None:
+        request = route.request
+        if request.resource_type != "document":
+            reason = policy.refusal(request.url)
+            if reason:
+                nav.blocked.append({"url": request.url, "reason": reason})
+                await route.abort("blockedbyclient")
+            else:
+                await route.continue_()
+            return
+        main = request.frame.parent_frame is None
+        await _document(route, request.url, policy, nav if main else Navigation(request.url))
+
+    await page.route("**/*", handle)
+    try:
+        await page.goto(url, timeout=policy.timeout * 1000, wait_until="load")
+    except PlaywrightTimeout:
+        nav.stop("timeout", f"the page did not finish loading within {policy.timeout:g} s")
+    except PlaywrightError as exc:
+        nav.stop("network_error", str(exc).strip().splitlines()[0])
+    if nav.outcome:
+        # A page that failed or is still loading is no source: nothing of it is returned.
+        await page.close()
+        return nav, None
+    return nav, page
+
+
+async def _document(route: Route, url: str, policy: BrowserPolicy, nav: Navigation) -> None:
+    hop = url
+    try:
+        while True:
+            reason = policy.refusal(hop)
+            if reason:
+                nav.stop("refused", reason if hop == url else f"redirect to {hop}: {reason}")
+                await route.abort("blockedbyclient")
+                return
+            response = await route.fetch(url=hop, max_redirects=0, timeout=policy.timeout * 1000)
+            location = response.headers.get("location")
+            if 300 <= response.status < 400 and location:
+                hop = urljoin(hop, location)
+                nav.redirects.append(hop)
+                if len(nav.redirects) > policy.max_redirects:
+                    nav.stop(
+                        "redirect_limit",
+                        f"more than {policy.max_redirects} redirects (last to {hop})",
+                    )
+                    await route.abort("blockedbyclient")
+                    return
+                continue
+            break
+        body = await response.body()
+    except PlaywrightTimeout:
+        nav.stop("timeout", f"no complete answer within {policy.timeout:g} s")
+        await route.abort("timedout")
+        return
+    except PlaywrightError as exc:
+        nav.stop("network_error", str(exc).strip().splitlines()[0])
+        await route.abort("failed")
+        return
+    content_type = response.headers.get("content-type", "")
+    nav.final_url, nav.status = hop, response.status
+    nav.content_type, nav.bytes = content_type, len(body)
+    if content_type and not TEXTUAL.match(content_type):
+        nav.stop(
+            "unsupported_content",
+            f"{content_type.split(';')[0]} is not text: the fetch surface is UTF-8 text",
+        )
+        await route.abort("blockedbyclient")
+        return
+    if len(body) > policy.max_bytes:
+        nav.stop("too_large", f"{len(body)} bytes is more than the limit of {policy.max_bytes}")
+        await route.abort("blockedbyclient")
+        return
+    headers = {
+        k: v
+        for k, v in response.headers.items()
+        if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")
+    }
+    await route.fulfill(
+        status=response.status,
+        headers=headers,
+        body=_with_base(body, hop) if nav.redirects else body,
+    )
