@@ -223,6 +223,8 @@ def _apply_batch(
                 )
             else:
                 orders += outcomes.apply_receipt(s, item, ctx)
+        # Receipts free workers: runs that waited for one may go on now.
+        orders += _advance_waiting(s, ctx)
     return orders
 
 

@@ -8,7 +8,7 @@ transaction has committed: nothing reaches a worker before the ledger says so du
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,38 +170,59 @@ def label(action: ActionRow) -> str:
 # ---------------------------------------------------------------------------------- advancing
 
 
+# Per-worker concurrency: work units of one stage spread over the eligible workers.
+MAX_PER_WORKER = 4
+
+# Run kinds may add a step when a receipt arrives (research picks its sources) and when every
+# action has succeeded (research writes its report): kind -> hook.
+ReceiptHook = Callable[[Session, RunRow, ActionRow, Any, "Context"], None]
+CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], None]
+RECEIPT_HOOKS: dict[str, ReceiptHook] = {}
+COMPLETION_HOOKS: dict[str, CompletionHook] = {}
+
+
 def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
-    """Move the run one step: finish it, wait, or dispatch its next action."""
+    """Move the run on: finish it, wait, or dispatch the pending work units of its stage."""
     if run.status not in ACTIVE:
         return []
     actions = run_queries.actions_of(s, run.id)
-    if any(a.status in IN_FLIGHT for a in actions):
-        return []
-    if all(a.status == "SUCCEEDED" for a in actions):
+    unfinished = [a for a in actions if a.status != "SUCCEEDED"]
+    if not unfinished:
+        hook = COMPLETION_HOOKS.get(run.kind)
+        if hook is not None:
+            hook(s, run, actions, ctx)
         set_status(s, run, ctx, SUCCEEDED, stop_reason="completed: every action succeeded")
         return []
-    stop = _budget_stop(s, run, ctx)
-    if stop:
+    stage = min(a.stage for a in unfinished)
+    current = [a for a in unfinished if a.stage == stage]
+    stuck = next((a for a in current if a.status not in (PENDING, *IN_FLIGHT)), None)
+    if stuck is not None:  # an UNKNOWN or FAILED unit left in an active run: stop safely
+        set_status(s, run, ctx, FAILED, stop_reason=f"{label(stuck)} is {stuck.status.lower()}")
         return []
-    nxt = next((a for a in actions if a.status == PENDING), None)
-    if nxt is None:  # an action is UNKNOWN or FAILED but the run was left active: stop safely
-        bad = next(a for a in actions if a.status != "SUCCEEDED")
-        set_status(s, run, ctx, FAILED, stop_reason=f"{label(bad)} is {bad.status.lower()}")
+    pending = [a for a in current if a.status == PENDING]
+    in_flight = len(current) - len(pending)
+    if not pending or _budget_stop(s, run, ctx):
         return []
     _deliver_guidance(s, run, ctx)
-    worker, code, detail = choose_worker(s, nxt, ctx)
-    if worker is None:
-        set_status(
-            s,
-            run,
-            ctx,
-            WAITING_FOR_ENVIRONMENT,
-            waiting=(code, detail),
-            cause=f"no route for {label(nxt)}",
-        )
-        return []
-    set_status(s, run, ctx, RUNNING)
-    return [claim(s, run, nxt, worker, ctx)]
+    room = min(run.limits["max_actions"], run.estimate_actions) - run.attempts_used
+    orders: list[Order] = []
+    for action in pending[: max(room, 0)]:
+        worker, code, detail = choose_worker(s, action, ctx)
+        if worker is None:
+            if not orders and not in_flight:
+                set_status(
+                    s,
+                    run,
+                    ctx,
+                    WAITING_FOR_ENVIRONMENT,
+                    waiting=(code, detail),
+                    cause=f"no route for {label(action)}",
+                )
+            break
+        orders.append(claim(s, run, action, worker, ctx))
+    if orders:
+        set_status(s, run, ctx, RUNNING)
+    return orders
 
 
 def claim(s: Session, run: RunRow, action: ActionRow, worker_id: str, ctx: Context) -> Order:
@@ -356,7 +377,8 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
         and _labels_match(v, labels)
         and (not capability or v.offers(capability))
     ]
-    here = [v for v in eligible if v.id in ctx.connected]
+    busy = ctx.busy(s)
+    here = [v for v in eligible if v.id in ctx.connected and busy.get(v.id, 0) < MAX_PER_WORKER]
     if not here:
         needs = []
         if capability:
@@ -372,7 +394,6 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
             "no_eligible_worker",
             f"needs {what}: none online and eligible ({online} online)",
         )
-    busy = ctx.busy(s)
     best = min(here, key=lambda v: (busy.get(v.id, 0), v.id))
     busy[best.id] = busy.get(best.id, 0) + 1
     return best.id, "", ""

@@ -20,6 +20,7 @@ from coordinator.ledger import (
     IN_FLIGHT,
     PENDING,
     PREVIEW_CHARS,
+    RECEIPT_HOOKS,
     RUNNING,
     STARTED,
     UNKNOWN,
@@ -194,6 +195,9 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     if run.status not in ACTIVE:
         return orders
     if succeeded:
+        hook = RECEIPT_HOOKS.get(run.kind)
+        if hook is not None:
+            hook(s, run, action, result, ctx)
         return orders + advance(s, run, ctx)
     retryable = receipt.status != "refused" and action.idempotent
     if retryable and action.attempts < ctx.max_attempts:

@@ -8,7 +8,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -57,6 +57,10 @@ class Plan:
     estimate_actions: int = 0
     estimate_seconds: float = 0.0
     action_timeout: float = 0.0
+    kind: str = "plan"
+    spec: dict[str, Any] | None = None
+    # Stage of each action; None: one after another (a plan runs in order).
+    stages: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,16 +171,11 @@ class Runs:
         self._allow_private = allow_private_networks
 
     async def submit(self, owner: Principal, plan: Plan) -> RunView:
-        plan = Plan(
-            tuple(with_network_policy(a, self._allow_private) for a in plan.actions),
-            plan.title,
-            plan.max_actions,
-            plan.max_seconds,
-            plan.estimate_actions,
-            plan.estimate_seconds,
-            plan.action_timeout,
+        plan = replace(
+            plan, actions=tuple(with_network_policy(a, self._allow_private) for a in plan.actions)
         )
         limits = _validate(plan)
+        stages = plan.stages or tuple(range(len(plan.actions)))
         now = time.time()
         run_id = new_id("run")
 
@@ -202,6 +201,8 @@ class Runs:
                 trace_id=secrets.token_hex(16),
                 created_at=now,
                 updated_at=now,
+                kind=plan.kind,
+                spec=plan.spec or {},
             )
             s.add(run)
             s.flush()
@@ -225,6 +226,7 @@ class Runs:
                         timeout_seconds=limits["action_timeout_seconds"],
                         error="",
                         receipt_id="",
+                        stage=stages[i],
                     )
                 )
             s.flush()

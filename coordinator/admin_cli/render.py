@@ -181,3 +181,18 @@ def event_line(e: dict[str, Any]) -> str:
     if len(text) > 160:
         text = text[:157] + "..."
     return f"{e['seq']:>5}  {_cell(e.get('at'))}  {e['kind']:<18} {text}"
+
+
+def research_report(report: dict[str, Any]) -> str:
+    lines = [f"evidence for {report['query']!r}: {report['evidence']} source(s)"]
+    for src in report["sources"]:
+        mark = "evidence" if src["evidence"] else "no matching text"
+        lines.append(
+            f"- {src['title'] or src['url']} <{src['final_url'] or src['url']}>"
+            f" [{mark}; receipt {src['receipt']}]"
+        )
+        lines += [f'    "{e}"' for e in src["excerpts"]]
+    if report["failures"]:
+        lines.append("not evidence:")
+        lines += [f"- {f['url']}: {f['outcome']}: {f['reason']}" for f in report["failures"]]
+    return "\n".join(lines)

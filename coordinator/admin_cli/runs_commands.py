@@ -219,7 +219,68 @@ def journal_verify(client: CoordinatorClient, args: argparse.Namespace) -> None:
         raise RunNotSucceeded("journal verification failed")
 
 
+def _report(client: CoordinatorClient, run_id: str) -> dict[str, Any] | None:
+    request = runs_pb2.WatchRunRequest(id=run_id, follow=False)
+    found: dict[str, Any] | None = None
+    try:
+        for event in client.runs.WatchRun(request, metadata=client.metadata(), timeout=60):
+            if event.kind == "research.report":
+                found = json.loads(event.data_json)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc, client.config.coordinator) from exc
+    return found
+
+
+def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    run = client.call(
+        client.runs.StartResearch,
+        runs_pb2.ResearchRequest(
+            query=args.query,
+            urls=args.url or [],
+            search_url=args.search_url or "",
+            max_sources=args.max_sources,
+        ),
+    )
+    if not args.wait:
+        _print_run(render.as_dict(run), args.json)
+        return
+    shown = ""
+    while run.status in ACTIVE:
+        done = sum(a.status == "SUCCEEDED" for a in run.actions)
+        line = f"research {run.id}: {done}/{len(run.actions)} work units done, {run.status}"
+        if run.waiting.code:
+            line += f" ({run.waiting.code}: {run.waiting.detail})"
+        if line != shown and not args.json:
+            print(line, file=sys.stderr, flush=True)
+            shown = line
+        run = client.call(
+            client.runs.WaitRun, runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=1), timeout=30
+        )
+    doc = render.as_dict(run)
+    report = _report(client, run.id)
+    if args.json:
+        render.print_json({**doc, "report": report})
+    else:
+        print(render.run_detail(doc))
+        if report is not None:
+            print()
+            print(render.research_report(report))
+    if run.status != "SUCCEEDED":
+        raise RunNotSucceeded(run.status)
+
+
 def add_parsers(sub: Any, leaf: Any) -> None:
+    p = leaf(sub, "research", research, "search, fetch sources on workers, report evidence")
+    p.add_argument("query")
+    p.add_argument("--url", action="append", help="fetch this source (repeatable; no search)")
+    p.add_argument("--search-url", help="search URL template with {query}")
+    p.add_argument("--max-sources", type=int, default=5)
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="show progress, then the evidence report (exit 6 unless it succeeded)",
+    )
+
     runs = sub.add_parser("runs", help="durable runs").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )

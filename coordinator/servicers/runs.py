@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 
 from coordinator.recall import Recall
+from coordinator.research import ResearchRequest, research_plan
 from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
 from coordinator.servicers.guard import current_principal
 from shared.errors import InvalidArgumentError
@@ -107,6 +108,16 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             lim.estimate_actions,
             lim.estimate_seconds,
             lim.action_timeout_seconds,
+        )
+        return run_message(await self._runs.submit(current_principal(), plan))
+
+    async def StartResearch(
+        self, request: runs_pb2.ResearchRequest, context: Context
+    ) -> runs_pb2.Run:
+        plan = research_plan(
+            ResearchRequest(
+                request.query, tuple(request.urls), request.search_url, request.max_sources or 5
+            )
         )
         return run_message(await self._runs.submit(current_principal(), plan))
 

@@ -95,6 +95,8 @@ class RunRow(Base):
     trace_id: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(32), server_default="plan", default="plan")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}", default=dict)
 
 
 class ActionRow(Base):
@@ -122,6 +124,8 @@ class ActionRow(Base):
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str] = mapped_column(Text, default="")
     receipt_id: Mapped[str] = mapped_column(String(64), default="")
+    # Actions of one stage are work units that run in parallel; stages run in order.
+    stage: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
 
 
 class ReceiptRow(Base):

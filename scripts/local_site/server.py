@@ -126,6 +126,11 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"<html><body><p>loading")
             time.sleep(120)  # never finishes within any sane timeout
+        elif path.startswith("/delay/"):
+            # /delay/SECONDS/varn/...: a topic page that takes its time to answer.
+            seconds, _, rest = path.removeprefix("/delay/").partition("/")
+            time.sleep(float(seconds))
+            self._html(*PAGES.get("/" + rest, ("Not found", "<p>No such page.</p>")))
         elif path == "/big":
             para = "<p>" + "The island keeps a long archive. " * 30 + "</p>\n"
             body = _PAGE.format(title="Big", body=para * (5 * 1024 * 1024 // len(para) + 1))

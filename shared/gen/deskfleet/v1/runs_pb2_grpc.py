@@ -40,6 +40,11 @@ class RunServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.SubmitRunRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
                 _registered_method=True)
+        self.StartResearch = channel.unary_unary(
+                '/deskfleet.v1.RunService/StartResearch',
+                request_serializer=deskfleet_dot_v1_dot_runs__pb2.ResearchRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
+                _registered_method=True)
         self.GetRun = channel.unary_unary(
                 '/deskfleet.v1.RunService/GetRun',
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.RunRef.SerializeToString,
@@ -88,6 +93,13 @@ class RunServiceServicer:
 
     def SubmitRun(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartResearch(self, request, context):
+        """A research run: search, fetch sources in parallel work units, report the evidence.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -150,6 +162,11 @@ def add_RunServiceServicer_to_server(servicer, server):
             'SubmitRun': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitRun,
                     request_deserializer=deskfleet_dot_v1_dot_runs__pb2.SubmitRunRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_runs__pb2.Run.SerializeToString,
+            ),
+            'StartResearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartResearch,
+                    request_deserializer=deskfleet_dot_v1_dot_runs__pb2.ResearchRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_runs__pb2.Run.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
@@ -220,6 +237,33 @@ class RunService:
             target,
             '/deskfleet.v1.RunService/SubmitRun',
             deskfleet_dot_v1_dot_runs__pb2.SubmitRunRequest.SerializeToString,
+            deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartResearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.RunService/StartResearch',
+            deskfleet_dot_v1_dot_runs__pb2.ResearchRequest.SerializeToString,
             deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
             options,
             channel_credentials,
