@@ -30,6 +30,7 @@ from worker_agent.browser.actions import BrowserActions
 from worker_agent.browser.service import BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.connection import WorkerConnection
+from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
 from worker_agent.executor import ActionExecutor
 from worker_agent.state import StateDir, WorkerIdentity
 
@@ -65,6 +66,36 @@ def _parser() -> argparse.ArgumentParser:
         help="never offer desktop control, whatever this machine can do",
     )
     run.add_argument("--log-level", default="INFO")
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="check display, input, browser, coordinator, credential and clock; exit 1 on a"
+        " failure",
+    )
+    doctor.add_argument("--state-dir", required=True, type=Path)
+    doctor.add_argument(
+        "--coordinator",
+        help="HOST:PORT[,HOST:PORT...] to check (default: the ones the worker enrolled with)",
+    )
+    doctor.add_argument(
+        "--chromium",
+        default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
+        help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
+    )
+    doctor.add_argument(
+        "--no-computer-use",
+        action="store_true",
+        help="a node that never offers desktop control: skip the display and input checks",
+    )
+    doctor.add_argument(
+        "--max-skew",
+        type=float,
+        default=DEFAULT_MAX_SKEW,
+        metavar="SECONDS",
+        help="the largest clock difference with the coordinator that passes"
+        f" (default {DEFAULT_MAX_SKEW:g})",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON document")
     return p
 
 
@@ -134,6 +165,24 @@ async def _run(args: argparse.Namespace) -> None:
         await asyncio.to_thread(browser.close)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    coordinators = (
+        [a.strip() for a in args.coordinator.split(",") if a.strip()] if args.coordinator else None
+    )
+    report = diagnose(
+        DoctorOptions(
+            state_dir=args.state_dir,
+            probe=ProbeOptions(
+                chromium=args.chromium, computer_use_allowed=not args.no_computer_use
+            ),
+            coordinators=coordinators,
+            max_skew=args.max_skew,
+        )
+    )
+    print(render_json(report) if args.json else render(report))
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     prog = "deskfleet-worker"
@@ -141,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "enroll":
             print(_enroll(args))
             return 0
+        if args.command == "doctor":
+            return _doctor(args)
         logging.basicConfig(
             level=args.log_level.upper(),
             stream=sys.stderr,
