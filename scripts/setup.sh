@@ -11,6 +11,9 @@ missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+# systemd-analyze checks the installers' unit files (tests/test_installers.py); no systemd needs
+# to be running for that.
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
     echo "setup: need root (or sudo) to install: ${missing[*]}" >&2

@@ -1,0 +1,338 @@
+"""The installers: Linux for real (staged into a DESTDIR root, and end to end on this machine),
+the macOS plists, and the Windows PowerShell script.
+
+The installs reuse the project's virtual environment for the dependencies (`--deps-from`), so
+that they take seconds and need no package index; the project itself is installed into a new
+environment from its source, and the end-to-end test runs that environment's entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.harness import CoordinatorProcess, Xvfb, base_env, tail, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+LINUX = ROOT / "installers" / "linux"
+DEPS = Path(sys.executable).parent.parent  # the project's .venv
+UNIT = "deskfleet-worker.service"
+
+
+def sh(
+    *argv: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env or os.environ.copy(),
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def unit_entries(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """A unit file as {section: [(key, value), ...]} (keys may repeat, as systemd allows)."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            current = sections.setdefault(line.strip("[]"), [])
+            continue
+        key, _, value = line.partition("=")
+        current.append((key, value))
+    return sections
+
+
+def values(sections: dict[str, list[tuple[str, str]]], section: str, key: str) -> list[str]:
+    return [v for k, v in sections.get(section, []) if k == key]
+
+
+def one(sections: dict[str, list[tuple[str, str]]], section: str, key: str) -> str:
+    found = values(sections, section, key)
+    assert len(found) == 1, f"[{section}] {key}: {found}"
+    return found[0]
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def require_systemd_analyze() -> None:
+    require(
+        shutil.which("systemd-analyze") is not None,
+        "systemd-analyze is missing (apt-get install systemd; scripts/setup.sh does it)",
+    )
+
+
+@pytest.fixture
+def system_units(tmp_path: Path) -> Iterator[None]:
+    """Nothing of the staged tests may land on this machine's own system folders."""
+    ours = [Path("/etc/systemd/system") / UNIT, Path("/opt/deskfleet"), Path("/var/lib/deskfleet")]
+    before = {p: p.exists() for p in ours}
+    yield
+    assert {p: p.exists() for p in ours} == before
+
+
+# --- Linux, staged into a DESTDIR root ------------------------------------------------------
+
+
+def test_headless_staged_twice_verifies_is_hardened_and_uninstalls_to_nothing(
+    tmp_path: Path, system_units: None
+) -> None:
+    require_systemd_analyze()
+    root = tmp_path / "root"
+    install = [LINUX / "install.sh", "--headless", "--destdir", root, "--deps-from", DEPS]
+    first = ok(sh(*install))
+    assert "not enrolling" in first.stdout
+    second = ok(sh(*install))  # idempotent: same tree, no error
+    assert "staged under" in second.stdout
+
+    unit = root / "etc/systemd/system" / UNIT
+    entries = unit_entries(unit)
+    service = dict(entries["Service"])
+    # The hardening the issue asks for, and the rest of what keeps the service contained.
+    expected = {
+        "User": "deskfleet",
+        "Group": "deskfleet",
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "yes",
+        "StateDirectory": "deskfleet",
+        "StateDirectoryMode": "0700",
+        "CapabilityBoundingSet": "",
+        "RestrictSUIDSGID": "yes",
+        "UMask": "0077",
+        "RestartPreventExitStatus": "3",
+    }
+    assert {k: service.get(k) for k in expected} == expected
+    assert "MemoryDenyWriteExecute" not in service  # Chromium's JIT needs it off
+    argv = shlex.split(service["ExecStart"])
+    assert argv == [
+        "/opt/deskfleet/venv/bin/deskfleet-worker",
+        "run",
+        "--state-dir",
+        "/var/lib/deskfleet",
+        "--no-computer-use",
+    ]
+    assert one(entries, "Install", "WantedBy") == "multi-user.target"
+    assert (root / "etc/sysusers.d/deskfleet.conf").read_text().splitlines()[-1] == (
+        'u deskfleet - "deskfleet worker" /var/lib/deskfleet /usr/sbin/nologin'
+    )
+
+    # The staged environment names its final place, never the staging root.
+    venv_bin = root / "opt/deskfleet/venv/bin"
+    assert (venv_bin / "deskfleet-worker").read_text().splitlines()[0] == (
+        "#!/opt/deskfleet/venv/bin/python"
+    )
+    for path in [*venv_bin.iterdir(), venv_bin.parent / "pyvenv.cfg"]:
+        if path.is_file() and not path.is_symlink():
+            assert str(root) not in path.read_text(errors="replace"), path
+
+    # systemd's own checker, on the staged tree (it resolves ExecStart under --root; the
+    # unit's dependencies come from a copy of this machine's units, removed afterwards).
+    units = root / "usr/lib/systemd/system"
+    shutil.copytree("/usr/lib/systemd/system", units, symlinks=True)
+    try:
+        verify = subprocess.run(
+            ["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{UNIT}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (verify.returncode, verify.stderr, verify.stdout) == (0, "", "")
+        security = subprocess.run(
+            [
+                "systemd-analyze",
+                "security",
+                "--offline=true",
+                f"--root={root}",
+                f"/etc/systemd/system/{UNIT}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        exposure = re.search(r"Overall exposure level for \S+: ([\d.]+)", security.stdout)
+        assert exposure, security.stdout + security.stderr
+        assert float(exposure.group(1)) <= 4.0  # systemd rates this "OK"
+    finally:
+        shutil.rmtree(root / "usr")
+
+    # The uninstaller travels with the install; removing leaves nothing behind.
+    done = ok(sh(root / "opt/deskfleet/uninstall.sh", "--destdir", root))
+    assert "no enrollment was found" in done.stdout
+    assert files_under(root) == []
+    assert "nothing to remove" in ok(sh(LINUX / "uninstall.sh", "--destdir", root)).stdout
+
+
+def test_desktop_staged_units_start_in_the_graphical_session(
+    tmp_path: Path, system_units: None
+) -> None:
+    require_systemd_analyze()
+    root, home = tmp_path / "root", tmp_path / "home"
+    env = {k: v for k, v in base_env(tmp_path).items() if not k.startswith("XDG_")}
+    env["HOME"] = str(home)
+    ok(sh(LINUX / "install.sh", "--desktop", "--destdir", root, "--deps-from", DEPS, env=env))
+
+    staged_home = root / str(home).lstrip("/")
+    unit = staged_home / ".config/systemd/user" / UNIT
+    entries = unit_entries(unit)
+    assert one(entries, "Unit", "PartOf") == "graphical-session.target"
+    assert one(entries, "Unit", "After") == "graphical-session.target"
+    assert values(entries, "Unit", "ConditionEnvironment") == ["|DISPLAY", "|WAYLAND_DISPLAY"]
+    assert one(entries, "Install", "WantedBy") == "graphical-session.target"
+    service = dict(entries["Service"])
+    assert service["NoNewPrivileges"] == "yes"
+    assert "PrivateTmp" not in service  # the X server's socket is in /tmp/.X11-unix
+    worker = f"{home}/.local/share/deskfleet/venv/bin/deskfleet-worker"
+    state = f"{home}/.local/state/deskfleet"
+    assert shlex.split(service["ExecStart"]) == [worker, "run", "--state-dir", state]
+
+    # At login the desktop runs the session script, which hands the display to the unit.
+    autostart = staged_home / ".config/autostart/deskfleet-worker.desktop"
+    entry = dict(line.split("=", 1) for line in autostart.read_text().splitlines() if "=" in line)
+    session_start = f"{home}/.local/share/deskfleet/bin/deskfleet-session-start"
+    assert (entry["Type"], entry["Exec"]) == ("Application", session_start)
+    script = root / session_start.lstrip("/")
+    assert os.access(script, os.X_OK)
+    assert "import-environment" in script.read_text()
+
+    # systemd-analyze has no --root for user units: check a copy whose ExecStart points into
+    # the staging root (the end-to-end test checks the installed unit itself).
+    check = tmp_path / "verify" / UNIT
+    check.parent.mkdir()
+    check.write_text(unit.read_text().replace(f'"{worker}"', f'"{root}{worker}"'))
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    verify = subprocess.run(
+        ["systemd-analyze", "--user", "verify", str(check)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env | {"XDG_RUNTIME_DIR": str(runtime)},
+    )
+    assert (verify.returncode, verify.stderr) == (0, "")
+
+    prefix = root / str(home).lstrip("/") / ".local/share/deskfleet"
+    ok(sh(prefix / "uninstall.sh", "--destdir", root, env=env))
+    assert files_under(root) == []
+
+
+def test_a_prefix_that_is_not_ours_is_refused(tmp_path: Path) -> None:
+    # Uninstalling removes the prefix whole, so installing into someone else's folder is refused.
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "someone-elses.txt").write_text("keep me")
+    env = {k: v for k, v in base_env(tmp_path).items() if not k.startswith("XDG_")}
+    env["HOME"] = str(tmp_path / "home")
+    install = [LINUX / "install.sh", "--desktop", "--deps-from", DEPS, "--skip-doctor"]
+    done = sh(*install, "--prefix", taken, "--coordinator", "127.0.0.1:1", "--token", "x", env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "holds something other than deskfleet" in done.stderr
+    assert files_under(taken) == ["someone-elses.txt"]
+    done = sh(*install, "--destdir", tmp_path / "root", "--prefix", "/usr", env=env)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "choose a folder of its own" in done.stderr
+
+
+# --- Linux, end to end on this machine ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_desktop_install_enrolls_runs_from_its_entry_point_and_uninstalls(
+    coordinator: CoordinatorProcess, xvfb: Xvfb, tmp_path: Path
+) -> None:
+    """Install under a temporary HOME, enroll, run the unit's own command, see it online."""
+    require_systemd_analyze()
+    home = tmp_path / "home"
+    env = {k: v for k, v in base_env(tmp_path).items() if not k.startswith("XDG_")}
+    env |= {"HOME": str(home)} | xvfb.env  # as from a terminal in the graphical session
+    token = coordinator.create_token()
+    install = [LINUX / "install.sh", "--desktop", "--coordinator", coordinator.address]
+    done = ok(sh(*install, "--token", token, "--deps-from", DEPS, "--label", "site=e2e", env=env))
+    assert "enrolled as wkr_" in done.stdout
+    assert "all checks passed" in done.stdout, done.stdout  # doctor ran at the end
+    state = home / ".local/state/deskfleet"
+    worker_id = json.loads((state / "worker.json").read_text())["worker_id"]
+
+    # Again: an upgrade in place that keeps the enrollment (and needs no token).
+    again = ok(sh(*install, "--deps-from", DEPS, "--skip-doctor", env=env))
+    assert "already holds an enrollment; keeping it" in again.stdout
+
+    unit = home / ".config/systemd/user" / UNIT
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    verify = subprocess.run(
+        ["systemd-analyze", "--user", "verify", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env | {"XDG_RUNTIME_DIR": str(runtime)},
+    )
+    assert (verify.returncode, verify.stderr) == (0, "")
+
+    # No systemd user manager runs here: run exactly what the unit would, in the session.
+    argv = shlex.split(one(unit_entries(unit), "Service", "ExecStart"))
+    assert argv[0] == str(home / ".local/share/deskfleet/venv/bin/deskfleet-worker")
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env)
+    try:
+
+        def online() -> dict[str, object] | None:
+            assert proc.poll() is None, tail(log)
+            status = coordinator.status()
+            row = next((w for w in status["workers"] if w["id"] == worker_id), None)
+            return status if row and row["online"] else None
+
+        status = wait_until(online, 60, 0.2, "the installed worker online")
+        assert (status["headlessOnline"], status["computerUseOnline"]) == (1, 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+
+    done = ok(sh(home / ".local/share/deskfleet/uninstall.sh", env=env))
+    assert f"nothing was revoked: worker {worker_id}" in done.stdout
+    assert f"deskfleet workers revoke {worker_id} --coordinator {coordinator.address}" in (
+        done.stdout
+    )
+    assert [p for p in home.rglob("*") if "deskfleet" in p.name] == []
+    shown = coordinator.cli_json("workers", "show", worker_id)
+    assert shown["state"] == "active"  # uninstalling revoked nothing by itself
+
+
+def test_dry_run_stages_into_a_new_folder_and_says_where(
+    tmp_path: Path, system_units: None
+) -> None:
+    env = os.environ | {"TMPDIR": str(tmp_path)}
+    done = ok(sh(LINUX / "install.sh", "--headless", "--dry-run", "--deps-from", DEPS, env=env))
+    staged = re.search(r"staged under (\S+) ", done.stdout)
+    assert staged, done.stdout
+    root = Path(staged.group(1))
+    assert root.parent == tmp_path
+    assert (root / "etc/systemd/system" / UNIT).exists()
+    ok(sh(LINUX / "uninstall.sh", "--headless", "--destdir", root))
+    assert files_under(root) == []
