@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import plistlib
 import re
 import shlex
 import shutil
@@ -336,3 +337,71 @@ def test_dry_run_stages_into_a_new_folder_and_says_where(
     assert (root / "etc/systemd/system" / UNIT).exists()
     ok(sh(LINUX / "uninstall.sh", "--headless", "--destdir", root))
     assert files_under(root) == []
+
+
+# --- macOS: the launchd plists ---------------------------------------------------------------
+
+MACOS = ROOT / "installers" / "macos"
+CHROME = "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"
+
+
+def test_macos_plists_parse_and_run_the_worker_in_the_right_session(tmp_path: Path) -> None:
+    for template in sorted(MACOS.glob("*.plist")):
+        with template.open("rb") as fh:
+            assert plistlib.load(fh)["Label"] == "com.deskfleet.worker", template
+
+    # The install script renders them (staged: launchctl and dscl are macOS's own, and the
+    # script refuses to touch a Linux machine for real; it runs staged anywhere).
+    root, home = tmp_path / "root", tmp_path / "home"
+    env = base_env(tmp_path) | {"HOME": str(home)}
+    install = [MACOS / "install.sh", "--destdir", root, "--deps-from", DEPS]
+    ok(sh(*install, "--desktop", "--chromium", CHROME, env=env))
+    ok(sh(*install, "--headless", env=env))
+
+    def load(path: str) -> dict[str, object]:
+        with (root / path.lstrip("/")).open("rb") as fh:
+            job: dict[str, object] = plistlib.load(fh)
+        return job
+
+    agent = load(f"{home}/Library/LaunchAgents/com.deskfleet.worker.plist")
+    worker = f"{home}/Library/deskfleet/venv/bin/deskfleet-worker"
+    assert agent["ProgramArguments"] == [
+        worker,
+        "run",
+        "--state-dir",
+        f"{home}/Library/Application Support/deskfleet",
+        "--chromium",
+        CHROME,
+    ]
+    assert (root / worker.lstrip("/")).exists()
+    # In the user's GUI (Aqua) session, where the screen and input are; as that user.
+    assert agent["LimitLoadToSessionType"] == "Aqua"
+    assert agent["ProcessType"] == "Interactive"
+    assert "UserName" not in agent
+    assert (agent["RunAtLoad"], agent["KeepAlive"]) == (True, {"SuccessfulExit": False})
+    assert agent["Umask"] == 0o077
+    assert agent["StandardErrorPath"] == f"{home}/Library/Logs/deskfleet/worker.log"
+
+    daemon = load("/Library/LaunchDaemons/com.deskfleet.worker.plist")
+    state = "/Library/Application Support/deskfleet"
+    assert daemon["ProgramArguments"] == [
+        "/usr/local/deskfleet/venv/bin/deskfleet-worker",
+        "run",
+        "--state-dir",
+        state,
+        "--no-computer-use",
+    ]
+    # At boot, without a GUI session, under its own unprivileged user.
+    assert "LimitLoadToSessionType" not in daemon
+    assert (daemon["UserName"], daemon["GroupName"]) == ("_deskfleet", "_deskfleet")
+    assert daemon["EnvironmentVariables"] == {"PYTHONUNBUFFERED": "1", "HOME": state}
+    assert (daemon["WorkingDirectory"], daemon["Umask"]) == (state, 0o077)
+
+    ok(sh(root / str(home).lstrip("/") / "Library/deskfleet/uninstall.sh", "--destdir", root))
+    ok(sh(root / "usr/local/deskfleet/uninstall.sh", "--destdir", root))
+    assert files_under(root) == []
+
+    done = sh(MACOS / "install.sh", "--coordinator", "127.0.0.1:1", "--token", "x", env=env)
+    if sys.platform != "darwin":
+        assert done.returncode == 1
+        assert "this installer is for macOS" in done.stderr
