@@ -405,3 +405,64 @@ def test_macos_plists_parse_and_run_the_worker_in_the_right_session(tmp_path: Pa
     if sys.platform != "darwin":
         assert done.returncode == 1
         assert "this installer is for macOS" in done.stderr
+
+
+# --- Windows: the PowerShell scripts -------------------------------------------------------
+
+WINDOWS = ROOT / "installers" / "windows"
+
+# What install.ps1 must do, as the commands (or arguments) that do it. Checked by text because
+# PowerShell cannot be installed here (it is not in Debian's archive, and its npm and NuGet
+# packages download the binaries from elsewhere); where `pwsh` exists, the scripts are parsed
+# by PowerShell's own parser too.
+INSTALL_MUST_CONTAIN = {
+    "stops at the first error": r"\$ErrorActionPreference = 'Stop'",
+    "strict mode": r"Set-StrictMode -Version Latest",
+    "creates the venv": r"@\('-m', 'venv', \$Venv\)",
+    "installs with pip": r"'-m', 'pip', 'install'",
+    "enrolls with the token": r"@\('enroll', '--coordinator', \$Coordinator, '--token', \$Token",
+    "locks the state folder down": r"icacls\.exe.*'/inheritance:r'",
+    "desktop: a task at logon": r"New-ScheduledTaskTrigger -AtLogOn -User \$user",
+    "desktop: in the interactive session": r"-UserId \$user -LogonType Interactive",
+    "headless: at boot": r"New-ScheduledTaskTrigger -AtStartup",
+    "headless: a service account": (
+        r"-UserId 'NT AUTHORITY\\NETWORK SERVICE' -LogonType ServiceAccount"
+    ),
+    "headless: no desktop control": r"'--no-computer-use'",
+    "registers the task": r"Register-ScheduledTask -TaskName \$TaskName",
+    "starts it": r"Start-ScheduledTask -TaskName \$TaskName",
+    "stops retrying when refused (exit 3)": r"ExitCode -eq 3",
+    "runs doctor at the end": r"\$doctorArgs = @\('doctor', '--state-dir', \$StateDir\)",
+    "ships its uninstaller": r"Copy-Item .*'uninstall\.ps1'",
+}
+UNINSTALL_MUST_CONTAIN = {
+    "stops at the first error": r"\$ErrorActionPreference = 'Stop'",
+    "removes the task": r"Unregister-ScheduledTask -TaskName \$installed\.taskName",
+    "removes the state": r"Remove-Item -Recurse -Force \$StateDir",
+    "removes the install": r"Remove-Item -Recurse -Force \$Prefix",
+    "says how to revoke": r"deskfleet workers revoke \$\(\$worker\.worker_id\)",
+}
+
+
+@pytest.mark.parametrize(
+    ("script", "must"),
+    [("install.ps1", INSTALL_MUST_CONTAIN), ("uninstall.ps1", UNINSTALL_MUST_CONTAIN)],
+)
+def test_windows_scripts_do_what_they_must(script: str, must: dict[str, str]) -> None:
+    text = (WINDOWS / script).read_text()
+    missing = [what for what, pattern in must.items() if not re.search(pattern, text)]
+    assert missing == []
+    pwsh = shutil.which("pwsh")
+    if pwsh:
+        parse = (
+            "$errors = $null; [System.Management.Automation.Language.Parser]::ParseFile("
+            f"'{WINDOWS / script}', [ref]$null, [ref]$errors) | Out-Null; "
+            "$errors | ForEach-Object { $_.ToString() }"
+        )
+        done = subprocess.run(
+            [pwsh, "-NoProfile", "-NonInteractive", "-Command", parse],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
