@@ -148,7 +148,7 @@ def _check_desktop(probe: ProbeOptions, granted: set[str]) -> list[Check]:
         return [Check("display", Status.SKIP, why_not), Check("input", Status.SKIP, why_not)]
 
     displays, display_problem = probe_displays()
-    display_problem = display_problem or _session_problem() or _screen_recording_problem()
+    display_problem = display_problem or _session_problem() or screen_recording_problem()
     if display_problem:
         display = Check("display", Status.FAIL, display_problem, _display_fix())
     else:
@@ -157,7 +157,7 @@ def _check_desktop(probe: ProbeOptions, granted: set[str]) -> list[Check]:
         display = Check("display", Status.OK, f"{where}: {len(displays)} screen(s) {sizes}")
 
     capability = probe_computer_use(display_problem, probe)
-    input_problem = capability.reason if not capability.available else _accessibility_problem()
+    input_problem = capability.reason if not capability.available else accessibility_problem()
     if input_problem:
         fix = _input_fix() if not display_problem else "fix the display first (see above)"
         input_check = Check("input", Status.FAIL, input_problem, fix)
@@ -216,7 +216,8 @@ def _session_problem() -> str | None:
     return None
 
 
-def _screen_recording_problem() -> str | None:
+# These two ask macOS directly; they are public so that the capability probe can ask the same.
+def screen_recording_problem() -> str | None:
     """macOS: without Screen Recording, captures show only the wallpaper rather than failing."""
     if sys.platform == "darwin":
         granted = _macos_bool(
@@ -228,7 +229,7 @@ def _screen_recording_problem() -> str | None:
     return None
 
 
-def _accessibility_problem() -> str | None:
+def accessibility_problem() -> str | None:
     """macOS: without Accessibility, synthetic input is silently dropped rather than refused."""
     if sys.platform == "darwin":
         granted = _macos_bool(
