@@ -135,14 +135,24 @@ def _policy_of(action: ActionRow) -> dict[str, Any]:
     return policy
 
 
+_STOP = frozenset(
+    "the and for are was were with that this from what when where which who how why not you"
+    " your can has have had but all any its into about over out more one".split()
+)
+
+
 def excerpts(text: str, query: str) -> list[str]:
-    """The sentences of `text` that mention the query's words, most words first."""
-    terms = {w.lower() for w in _WORD.findall(query)}
+    """The sentences of `text` that mention the query's words, most words first.
+
+    A sentence must share at least two of the query's content words (one for a query of one
+    or two): a shared "light" alone does not make a page about lighthouses evidence.
+    """
+    terms = {w.lower() for w in _WORD.findall(query)} - _STOP
+    need = 1 if len(terms) <= 2 else 2
     scored = []
     for i, sentence in enumerate(s.strip() for s in _SENTENCE.split(text)):
-        words = {w.lower() for w in _WORD.findall(sentence)}
-        hits = len(terms & words)
-        if hits:
+        hits = len(terms & {w.lower() for w in _WORD.findall(sentence)})
+        if hits >= need:
             scored.append((-hits, i, sentence[:EXCERPT_CHARS]))
     return [s for _, _, s in sorted(scored)[:EXCERPTS_PER_SOURCE]]
 

@@ -18,9 +18,10 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 step "1. create the store and an admin credential"
 "$BIN/deskfleet-coordinator" init --db "sqlite:///$STATE/fleet.db" --admin-token-file "$STATE/admin.token"
 
-step "2. start the coordinator"
+step "2. start the coordinator (private networks allowed: the demo's web site is local)"
 "$BIN/deskfleet-coordinator" serve --db "sqlite:///$STATE/fleet.db" --listen 127.0.0.1:0 \
-  --heartbeat-interval 1 --lease-ttl 4 >"$STATE/serve.out" 2>"$STATE/coordinator.log" &
+  --heartbeat-interval 1 --lease-ttl 4 --allow-private-networks \
+  >"$STATE/serve.out" 2>"$STATE/coordinator.log" &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$STATE/serve.out" 2>/dev/null && break; sleep 0.1; done
 cat "$STATE/serve.out"
@@ -84,11 +85,22 @@ echo
 "$BIN/deskfleet" journal verify "$RUN_ID"
 echo "effects file: $(cat "$STATE/effects.txt")"
 
-step "9. a used token is refused"
+step "9. research: search the local site, fetch sources on the worker, report the evidence"
+"$BIN/python" -m scripts.local_site >"$STATE/site.out" 2>/dev/null &
+pids+=($!)
+for _ in $(seq 50); do grep -q "^SITE" "$STATE/site.out" 2>/dev/null && break; sleep 0.1; done
+SITE=$(sed -n 's/^SITE //p' "$STATE/site.out")
+echo "local site: $SITE (the lighthouses of the Isle of Varn)"
+"$BIN/deskfleet" research "when was the north light first lit" \
+  --search-url "$SITE/search?q={query}" --max-sources 3 --wait
+"$BIN/deskfleet" research "lighthouse files" --url "$SITE/varn/lens.html" \
+  --url "$SITE/files/report.pdf" --url "$SITE/challenge" --wait | sed -n '/^evidence/,$p'
+
+step "10. a used token is refused"
 "$BIN/deskfleet-worker" enroll --coordinator "$DESKFLEET_COORDINATOR" --token "$TOKEN" \
   --state-dir "$STATE/worker2" || echo "(refused, as it should be)"
 
-step "10. revoke the worker: it is cut off at once"
+step "11. revoke the worker: it is cut off at once"
 "$BIN/deskfleet" workers revoke "$WORKER_ID"
 sleep 1
 tail -n 1 "$STATE/worker.log"

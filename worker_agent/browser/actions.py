@@ -42,7 +42,10 @@ SEARCH_PROFILES: dict[str, dict[str, str]] = {
 DEFAULT_SEARCH_PROFILE = "duckduckgo-html"
 
 _TEXT_JS = "document.body ? document.body.innerText : ''"
-_LINKS_JS = "n => Array.from(document.links, a => a.href).slice(0, n)"
+# One round trip to the page for everything a fetch reads from it.
+_READ_JS = """n => ({html: document.documentElement.outerHTML, title: document.title,
+                   text: document.body ? document.body.innerText : '',
+                   links: Array.from(document.links, a => a.href).slice(0, n)})"""
 
 
 def _classify(nav: Navigation, text: str) -> tuple[str, str]:
@@ -58,25 +61,35 @@ def _classify(nav: Navigation, text: str) -> tuple[str, str]:
 
 
 async def _read(page: Page, nav: Navigation, policy: BrowserPolicy) -> dict[str, Any]:
-    html = await page.content()
-    visible = await page.evaluate(_TEXT_JS)
-    main = (
-        trafilatura.extract(
-            html, url=nav.final_url or nav.url, include_comments=False, favor_recall=True
-        )
-        or visible
-    )
-    outcome, reason = _classify(nav, visible)
+    read: dict[str, Any] = await page.evaluate(_READ_JS, policy.max_links)
+    outcome, reason = _classify(nav, read["text"])
     return {
         **nav.metadata(),
         "outcome": outcome,
         "reason": reason,
         "evidence": outcome == "ok",
-        "title": await page.title(),
-        "text": main[: policy.max_text],
-        "text_truncated": len(main) > policy.max_text,
-        "links": await page.evaluate(_LINKS_JS, policy.max_links),
+        "title": read["title"],
+        "links": read["links"],
+        "_html": read["html"],
+        "_visible": read["text"],
     }
+
+
+def _extract(result: dict[str, Any], policy: BrowserPolicy) -> dict[str, Any]:
+    """Add the readable main text. Runs on the action's thread: it is CPU work that would
+    otherwise stall every page sharing the browser's event loop."""
+    html, visible = result.pop("_html", None), result.pop("_visible", "")
+    if html is None:
+        return result
+    main = (
+        trafilatura.extract(
+            html, url=result.get("final_url") or None, include_comments=False, favor_recall=True
+        )
+        or visible
+    )
+    result["text"] = main[: policy.max_text]
+    result["text_truncated"] = len(main) > policy.max_text
+    return result
 
 
 def _without_page(nav: Navigation) -> dict[str, Any]:
@@ -107,6 +120,7 @@ class BrowserActions:
         result: dict[str, Any] = self._service.run(
             lambda c: make(c, policy), ctx.run_id, ctx, budget
         )
+        result = _extract(result, policy)
         result["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
         return result
 
