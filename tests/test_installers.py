@@ -297,10 +297,20 @@ def test_desktop_install_enrolls_runs_from_its_entry_point_and_uninstalls(
 
     # No systemd user manager runs here: run exactly what the unit would, in the session.
     argv = shlex.split(one(unit_entries(unit), "Service", "ExecStart"))
-    assert argv[0] == str(home / ".local/share/deskfleet/venv/bin/deskfleet-worker")
+    venv = home / ".local/share/deskfleet/venv"
+    assert argv[0] == str(venv / "bin/deskfleet-worker")
+    # The code that runs is the copy installed into the new environment, not the checkout.
+    where = subprocess.run(
+        [venv / "bin/python", "-c", "import worker_agent; print(worker_agent.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
+    assert where.stdout.startswith(str(venv / "lib")), where.stdout
     log = tmp_path / "worker.log"
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env)
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, env=env, cwd=tmp_path)
     try:
 
         def online() -> dict[str, object] | None:
