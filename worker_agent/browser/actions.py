@@ -15,12 +15,12 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import trafilatura
-from playwright.async_api import BrowserContext, Page
+from playwright.async_api import Page
 
 from worker_agent.actions import ActionContext, ActionFailed, ActionRegistry
-from worker_agent.browser.navigation import Navigation, open_page
+from worker_agent.browser.navigation import Navigation, navigate
 from worker_agent.browser.policy import BrowserPolicy
-from worker_agent.browser.service import BrowserService
+from worker_agent.browser.service import BrowserService, Pages
 
 CHALLENGE_STATUS = (401, 403, 429)
 CHALLENGE_TEXT = re.compile(
@@ -127,14 +127,12 @@ class BrowserActions:
     def fetch(self, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
         url = _required(args, "url")
 
-        async def go(context: BrowserContext, policy: BrowserPolicy) -> dict[str, Any]:
-            nav, page = await open_page(context, url, policy)
-            if page is None:
-                return _without_page(nav)
-            try:
-                return await _read(page, nav, policy)
-            finally:
-                await page.close()
+        async def go(pages: Pages, policy: BrowserPolicy) -> dict[str, Any]:
+            async with pages.slot() as slot:
+                nav = await navigate(slot, url, policy)
+                if nav.outcome:
+                    return _without_page(nav)
+                return await _read(slot.page, nav, policy)
 
         return self._run(args, ctx, go)
 
@@ -153,11 +151,12 @@ class BrowserActions:
         url = profile["template"].replace("{query}", quote_plus(query))
         limit = int(args.get("max_results", 10))
 
-        async def go(context: BrowserContext, policy: BrowserPolicy) -> dict[str, Any]:
-            nav, page = await open_page(context, url, policy)
-            if page is None:
-                return {**_without_page(nav), "query": query, "results": []}
-            try:
+        async def go(pages: Pages, policy: BrowserPolicy) -> dict[str, Any]:
+            async with pages.slot() as slot:
+                nav = await navigate(slot, url, policy)
+                if nav.outcome:
+                    return {**_without_page(nav), "query": query, "results": []}
+                page = slot.page
                 visible = await page.evaluate(_TEXT_JS)
                 outcome, reason = _classify(nav, visible)
                 results = await page.evaluate(
@@ -177,8 +176,6 @@ class BrowserActions:
                     # source: they are never evidence of its claims.
                     "results": [{**r, "snippet_is_evidence": False} for r in results],
                 }
-            finally:
-                await page.close()
 
         return self._run(args, ctx, go)
 
@@ -186,14 +183,12 @@ class BrowserActions:
         url = _required(args, "url")
         full_page = bool(args.get("full_page", False))
 
-        async def go(context: BrowserContext, policy: BrowserPolicy) -> dict[str, Any]:
-            nav, page = await open_page(context, url, policy)
-            if page is None:
-                return _without_page(nav)
-            try:
-                png = await page.screenshot(type="png", full_page=full_page)
-            finally:
-                await page.close()
+        async def go(pages: Pages, policy: BrowserPolicy) -> dict[str, Any]:
+            async with pages.slot() as slot:
+                nav = await navigate(slot, url, policy)
+                if nav.outcome:
+                    return _without_page(nav)
+                png = await slot.page.screenshot(type="png", full_page=full_page)
             return {
                 **nav.metadata(),
                 "outcome": nav.outcome or "ok",

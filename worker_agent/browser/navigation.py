@@ -60,18 +60,23 @@ def _with_base(body: bytes, base: str) -> bytes:
     return body[: match.end()] + tag + body[match.end() :] if match else tag + body
 
 
-async def open_page(
-    context: BrowserContext, url: str, policy: BrowserPolicy
-) -> tuple[Navigation, Page | None]:
-    """Navigate a new page to `url`; the caller closes the page it gets back."""
-    nav = Navigation(url)
-    refusal = policy.refusal(url)
-    if refusal:
-        nav.stop("refused", refusal)
-        return nav, None
-    page = await context.new_page()
+@dataclass(eq=False)
+class Slot:
+    """A page kept for reuse within one run: opening a page costs more than loading one."""
+
+    page: Page
+    nav: Navigation | None = None
+    policy: BrowserPolicy | None = None
+
+
+async def new_slot(context: BrowserContext) -> Slot:
+    slot = Slot(await context.new_page())
 
     async def handle(route: Route) -> None:
+        nav, policy = slot.nav, slot.policy
+        if nav is None or policy is None:
+            await route.abort("blockedbyclient")  # no navigation of ours is under way
+            return
         request = route.request
         if request.resource_type != "document":
             reason = policy.refusal(request.url)
@@ -84,18 +89,25 @@ async def open_page(
         main = request.frame.parent_frame is None
         await _document(route, request.url, policy, nav if main else Navigation(request.url))
 
-    await page.route("**/*", handle)
+    await slot.page.route("**/*", handle)
+    return slot
+
+
+async def navigate(slot: Slot, url: str, policy: BrowserPolicy) -> Navigation:
+    """Load `url` in the slot's page; `outcome` says why not when it did not load."""
+    nav = Navigation(url)
+    refusal = policy.refusal(url)
+    if refusal:
+        nav.stop("refused", refusal)
+        return nav
+    slot.nav, slot.policy = nav, policy
     try:
-        await page.goto(url, timeout=policy.timeout * 1000, wait_until="load")
+        await slot.page.goto(url, timeout=policy.timeout * 1000, wait_until="load")
     except PlaywrightTimeout:
         nav.stop("timeout", f"the page did not finish loading within {policy.timeout:g} s")
     except PlaywrightError as exc:
         nav.stop("network_error", str(exc).strip().splitlines()[0])
-    if nav.outcome:
-        # A page that failed or is still loading is no source: nothing of it is returned.
-        await page.close()
-        return nav, None
-    return nav, page
+    return nav
 
 
 async def _document(route: Route, url: str, policy: BrowserPolicy, nav: Navigation) -> None:

@@ -9,19 +9,44 @@ closed on sight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
 
 from worker_agent.actions import ActionCancelled, ActionContext, ActionFailed
+from worker_agent.browser.navigation import Slot, new_slot
 from worker_agent.capabilities import CHROMIUM_ARGS
 
 T = TypeVar("T")
 MAX_CONTEXTS = 8
+IDLE_PAGES = 4
+
+
+class Pages:
+    """A run's browser context and the pages it keeps for reuse."""
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.context = context
+        self._idle: list[Slot] = []
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[Slot]:
+        slot = self._idle.pop() if self._idle else await new_slot(self.context)
+        try:
+            yield slot
+        finally:
+            # A page that failed or is still loading is not reused.
+            healthy = slot.nav is None or not slot.nav.outcome
+            slot.nav = slot.policy = None
+            if healthy and len(self._idle) < IDLE_PAGES:
+                self._idle.append(slot)
+            else:
+                await slot.page.close()
 
 
 class BrowserService:
@@ -33,17 +58,17 @@ class BrowserService:
         self._thread: threading.Thread | None = None
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
-        self._contexts: OrderedDict[str, BrowserContext] = OrderedDict()
+        self._contexts: OrderedDict[str, Pages] = OrderedDict()
         self._pages: asyncio.Semaphore | None = None
 
     def run(
         self,
-        make: Callable[[BrowserContext], Awaitable[T]],
+        make: Callable[[Pages], Awaitable[T]],
         run_id: str,
         ctx: ActionContext,
         timeout: float,
     ) -> T:
-        """Run `make(context)` in the run's browser context; cancellable, bounded in time."""
+        """Run `make(pages)` in the run's browser context; cancellable, bounded in time."""
         loop = self._ensure()
         future: Future[T] = asyncio.run_coroutine_threadsafe(self._guarded(make, run_id), loop)
         waited = 0.0
@@ -61,25 +86,25 @@ class BrowserService:
                         f"the browser action took longer than {timeout:g} s"
                     ) from None
 
-    async def _guarded(self, make: Callable[[BrowserContext], Awaitable[T]], run_id: str) -> T:
+    async def _guarded(self, make: Callable[[Pages], Awaitable[T]], run_id: str) -> T:
         assert self._pages is not None
         async with self._pages:
             return await make(await self._context(run_id))
 
-    async def _context(self, run_id: str) -> BrowserContext:
-        context = self._contexts.get(run_id)
-        if context is not None:
+    async def _context(self, run_id: str) -> Pages:
+        pages = self._contexts.get(run_id)
+        if pages is not None:
             self._contexts.move_to_end(run_id)
-            return context
+            return pages
         assert self._browser is not None
         context = await self._browser.new_context(accept_downloads=False, java_script_enabled=True)
         # A page opened by a page (window.open, target=_blank) is a pop-up: closed at once.
         context.on("page", _close_if_popup)
-        self._contexts[run_id] = context
+        pages = self._contexts[run_id] = Pages(context)
         while len(self._contexts) > MAX_CONTEXTS:
             _, oldest = self._contexts.popitem(last=False)
-            await oldest.close()
-        return context
+            await oldest.context.close()
+        return pages
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -127,8 +152,8 @@ class BrowserService:
             self._thread.join(timeout=15)
 
     async def _stop(self) -> None:
-        for context in self._contexts.values():
-            await context.close()
+        for pages in self._contexts.values():
+            await pages.context.close()
         self._contexts.clear()
         if self._browser is not None:
             await self._browser.close()
