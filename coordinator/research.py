@@ -136,8 +136,42 @@ def _policy_of(action: ActionRow) -> dict[str, Any]:
 
 
 _STOP = frozenset(
-    "the and for are was were with that this from what when where which who how why not you"
-    " your can has have had but all any its into about over out more one".split()
+    {
+        "the",
+        "and",
+        "for",
+        "are",
+        "was",
+        "were",
+        "with",
+        "that",
+        "this",
+        "from",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "how",
+        "why",
+        "not",
+        "you",
+        "your",
+        "can",
+        "has",
+        "have",
+        "had",
+        "but",
+        "all",
+        "any",
+        "its",
+        "into",
+        "about",
+        "over",
+        "out",
+        "more",
+        "one",
+    }
 )
 
 

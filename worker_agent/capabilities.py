@@ -68,6 +68,14 @@ def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Ca
         return Capability(name, False, "disabled by local policy (--no-computer-use)")
     if display_problem:
         return Capability(name, False, display_problem)
+    if sys.platform == "darwin":
+        # macOS drops input and blanks captures silently without these permissions, so
+        # their absence must be found here, not by an action that seems to work.
+        from worker_agent.doctor import accessibility_problem, screen_recording_problem
+
+        missing = screen_recording_problem() or accessibility_problem()
+        if missing:
+            return Capability(name, False, missing)
     try:
         # Imported only now: pyautogui fails at import time without a display.
         import pyautogui
