@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # leave it eligible to run again elsewhere while we wait.
 FINALIZE_DEADLINE = 2.0
 INGEST_BATCH = 256
+RECONNECT_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,10 @@ class Dispatcher:
 
     async def sweep(self) -> None:
         """Resume saved work: expired leases, overdue attempts, runs with nothing in flight."""
-        # Right after a start, workers are still reconnecting to report what they hold.
-        leases_due = time.monotonic() - self._started >= 2 * self._config.lease_ttl
+        # Right after a start, workers are still reconnecting (with backoff) to report what
+        # they hold: lapsed leases then say nothing about the claimants yet.
+        grace = max(2 * self._config.lease_ttl, RECONNECT_GRACE)
+        leases_due = time.monotonic() - self._started >= grace
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             orders: list[Order] = []

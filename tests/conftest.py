@@ -65,6 +65,17 @@ def xvfb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Xvfb]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    """The project's local web site (scripts/local_site), served on loopback."""
+    from scripts.local_site.server import start
+
+    server, url = start()
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A new, empty PostgreSQL database on the local server, dropped afterwards."""

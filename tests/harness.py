@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 BIN = Path(sys.executable).parent
+STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")  # a run that is not moving
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scripts.local_site.server import FACTS, search_template, start
+from scripts.local_site.server import FACTS, search_template
 from tests.conftest import require
 from worker_agent.actions import ActionContext, ActionRegistry
 from worker_agent.browser.actions import BrowserActions
@@ -17,14 +17,6 @@ from worker_agent.capabilities import DEFAULT_CHROMIUM
 
 pytestmark = pytest.mark.slow
 LOCAL = {"allow_private": True, "timeout": 5}
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[str]:
-    server, url = start()
-    yield url
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import (
+    STOPPED,
     CoordinatorProcess,
     WorkerProcess,
     journal,
@@ -20,8 +21,6 @@ from tests.harness import (
 )
 
 pytestmark = pytest.mark.slow
-
-STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
 
 
 def _started(run: dict) -> bool:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from scripts.local_site.server import FACTS, search_template, start
+from scripts.local_site.server import FACTS, search_template
 from tests.harness import (
+    STOPPED,
     CoordinatorProcess,
     WorkerProcess,
     journal,
@@ -19,17 +20,7 @@ from tests.harness import (
     write_plan,
 )
 
-STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[str]:
-    server, url = start()
-    yield url
-    server.shutdown()
-    server.server_close()
 
 
 def _receipts(coordinator: CoordinatorProcess, run_id: str) -> list[dict]:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.harness import (
     BIN,
+    STOPPED,
     CoordinatorProcess,
     WorkerProcess,
     base_env,
@@ -23,8 +24,6 @@ from tests.harness import (
 )
 
 pytestmark = pytest.mark.slow
-
-STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
 
 
 def _kinds(events: list[dict]) -> list[str]:

@@ -231,7 +231,9 @@ def test_runs_and_receipts_on_postgresql(tmp_path: Path, pg_url: str) -> None:
         bad.write_text(json.dumps({"title": "bad\x00title", "actions": [{"kind": "diag.echo"}]}))
         refused = coordinator.cli("runs", "submit", str(bad), check=False)
         assert (refused.returncode, refused.stderr) == (
-            2, "deskfleet: title: must not contain NUL characters\n")
+            2,
+            "deskfleet: title: must not contain NUL characters\n",
+        )
     finally:
         worker.stop()
         coordinator.stop()
