@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
         help="how often the recovery sweep resumes saved work (default 120)",
     )
     serve.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="routing policy (JSON); default: headless workers, then a desktop with approval",
+    )
+    serve.add_argument(
         "--allow-private-networks",
         action="store_true",
         help="let browser actions reach loopback and private addresses",
@@ -139,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
             allow_private_networks=args.allow_private_networks,
+            policy_file=args.policy,
             **({"replica": args.replica} if args.replica else {}),
         )
         asyncio.run(_serve(config))

@@ -24,11 +24,13 @@ from shared.ids import new_id
 # Run states (SPEC §3).
 RUNNING = "RUNNING"
 WAITING_FOR_ENVIRONMENT = "WAITING_FOR_ENVIRONMENT"
+WAITING_FOR_AUTHORITY = "WAITING_FOR_AUTHORITY"
 SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"
 HAND_BACK_TO_HUMAN = "HAND_BACK_TO_HUMAN"
 CANCELLED = "CANCELLED"
-ACTIVE = (RUNNING, WAITING_FOR_ENVIRONMENT)
+ACTIVE = (RUNNING, WAITING_FOR_ENVIRONMENT, WAITING_FOR_AUTHORITY)
+NEEDS_APPROVAL = "needs_approval"
 STOPPED_FOR_A_PERSON = (FAILED, HAND_BACK_TO_HUMAN)
 
 # Action states.
@@ -177,8 +179,11 @@ MAX_PER_WORKER = 4
 # action has succeeded (research writes its report): kind -> hook.
 ReceiptHook = Callable[[Session, RunRow, ActionRow, Any, "Context"], None]
 CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], None]
+# A kind may also choose routes itself (research follows the routing policy's ordered routes).
+RouteHook = Callable[[Session, RunRow, ActionRow, "Context"], tuple[str | None, str, str]]
 RECEIPT_HOOKS: dict[str, ReceiptHook] = {}
 COMPLETION_HOOKS: dict[str, CompletionHook] = {}
+ROUTE_HOOKS: dict[str, RouteHook] = {}
 
 
 def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
@@ -207,14 +212,15 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     room = min(run.limits["max_actions"], run.estimate_actions) - run.attempts_used
     orders: list[Order] = []
     for action in pending[: max(room, 0)]:
-        worker, code, detail = choose_worker(s, action, ctx)
+        route = ROUTE_HOOKS.get(run.kind, _plain_route)
+        worker, code, detail = route(s, run, action, ctx)
         if worker is None:
             if not orders and not in_flight:
                 set_status(
                     s,
                     run,
                     ctx,
-                    WAITING_FOR_ENVIRONMENT,
+                    WAITING_FOR_AUTHORITY if code == NEEDS_APPROVAL else WAITING_FOR_ENVIRONMENT,
                     waiting=(code, detail),
                     cause=f"no route for {label(action)}",
                 )
@@ -345,6 +351,12 @@ def _deliver_guidance(s: Session, run: RunRow, ctx: Context) -> None:
     for message in pending:
         message.delivered_at = ctx.now
         record(s, run, ctx, "guidance.delivered", guidance=message.id, text=message.text)
+
+
+def _plain_route(
+    s: Session, run: RunRow, action: ActionRow, ctx: Context
+) -> tuple[str | None, str, str]:
+    return choose_worker(s, action, ctx)
 
 
 def _labels_match(view: WorkerView, wanted: dict[str, str]) -> bool:

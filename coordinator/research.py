@@ -40,7 +40,7 @@ class ResearchRequest:
     max_sources: int = 5
 
 
-def research_plan(request: ResearchRequest) -> Plan:
+def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None = None) -> Plan:
     """The run that answers `request` (fetch units are added after the search, if any)."""
     query = request.query.strip()
     if not query or len(query) > 500:
@@ -51,7 +51,12 @@ def research_plan(request: ResearchRequest) -> Plan:
         raise InvalidArgumentError(
             "search_url: a template needs {query}, e.g. https://x/?q={query}"
         )
-    spec = {"query": query, "max_sources": request.max_sources, "search_url": request.search_url}
+    spec = {
+        "query": query,
+        "max_sources": request.max_sources,
+        "search_url": request.search_url,
+        "routes": routes or [],
+    }
     if request.urls:
         actions = tuple(_fetch(url) for url in dict.fromkeys(request.urls))
     else:
@@ -237,5 +242,29 @@ def report(s: Session, run: RunRow, actions: Sequence[ActionRow], ctx: ledger.Co
     )
 
 
+def route_unit(
+    s: Session, run: RunRow, action: ActionRow, ctx: ledger.Context
+) -> tuple[str | None, str, str]:
+    """Try the run's routes in order; say what each lacked when none can take the unit."""
+    notes = []
+    for route in run.spec.get("routes") or [HEADLESS | {"name": "headless"}]:
+        if route.get("needs_approval"):
+            notes.append(
+                f"route {route['name']}: {route['capability']} research needs an approved"
+                " desktop scope, which this coordinator cannot grant yet"
+            )
+            return None, ledger.NEEDS_APPROVAL, "; ".join(notes)
+        wanted = {"capability": route["capability"]}
+        if route.get("labels"):
+            wanted["labels"] = route["labels"]
+        action.route = wanted  # the ledger records the route each attempt took
+        worker, _, detail = ledger.choose_worker(s, action, ctx)
+        if worker is not None:
+            return worker, "", ""
+        notes.append(f"route {route['name']}: {detail}")
+    return None, "no_eligible_worker", "; ".join(notes)
+
+
 ledger.RECEIPT_HOOKS["research"] = on_receipt
+ledger.ROUTE_HOOKS["research"] = route_unit
 ledger.COMPLETION_HOOKS["research"] = report

@@ -8,6 +8,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator import routing
 from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
 from coordinator.journal import JournalBus
@@ -73,7 +74,9 @@ def create_server(
         WorkerGatewayServicer(db, presence, dispatcher, config), server
     )
     runs = Runs(db, dispatcher, bus, config.allow_private_networks)
-    runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs), server)
+    runs_pb2_grpc.add_RunServiceServicer_to_server(
+        RunServicer(runs, routing.load(config.policy_file)), server
+    )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, Recall(db)), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

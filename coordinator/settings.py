@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -25,3 +26,4 @@ class CoordinatorConfig:
     max_attempts: int = 3
     # Research and browser actions may reach loopback and private addresses (tests, demo).
     allow_private_networks: bool = False
+    policy_file: Path | None = None  # the routing policy; None: the documented default

@@ -70,7 +70,9 @@ class CoordinatorProcess:
         replica: str = "r1",
         sweep: float = 1.0,
         allow_private_networks: bool = True,
+        policy: Path | None = None,
     ) -> None:
+        self.policy = policy
         self.sweep = sweep
         self.allow_private_networks = allow_private_networks
         self.workdir = workdir
@@ -135,6 +137,7 @@ class CoordinatorProcess:
                 "--sweep-interval",
                 str(self.sweep),
                 *(["--allow-private-networks"] if self.allow_private_networks else []),
+                *(["--policy", str(self.policy)] if self.policy else []),
             ],
             stdout=subprocess.PIPE,
             stderr=self._log_file,

@@ -167,13 +167,75 @@ def test_a_worker_killed_mid_research_has_its_units_rerun_elsewhere(
     assert all(s["evidence"] for s in report["sources"])
 
 
-def test_research_without_a_headless_worker_waits_with_the_reason(
+def test_research_without_a_headless_worker_waits_for_the_fallback_route_with_the_reason(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
 ) -> None:
     workers("no-browser", extra_args=("--chromium", "/nonexistent/chromium")).wait_online()
     run = coordinator.cli_json("research", "lens", "--url", f"{site}/varn/lens.html")
-    waiting = wait_run(
-        coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_ENVIRONMENT", 20
+    waiting = wait_run(coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_AUTHORITY", 20)
+    assert waiting["waiting"]["code"] == "needs_approval"
+    detail = waiting["waiting"]["detail"]
+    assert "route headless: needs capability headless" in detail
+    assert "route desktop: computer_use research needs an approved desktop scope" in detail
+
+
+def test_the_routing_policy_orders_routes_and_owners_can_override_it(
+    tmp_path: Path, site: str
+) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        json.dumps(
+            {
+                "research": {
+                    "routes": [
+                        {"name": "lab", "capability": "headless", "labels": {"site": "lab"}},
+                        {"name": "anywhere", "capability": "headless"},
+                    ]
+                },
+                "owners": {
+                    "olga": {
+                        "research": {
+                            "routes": [
+                                {
+                                    "name": "only-lab",
+                                    "capability": "headless",
+                                    "labels": {"site": "lab"},
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        )
     )
-    assert waiting["waiting"]["code"] == "no_eligible_worker"
-    assert "needs capability headless" in waiting["waiting"]["detail"]
+    coordinator = CoordinatorProcess(tmp_path / "c", policy=policy).start()
+    plain = WorkerProcess(coordinator, "plain")
+    try:
+        plain.start().wait_online()
+        done = _research(coordinator, "lens", "--url", f"{site}/varn/lens.html")
+        # The lab route has no worker, so the next route took the unit.
+        assert done["status"] == "SUCCEEDED"
+        assert done["actions"][0]["workerId"] == plain.worker_id
+        token = tmp_path / "olga.token"
+        token.write_text(coordinator.cli_json("users", "create", "olga")["token"])
+        run = coordinator.cli_json(
+            "research", "lens", "--url", f"{site}/varn/lens.html", token_file=token
+        )
+        waiting = wait_run(
+            coordinator,
+            run["id"],
+            lambda r: r["status"] == "WAITING_FOR_ENVIRONMENT",
+            20,
+            token_file=token,
+        )
+        assert waiting["waiting"]["detail"].startswith(
+            "route only-lab: needs capability headless and labels site=lab"
+        )
+    finally:
+        plain.stop()
+        coordinator.stop()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"research": {"routes": [{"name": "x", "capability": "gpu"}]}}))
+    broken = CoordinatorProcess(tmp_path / "broken", policy=bad)
+    with pytest.raises(RuntimeError, match="capability: one of headless, computer_use"):
+        broken.start()

@@ -16,7 +16,7 @@ from shared.errors import InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
 
 EXIT_RUN_NOT_SUCCEEDED = 6
-ACTIVE = ("RUNNING", "WAITING_FOR_ENVIRONMENT", "RECOVERING")
+ACTIVE = ("RUNNING", "WAITING_FOR_ENVIRONMENT", "WAITING_FOR_AUTHORITY", "RECOVERING")
 
 
 class RunNotSucceeded(Exception):

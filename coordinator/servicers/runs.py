@@ -9,6 +9,7 @@ import grpc
 
 from coordinator.recall import Recall
 from coordinator.research import ResearchRequest, research_plan
+from coordinator.routing import RoutingPolicy
 from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
 from coordinator.servicers.guard import current_principal
 from shared.errors import InvalidArgumentError
@@ -89,8 +90,9 @@ def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
 
 
 class RunServicer(runs_pb2_grpc.RunServiceServicer):
-    def __init__(self, runs: Runs) -> None:
+    def __init__(self, runs: Runs, routing: RoutingPolicy) -> None:
         self._runs = runs
+        self._routing = routing
 
     async def SubmitRun(self, request: runs_pb2.SubmitRunRequest, context: Context) -> runs_pb2.Run:
         actions = parse_plan_actions(
@@ -114,12 +116,14 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
     async def StartResearch(
         self, request: runs_pb2.ResearchRequest, context: Context
     ) -> runs_pb2.Run:
+        me = current_principal()
         plan = research_plan(
             ResearchRequest(
                 request.query, tuple(request.urls), request.search_url, request.max_sources or 5
-            )
+            ),
+            self._routing.research_routes(me.id, me.name),
         )
-        return run_message(await self._runs.submit(current_principal(), plan))
+        return run_message(await self._runs.submit(me, plan))
 
     async def GetRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
         return run_message(await self._runs.get(current_principal(), _run_id(request.id)))
