@@ -33,39 +33,13 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
+from bench.stats import timed  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, tail  # noqa: E402
 
 HEARTBEAT, LEASE = 1.0, 5.0
 POLL = 0.020  # status poll interval while waiting for a worker to come online
-
-
-def percentile(samples: list[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(samples)
-    rank = (len(ordered) - 1) * p / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def timed(call: Callable[[], Any], n: int, warmup: int) -> dict[str, Any]:
-    """p50/p99 in ms of n sequential calls; warm-up calls (not counted) settle the connection."""
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - start) * 1000)
-    return {
-        "n": n,
-        "p50_ms": percentile(samples, 50),
-        "p99_ms": percentile(samples, 99),
-        "mean_ms": statistics.fmean(samples),
-        "max_ms": max(samples),
-    }
 
 
 class Client:

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ import grpc  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
+from bench.stats import summary, timed  # noqa: E402
 from coordinator.store.engine import create_store_engine  # noqa: E402
 from coordinator.store.models import ActionRow, ReceiptRow, RunRow  # noqa: E402
 from coordinator.store.schema import upgrade  # noqa: E402
@@ -42,20 +42,6 @@ from shared.receipts import content_hash  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_until  # noqa: E402
 
 IDENTITY = (lambda b: b, lambda b: b)
-
-
-def pct(samples: list[float], p: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
-def summary(samples_ms: list[float]) -> dict[str, float]:
-    return {
-        "n": len(samples_ms),
-        "p50_ms": pct(samples_ms, 50),
-        "p99_ms": pct(samples_ms, 99),
-        "mean_ms": statistics.fmean(samples_ms),
-    }
 
 
 def raw_echo(n: int) -> dict[str, float]:
@@ -72,14 +58,7 @@ def raw_echo(n: int) -> dict[str, float]:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             call = channel.unary_unary("/raw.Relay/Call", *IDENTITY)
             payload = b"x" * 200
-            for _ in range(20):
-                call(payload, timeout=5)
-            samples = []
-            for _ in range(n):
-                start = time.perf_counter()
-                call(payload, timeout=5)
-                samples.append((time.perf_counter() - start) * 1000)
-        return summary(samples)
+            return timed(lambda: call(payload, timeout=5), n, warmup=20)
     finally:
         if proc.stdin:
             proc.stdin.close()

@@ -20,6 +20,7 @@ from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
 from shared.ids import new_id
+from shared.receipts import encode_result, fingerprint
 
 # Run states (SPEC §3).
 RUNNING = "RUNNING"
@@ -229,6 +230,41 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     if orders:
         set_status(s, run, ctx, RUNNING)
     return orders
+
+
+def new_action(
+    run_id: str,
+    idx: int,
+    stage: int,
+    kind: str,
+    args: dict[str, Any],
+    *,
+    idempotent: bool,
+    route: dict[str, Any],
+    intent: str,
+    timeout: float,
+) -> ActionRow:
+    """A PENDING ledger entry: written before anything is sent anywhere."""
+    return ActionRow(
+        id=new_id("act"),
+        run_id=run_id,
+        idx=idx,
+        stage=stage,
+        kind=kind,
+        intent=intent or kind,
+        args=encode_result(args),
+        fingerprint=fingerprint(kind, args),
+        idempotent=idempotent,
+        route=route,
+        status=PENDING,
+        worker_id="",
+        attempt_id="",
+        epoch=0,
+        attempts=0,
+        timeout_seconds=timeout,
+        error="",
+        receipt_id="",
+    )
 
 
 def claim(s: Session, run: RunRow, action: ActionRow, worker_id: str, ctx: Context) -> Order:

@@ -42,6 +42,13 @@ from shared.ids import new_id
 from shared.receipts import content_hash, decode_result, encode_result
 
 
+def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
+    """Put the action back in line (its next claim gets a new epoch) and move the run on."""
+    action.status = PENDING
+    record(s, run, ctx, "action.retry", action=action.id, cause=cause, attempts=action.attempts)
+    return advance(s, run, ctx)
+
+
 def outcome_unknown(
     s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context
 ) -> list[Order]:
@@ -65,9 +72,7 @@ def outcome_unknown(
     if run.status not in ACTIVE:
         return orders
     if action.idempotent and action.attempts < ctx.max_attempts:
-        action.status = PENDING
-        record(s, run, ctx, "action.retry", action=action.id, cause=cause, attempts=action.attempts)
-        return orders + advance(s, run, ctx)
+        return orders + _retry(s, run, action, cause, ctx)
     if action.idempotent:
         set_status(
             s,
@@ -201,17 +206,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         return orders + advance(s, run, ctx)
     retryable = receipt.status != "refused" and action.idempotent
     if retryable and action.attempts < ctx.max_attempts:
-        action.status = PENDING
-        record(
-            s,
-            run,
-            ctx,
-            "action.retry",
-            action=action.id,
-            cause=action.error,
-            attempts=action.attempts,
-        )
-        return orders + advance(s, run, ctx)
+        return orders + _retry(s, run, action, action.error, ctx)
     note = f"{action.attempts} attempts" if action.idempotent else "not idempotent: no retry"
     set_status(s, run, ctx, FAILED, stop_reason=f"{label(action)} failed ({note}): {action.error}")
     return orders

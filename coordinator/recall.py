@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from coordinator import journal
 from coordinator.principals import Principal
+from coordinator.runs import owned_run
 from coordinator.store import Database
 from coordinator.store import runs as run_queries
 from coordinator.store.models import JournalRow
@@ -67,11 +68,6 @@ def _original_text(s: Session, row: JournalRow) -> tuple[str, bool]:
     return receipt.body, True
 
 
-def _owned_run(s: Session, who: Principal, run_id: str) -> None:
-    if run_queries.run_of_owner(s, run_id, who.id) is None:
-        raise NotFoundError(f"no run {run_id!r}")
-
-
 def _parse_cursor(cursor: str) -> tuple[int, int]:
     if not cursor:
         return 1, 0
@@ -96,7 +92,7 @@ class Recall:
             raise InvalidArgumentError("offset: must not be negative")
 
         def unit(s: Session) -> Page:
-            _owned_run(s, who, run_id)
+            owned_run(s, who, run_id)
             row = run_queries.journal_entry(s, run_id, seq)
             if row is None:
                 raise NotFoundError(f"run {run_id} has no journal event {seq}")
@@ -131,7 +127,7 @@ class Recall:
         needle = json.dumps(query, ensure_ascii=True)[1:-1].lower()
 
         def unit(s: Session) -> SearchPage:
-            _owned_run(s, who, run_id)
+            owned_run(s, who, run_id)
             matches: list[Match] = []
             budget = EXCERPT_BUDGET
             scanned = 0

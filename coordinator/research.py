@@ -21,8 +21,7 @@ from coordinator.runs import Plan, PlannedAction
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
 from shared.errors import InvalidArgumentError
-from shared.ids import new_id
-from shared.receipts import decode_result, encode_result, fingerprint
+from shared.receipts import decode_result
 
 MAX_SOURCES = 20
 EXCERPTS_PER_SOURCE = 3
@@ -91,25 +90,16 @@ def on_receipt(
     for offset, url in enumerate(chosen):
         args = {"url": url, "policy": policy}
         s.add(
-            ActionRow(
-                id=new_id("act"),
-                run_id=run.id,
-                idx=run.actions_total + offset,
-                kind="browser.fetch",
-                intent=f"fetch: {url}",
-                args=encode_result(args),
-                fingerprint=fingerprint("browser.fetch", args),
+            ledger.new_action(
+                run.id,
+                run.actions_total + offset,
+                action.stage + 1,
+                "browser.fetch",
+                args,
                 idempotent=True,
                 route=HEADLESS,
-                status=ledger.PENDING,
-                worker_id="",
-                attempt_id="",
-                epoch=0,
-                attempts=0,
-                timeout_seconds=action.timeout_seconds,
-                error="",
-                receipt_id="",
-                stage=action.stage + 1,
+                intent=f"fetch: {url}",
+                timeout=action.timeout_seconds,
             )
         )
     run.actions_total += len(chosen)

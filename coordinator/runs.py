@@ -28,7 +28,7 @@ from shared.errors import (
     ResourceExhaustedError,
 )
 from shared.ids import new_id
-from shared.receipts import encode_result, fingerprint
+from shared.receipts import encode_result
 
 MAX_ACTIONS_PER_PLAN = 1000
 MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
@@ -208,25 +208,16 @@ class Runs:
             s.flush()
             for i, p in enumerate(plan.actions):
                 s.add(
-                    ActionRow(
-                        id=new_id("act"),
-                        run_id=run_id,
-                        idx=i,
-                        kind=p.kind,
-                        intent=p.intent or p.kind,
-                        args=encode_result(p.args),
-                        fingerprint=fingerprint(p.kind, p.args),
+                    ledger.new_action(
+                        run_id,
+                        i,
+                        stages[i],
+                        p.kind,
+                        p.args,
                         idempotent=p.idempotent,
                         route=p.route,
-                        status=ledger.PENDING,
-                        worker_id="",
-                        attempt_id="",
-                        epoch=0,
-                        attempts=0,
-                        timeout_seconds=limits["action_timeout_seconds"],
-                        error="",
-                        receipt_id="",
-                        stage=stages[i],
+                        intent=p.intent,
+                        timeout=limits["action_timeout_seconds"],
                     )
                 )
             s.flush()
@@ -260,7 +251,7 @@ class Runs:
 
     async def get(self, owner: Principal, run_id: str) -> RunView:
         def unit(s: Session) -> RunView:
-            run = self._owned(s, owner, run_id)
+            run = owned_run(s, owner, run_id)
             guidance = run_queries.undelivered_guidance(s, run_id)
             return RunView(run, tuple(run_queries.actions_of(s, run_id)), len(guidance))
 
@@ -288,7 +279,7 @@ class Runs:
 
     async def cancel(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:
-            run = self._owned(s, who, run_id, lock=True)
+            run = owned_run(s, who, run_id, lock=True)
             if run.status in (ledger.SUCCEEDED, ledger.CANCELLED):
                 raise FailedPreconditionError(f"run {run_id} is already {run.status}")
             orders: list[Order] = []
@@ -314,7 +305,7 @@ class Runs:
         """Continue a stopped run from its checkpoint: the unfinished action runs again."""
 
         def unit(s: Session, ctx: Context) -> list[Order]:
-            run = self._owned(s, who, run_id, lock=True)
+            run = owned_run(s, who, run_id, lock=True)
             if run.status not in ledger.STOPPED_FOR_A_PERSON:
                 raise FailedPreconditionError(
                     f"run {run_id} is {run.status}; only a FAILED or HAND_BACK_TO_HUMAN run"
@@ -341,7 +332,7 @@ class Runs:
 
     async def abandon(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:
-            run = self._owned(s, who, run_id, lock=True)
+            run = owned_run(s, who, run_id, lock=True)
             if run.status in (ledger.SUCCEEDED, ledger.CANCELLED):
                 raise FailedPreconditionError(f"run {run_id} is already {run.status}")
             if run.status == ledger.RUNNING:
@@ -374,7 +365,7 @@ class Runs:
         result: dict[str, int] = {}
 
         def unit(s: Session, ctx: Context) -> list[Order]:
-            run = self._owned(s, who, run_id, lock=True)
+            run = owned_run(s, who, run_id, lock=True)
             if run.status in (ledger.SUCCEEDED, ledger.CANCELLED):
                 raise FailedPreconditionError(f"run {run_id} is {run.status}: nothing to guide")
             count, chars = run_queries.guidance_totals(s, run_id)
@@ -409,7 +400,7 @@ class Runs:
 
     async def verify(self, who: Principal, run_id: str) -> journal.Verification:
         def unit(s: Session) -> journal.Verification:
-            return journal.verify(s, self._owned(s, who, run_id))
+            return journal.verify(s, owned_run(s, who, run_id))
 
         return await self._db.read(unit)
 
@@ -425,7 +416,7 @@ class Runs:
                 wake.clear()
 
                 def unit(s: Session, last_seq: int = last) -> tuple[Sequence[JournalRow], str]:
-                    run = self._owned(s, who, run_id)
+                    run = owned_run(s, who, run_id)
                     return run_queries.journal_after(s, run_id, last_seq, 500), run.status
 
                 rows, status = await self._db.read(unit)
@@ -442,17 +433,18 @@ class Runs:
         finally:
             self._bus.unsubscribe(run_id, wake)
 
-    @staticmethod
-    def _owned(s: Session, who: Principal, run_id: str, *, lock: bool = False) -> RunRow:
-        run = (
-            run_queries.run_for_update(s, run_id)
-            if lock
-            else run_queries.run_of_owner(s, run_id, who.id)
-        )
-        if run is None or run.owner_id != who.id:
-            # Another owner's run is indistinguishable from one that does not exist.
-            raise NotFoundError(f"no run {run_id!r}")
-        return run
+
+def owned_run(s: Session, who: Principal, run_id: str, *, lock: bool = False) -> RunRow:
+    """The caller's run (locked for writing if asked); NOT_FOUND for anyone else's."""
+    run = (
+        run_queries.run_for_update(s, run_id)
+        if lock
+        else run_queries.run_of_owner(s, run_id, who.id)
+    )
+    if run is None or run.owner_id != who.id:
+        # Another owner's run is indistinguishable from one that does not exist.
+        raise NotFoundError(f"no run {run_id!r}")
+    return run
 
 
 def parse_plan_actions(

@@ -1,0 +1,39 @@
+"""Latency statistics shared by the benchmarks: percentiles and timed call loops."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def percentile(samples: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(samples)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary(samples_ms: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(samples_ms),
+        "p50_ms": percentile(samples_ms, 50),
+        "p99_ms": percentile(samples_ms, 99),
+        "mean_ms": statistics.fmean(samples_ms),
+        "max_ms": max(samples_ms),
+    }
+
+
+def timed(call: Callable[[], Any], n: int, warmup: int) -> dict[str, Any]:
+    """p50/p99 in ms of n sequential calls; warm-up calls (not counted) settle the connection."""
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return summary(samples)
