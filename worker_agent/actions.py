@@ -7,9 +7,10 @@ value, raises ActionFailed (or any exception) to fail, and raises ActionCancelle
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,43 @@ class ActionCancelled(Exception):
 
 
 class ActionRefused(Exception):
-    """The action was not run at all (unknown kind, malformed arguments)."""
+    """The action was not run at all (unknown kind, malformed arguments, out of scope).
+
+    `code` is machine-readable (e.g. `out_of_scope`, `kill_switch`, `human_active`); the
+    receipt's error line starts with it so the coordinator can tell refusals apart.
+    """
+
+    def __init__(self, message: str, code: str = "refused") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """Bytes an action produced (a screenshot): travels beside the receipt, stored by sha256."""
+
+    media_type: str
+    data: bytes
+    width: int = 0
+    height: int = 0
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def ref(self) -> dict[str, object]:
+        """What the receipt's result says about it: never the bytes themselves."""
+        return {
+            "sha256": self.sha256,
+            "media_type": self.media_type,
+            "bytes": len(self.data),
+            "width": self.width,
+            "height": self.height,
+        }
+
+
+def _never_blocked() -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -38,6 +75,13 @@ class ActionContext:
     timeout: float | None = None  # seconds; the executor cancels the attempt when it passes
     cancelled: threading.Event = field(default_factory=threading.Event)
     run_id: str = ""  # attempts of one run share a browser context
+    # Values for `{{secret:NAME}}` references, sent with this dispatch only: never logged,
+    # never written to disk, never put in a result.
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    artifacts: list[Artifact] = field(default_factory=list)  # filled by the handler
+    # Why desktop input may not happen right now (kill switch, no coordinator), or None.
+    # Input handlers ask before they start and between chunks.
+    input_blocked: Callable[[], str | None] = _never_blocked
 
 
 MAX_ERROR = 2000  # characters; an error is a line for people, not a dump
@@ -96,6 +140,8 @@ def run_handler(handler: Handler, args: dict[str, Any], ctx: ActionContext) -> O
         return Outcome(SUCCEEDED, result_json=encode_result(handler(args, ctx)))
     except ActionCancelled as exc:
         return Outcome(CANCELLED, error=error_line(exc))
+    except ActionRefused as exc:
+        return Outcome(REFUSED, error=safe_text(f"{exc.code}: {exc}"[:MAX_ERROR]))
     except Exception as exc:
         return Outcome(FAILED, error=error_line(exc))
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from shared.gen.deskfleet.v1 import fleet_pb2 as deskfleet_dot_v1_dot_fleet__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64\x65skfleet/v1/worker.proto\x12\x0c\x64\x65skfleet.v1\x1a\x18\x64\x65skfleet/v1/fleet.proto\"\x94\x01\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x37\n\x06labels\x18\x03 \x03(\x0b\x32\'.deskfleet.v1.EnrollRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"U\n\x0e\x45nrollResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ncredential\x18\x02 \x01(\t\x12\x1c\n\x14\x61llowed_capabilities\x18\x03 \x03(\t\"Q\n\nHeldAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\r\n\x05state\x18\x04 \x01(\t\"c\n\x05Hello\x12\x32\n\radvertisement\x18\x01 \x01(\x0b\x32\x1b.deskfleet.v1.Advertisement\x12&\n\x04held\x18\x02 \x03(\x0b\x32\x18.deskfleet.v1.HeldAction\"\x18\n\tHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"E\n\rActionStarted\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\xac\x01\n\x07Receipt\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x13\n\x0bresult_json\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x12\n\nstarted_at\x18\x08 \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\t \x01(\x01\"\xc5\x01\n\rWorkerMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.deskfleet.v1.HelloH\x00\x12,\n\theartbeat\x18\x02 \x01(\x0b\x32\x17.deskfleet.v1.HeartbeatH\x00\x12.\n\x07started\x18\x03 \x01(\x0b\x32\x1b.deskfleet.v1.ActionStartedH\x00\x12(\n\x07receipt\x18\x04 \x01(\x0b\x32\x15.deskfleet.v1.ReceiptH\x00\x42\x06\n\x04\x62ody\"\x80\x01\n\x07Welcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\"\n\x1aheartbeat_interval_seconds\x18\x04 \x01(\x01\x12\x19\n\x11lease_ttl_seconds\x18\x05 \x01(\x01\"\x1b\n\x0cHeartbeatAck\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"\xaf\x01\n\x08\x44ispatch\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x11\n\targs_json\x18\x07 \x01(\t\x12\x12\n\nidempotent\x18\x08 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\x01\"U\n\nReceiptAck\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"E\n\x0c\x43\x61ncelAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x86\x02\n\x12\x43oordinatorMessage\x12(\n\x07welcome\x18\x01 \x01(\x0b\x32\x15.deskfleet.v1.WelcomeH\x00\x12\x33\n\rheartbeat_ack\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.HeartbeatAckH\x00\x12*\n\x08\x64ispatch\x18\x03 \x01(\x0b\x32\x16.deskfleet.v1.DispatchH\x00\x12/\n\x0breceipt_ack\x18\x04 \x01(\x0b\x32\x18.deskfleet.v1.ReceiptAckH\x00\x12,\n\x06\x63\x61ncel\x18\x05 \x01(\x0b\x32\x1a.deskfleet.v1.CancelActionH\x00\x42\x06\n\x04\x62ody2\xa2\x01\n\rWorkerGateway\x12\x43\n\x06\x45nroll\x12\x1b.deskfleet.v1.EnrollRequest\x1a\x1c.deskfleet.v1.EnrollResponse\x12L\n\x07\x43onnect\x12\x1b.deskfleet.v1.WorkerMessage\x1a .deskfleet.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64\x65skfleet/v1/worker.proto\x12\x0c\x64\x65skfleet.v1\x1a\x18\x64\x65skfleet/v1/fleet.proto\"\x94\x01\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x37\n\x06labels\x18\x03 \x03(\x0b\x32\'.deskfleet.v1.EnrollRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"U\n\x0e\x45nrollResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ncredential\x18\x02 \x01(\t\x12\x1c\n\x14\x61llowed_capabilities\x18\x03 \x03(\t\"Q\n\nHeldAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\r\n\x05state\x18\x04 \x01(\t\"c\n\x05Hello\x12\x32\n\radvertisement\x18\x01 \x01(\x0b\x32\x1b.deskfleet.v1.Advertisement\x12&\n\x04held\x18\x02 \x03(\x0b\x32\x18.deskfleet.v1.HeldAction\"\x18\n\tHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"E\n\rActionStarted\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\xde\x01\n\x07Receipt\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x13\n\x0bresult_json\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x12\n\nstarted_at\x18\x08 \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\t \x01(\x01\x12\x30\n\tartifacts\x18\n \x03(\x0b\x32\x1d.deskfleet.v1.ReceiptArtifact\"b\n\x0fReceiptArtifact\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nmedia_type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\"+\n\x07KillAck\x12\x0f\n\x07kill_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65ngaged\x18\x02 \x01(\x08\"\xf0\x01\n\rWorkerMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.deskfleet.v1.HelloH\x00\x12,\n\theartbeat\x18\x02 \x01(\x0b\x32\x17.deskfleet.v1.HeartbeatH\x00\x12.\n\x07started\x18\x03 \x01(\x0b\x32\x1b.deskfleet.v1.ActionStartedH\x00\x12(\n\x07receipt\x18\x04 \x01(\x0b\x32\x15.deskfleet.v1.ReceiptH\x00\x12)\n\x08kill_ack\x18\x05 \x01(\x0b\x32\x15.deskfleet.v1.KillAckH\x00\x42\x06\n\x04\x62ody\"\xa8\x01\n\x07Welcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\"\n\x1aheartbeat_interval_seconds\x18\x04 \x01(\x01\x12\x19\n\x11lease_ttl_seconds\x18\x05 \x01(\x01\x12&\n\x05kills\x18\x06 \x03(\x0b\x32\x17.deskfleet.v1.KillState\"\\\n\tKillState\x12\x0f\n\x07kill_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65ngaged\x18\x02 \x01(\x08\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x1b\n\x0cHeartbeatAck\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"\x95\x02\n\x08\x44ispatch\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x11\n\targs_json\x18\x07 \x01(\t\x12\x12\n\nidempotent\x18\x08 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\x01\x12\x34\n\x07secrets\x18\n \x03(\x0b\x32#.deskfleet.v1.Dispatch.SecretsEntry\x1a.\n\x0cSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"U\n\nReceiptAck\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"E\n\x0c\x43\x61ncelAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xaf\x02\n\x12\x43oordinatorMessage\x12(\n\x07welcome\x18\x01 \x01(\x0b\x32\x15.deskfleet.v1.WelcomeH\x00\x12\x33\n\rheartbeat_ack\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.HeartbeatAckH\x00\x12*\n\x08\x64ispatch\x18\x03 \x01(\x0b\x32\x16.deskfleet.v1.DispatchH\x00\x12/\n\x0breceipt_ack\x18\x04 \x01(\x0b\x32\x18.deskfleet.v1.ReceiptAckH\x00\x12,\n\x06\x63\x61ncel\x18\x05 \x01(\x0b\x32\x1a.deskfleet.v1.CancelActionH\x00\x12\'\n\x04kill\x18\x06 \x01(\x0b\x32\x17.deskfleet.v1.KillStateH\x00\x42\x06\n\x04\x62ody2\xa2\x01\n\rWorkerGateway\x12\x43\n\x06\x45nroll\x12\x1b.deskfleet.v1.EnrollRequest\x1a\x1c.deskfleet.v1.EnrollResponse\x12L\n\x07\x43onnect\x12\x1b.deskfleet.v1.WorkerMessage\x1a .deskfleet.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,6 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENROLLREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_ENROLLREQUEST_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_DISPATCH_SECRETSENTRY']._loaded_options = None
+  _globals['_DISPATCH_SECRETSENTRY']._serialized_options = b'8\001'
   _globals['_ENROLLREQUEST']._serialized_start=70
   _globals['_ENROLLREQUEST']._serialized_end=218
   _globals['_ENROLLREQUEST_LABELSENTRY']._serialized_start=173
@@ -49,21 +51,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACTIONSTARTED']._serialized_start=517
   _globals['_ACTIONSTARTED']._serialized_end=586
   _globals['_RECEIPT']._serialized_start=589
-  _globals['_RECEIPT']._serialized_end=761
-  _globals['_WORKERMESSAGE']._serialized_start=764
-  _globals['_WORKERMESSAGE']._serialized_end=961
-  _globals['_WELCOME']._serialized_start=964
-  _globals['_WELCOME']._serialized_end=1092
-  _globals['_HEARTBEATACK']._serialized_start=1094
-  _globals['_HEARTBEATACK']._serialized_end=1121
-  _globals['_DISPATCH']._serialized_start=1124
-  _globals['_DISPATCH']._serialized_end=1299
-  _globals['_RECEIPTACK']._serialized_start=1301
-  _globals['_RECEIPTACK']._serialized_end=1386
-  _globals['_CANCELACTION']._serialized_start=1388
-  _globals['_CANCELACTION']._serialized_end=1457
-  _globals['_COORDINATORMESSAGE']._serialized_start=1460
-  _globals['_COORDINATORMESSAGE']._serialized_end=1722
-  _globals['_WORKERGATEWAY']._serialized_start=1725
-  _globals['_WORKERGATEWAY']._serialized_end=1887
+  _globals['_RECEIPT']._serialized_end=811
+  _globals['_RECEIPTARTIFACT']._serialized_start=813
+  _globals['_RECEIPTARTIFACT']._serialized_end=911
+  _globals['_KILLACK']._serialized_start=913
+  _globals['_KILLACK']._serialized_end=956
+  _globals['_WORKERMESSAGE']._serialized_start=959
+  _globals['_WORKERMESSAGE']._serialized_end=1199
+  _globals['_WELCOME']._serialized_start=1202
+  _globals['_WELCOME']._serialized_end=1370
+  _globals['_KILLSTATE']._serialized_start=1372
+  _globals['_KILLSTATE']._serialized_end=1464
+  _globals['_HEARTBEATACK']._serialized_start=1466
+  _globals['_HEARTBEATACK']._serialized_end=1493
+  _globals['_DISPATCH']._serialized_start=1496
+  _globals['_DISPATCH']._serialized_end=1773
+  _globals['_DISPATCH_SECRETSENTRY']._serialized_start=1727
+  _globals['_DISPATCH_SECRETSENTRY']._serialized_end=1773
+  _globals['_RECEIPTACK']._serialized_start=1775
+  _globals['_RECEIPTACK']._serialized_end=1860
+  _globals['_CANCELACTION']._serialized_start=1862
+  _globals['_CANCELACTION']._serialized_end=1931
+  _globals['_COORDINATORMESSAGE']._serialized_start=1934
+  _globals['_COORDINATORMESSAGE']._serialized_end=2237
+  _globals['_WORKERGATEWAY']._serialized_start=2240
+  _globals['_WORKERGATEWAY']._serialized_end=2402
 # @@protoc_insertion_point(module_scope)

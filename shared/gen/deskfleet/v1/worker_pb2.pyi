@@ -71,7 +71,7 @@ class ActionStarted(_message.Message):
     def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Receipt(_message.Message):
-    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "status", "result_json", "error", "started_at", "finished_at")
+    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "status", "result_json", "error", "started_at", "finished_at", "artifacts")
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class Receipt(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     run_id: str
     attempt_id: str
@@ -90,33 +91,74 @@ class Receipt(_message.Message):
     error: str
     started_at: float
     finished_at: float
-    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., status: _Optional[str] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ...) -> None: ...
+    artifacts: _containers.RepeatedCompositeFieldContainer[ReceiptArtifact]
+    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., status: _Optional[str] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., artifacts: _Optional[_Iterable[_Union[ReceiptArtifact, _Mapping]]] = ...) -> None: ...
+
+class ReceiptArtifact(_message.Message):
+    __slots__ = ("sha256", "media_type", "data", "width", "height")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+    def __init__(self, sha256: _Optional[str] = ..., media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ...) -> None: ...
+
+class KillAck(_message.Message):
+    __slots__ = ("kill_id", "engaged")
+    KILL_ID_FIELD_NUMBER: _ClassVar[int]
+    ENGAGED_FIELD_NUMBER: _ClassVar[int]
+    kill_id: str
+    engaged: bool
+    def __init__(self, kill_id: _Optional[str] = ..., engaged: _Optional[bool] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "started", "receipt")
+    __slots__ = ("hello", "heartbeat", "started", "receipt", "kill_ack")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    KILL_ACK_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     started: ActionStarted
     receipt: Receipt
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ...) -> None: ...
+    kill_ack: KillAck
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds")
+    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    KILLS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     session_id: str
     replica: str
     heartbeat_interval_seconds: float
     lease_ttl_seconds: float
-    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ...) -> None: ...
+    kills: _containers.RepeatedCompositeFieldContainer[KillState]
+    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ...) -> None: ...
+
+class KillState(_message.Message):
+    __slots__ = ("kill_id", "engaged", "scope", "target", "reason")
+    KILL_ID_FIELD_NUMBER: _ClassVar[int]
+    ENGAGED_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    kill_id: str
+    engaged: bool
+    scope: str
+    target: str
+    reason: str
+    def __init__(self, kill_id: _Optional[str] = ..., engaged: _Optional[bool] = ..., scope: _Optional[str] = ..., target: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class HeartbeatAck(_message.Message):
     __slots__ = ("seq",)
@@ -125,7 +167,14 @@ class HeartbeatAck(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class Dispatch(_message.Message):
-    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "attempt", "kind", "args_json", "idempotent", "timeout_seconds")
+    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "attempt", "kind", "args_json", "idempotent", "timeout_seconds", "secrets")
+    class SecretsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +184,7 @@ class Dispatch(_message.Message):
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     run_id: str
     attempt_id: str
@@ -144,7 +194,8 @@ class Dispatch(_message.Message):
     args_json: str
     idempotent: bool
     timeout_seconds: float
-    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    secrets: _containers.ScalarMap[str, str]
+    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., timeout_seconds: _Optional[float] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ReceiptAck(_message.Message):
     __slots__ = ("action_id", "attempt_id", "accepted", "reason")
@@ -169,15 +220,17 @@ class CancelAction(_message.Message):
     def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel")
+    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel", "kill")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_ACK_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    KILL_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
     dispatch: Dispatch
     receipt_ack: ReceiptAck
     cancel: CancelAction
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ...) -> None: ...
+    kill: KillState
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ..., kill: _Optional[_Union[KillState, _Mapping]] = ...) -> None: ...

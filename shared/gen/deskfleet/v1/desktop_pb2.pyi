@@ -1,0 +1,263 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from shared.gen.deskfleet.v1 import runs_pb2 as _runs_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Region(_message.Message):
+    __slots__ = ("x", "y", "width", "height")
+    X_FIELD_NUMBER: _ClassVar[int]
+    Y_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    x: int
+    y: int
+    width: int
+    height: int
+    def __init__(self, x: _Optional[int] = ..., y: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ...) -> None: ...
+
+class DesktopScope(_message.Message):
+    __slots__ = ("actions", "displays", "region", "ttl_seconds", "max_actions")
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DISPLAYS_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    displays: _containers.RepeatedScalarFieldContainer[int]
+    region: Region
+    ttl_seconds: float
+    max_actions: int
+    def __init__(self, actions: _Optional[_Iterable[str]] = ..., displays: _Optional[_Iterable[int]] = ..., region: _Optional[_Union[Region, _Mapping]] = ..., ttl_seconds: _Optional[float] = ..., max_actions: _Optional[int] = ...) -> None: ...
+
+class RequestDesktopRequest(_message.Message):
+    __slots__ = ("worker", "scope", "title", "reason")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    worker: str
+    scope: DesktopScope
+    title: str
+    reason: str
+    def __init__(self, worker: _Optional[str] = ..., scope: _Optional[_Union[DesktopScope, _Mapping]] = ..., title: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ("id", "run_id", "owner", "kind", "worker_id", "status", "requested", "granted", "reason", "answer", "answered_by", "requested_at", "answered_at", "expires_at", "actions_used")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_USED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    run_id: str
+    owner: str
+    kind: str
+    worker_id: str
+    status: str
+    requested: DesktopScope
+    granted: DesktopScope
+    reason: str
+    answer: str
+    answered_by: str
+    requested_at: _timestamp_pb2.Timestamp
+    answered_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    actions_used: int
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., owner: _Optional[str] = ..., kind: _Optional[str] = ..., worker_id: _Optional[str] = ..., status: _Optional[str] = ..., requested: _Optional[_Union[DesktopScope, _Mapping]] = ..., granted: _Optional[_Union[DesktopScope, _Mapping]] = ..., reason: _Optional[str] = ..., answer: _Optional[str] = ..., answered_by: _Optional[str] = ..., requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., answered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actions_used: _Optional[int] = ...) -> None: ...
+
+class ListApprovalsRequest(_message.Message):
+    __slots__ = ("status", "limit")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    limit: int
+    def __init__(self, status: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListApprovalsResponse(_message.Message):
+    __slots__ = ("approvals",)
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    approvals: _containers.RepeatedCompositeFieldContainer[Approval]
+    def __init__(self, approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ...) -> None: ...
+
+class ApproveRequest(_message.Message):
+    __slots__ = ("id", "scope", "reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    scope: DesktopScope
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., scope: _Optional[_Union[DesktopScope, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DenyRequest(_message.Message):
+    __slots__ = ("id", "reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DesktopActRequest(_message.Message):
+    __slots__ = ("run_id", "action", "args_json", "timeout_seconds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    action: str
+    args_json: str
+    timeout_seconds: float
+    def __init__(self, run_id: _Optional[str] = ..., action: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class ArtifactInfo(_message.Message):
+    __slots__ = ("sha256", "media_type", "size", "width", "height", "role")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    media_type: str
+    size: int
+    width: int
+    height: int
+    role: str
+    def __init__(self, sha256: _Optional[str] = ..., media_type: _Optional[str] = ..., size: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
+
+class DesktopActResponse(_message.Message):
+    __slots__ = ("run_id", "action_id", "status", "code", "error", "result_json", "receipt_id", "artifacts")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    action_id: str
+    status: str
+    code: str
+    error: str
+    result_json: str
+    receipt_id: str
+    artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactInfo]
+    def __init__(self, run_id: _Optional[str] = ..., action_id: _Optional[str] = ..., status: _Optional[str] = ..., code: _Optional[str] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., receipt_id: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactInfo, _Mapping]]] = ...) -> None: ...
+
+class GetArtifactRequest(_message.Message):
+    __slots__ = ("run_id", "sha256")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    sha256: str
+    def __init__(self, run_id: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class Artifact(_message.Message):
+    __slots__ = ("info", "data")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    info: ArtifactInfo
+    data: bytes
+    def __init__(self, info: _Optional[_Union[ArtifactInfo, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SetSecretRequest(_message.Message):
+    __slots__ = ("name", "value", "owner")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    owner: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
+
+class SecretInfo(_message.Message):
+    __slots__ = ("name", "owner", "updated_at", "updated_by")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_BY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner: str
+    updated_at: _timestamp_pb2.Timestamp
+    updated_by: str
+    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_by: _Optional[str] = ...) -> None: ...
+
+class KillSwitch(_message.Message):
+    __slots__ = ("id", "scope", "target", "reason", "engaged_by", "engaged_at", "engaged", "released_by", "released_at", "acknowledged", "unacknowledged")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ENGAGED_BY_FIELD_NUMBER: _ClassVar[int]
+    ENGAGED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENGAGED_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_BY_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_AT_FIELD_NUMBER: _ClassVar[int]
+    ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    UNACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    scope: str
+    target: str
+    reason: str
+    engaged_by: str
+    engaged_at: _timestamp_pb2.Timestamp
+    engaged: bool
+    released_by: str
+    released_at: _timestamp_pb2.Timestamp
+    acknowledged: _containers.RepeatedScalarFieldContainer[str]
+    unacknowledged: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., scope: _Optional[str] = ..., target: _Optional[str] = ..., reason: _Optional[str] = ..., engaged_by: _Optional[str] = ..., engaged_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., engaged: _Optional[bool] = ..., released_by: _Optional[str] = ..., released_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., acknowledged: _Optional[_Iterable[str]] = ..., unacknowledged: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EngageKillRequest(_message.Message):
+    __slots__ = ("worker", "run", "reason")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    worker: str
+    run: str
+    reason: str
+    def __init__(self, worker: _Optional[str] = ..., run: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReleaseKillRequest(_message.Message):
+    __slots__ = ("id", "worker", "run", "fleet", "reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    FLEET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    worker: str
+    run: str
+    fleet: bool
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., worker: _Optional[str] = ..., run: _Optional[str] = ..., fleet: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class KillStatusRequest(_message.Message):
+    __slots__ = ("include_released",)
+    INCLUDE_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    include_released: bool
+    def __init__(self, include_released: _Optional[bool] = ...) -> None: ...
+
+class KillStatusResponse(_message.Message):
+    __slots__ = ("switches",)
+    SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    switches: _containers.RepeatedCompositeFieldContainer[KillSwitch]
+    def __init__(self, switches: _Optional[_Iterable[_Union[KillSwitch, _Mapping]]] = ...) -> None: ...
