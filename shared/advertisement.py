@@ -1,4 +1,4 @@
-"""What a worker reports about itself on connect: displays and measured capabilities."""
+"""What a worker reports on connect: displays, measured capabilities, research apps."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ class Advertisement:
     capabilities: tuple[Capability, ...] = ()
     os: str = ""
     versions: dict[str, str] = field(default_factory=dict)
+    # External research commands offered for `app.research` (`run --research-app NAME=...`).
+    research_apps: tuple[str, ...] = ()
 
     def capability(self, name: str) -> Capability | None:
         return next((c for c in self.capabilities if c.name == name), None)
@@ -60,6 +62,7 @@ class Advertisement:
             capabilities=[c.to_proto() for c in self.capabilities],
             os=self.os,
             versions=self.versions,
+            research_apps=list(self.research_apps),
         )
 
     @classmethod
@@ -71,6 +74,7 @@ class Advertisement:
             capabilities=tuple(Capability.from_proto(c) for c in msg.capabilities),
             os=msg.os,
             versions=dict(msg.versions),
+            research_apps=tuple(msg.research_apps),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -81,6 +85,7 @@ class Advertisement:
             "capabilities": [c.__dict__ for c in self.capabilities],
             "os": self.os,
             "versions": self.versions,
+            "research_apps": list(self.research_apps),
         }
 
     @classmethod
@@ -92,4 +97,5 @@ class Advertisement:
             capabilities=tuple(Capability(**c) for c in data.get("capabilities", [])),
             os=data.get("os", ""),
             versions=dict(data.get("versions", {})),
+            research_apps=tuple(data.get("research_apps", ())),
         )

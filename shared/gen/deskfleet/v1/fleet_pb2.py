@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/fleet.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n\x07\x44isplay\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04left\x18\x02 \x01(\x05\x12\x0b\n\x03top\x18\x03 \x01(\x05\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\"=\n\nCapability\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tavailable\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xdc\x02\n\rAdvertisement\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x37\n\x06labels\x18\x02 \x03(\x0b\x32\'.deskfleet.v1.Advertisement.LabelsEntry\x12\'\n\x08\x64isplays\x18\x03 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\n\n\x02os\x18\x05 \x01(\t\x12;\n\x08versions\x18\x06 \x03(\x0b\x32).deskfleet.v1.Advertisement.VersionsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc4\x04\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.deskfleet.v1.WorkerInfo.LabelsEntry\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\'\n\x08\x64isplays\x18\x05 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0e\n\x06online\x18\x07 \x01(\x08\x12\x32\n\x0elast_heartbeat\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07replica\x18\t \x01(\t\x12\n\n\x02os\x18\n \x01(\t\x12\x38\n\x08versions\x18\x0b \x03(\x0b\x32&.deskfleet.v1.WorkerInfo.VersionsEntry\x12/\n\x0b\x65nrolled_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1c\n\x14\x61llowed_capabilities\x18\r \x03(\t\x12\x34\n\x10lease_expires_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x18\n\x16GetWorkerStatusRequest\"o\n\x0cWorkerStatus\x12\x17\n\x0fheadless_online\x18\x01 \x01(\x05\x12\x1b\n\x13\x63omputer_use_online\x18\x02 \x01(\x05\x12)\n\x07workers\x18\x03 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\"-\n\x12ListWorkersRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"@\n\x13ListWorkersResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\"\x17\n\tWorkerRef\x12\n\n\x02id\x18\x01 \x01(\t2\xc0\x03\n\x0c\x46leetService\x12S\n\x0fGetWorkerStatus\x12$.deskfleet.v1.GetWorkerStatusRequest\x1a\x1a.deskfleet.v1.WorkerStatus\x12R\n\x0bListWorkers\x12 .deskfleet.v1.ListWorkersRequest\x1a!.deskfleet.v1.ListWorkersResponse\x12>\n\tGetWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x41\n\x0cRevokeWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12@\n\x0b\x44rainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x42\n\rUndrainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/fleet.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n\x07\x44isplay\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04left\x18\x02 \x01(\x05\x12\x0b\n\x03top\x18\x03 \x01(\x05\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\"=\n\nCapability\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tavailable\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xf3\x02\n\rAdvertisement\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x37\n\x06labels\x18\x02 \x03(\x0b\x32\'.deskfleet.v1.Advertisement.LabelsEntry\x12\'\n\x08\x64isplays\x18\x03 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\n\n\x02os\x18\x05 \x01(\t\x12;\n\x08versions\x18\x06 \x03(\x0b\x32).deskfleet.v1.Advertisement.VersionsEntry\x12\x15\n\rresearch_apps\x18\x07 \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc4\x04\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.deskfleet.v1.WorkerInfo.LabelsEntry\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\'\n\x08\x64isplays\x18\x05 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0e\n\x06online\x18\x07 \x01(\x08\x12\x32\n\x0elast_heartbeat\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07replica\x18\t \x01(\t\x12\n\n\x02os\x18\n \x01(\t\x12\x38\n\x08versions\x18\x0b \x03(\x0b\x32&.deskfleet.v1.WorkerInfo.VersionsEntry\x12/\n\x0b\x65nrolled_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1c\n\x14\x61llowed_capabilities\x18\r \x03(\t\x12\x34\n\x10lease_expires_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x18\n\x16GetWorkerStatusRequest\"o\n\x0cWorkerStatus\x12\x17\n\x0fheadless_online\x18\x01 \x01(\x05\x12\x1b\n\x13\x63omputer_use_online\x18\x02 \x01(\x05\x12)\n\x07workers\x18\x03 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\"-\n\x12ListWorkersRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"@\n\x13ListWorkersResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\"\x17\n\tWorkerRef\x12\n\n\x02id\x18\x01 \x01(\t2\xc0\x03\n\x0c\x46leetService\x12S\n\x0fGetWorkerStatus\x12$.deskfleet.v1.GetWorkerStatusRequest\x1a\x1a.deskfleet.v1.WorkerStatus\x12R\n\x0bListWorkers\x12 .deskfleet.v1.ListWorkersRequest\x1a!.deskfleet.v1.ListWorkersResponse\x12>\n\tGetWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x41\n\x0cRevokeWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12@\n\x0b\x44rainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x42\n\rUndrainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,27 +45,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CAPABILITY']._serialized_start=159
   _globals['_CAPABILITY']._serialized_end=220
   _globals['_ADVERTISEMENT']._serialized_start=223
-  _globals['_ADVERTISEMENT']._serialized_end=571
-  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_start=477
-  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_end=522
-  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_start=524
-  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_end=571
-  _globals['_WORKERINFO']._serialized_start=574
-  _globals['_WORKERINFO']._serialized_end=1154
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=477
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=522
-  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_start=524
-  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_end=571
-  _globals['_GETWORKERSTATUSREQUEST']._serialized_start=1156
-  _globals['_GETWORKERSTATUSREQUEST']._serialized_end=1180
-  _globals['_WORKERSTATUS']._serialized_start=1182
-  _globals['_WORKERSTATUS']._serialized_end=1293
-  _globals['_LISTWORKERSREQUEST']._serialized_start=1295
-  _globals['_LISTWORKERSREQUEST']._serialized_end=1340
-  _globals['_LISTWORKERSRESPONSE']._serialized_start=1342
-  _globals['_LISTWORKERSRESPONSE']._serialized_end=1406
-  _globals['_WORKERREF']._serialized_start=1408
-  _globals['_WORKERREF']._serialized_end=1431
-  _globals['_FLEETSERVICE']._serialized_start=1434
-  _globals['_FLEETSERVICE']._serialized_end=1882
+  _globals['_ADVERTISEMENT']._serialized_end=594
+  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_start=500
+  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_end=545
+  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_start=547
+  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_end=594
+  _globals['_WORKERINFO']._serialized_start=597
+  _globals['_WORKERINFO']._serialized_end=1177
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=500
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=545
+  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_start=547
+  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_end=594
+  _globals['_GETWORKERSTATUSREQUEST']._serialized_start=1179
+  _globals['_GETWORKERSTATUSREQUEST']._serialized_end=1203
+  _globals['_WORKERSTATUS']._serialized_start=1205
+  _globals['_WORKERSTATUS']._serialized_end=1316
+  _globals['_LISTWORKERSREQUEST']._serialized_start=1318
+  _globals['_LISTWORKERSREQUEST']._serialized_end=1363
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=1365
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=1429
+  _globals['_WORKERREF']._serialized_start=1431
+  _globals['_WORKERREF']._serialized_end=1454
+  _globals['_FLEETSERVICE']._serialized_start=1457
+  _globals['_FLEETSERVICE']._serialized_end=1905
 # @@protoc_insertion_point(module_scope)

@@ -34,7 +34,7 @@ class Capability(_message.Message):
     def __init__(self, name: _Optional[str] = ..., available: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Advertisement(_message.Message):
-    __slots__ = ("hostname", "labels", "displays", "capabilities", "os", "versions")
+    __slots__ = ("hostname", "labels", "displays", "capabilities", "os", "versions", "research_apps")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,13 +55,15 @@ class Advertisement(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     OS_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    RESEARCH_APPS_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     labels: _containers.ScalarMap[str, str]
     displays: _containers.RepeatedCompositeFieldContainer[Display]
     capabilities: _containers.RepeatedCompositeFieldContainer[Capability]
     os: str
     versions: _containers.ScalarMap[str, str]
-    def __init__(self, hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    research_apps: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., research_apps: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
     __slots__ = ("id", "name", "labels", "capabilities", "displays", "state", "online", "last_heartbeat", "replica", "os", "versions", "enrolled_at", "allowed_capabilities", "lease_expires_at")

@@ -223,16 +223,22 @@ class WatchRunRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class ResearchRequest(_message.Message):
-    __slots__ = ("query", "urls", "search_url", "max_sources")
+    __slots__ = ("query", "urls", "search_url", "max_sources", "thorough", "max_pages", "max_bytes")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     URLS_FIELD_NUMBER: _ClassVar[int]
     SEARCH_URL_FIELD_NUMBER: _ClassVar[int]
     MAX_SOURCES_FIELD_NUMBER: _ClassVar[int]
+    THOROUGH_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     query: str
     urls: _containers.RepeatedScalarFieldContainer[str]
     search_url: str
     max_sources: int
-    def __init__(self, query: _Optional[str] = ..., urls: _Optional[_Iterable[str]] = ..., search_url: _Optional[str] = ..., max_sources: _Optional[int] = ...) -> None: ...
+    thorough: bool
+    max_pages: int
+    max_bytes: int
+    def __init__(self, query: _Optional[str] = ..., urls: _Optional[_Iterable[str]] = ..., search_url: _Optional[str] = ..., max_sources: _Optional[int] = ..., thorough: _Optional[bool] = ..., max_pages: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class ReadEntryRequest(_message.Message):
     __slots__ = ("run_id", "seq", "offset", "limit")
