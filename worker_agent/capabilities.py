@@ -34,6 +34,7 @@ class ProbeOptions:
     chromium: str = DEFAULT_CHROMIUM
     computer_use_allowed: bool = True
     browser_timeout: float = 30.0
+    research_apps: tuple[str, ...] = ()  # `--research-app` names, advertised as they are
 
 
 def _display_problem() -> str | None:
@@ -139,6 +140,7 @@ def measure(options: ProbeOptions, labels: dict[str, str]) -> Advertisement:
         capabilities=(headless, computer_use),
         os=f"{platform.system()} {platform.release()}",
         versions=versions,
+        research_apps=options.research_apps,
     )
 
 

@@ -32,6 +32,7 @@ from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.connection import WorkerConnection
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
 from worker_agent.executor import ActionExecutor
+from worker_agent.research_app import ResearchApps, parse_apps
 from worker_agent.state import StateDir, WorkerIdentity
 
 EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
@@ -64,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
         "--no-computer-use",
         action="store_true",
         help="never offer desktop control, whatever this machine can do",
+    )
+    run.add_argument(
+        "--research-app",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND",
+        help="offer an external research command for app routes (repeatable; JSON on stdin"
+        " and stdout, see worker_agent/research_app.py)",
     )
     run.add_argument("--log-level", default="INFO")
 
@@ -143,11 +152,17 @@ def _enroll(args: argparse.Namespace) -> str:
 
 async def _run(args: argparse.Namespace) -> None:
     identity, credential = StateDir(args.state_dir).load()
-    options = ProbeOptions(chromium=args.chromium, computer_use_allowed=not args.no_computer_use)
+    apps = ResearchApps(parse_apps(args.research_app))
+    options = ProbeOptions(
+        chromium=args.chromium,
+        computer_use_allowed=not args.no_computer_use,
+        research_apps=apps.names,
+    )
     # The browser starts with the first browser action, not with the worker.
     browser = BrowserService(args.chromium)
     registry = default_registry()
     BrowserActions(browser).register(registry)
+    apps.register(registry)
     actions = ActionExecutor(ActionLog(args.state_dir / "actions"), registry)
     connection = WorkerConnection(
         identity, credential, functools.partial(measure, options, identity.labels), actions=actions
