@@ -40,7 +40,11 @@ DISPATCHED = "DISPATCHED"
 STARTED = "STARTED"
 UNKNOWN = "UNKNOWN"
 IN_FLIGHT = (DISPATCHED, STARTED)
-FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+# A unit that a route hook settled without running it (research: an optional branch that no
+# worker can take, a fetch past the run's limits); `error` says why. It counts as done.
+SKIPPED = "SKIPPED"
+DONE = ("SUCCEEDED", SKIPPED)
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED", SKIPPED)
 
 # Results longer than this are archived: the journal keeps a preview and an exact reference.
 ARCHIVE_OVER = 4096
@@ -180,7 +184,8 @@ MAX_PER_WORKER = 4
 # action has succeeded (research writes its report): kind -> hook.
 ReceiptHook = Callable[[Session, RunRow, ActionRow, Any, "Context"], None]
 CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], None]
-# A kind may also choose routes itself (research follows the routing policy's ordered routes).
+# A kind may also choose routes itself (research follows the routing policy's ordered routes);
+# a route hook that marks the unit SKIPPED returns (None, SKIPPED, why) and the run moves on.
 RouteHook = Callable[[Session, RunRow, ActionRow, "Context"], tuple[str | None, str, str]]
 RECEIPT_HOOKS: dict[str, ReceiptHook] = {}
 COMPLETION_HOOKS: dict[str, CompletionHook] = {}
@@ -192,7 +197,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     if run.status not in ACTIVE:
         return []
     actions = run_queries.actions_of(s, run.id)
-    unfinished = [a for a in actions if a.status != "SUCCEEDED"]
+    unfinished = [a for a in actions if a.status not in DONE]
     if not unfinished:
         hook = COMPLETION_HOOKS.get(run.kind)
         if hook is not None:
@@ -212,9 +217,13 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     _deliver_guidance(s, run, ctx)
     room = min(run.limits["max_actions"], run.estimate_actions) - run.attempts_used
     orders: list[Order] = []
+    skipped = False
     for action in pending[: max(room, 0)]:
         route = ROUTE_HOOKS.get(run.kind, _plain_route)
         worker, code, detail = route(s, run, action, ctx)
+        if code == SKIPPED:
+            skipped = True
+            continue
         if worker is None:
             if not orders and not in_flight:
                 set_status(
@@ -229,6 +238,8 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
         orders.append(claim(s, run, action, worker, ctx))
     if orders:
         set_status(s, run, ctx, RUNNING)
+    if skipped:  # the stage may be over now, or hooks may have added units
+        return orders + advance(s, run, ctx)
     return orders
 
 

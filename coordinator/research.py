@@ -2,32 +2,56 @@
 
 A research run is an ordinary run of kind "research": a `browser.search` unit first, then
 one `browser.fetch` work unit per chosen source, all in one stage so that they spread over
-the eligible headless workers; when every unit has its receipt, the evidence report is
-written to the journal. Snippets from the search page are kept apart and never count as
-evidence; failed, refused, binary and challenged sources are listed with their reason.
+the eligible headless workers; when every unit has its receipt, the evidence report
+(`research_report`) is written to the journal. Snippets from the search page are kept apart
+and never count as evidence; failed, refused, binary and challenged sources are listed with
+their reason.
+
+App routes of the routing policy add one `app.research` unit each, a branch of its own:
+
+- without `thorough` the app units come first, one stage each; the first that answers
+  settles the run (its sources are the report) and the later units are skipped; when every
+  app fails, the headless units run as they would have without apps;
+- with `thorough` the app units run in the same stage as the headless units (fetches found
+  by the search join that stage too, so nothing waits for the app) and the report merges
+  both, with the points where they disagree.
+
+An app unit's failure is a result, not a failed action (the worker maps it to a code): it
+is journaled as a `research.branch` event and the run goes on. An app that no worker offers
+is skipped under its branch the same way.
+
+Limits per run: `max_pages` fetch units at most (the rest are listed as skipped), and
+`max_bytes` read by the browsers: each document is capped at it, and once the run has read
+that much, fetches not yet dispatched are skipped with the reason (fetches already in
+flight finish, so the total may pass the limit by what they read).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import journal, ledger
+from coordinator import ledger, research_report
+from coordinator.research_report import APP_KIND, excerpts
 from coordinator.runs import Plan, PlannedAction
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
 from shared.errors import InvalidArgumentError
 from shared.receipts import decode_result
 
+__all__ = ["ResearchRequest", "excerpts", "research_plan"]
+
 MAX_SOURCES = 20
-EXCERPTS_PER_SOURCE = 3
-EXCERPT_CHARS = 300
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
+DEFAULT_MAX_PAGES = 50
+MAX_PAGES = 500
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+MAX_BYTES = 1024 * 1024 * 1024
+DOCUMENT_BYTES = 2 * 1024 * 1024  # the workers' own cap per document (BrowserPolicy.max_bytes)
+APP_TIMEOUT = 120.0
+APP_GRACE = 15.0  # the ledger waits this much longer than the app may run, for its receipt
 HEADLESS = {"capability": "headless"}
 
 
@@ -37,6 +61,9 @@ class ResearchRequest:
     urls: tuple[str, ...] = ()
     search_url: str = ""  # a URL template with {query}; empty: the workers' default profile
     max_sources: int = 5
+    thorough: bool = False  # app routes beside the headless route, reports merged
+    max_pages: int = 0  # 0: DEFAULT_MAX_PAGES
+    max_bytes: int = 0  # 0: DEFAULT_MAX_BYTES
 
 
 def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None = None) -> Plan:
@@ -50,52 +77,148 @@ def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None 
         raise InvalidArgumentError(
             "search_url: a template needs {query}, e.g. https://x/?q={query}"
         )
-    spec = {
+    max_pages = request.max_pages or DEFAULT_MAX_PAGES
+    max_bytes = request.max_bytes or DEFAULT_MAX_BYTES
+    if not 1 <= max_pages <= MAX_PAGES:
+        raise InvalidArgumentError(f"max_pages: between 1 and {MAX_PAGES}")
+    if not 1 <= max_bytes <= MAX_BYTES:
+        raise InvalidArgumentError(f"max_bytes: between 1 and {MAX_BYTES}")
+    routes = routes or [HEADLESS | {"name": "headless"}]
+    apps = [r for r in routes if r.get("app")]
+    mode = "thorough" if apps and request.thorough else "app" if apps else "headless"
+    policy = {"max_bytes": max_bytes} if max_bytes < DOCUMENT_BYTES else {}
+    urls = list(dict.fromkeys(request.urls))
+    spec: dict[str, Any] = {
         "query": query,
         "max_sources": request.max_sources,
         "search_url": request.search_url,
-        "routes": routes or [],
+        "routes": routes,
+        "mode": mode,
+        "limits": {"max_pages": max_pages, "max_bytes": max_bytes},
+        "progress": {"pages": 0, "bytes": 0},
+        "skipped": [
+            {"url": url, "reason": f"max_pages: the run's page limit ({max_pages}) is reached"}
+            for url in urls[max_pages:]
+        ],
     }
-    if request.urls:
-        actions = tuple(_fetch(url) for url in dict.fromkeys(request.urls))
+    headless: list[PlannedAction]
+    if urls:
+        headless = [_fetch(url, policy) for url in urls[:max_pages]]
     else:
         args: dict[str, Any] = {"query": query, "max_results": request.max_sources * 2}
         if request.search_url:
             args.update(template=request.search_url, profile="local")
-        actions = (PlannedAction("browser.search", args, True, HEADLESS, f"search: {query}"),)
+        if policy:
+            args["policy"] = policy
+        headless = [PlannedAction("browser.search", args, True, HEADLESS, f"search: {query}")]
+    branches = [_app_unit(r, query, request.max_sources) for r in apps]
+    if mode == "thorough":  # the headless units first: they are routed first
+        actions, stages = headless + branches, (0,) * (len(headless) + len(branches))
+    else:
+        actions = branches + headless
+        stages = tuple(range(len(branches))) + (len(branches),) * len(headless)
     n = len(actions)
     return Plan(
-        actions,
+        tuple(actions),
         title=f"research: {query}",
         kind="research",
         spec=spec,
-        stages=(0,) * n,
-        max_actions=max(3 * (request.max_sources + 1), n + 10),
+        stages=stages,
+        max_actions=max(3 * (request.max_sources + 1 + len(branches)), n + 10),
     )
 
 
-def _fetch(url: str) -> PlannedAction:
-    return PlannedAction("browser.fetch", {"url": url}, True, HEADLESS, f"fetch: {url}")
+def _fetch(url: str, policy: dict[str, Any]) -> PlannedAction:
+    args: dict[str, Any] = {"url": url} | ({"policy": policy} if policy else {})
+    return PlannedAction("browser.fetch", args, True, HEADLESS, f"fetch: {url}")
+
+
+def _app_unit(route: dict[str, Any], query: str, max_sources: int) -> PlannedAction:
+    args = {
+        "app": route["app"],
+        "route": route["name"],
+        "query": query,
+        "max_sources": max_sources,
+        "timeout": float(route.get("timeout") or APP_TIMEOUT),
+    }
+    return PlannedAction(
+        APP_KIND, args, True, {"app": route["app"]}, f"research app {route['app']}: {query}"
+    )
+
+
+# ------------------------------------------------------------------------------ receipts
 
 
 def on_receipt(
     s: Session, run: RunRow, action: ActionRow, result: Any, ctx: ledger.Context
 ) -> None:
-    """After the search: fan the chosen sources out as fetch work units of the next stage."""
-    if action.kind != "browser.search" or not isinstance(result, dict):
+    if not isinstance(result, dict):
         return
+    if action.kind.startswith("browser."):
+        _count(run, action, result)
+    if action.kind == APP_KIND:
+        _on_app(s, run, action, result, ctx)
+    elif action.kind == "browser.search":
+        _on_search(s, run, action, result, ctx)
+
+
+def _count(run: RunRow, action: ActionRow, result: dict[str, Any]) -> None:
+    """Keep the run's page and byte totals, which the route hook checks against its limits."""
+    progress = dict(run.spec.get("progress") or {"pages": 0, "bytes": 0})
+    progress["bytes"] += int(result.get("bytes") or 0)
+    progress["pages"] += action.kind == "browser.fetch"
+    run.spec = {**run.spec, "progress": progress}  # a new value: the JSON column sees it
+
+
+def _on_app(
+    s: Session, run: RunRow, action: ActionRow, result: dict[str, Any], ctx: ledger.Context
+) -> None:
+    route = research_report.app_route(action)
+    ok = result.get("outcome") == "ok"
+    ledger.record(
+        s,
+        run,
+        ctx,
+        "research.branch",
+        branch=action.id,
+        route=route,
+        outcome="ok" if ok else "failed",
+        code="" if ok else result.get("code", ""),
+        message="" if ok else result.get("message", ""),
+        sources=len(result.get("sources") or []),
+        worker=action.worker_id,
+    )
+    if not ok or run.spec.get("mode") != "app":
+        return
+    # The first app to answer settles a run that is not thorough: the rest is not needed.
+    for other in run_queries.actions_of(s, run.id):
+        if other.status == ledger.PENDING and other.stage > action.stage:
+            _skip(other, f"not_needed: route {route} answered", ctx)
+
+
+def _on_search(
+    s: Session, run: RunRow, action: ActionRow, result: dict[str, Any], ctx: ledger.Context
+) -> None:
+    """After the search: fan the chosen sources out as fetch work units."""
     urls = list(dict.fromkeys(r["url"] for r in result.get("results", []) if r.get("url")))
     chosen = urls[: run.spec.get("max_sources", 5)]
+    max_pages = run.spec.get("limits", {}).get("max_pages", DEFAULT_MAX_PAGES)
+    if len(chosen) > max_pages:
+        reason = f"max_pages: the run's page limit ({max_pages}) is reached"
+        over = [{"url": url, "reason": reason} for url in chosen[max_pages:]]
+        run.spec = {**run.spec, "skipped": [*run.spec.get("skipped", []), *over]}
+        chosen = chosen[:max_pages]
+    # A thorough run's fetches join the search's stage, beside the app units still running.
+    stage = action.stage if run.spec.get("mode") == "thorough" else action.stage + 1
     policy = _policy_of(action)  # the search ran under the coordinator's policy; so do these
     for offset, url in enumerate(chosen):
-        args = {"url": url, "policy": policy}
         s.add(
             ledger.new_action(
                 run.id,
                 run.actions_total + offset,
-                action.stage + 1,
+                stage,
                 "browser.fetch",
-                args,
+                {"url": url, "policy": policy},
                 idempotent=True,
                 route=HEADLESS,
                 intent=f"fetch: {url}",
@@ -130,114 +253,42 @@ def _policy_of(action: ActionRow) -> dict[str, Any]:
     return policy
 
 
-_STOP = frozenset(
-    {
-        "the",
-        "and",
-        "for",
-        "are",
-        "was",
-        "were",
-        "with",
-        "that",
-        "this",
-        "from",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "how",
-        "why",
-        "not",
-        "you",
-        "your",
-        "can",
-        "has",
-        "have",
-        "had",
-        "but",
-        "all",
-        "any",
-        "its",
-        "into",
-        "about",
-        "over",
-        "out",
-        "more",
-        "one",
-    }
-)
+def _skip(action: ActionRow, why: str, ctx: ledger.Context) -> None:
+    action.status = ledger.SKIPPED
+    action.error = why  # "code: message"
+    action.finished_at = ctx.now
 
 
-def excerpts(text: str, query: str) -> list[str]:
-    """The sentences of `text` that mention the query's words, most words first.
-
-    A sentence must share at least two of the query's content words (one for a query of one
-    or two): a shared "light" alone does not make a page about lighthouses evidence.
-    """
-    terms = {w.lower() for w in _WORD.findall(query)} - _STOP
-    need = 1 if len(terms) <= 2 else 2
-    scored = []
-    for i, sentence in enumerate(s.strip() for s in _SENTENCE.split(text)):
-        hits = len(terms & {w.lower() for w in _WORD.findall(sentence)})
-        if hits >= need:
-            scored.append((-hits, i, sentence[:EXCERPT_CHARS]))
-    return [s for _, _, s in sorted(scored)[:EXCERPTS_PER_SOURCE]]
+# ---------------------------------------------------------------------------------- report
 
 
 def report(s: Session, run: RunRow, actions: Sequence[ActionRow], ctx: ledger.Context) -> None:
-    """Fan in: one evidence report from the fetch receipts, written to the journal."""
-    query = run.spec.get("query", "")
+    """Fan in: one evidence report from the units' receipts, written to the journal."""
     s.flush()  # the last receipt may still be pending in this batch's session
-    sources, failures = [], []
-    for action in actions:
-        if action.kind != "browser.fetch":
-            continue
-        row = run_queries.receipt(s, action.receipt_id)
-        if row is None:
-            continue
-        result = journal.read_receipt(row).get("result") or {}
-        entry = {
-            "url": result.get("url"),
-            "final_url": result.get("final_url"),
-            "title": result.get("title", ""),
-            "status": result.get("status"),
-            "outcome": result.get("outcome"),
-            "receipt": row.id,
-            "work_unit": action.id,
-            "worker": row.worker_id,
-        }
-        if result.get("outcome") == "ok":
-            found = excerpts(result.get("text", ""), query)
-            sources.append({**entry, "excerpts": found, "evidence": bool(found)})
-        else:
-            failures.append(
-                {
-                    **entry,
-                    "reason": result.get("reason", ""),
-                    "content_type": result.get("content_type", ""),
-                    "bytes": result.get("bytes", 0),
-                }
-            )
-    ledger.record(
-        s,
-        run,
-        ctx,
-        "research.report",
-        query=query,
-        sources=sources,
-        failures=failures,
-        evidence=sum(1 for x in sources if x["evidence"]),
-    )
+    ledger.record(s, run, ctx, "research.report", **research_report.build(s, run, actions))
+
+
+# --------------------------------------------------------------------------------- routing
 
 
 def route_unit(
     s: Session, run: RunRow, action: ActionRow, ctx: ledger.Context
 ) -> tuple[str | None, str, str]:
     """Try the run's routes in order; say what each lacked when none can take the unit."""
+    if action.kind == APP_KIND:
+        return _route_app(s, run, action, ctx)
+    if action.kind == "browser.fetch":
+        limits, progress = run.spec.get("limits", {}), run.spec.get("progress", {})
+        max_bytes = limits.get("max_bytes", DEFAULT_MAX_BYTES)
+        if progress.get("bytes", 0) >= max_bytes:
+            why = f"max_bytes: the run has read {progress['bytes']} of its {max_bytes} bytes"
+            _skip(action, why, ctx)
+            url = research_report.arg(action, "url")
+            ledger.record(s, run, ctx, "research.skipped", work_unit=action.id, url=url, reason=why)
+            return None, ledger.SKIPPED, why
     notes = []
-    for route in run.spec.get("routes") or [HEADLESS | {"name": "headless"}]:
+    routes = [r for r in run.spec.get("routes") or [HEADLESS | {"name": "headless"}]]
+    for route in (r for r in routes if not r.get("app")):
         if route.get("needs_approval"):
             notes.append(
                 f"route {route['name']}: {route['capability']} research needs an approved"
@@ -252,7 +303,49 @@ def route_unit(
         if worker is not None:
             return worker, "", ""
         notes.append(f"route {route['name']}: {detail}")
-    return None, "no_eligible_worker", "; ".join(notes)
+    return None, "no_eligible_worker", "; ".join(notes) or "the routing policy has no browser route"
+
+
+def _route_app(
+    s: Session, run: RunRow, action: ActionRow, ctx: ledger.Context
+) -> tuple[str | None, str, str]:
+    """The least busy worker here that offers the app; with none online, skip the branch."""
+    args = decode_result(action.args)
+    app = str(args.get("app", ""))
+    action.timeout_seconds = float(args.get("timeout") or APP_TIMEOUT) + APP_GRACE
+    offering = [
+        v
+        for v in ctx.fleet(s)
+        if app in v.advertisement.research_apps and v.online and v.state == "active"
+    ]
+    if not offering:
+        why = f"no worker offers app {app}"
+        _skip(action, f"app_absent: {why}", ctx)
+        ledger.record(
+            s,
+            run,
+            ctx,
+            "research.branch",
+            branch=action.id,
+            route=f"app:{app}",
+            outcome="failed",
+            code="app_absent",
+            message=why,
+            sources=0,
+            worker="",
+        )
+        return None, ledger.SKIPPED, why
+    busy = ctx.busy(s)
+    for view in sorted(offering, key=lambda v: (busy.get(v.id, 0), v.id)):
+        action.route = {"worker": view.id, "app": app}
+        worker, _, _ = ledger.choose_worker(s, action, ctx)
+        if worker is not None:
+            return worker, "", ""
+    return (
+        None,
+        "no_eligible_worker",
+        f"route {args.get('route', app)}: every worker offering app {app} is busy here",
+    )
 
 
 ledger.RECEIPT_HOOKS["research"] = on_receipt

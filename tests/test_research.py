@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -239,3 +240,214 @@ def test_the_routing_policy_orders_routes_and_owners_can_override_it(
     broken = CoordinatorProcess(tmp_path / "broken", policy=bad)
     with pytest.raises(RuntimeError, match="capability: one of headless, computer_use"):
         broken.start()
+
+
+# ------------------------------------------------------------------------------- app routes
+
+# A stand-in for an external research app (a command-line agent that calls a model service,
+# which cannot run here): it reads the query as JSON on stdin and answers in the app format,
+# naming pages of the local site, or fails in one of the ways a real one does.
+FAKE_APP = """
+import json, sys, time
+mode, site = sys.argv[1], sys.argv[2]
+request = json.load(sys.stdin)
+if mode == "sleep":
+    time.sleep(60)
+if mode == "credit":
+    print("error: credit limit reached for this API key", file=sys.stderr)
+    sys.exit(3)
+if mode == "garbage":
+    print("<html>Service temporarily unavailable</html>")
+    sys.exit(0)
+if mode == "slow":
+    time.sleep(3)
+print(json.dumps({
+    "answer": "Ada Morrow left in 1962 (" + request["query"] + ")",
+    "sources": [
+        {"url": site + "/varn/keepers.html", "title": "Varn Keepers",
+         "excerpts": ["Its last keeper, Ada Morrow, left the tower in 1962.",
+                      "Ada Morrow kept the light until 1970."]},
+        {"url": site + "/varn/lens.html", "title": "Varn Lens",
+         "excerpts": ["The keeper cleaned the lens every day until 1962."]},
+    ][: request["max_sources"]],
+}))
+"""
+
+
+def _app(tmp_path: Path, name: str, mode: str, site: str) -> tuple[str, str]:
+    script = tmp_path / "fake_research_app.py"
+    script.write_text(FAKE_APP)
+    return "--research-app", f"{name}={sys.executable} {script} {mode} {site}"
+
+
+def _app_coordinator(tmp_path: Path, routes: list[dict]) -> CoordinatorProcess:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"research": {"routes": routes}}))
+    return CoordinatorProcess(tmp_path / "c", policy=policy).start()
+
+
+def _events(coordinator: CoordinatorProcess, run_id: str, kind: str) -> list[dict]:
+    return [e["data"] for e in journal(coordinator, run_id) if e["kind"] == kind]
+
+
+HEADLESS_ROUTE = {"name": "browsers", "capability": "headless"}
+
+
+def test_an_app_route_that_answers_is_the_report_and_the_browsers_are_not_used(
+    tmp_path: Path, site: str
+) -> None:
+    coordinator = _app_coordinator(
+        tmp_path, [{"name": "deep", "app": "deep", "timeout": 20}, HEADLESS_ROUTE]
+    )
+    worker = WorkerProcess(coordinator, "w", extra_args=_app(tmp_path, "deep", "ok", site))
+    try:
+        row = worker.start().wait_online()
+        doc = _research(coordinator, "keeper 1962", "--url", f"{site}/varn/keepers.html")
+        assert doc["status"] == "SUCCEEDED", doc["stopReason"]
+        report = doc["report"]
+        assert report["mode"] == "app"
+        assert {s["route"] for s in report["sources"]} == {"app:deep"}
+        keepers = next(s for s in report["sources"] if s["url"].endswith("/keepers.html"))
+        assert FACTS["/varn/keepers.html"] + "." in keepers["excerpts"]
+        assert keepers["worker"] == row["id"] and keepers["receipt"].startswith("rcp")
+        assert report["answers"][0]["route"] == "app:deep"
+        routes = {r["route"]: r for r in report["routes"]}
+        assert routes["app:deep"]["outcome"] == "ok"
+        assert routes["headless"]["outcome"] == "skipped"
+        kinds = {a["kind"]: a["status"] for a in doc["actions"]}
+        assert kinds == {"app.research": "SUCCEEDED", "browser.fetch": "SKIPPED"}
+        assert report["totals"]["pages_fetched"] == 0
+        assert report["totals"]["sources_by_route"] == {"app:deep": 2}
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
+def test_app_routes_that_fail_are_journaled_under_their_branch_and_the_browsers_report(
+    tmp_path: Path, site: str
+) -> None:
+    routes = [
+        {"name": "slow", "app": "sleeper", "timeout": 2},
+        {"name": "broke", "app": "broke", "timeout": 20},
+        {"name": "confused", "app": "confused", "timeout": 20},
+        {"name": "missing", "app": "nobody-offers-this", "timeout": 20},
+        HEADLESS_ROUTE,
+    ]
+    coordinator = _app_coordinator(tmp_path, routes)
+    flags = [
+        *_app(tmp_path, "sleeper", "sleep", site),
+        *_app(tmp_path, "broke", "credit", site),
+        *_app(tmp_path, "confused", "garbage", site),
+    ]
+    worker = WorkerProcess(coordinator, "w", extra_args=tuple(flags))
+    try:
+        worker.start().wait_online()
+        doc = _research(coordinator, "keeper 1962", "--url", f"{site}/varn/keepers.html")
+        assert doc["status"] == "SUCCEEDED", doc["stopReason"]
+        branches = {b["route"]: b for b in _events(coordinator, doc["id"], "research.branch")}
+        assert branches["app:sleeper"]["code"] == "timeout"
+        assert "did not answer within 2 s" in branches["app:sleeper"]["message"]
+        assert branches["app:broke"]["code"] == "credit_limit"
+        assert "credit limit reached" in branches["app:broke"]["message"]
+        assert branches["app:confused"]["code"] == "bad_output"
+        assert branches["app:nobody-offers-this"]["code"] == "app_absent"
+        assert branches["app:nobody-offers-this"]["message"] == (
+            "no worker offers app nobody-offers-this"
+        )
+        assert all(b["outcome"] == "failed" for b in branches.values())
+        # Each failure is under its own branch (work unit) in the report too.
+        report = doc["report"]
+        failed = [r for r in report["routes"] if r["route"].startswith("app:")]
+        assert len({r["work_unit"] for r in failed}) == 4
+        assert all(r["outcome"] == "failed" for r in failed)
+        # ... and the headless route still ran and produced the evidence.
+        assert report["mode"] == "app"
+        [source] = report["sources"]
+        assert source["route"] == "headless"
+        assert source["excerpts"] == [FACTS["/varn/keepers.html"] + "."]
+        assert report["totals"]["pages_fetched"] == 1
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
+def test_a_thorough_run_merges_app_and_browsers_and_lists_their_disagreements(
+    tmp_path: Path, site: str
+) -> None:
+    routes = [
+        {"name": "deep", "app": "deep", "timeout": 30},
+        {"name": "broke", "app": "broke", "timeout": 30},
+        HEADLESS_ROUTE,
+    ]
+    coordinator = _app_coordinator(tmp_path, routes)
+    flags = [*_app(tmp_path, "deep", "slow", site), *_app(tmp_path, "broke", "credit", site)]
+    worker = WorkerProcess(coordinator, "w", extra_args=tuple(flags))
+    try:
+        worker.start().wait_online()
+        doc = _research(
+            coordinator, "keeper 1962", "--search-url", search_template(site), "--thorough"
+        )
+        assert doc["status"] == "SUCCEEDED", doc["stopReason"]
+        report = doc["report"]
+        assert report["mode"] == "thorough"
+        # Both routes ran at once: the browsers fetched while the app was still thinking.
+        events = journal(coordinator, doc["id"])
+        app_unit = next(a["id"] for a in doc["actions"] if a["kind"] == "app.research")
+        fetches = {a["id"] for a in doc["actions"] if a["kind"] == "browser.fetch"}
+        seq = {
+            (e["kind"], e["data"].get("action")): e["seq"]
+            for e in events
+            if e["kind"] in ("action.dispatched", "receipt")
+        }
+        assert fetches
+        assert all(seq[("action.dispatched", f)] < seq[("receipt", app_unit)] for f in fetches)
+        # One report, each source labelled with its route.
+        by_route = {(s["route"], s["url"].removeprefix(site)) for s in report["sources"]}
+        assert ("headless", "/varn/keepers.html") in by_route
+        assert ("app:deep", "/varn/keepers.html") in by_route
+        assert ("app:deep", "/varn/lens.html") in by_route
+        routes_seen = {r["route"]: r["outcome"] for r in report["routes"]}
+        assert routes_seen == {"app:deep": "ok", "app:broke": "failed", "headless": "ok"}
+        disagreements = {
+            (d["kind"], d["url"].removeprefix(site), d.get("excerpt", ""))
+            for d in report["disagreements"]
+        }
+        assert disagreements == {
+            ("only_one_route", "/varn/lens.html", ""),
+            ("excerpt_not_in_page", "/varn/keepers.html", "Ada Morrow kept the light until 1970."),
+        }
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
+def test_research_reports_its_totals_and_stops_at_its_page_and_byte_limits(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
+) -> None:
+    workers("a").wait_online()
+    urls = [f"{site}/varn/notes/{i}.html" for i in range(7)]
+    doc = _research(
+        coordinator,
+        "tower painted",
+        *[x for u in urls for x in ("--url", u)],
+        "--max-pages",
+        "6",
+        "--max-bytes",
+        "1000",  # a page of the site is about 840 bytes
+    )
+    assert doc["status"] == "SUCCEEDED", doc["stopReason"]
+    report = doc["report"]
+    totals = report["totals"]
+    reasons = {x["url"]: x["reason"] for x in report["skipped"]}
+    # The seventh URL is past the page limit; it never became a work unit.
+    assert reasons[urls[6]] == "max_pages: the run's page limit (6) is reached"
+    # Once 1000 bytes were read, fetches not yet dispatched were skipped with the reason.
+    by_bytes = [u for u, r in reasons.items() if r.startswith("max_bytes: the run has read")]
+    assert by_bytes
+    assert totals["pages_fetched"] + len(by_bytes) == 6
+    assert totals["bytes_read"] >= 1000
+    assert totals["sources_by_status"] == {"ok": totals["pages_fetched"], "skipped": len(reasons)}
+    assert report["limits"] == {"max_pages": 6, "max_bytes": 1000}
+    skipped_units = [a for a in doc["actions"] if a["status"] == "SKIPPED"]
+    assert len(skipped_units) == len(by_bytes)
+    assert _events(coordinator, doc["id"], "research.skipped")

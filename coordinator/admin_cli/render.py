@@ -185,14 +185,36 @@ def event_line(e: dict[str, Any]) -> str:
 
 def research_report(report: dict[str, Any]) -> str:
     lines = [f"evidence for {report['query']!r}: {report['evidence']} source(s)"]
+    for branch in report.get("routes", []):
+        why = f": {branch['code']}: {branch['message']}" if branch.get("code") else ""
+        lines.append(f"route {branch['route']}: {branch['outcome']}{why}")
     for src in report["sources"]:
         mark = "evidence" if src["evidence"] else "no matching text"
         lines.append(
             f"- {src['title'] or src['url']} <{src['final_url'] or src['url']}>"
-            f" [{mark}; receipt {src['receipt']}]"
+            f" [{src.get('route', 'headless')}; {mark}; receipt {src['receipt']}]"
         )
         lines += [f'    "{e}"' for e in src["excerpts"]]
+    for answer in report.get("answers", []):
+        lines.append(f"answer from {answer['route']} (not evidence): {answer['answer']}")
     if report["failures"]:
         lines.append("not evidence:")
         lines += [f"- {f['url']}: {f['outcome']}: {f['reason']}" for f in report["failures"]]
+    if report.get("skipped"):
+        lines.append("skipped:")
+        lines += [f"- {x['url']}: {x['reason']}" for x in report["skipped"]]
+    if report.get("disagreements"):
+        lines.append("where the routes disagree:")
+        for d in report["disagreements"]:
+            if d["kind"] == "only_one_route":
+                lines.append(f"- {d['url']}: only {d['found_by']} ({d['detail']})")
+            else:
+                lines.append(f"- {d['url']}: {d['route']} quotes {d['excerpt']!r}: {d['detail']}")
+    totals = report.get("totals")
+    if totals:
+        statuses = ", ".join(f"{k} {v}" for k, v in totals["sources_by_status"].items() if v)
+        lines.append(
+            f"read {totals['pages_fetched']} page(s), {totals['bytes_read']} bytes"
+            + (f" ({statuses})" if statuses else "")
+        )
     return "\n".join(lines)

@@ -239,6 +239,9 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
             urls=args.url or [],
             search_url=args.search_url or "",
             max_sources=args.max_sources,
+            thorough=args.thorough,
+            max_pages=args.max_pages,
+            max_bytes=args.max_bytes,
         ),
     )
     if not args.wait:
@@ -246,7 +249,7 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         return
     shown = ""
     while run.status in ACTIVE:
-        done = sum(a.status == "SUCCEEDED" for a in run.actions)
+        done = sum(a.status in ("SUCCEEDED", "SKIPPED") for a in run.actions)
         line = f"research {run.id}: {done}/{len(run.actions)} work units done, {run.status}"
         if run.waiting.code:
             line += f" ({run.waiting.code}: {run.waiting.detail})"
@@ -275,6 +278,18 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p.add_argument("--url", action="append", help="fetch this source (repeatable; no search)")
     p.add_argument("--search-url", help="search URL template with {query}")
     p.add_argument("--max-sources", type=int, default=5)
+    p.add_argument(
+        "--thorough",
+        action="store_true",
+        help="run the policy's app routes beside the browsers and merge the reports,"
+        " listing where they disagree",
+    )
+    p.add_argument(
+        "--max-pages", type=int, default=0, help="pages the browsers may fetch (default 50)"
+    )
+    p.add_argument(
+        "--max-bytes", type=int, default=0, help="bytes the browsers may read (default 64 MiB)"
+    )
     p.add_argument(
         "--wait",
         action="store_true",

@@ -119,7 +119,13 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         me = current_principal()
         plan = research_plan(
             ResearchRequest(
-                request.query, tuple(request.urls), request.search_url, request.max_sources or 5
+                request.query,
+                tuple(request.urls),
+                request.search_url,
+                request.max_sources or 5,
+                thorough=request.thorough,
+                max_pages=request.max_pages,
+                max_bytes=request.max_bytes,
             ),
             self._routing.research_routes(me.id, me.name),
         )
