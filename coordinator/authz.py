@@ -35,6 +35,19 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.JournalService/ReadEntry": PEOPLE,
     "/deskfleet.v1.JournalService/SearchJournal": PEOPLE,
     "/deskfleet.v1.JournalService/VerifyJournal": PEOPLE,
+    "/deskfleet.v1.DesktopService/RequestDesktop": PEOPLE,
+    "/deskfleet.v1.DesktopService/Act": PEOPLE,
+    "/deskfleet.v1.DesktopService/Continue": PEOPLE,
+    "/deskfleet.v1.DesktopService/GetArtifact": PEOPLE,
+    "/deskfleet.v1.DesktopService/SetSecret": PEOPLE,
+    # Owners see their own requests; only admins answer them.
+    "/deskfleet.v1.ApprovalService/ListApprovals": PEOPLE,
+    "/deskfleet.v1.ApprovalService/Approve": ADMIN,
+    "/deskfleet.v1.ApprovalService/Deny": ADMIN,
+    # Owners may stop their own runs; the fleet and single workers are an admin's to stop.
+    "/deskfleet.v1.KillSwitchService/Engage": PEOPLE,
+    "/deskfleet.v1.KillSwitchService/Release": PEOPLE,
+    "/deskfleet.v1.KillSwitchService/Status": PEOPLE,
 }
 
 GUARDED_PREFIX = "/deskfleet.v1."

@@ -64,6 +64,8 @@ class DispatchOrder:
     args_json: str
     idempotent: bool
     timeout_seconds: float
+    # Values of {{secret:NAME}} references, for the worker only: never journaled or stored.
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,15 @@ Order = DispatchOrder | CancelOrder | ReceiptVerdict
 
 
 @dataclass(frozen=True)
+class IncomingArtifact:
+    sha256: str
+    media_type: str
+    data: bytes = field(repr=False)
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
 class IncomingReceipt:
     worker_id: str
     action_id: str
@@ -98,6 +109,7 @@ class IncomingReceipt:
     error: str
     started_at: float
     finished_at: float
+    artifacts: tuple[IncomingArtifact, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,15 +199,24 @@ CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], Non
 # A kind may also choose routes itself (research follows the routing policy's ordered routes);
 # a route hook that marks the unit SKIPPED returns (None, SKIPPED, why) and the run moves on.
 RouteHook = Callable[[Session, RunRow, ActionRow, "Context"], tuple[str | None, str, str]]
+# A kind whose run stays open between actions (a desktop session) advances itself, and
+# decides itself what a failed action means for the run.
+AdvanceHook = Callable[[Session, RunRow, "Context"], list["Order"]]
+FailureHook = Callable[[Session, RunRow, ActionRow, "Context"], list["Order"]]
 RECEIPT_HOOKS: dict[str, ReceiptHook] = {}
 COMPLETION_HOOKS: dict[str, CompletionHook] = {}
 ROUTE_HOOKS: dict[str, RouteHook] = {}
+ADVANCE_HOOKS: dict[str, AdvanceHook] = {}
+FAILURE_HOOKS: dict[str, FailureHook] = {}
 
 
 def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     """Move the run on: finish it, wait, or dispatch the pending work units of its stage."""
     if run.status not in ACTIVE:
         return []
+    own = ADVANCE_HOOKS.get(run.kind)
+    if own is not None:
+        return own(s, run, ctx)
     actions = run_queries.actions_of(s, run.id)
     unfinished = [a for a in actions if a.status not in DONE]
     if not unfinished:

@@ -16,6 +16,7 @@ from coordinator.ledger import (
     ARCHIVE_OVER,
     DISPATCHED,
     FAILED,
+    FAILURE_HOOKS,
     HAND_BACK_TO_HUMAN,
     IN_FLIGHT,
     PENDING,
@@ -36,10 +37,11 @@ from coordinator.ledger import (
     record,
     set_status,
 )
+from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
-from coordinator.store.models import ActionRow, ReceiptRow, RunRow
+from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
 from shared.ids import new_id
-from shared.receipts import content_hash, decode_result, encode_result
+from shared.receipts import content_hash, content_sha256, decode_result, encode_result
 
 
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
@@ -168,6 +170,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         created_at=ctx.now,
     )
     s.add(row)
+    _keep_artifacts(s, run, receipt, ctx)
     was_unknown = action.status == UNKNOWN
     succeeded = receipt.status == "succeeded"
     action.status = "SUCCEEDED" if succeeded else "FAILED"
@@ -204,12 +207,44 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         if hook is not None:
             hook(s, run, action, result, ctx)
         return orders + advance(s, run, ctx)
+    own = FAILURE_HOOKS.get(run.kind)
+    if own is not None:
+        return orders + own(s, run, action, ctx)
     retryable = receipt.status != "refused" and action.idempotent
     if retryable and action.attempts < ctx.max_attempts:
         return orders + _retry(s, run, action, action.error, ctx)
     note = f"{action.attempts} attempts" if action.idempotent else "not idempotent: no retry"
     set_status(s, run, ctx, FAILED, stop_reason=f"{label(action)} failed ({note}): {action.error}")
     return orders
+
+
+def _keep_artifacts(s: Session, run: RunRow, receipt: IncomingReceipt, ctx: Context) -> None:
+    """Store the receipt's artifacts by sha256, each checked against its bytes."""
+    for artifact in receipt.artifacts:
+        if content_sha256(artifact.data) != artifact.sha256:
+            record(
+                s,
+                run,
+                ctx,
+                "artifact.refused",
+                action=receipt.action_id,
+                sha256=artifact.sha256,
+                reason="the bytes do not match their sha256",
+            )
+            continue
+        if desktop_queries.artifact(s, run.id, artifact.sha256) is None:
+            s.add(
+                ArtifactRow(
+                    run_id=run.id,
+                    sha256=artifact.sha256,
+                    media_type=artifact.media_type,
+                    size=len(artifact.data),
+                    width=artifact.width,
+                    height=artifact.height,
+                    data=artifact.data,
+                    created_at=ctx.now,
+                )
+            )
 
 
 def apply_started(

@@ -180,29 +180,15 @@ class Runs:
         run_id = new_id("run")
 
         def unit(s: Session, ctx: Context) -> list[Order]:
-            run = RunRow(
-                id=run_id,
-                owner_id=owner.id,
-                title=plan.title or plan.actions[0].kind,
-                status=ledger.RUNNING,
-                stop_reason="",
-                waiting_code="",
-                waiting_detail="",
-                limits=limits,
-                estimate_actions=limits["estimate_actions"],
-                estimate_seconds=limits["estimate_seconds"],
-                extensions=0,
-                successes_at_extension=0,
-                actions_total=len(plan.actions),
-                actions_succeeded=0,
-                attempts_used=0,
-                last_seq=0,
-                last_hash="",
-                trace_id=secrets.token_hex(16),
-                created_at=now,
-                updated_at=now,
+            run = new_run(
+                run_id,
+                owner.id,
+                plan.title or plan.actions[0].kind,
+                limits,
                 kind=plan.kind,
                 spec=plan.spec or {},
+                actions_total=len(plan.actions),
+                now=now,
             )
             s.add(run)
             s.flush()
@@ -432,6 +418,45 @@ class Runs:
                     await asyncio.wait_for(wake.wait(), 1.0)
         finally:
             self._bus.unsubscribe(run_id, wake)
+
+
+def new_run(
+    run_id: str,
+    owner_id: str,
+    title: str,
+    limits: dict[str, Any],
+    *,
+    kind: str,
+    spec: dict[str, Any],
+    actions_total: int,
+    now: float,
+    status: str = ledger.RUNNING,
+) -> RunRow:
+    """A fresh run row with its budgets at their starting values."""
+    return RunRow(
+        id=run_id,
+        owner_id=owner_id,
+        title=title,
+        status=status,
+        stop_reason="",
+        waiting_code="",
+        waiting_detail="",
+        limits=limits,
+        estimate_actions=limits["estimate_actions"],
+        estimate_seconds=limits["estimate_seconds"],
+        extensions=0,
+        successes_at_extension=0,
+        actions_total=actions_total,
+        actions_succeeded=0,
+        attempts_used=0,
+        last_seq=0,
+        last_hash="",
+        trace_id=secrets.token_hex(16),
+        created_at=now,
+        updated_at=now,
+        kind=kind,
+        spec=spec,
+    )
 
 
 def owned_run(s: Session, who: Principal, run_id: str, *, lock: bool = False) -> RunRow:

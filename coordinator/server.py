@@ -9,14 +9,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator import routing
+from coordinator.desktop import Desktop
 from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
 from coordinator.journal import JournalBus
+from coordinator.killswitch import KillSwitches
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 from coordinator.recall import Recall
 from coordinator.runs import Runs
 from coordinator.servicers.admin import AdminServicer
+from coordinator.servicers.desktop import ApprovalServicer, DesktopServicer, KillSwitchServicer
 from coordinator.servicers.fleet import FleetServicer
 from coordinator.servicers.guard import GuardInterceptor
 from coordinator.servicers.runs import JournalServicer, RunServicer
@@ -27,6 +30,8 @@ from coordinator.store.schema import head_revision
 from shared.gen.deskfleet.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    desktop_pb2,
+    desktop_pb2_grpc,
     fleet_pb2,
     fleet_pb2_grpc,
     runs_pb2,
@@ -43,6 +48,9 @@ SERVICE_NAMES = (
     worker_pb2.DESCRIPTOR.services_by_name["WorkerGateway"].full_name,
     runs_pb2.DESCRIPTOR.services_by_name["RunService"].full_name,
     runs_pb2.DESCRIPTOR.services_by_name["JournalService"].full_name,
+    desktop_pb2.DESCRIPTOR.services_by_name["DesktopService"].full_name,
+    desktop_pb2.DESCRIPTOR.services_by_name["ApprovalService"].full_name,
+    desktop_pb2.DESCRIPTOR.services_by_name["KillSwitchService"].full_name,
 )
 
 # Workers keep one stream open for hours: keepalives find dead peers that never sent a FIN.
@@ -52,6 +60,7 @@ SERVER_OPTIONS = [
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
 
 
@@ -62,6 +71,7 @@ def create_server(
     dispatcher: Dispatcher,
     bus: JournalBus,
     config: CoordinatorConfig,
+    kills: KillSwitches,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Build (not start) the server; returns it, the bound port (for port 0) and its health."""
     auth = Authenticator(db)
@@ -71,13 +81,17 @@ def create_server(
         FleetServicer(Fleet(db, presence, auth)), server
     )
     worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
-        WorkerGatewayServicer(db, presence, dispatcher, config), server
+        WorkerGatewayServicer(db, presence, dispatcher, config, kills), server
     )
     runs = Runs(db, dispatcher, bus, config.allow_private_networks)
     runs_pb2_grpc.add_RunServiceServicer_to_server(
         RunServicer(runs, routing.load(config.policy_file)), server
     )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, Recall(db)), server)
+    desktop = Desktop(db, dispatcher, bus)
+    desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)
+    desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(ApprovalServicer(desktop), server)
+    desktop_pb2_grpc.add_KillSwitchServiceServicer_to_server(KillSwitchServicer(kills), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -98,6 +112,7 @@ class Coordinator:
         self._db: Database | None = None
         self._presence: Presence | None = None
         self._dispatcher: Dispatcher | None = None
+        self._kills: KillSwitches | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
 
@@ -108,8 +123,16 @@ class Coordinator:
         await self._presence.__aenter__()
         bus = JournalBus()
         self._dispatcher = Dispatcher(self._db, self._presence, bus, self.config)
+        self._kills = KillSwitches(self._db, self._dispatcher, self._presence)
+        await self._kills.__aenter__()
         self._server, self.port, self._health = create_server(
-            self.config.listen, self._db, self._presence, self._dispatcher, bus, self.config
+            self.config.listen,
+            self._db,
+            self._presence,
+            self._dispatcher,
+            bus,
+            self.config,
+            self._kills,
         )
         await self._server.start()
         await self._dispatcher.__aenter__()
@@ -128,6 +151,9 @@ class Coordinator:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self._kills is not None:
+            await self._kills.__aexit__()
+            self._kills = None
         if self._dispatcher is not None:
             await self._dispatcher.aclose()
             self._dispatcher = None

@@ -43,6 +43,11 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def content_sha256(data: bytes) -> str:
+    """sha256 hex of raw bytes (artifacts are stored and fetched by it)."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def fingerprint(kind: str, args: Any) -> str:
     """What an action does, as a hash: equal for equal kind and args, whatever the key order."""
     return content_hash(encode_result({"kind": kind, "args": args}))

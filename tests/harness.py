@@ -184,13 +184,16 @@ class CoordinatorProcess:
         json_out: bool = False,
         check: bool = True,
         timeout: float = 30,
+        input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run `deskfleet ARGS` against this coordinator (as admin unless told otherwise)."""
         env = base_env(self.workdir)
         env["DESKFLEET_COORDINATOR"] = self.address
         env["DESKFLEET_TOKEN_FILE"] = str(token_file or self.admin_token_file)
         argv = [str(BIN / "deskfleet"), *args, *(["--json"] if json_out else [])]
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=timeout, input=input_text
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(argv[1:])} failed ({done.returncode}): {done.stderr}")
         return done

@@ -57,6 +57,31 @@ class StartedRecord:
 
 
 @dataclass(frozen=True)
+class StoredArtifact:
+    """An artifact of a receipt, kept in a file beside the outbox until acknowledged."""
+
+    sha256: str
+    media_type: str
+    width: int
+    height: int
+    path: str
+
+    def to_proto(self) -> worker_pb2.ReceiptArtifact | None:
+        try:
+            data = Path(self.path).read_bytes()
+        except OSError as exc:
+            log.warning("artifact %s of a receipt is gone: %s", self.sha256, exc)
+            return None
+        return worker_pb2.ReceiptArtifact(
+            sha256=self.sha256,
+            media_type=self.media_type,
+            data=data,
+            width=self.width,
+            height=self.height,
+        )
+
+
+@dataclass(frozen=True)
 class ReceiptRecord:
     action_id: str
     run_id: str
@@ -67,9 +92,11 @@ class ReceiptRecord:
     error: str
     started_at: float
     finished_at: float
+    artifacts: tuple[StoredArtifact, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReceiptRecord:
+        artifacts = tuple(StoredArtifact(**a) for a in data.get("artifacts", ()))
         return cls(
             str(data["action_id"]),
             str(data["run_id"]),
@@ -80,10 +107,14 @@ class ReceiptRecord:
             str(data["error"]),
             float(data["started_at"]),
             float(data["finished_at"]),
+            artifacts,
         )
 
     def to_proto(self) -> worker_pb2.Receipt:
-        return worker_pb2.Receipt(**asdict(self))
+        fields = asdict(self)
+        del fields["artifacts"]
+        protos = [a.to_proto() for a in self.artifacts]
+        return worker_pb2.Receipt(**fields, artifacts=[p for p in protos if p is not None])
 
 
 class HeldEntry(NamedTuple):
@@ -122,7 +153,8 @@ class ActionLog:
     def __init__(self, root: Path) -> None:
         self.started_dir = root / "started"
         self.outbox_dir = root / "outbox"
-        for directory in (self.started_dir, self.outbox_dir):
+        self.artifacts_dir = root / "artifacts"
+        for directory in (self.started_dir, self.outbox_dir, self.artifacts_dir):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             for tmp in directory.glob(".*.tmp"):  # a write the last process did not finish
                 tmp.unlink(missing_ok=True)
@@ -178,6 +210,17 @@ class ActionLog:
         """Record durably that the attempt is about to act."""
         _write_durably(self._started_path(record.action_id, record.attempt_id), asdict(record))
 
+    def keep_artifact(
+        self, sha256: str, media_type: str, data: bytes, width: int, height: int
+    ) -> StoredArtifact:
+        """Write an artifact durably before the receipt that names it."""
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise InvalidArgumentError(f"artifact id {sha256!r} is not a sha256")
+        path = self.artifacts_dir / f"{sha256}.bin"
+        if not path.exists():
+            _write_bytes_durably(path, data)
+        return StoredArtifact(sha256, media_type, width, height, str(path))
+
     def finish(self, receipt: ReceiptRecord) -> None:
         """Record the receipt durably, then forget the started record; the attempt is over."""
         key = (receipt.action_id, receipt.attempt_id)
@@ -200,6 +243,9 @@ class ActionLog:
         key = (action_id, attempt_id)
         with self._lock:
             found = self._outbox_path(*key).exists()
+            if found:
+                for artifact in self._artifacts_of(*key):
+                    Path(artifact.path).unlink(missing_ok=True)
             self._outbox_path(*key).unlink(missing_ok=True)
             if key not in self._live:  # an interrupted attempt the coordinator has settled
                 found = self._started_path(*key).exists() or found
@@ -232,6 +278,10 @@ class ActionLog:
     def receipt(self, action_id: str, attempt_id: str) -> ReceiptRecord | None:
         data = _read(self._outbox_path(action_id, attempt_id))
         return ReceiptRecord.from_json(data) if data is not None else None
+
+    def _artifacts_of(self, action_id: str, attempt_id: str) -> tuple[StoredArtifact, ...]:
+        receipt = self.receipt(action_id, attempt_id)
+        return receipt.artifacts if receipt is not None else ()
 
     def highest_epoch(self, action_id: str) -> int | None:
         with self._lock:
@@ -286,9 +336,13 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def _write_durably(path: Path, data: dict[str, Any]) -> None:
     """Write to a temporary file, fsync, rename, fsync the directory: all or nothing, on disk."""
+    _write_bytes_durably(path, encode_result(data).encode("ascii"))
+
+
+def _write_bytes_durably(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(encode_result(data))
+    with open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -17,6 +17,7 @@ from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
 from worker_agent.backoff import Backoff
 from worker_agent.executor import ActionExecutor
+from worker_agent.input_guard import InputGuard, Kill
 from worker_agent.state import WorkerIdentity
 
 log = logging.getLogger("deskfleet.worker")
@@ -48,7 +49,9 @@ class WorkerConnection:
         backoff: Backoff | None = None,
         *,
         actions: ActionExecutor,
+        guard: InputGuard | None = None,
     ) -> None:
+        self._guard = guard
         self._identity = identity
         self._metadata = auth_metadata(credential)
         self._measure = measure
@@ -110,6 +113,11 @@ class WorkerConnection:
             # from action threads at any time. No await between reading the outbox and
             # attaching the queue, so no receipt falls between the two.
             outgoing: asyncio.Queue[WorkerMessage] = asyncio.Queue()
+            if self._guard is not None:
+                self._guard.replace([_kill(k) for k in welcome.kills])
+                self._guard.set_connected(True)
+            for k in welcome.kills:
+                outgoing.put_nowait(_kill_ack(k))
             for message in self._actions.pending():
                 outgoing.put_nowait(message)
             self._actions.attach(outgoing.put_nowait)
@@ -118,8 +126,10 @@ class WorkerConnection:
                 asyncio.create_task(self._heartbeats(outgoing, welcome)),
             ]
             try:
-                await self._receive(call, welcome)
+                await self._receive(call, welcome, outgoing)
             finally:
+                if self._guard is not None:
+                    self._guard.set_connected(False)  # input fails closed without a coordinator
                 self._actions.attach(None)
                 for task in tasks:
                     task.cancel()
@@ -148,7 +158,9 @@ class WorkerConnection:
             seq += 1
             outgoing.put_nowait(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
 
-    async def _receive(self, call: Call, welcome: worker_pb2.Welcome) -> None:
+    async def _receive(
+        self, call: Call, welcome: worker_pb2.Welcome, outgoing: asyncio.Queue[WorkerMessage]
+    ) -> None:
         # No message for a whole lease means the coordinator no longer sees us as online:
         # give the stream up and reconnect rather than wait on a half-dead connection.
         silence = max(welcome.lease_ttl_seconds, 2 * welcome.heartbeat_interval_seconds)
@@ -168,6 +180,26 @@ class WorkerConnection:
                 self._actions.cancel(message.cancel)
             elif kind == "receipt_ack":
                 self._actions.acknowledge(message.receipt_ack)
+            elif kind == "kill":
+                if self._guard is not None:
+                    self._guard.apply(_kill(message.kill), message.kill.engaged)
+                log.warning(
+                    "kill switch %s %s (%s): %s",
+                    message.kill.kill_id,
+                    "engaged" if message.kill.engaged else "released",
+                    message.kill.scope,
+                    message.kill.reason,
+                )
+                outgoing.put_nowait(_kill_ack(message.kill))
+
+
+def _kill(state: worker_pb2.KillState) -> Kill:
+    return Kill(state.kill_id, state.scope, state.target, state.reason)
+
+
+def _kill_ack(state: worker_pb2.KillState) -> WorkerMessage:
+    # Acknowledged once applied: the guard is updated before this is queued.
+    return WorkerMessage(kill_ack=worker_pb2.KillAck(kill_id=state.kill_id, engaged=state.engaged))
 
 
 async def _raise_status(call: Call) -> None:

@@ -19,7 +19,13 @@ from typing import Any
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.receipts import safe_text
-from worker_agent.action_log import ActionLog, ReceiptRecord, StartedRecord, Verdict
+from worker_agent.action_log import (
+    ActionLog,
+    ReceiptRecord,
+    StartedRecord,
+    StoredArtifact,
+    Verdict,
+)
 from worker_agent.actions import (
     CANCELLED,
     FAILED,
@@ -33,6 +39,7 @@ from worker_agent.actions import (
     error_line,
     run_handler,
 )
+from worker_agent.input_guard import InputGuard
 
 log = logging.getLogger("deskfleet.worker")
 
@@ -65,8 +72,10 @@ class ActionExecutor:
         registry: ActionRegistry | None = None,
         *,
         threads: int = ACTION_THREADS,
+        guard: InputGuard | None = None,
     ) -> None:
         self.log = action_log
+        self.guard = guard
         self.registry = registry or default_registry()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="action")
         self._running: dict[tuple[str, str], Attempt] = {}
@@ -116,7 +125,15 @@ class ActionExecutor:
             if previous is not None:
                 self._cancel(previous, f"superseded by attempt {d.attempt_id} (epoch {d.epoch})")
         timeout = d.timeout_seconds if d.timeout_seconds > 0 else None
-        context = ActionContext(d.action_id, d.attempt, timeout, run_id=d.run_id)
+        guard, run_id = self.guard, d.run_id
+        context = ActionContext(
+            d.action_id,
+            d.attempt,
+            timeout,
+            run_id=run_id,
+            secrets=dict(d.secrets),
+            input_blocked=(lambda: guard.blocked(run_id)) if guard else _no_input,
+        )
         attempt = Attempt(d, handler, args, context)
         self._running[attempt.key] = attempt
         self._pool.submit(self._execute, attempt)
@@ -204,6 +221,7 @@ class ActionExecutor:
                     outcome = run_handler(attempt.handler, attempt.args, attempt.ctx)
             if outcome.status == CANCELLED and attempt.cancel_reason:
                 outcome = replace(outcome, error=f"ActionCancelled: {attempt.cancel_reason}")
+            artifacts = self._keep_artifacts(attempt)
             receipt = ReceiptRecord(
                 d.action_id,
                 d.run_id,
@@ -214,6 +232,7 @@ class ActionExecutor:
                 safe_text(outcome.error),
                 started_at,
                 time.time(),
+                artifacts,
             )
             try:
                 self.log.finish(receipt)
@@ -223,6 +242,17 @@ class ActionExecutor:
             self._to_loop(self._on_finished, attempt, receipt)
         except Exception:  # a pool swallows exceptions; this one is a defect worth seeing
             log.exception("attempt %s of %s broke down", d.attempt_id, d.action_id)
+
+    def _keep_artifacts(self, attempt: Attempt) -> tuple[StoredArtifact, ...]:
+        kept = []
+        for a in attempt.ctx.artifacts:
+            try:
+                kept.append(
+                    self.log.keep_artifact(a.sha256, a.media_type, a.data, a.width, a.height)
+                )
+            except OSError as exc:
+                log.error("could not keep an artifact of %s: %s", attempt.dispatch.action_id, exc)
+        return tuple(kept)
 
     def _to_loop(self, callback: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None
@@ -253,3 +283,7 @@ class ActionExecutor:
         if self._running.get(attempt.key) is attempt:
             del self._running[attempt.key]
         self._emit(worker_pb2.WorkerMessage(receipt=receipt.to_proto()))
+
+
+def _no_input() -> str:
+    return "this worker runs no desktop input"

@@ -10,7 +10,13 @@ import grpc
 from shared.config import ClientConfig
 from shared.credentials import auth_metadata
 from shared.errors import from_rpc_error
-from shared.gen.deskfleet.v1 import admin_pb2_grpc, fleet_pb2_grpc, runs_pb2_grpc, worker_pb2_grpc
+from shared.gen.deskfleet.v1 import (
+    admin_pb2_grpc,
+    desktop_pb2_grpc,
+    fleet_pb2_grpc,
+    runs_pb2_grpc,
+    worker_pb2_grpc,
+)
 
 Response = TypeVar("Response")
 
@@ -19,12 +25,17 @@ class CoordinatorClient:
     def __init__(self, config: ClientConfig, *, timeout: float = 10.0) -> None:
         self.config = config
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(config.coordinator)
+        self._channel = grpc.insecure_channel(
+            config.coordinator, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        )
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.fleet = fleet_pb2_grpc.FleetServiceStub(self._channel)
         self.gateway = worker_pb2_grpc.WorkerGatewayStub(self._channel)
         self.runs = runs_pb2_grpc.RunServiceStub(self._channel)
         self.journal = runs_pb2_grpc.JournalServiceStub(self._channel)
+        self.desktop = desktop_pb2_grpc.DesktopServiceStub(self._channel)
+        self.approvals = desktop_pb2_grpc.ApprovalServiceStub(self._channel)
+        self.kills = desktop_pb2_grpc.KillSwitchServiceStub(self._channel)
         self._metadata: tuple[tuple[str, str], ...] | None = None
 
     def __enter__(self) -> CoordinatorClient:

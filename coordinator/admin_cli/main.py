@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from coordinator.admin_cli import render, runs_commands
+from coordinator.admin_cli import desktop_commands, render, runs_commands
 from coordinator.admin_cli.client import CoordinatorClient
 from shared import __version__
 from shared.config import ClientConfig, parse_duration
@@ -155,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
 
     runs_commands.add_parsers(sub, leaf)
+    desktop_commands.add_parsers(sub, leaf)
 
     workers = sub.add_parser("workers", help="enrolled workers").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
@@ -197,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         return _exit_code(exc)
     except runs_commands.RunNotSucceeded:
         return runs_commands.EXIT_RUN_NOT_SUCCEEDED
+    except desktop_commands.ActionNotDone:
+        return desktop_commands.EXIT_ACTION_NOT_DONE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -218,3 +218,77 @@ def research_report(report: dict[str, Any]) -> str:
             + (f" ({statuses})" if statuses else "")
         )
     return "\n".join(lines)
+
+
+def scope_text(scope: dict[str, Any]) -> str:
+    if not scope:
+        return "-"
+    region = scope.get("region")
+    where = (
+        f" in {region.get('width', 0)}x{region.get('height', 0)}+{region.get('x', 0)}"
+        f"+{region.get('y', 0)}"
+        if region
+        else ""
+    )
+    displays = ",".join(str(d) for d in scope.get("displays", [])) or "0"
+    return (
+        f"{','.join(scope.get('actions', []))} on display {displays}{where};"
+        f" {scope.get('ttlSeconds', 0):g} s; at most {scope.get('maxActions', 0)} actions"
+    )
+
+
+def approval_rows(approvals: list[dict[str, Any]]) -> str:
+    return table(
+        ["ID", "RUN", "WORKER", "STATUS", "SCOPE", "REASON", "REQUESTED"],
+        [
+            [
+                a["id"],
+                a["runId"],
+                a["workerId"],
+                a["status"],
+                scope_text(a.get("granted") or a.get("requested") or {}),
+                a.get("reason"),
+                a.get("requestedAt"),
+            ]
+            for a in approvals
+        ],
+    )
+
+
+def kill_rows(switches: list[dict[str, Any]]) -> str:
+    return table(
+        ["ID", "SCOPE", "TARGET", "ENGAGED", "BY", "REASON", "ACKED", "WAITING FOR"],
+        [
+            [
+                k["id"],
+                k["scope"],
+                k.get("target"),
+                k.get("engaged"),
+                k.get("engagedBy"),
+                k.get("reason"),
+                len(k.get("acknowledged", [])),
+                k.get("unacknowledged", []),
+            ]
+            for k in switches
+        ],
+    )
+
+
+def act_line(doc: dict[str, Any]) -> str:
+    status = doc.get("status", "")
+    head = f"{status}: action {doc.get('actionId', '')} (receipt {doc.get('receiptId') or '-'})"
+    if status != "succeeded":
+        return f"{head}\n  {doc.get('error', '')}"
+    result = doc.get("result") or {}
+    details = []
+    if isinstance(result, dict):
+        if "cursor" in result:
+            details.append(f"cursor at {result['cursor']}")
+        if "typed" in result:
+            details.append(f"typed {result['typed']!r}")
+    for art in doc.get("artifacts", []):
+        details.append(
+            f"{art.get('role', 'artifact')} {art['sha256'][:12]} ({art.get('width')}x"
+            f"{art.get('height')} {art.get('mediaType')}, {art.get('size')} bytes)"
+        )
+    return head + "".join(f"\n  {d}" for d in details)

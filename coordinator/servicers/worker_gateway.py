@@ -10,7 +10,15 @@ import grpc
 
 from coordinator import enrollment
 from coordinator.dispatch import Dispatcher, Started
-from coordinator.ledger import CancelOrder, DispatchOrder, Held, IncomingReceipt, ReceiptVerdict
+from coordinator.killswitch import KillPush, KillSwitches
+from coordinator.ledger import (
+    CancelOrder,
+    DispatchOrder,
+    Held,
+    IncomingArtifact,
+    IncomingReceipt,
+    ReceiptVerdict,
+)
 from coordinator.presence import Presence, WorkerSession
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
@@ -37,6 +45,17 @@ def _message(order: object) -> worker_pb2.CoordinatorMessage:
                 args_json=order.args_json,
                 idempotent=order.idempotent,
                 timeout_seconds=order.timeout_seconds,
+                secrets=order.secrets,
+            )
+        )
+    if isinstance(order, KillPush):
+        return worker_pb2.CoordinatorMessage(
+            kill=worker_pb2.KillState(
+                kill_id=order.kill_id,
+                engaged=order.engaged,
+                scope=order.scope,
+                target=order.target,
+                reason=order.reason,
             )
         )
     if isinstance(order, CancelOrder):
@@ -63,9 +82,15 @@ def _message(order: object) -> worker_pb2.CoordinatorMessage:
 
 class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
     def __init__(
-        self, db: Database, presence: Presence, dispatcher: Dispatcher, config: CoordinatorConfig
+        self,
+        db: Database,
+        presence: Presence,
+        dispatcher: Dispatcher,
+        config: CoordinatorConfig,
+        kills: KillSwitches,
     ) -> None:
         self._db = db
+        self._kills = kills
         self._presence = presence
         self._dispatcher = dispatcher
         self._config = config
@@ -98,6 +123,8 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         )
         tasks: list[asyncio.Task[None]] = []
         try:
+            # Read after the session is open: a switch engaged from now on is pushed to it.
+            kills = await self._kills.for_worker(worker.id)
             await context.write(
                 worker_pb2.CoordinatorMessage(
                     welcome=worker_pb2.Welcome(
@@ -106,6 +133,16 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         replica=self._config.replica,
                         heartbeat_interval_seconds=self._config.heartbeat_interval,
                         lease_ttl_seconds=self._config.lease_ttl,
+                        kills=[
+                            worker_pb2.KillState(
+                                kill_id=k.id,
+                                engaged=True,
+                                scope=k.scope,
+                                target=k.target,
+                                reason=k.reason,
+                            )
+                            for k in kills
+                        ],
                     )
                 )
             )
@@ -165,8 +202,15 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         r.error,
                         r.started_at,
                         r.finished_at,
+                        tuple(
+                            IncomingArtifact(a.sha256, a.media_type, a.data, a.width, a.height)
+                            for a in r.artifacts
+                        ),
                     )
                 )
+            elif kind == "kill_ack":
+                ack = message.kill_ack
+                self._kills.on_ack(session.worker_id, ack.kill_id, ack.engaged)
             else:
                 raise InvalidArgumentError(f"unexpected {kind or 'empty'} message on the stream")
 

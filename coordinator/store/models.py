@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -171,3 +171,93 @@ class GuidanceRow(Base):
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
     delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ApprovalRow(Base):
+    """A typed permission request and its answer. Silence never becomes approval."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)
+    owner_id: Mapped[str] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    worker_id: Mapped[str] = mapped_column(String(64), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    requested: Mapped[dict[str, Any]] = mapped_column(JSON)
+    granted: Mapped[dict[str, Any]] = mapped_column(JSON)
+    reason: Mapped[str] = mapped_column(Text)
+    answer: Mapped[str] = mapped_column(Text)
+    answered_by: Mapped[str] = mapped_column(String(64))
+    requested_at: Mapped[float] = mapped_column(Float)
+    answered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    actions_used: Mapped[int] = mapped_column(Integer)
+    # The worker's stream session the approval was first used under: a new session (the
+    # worker lost its coordinator) needs a new approval.
+    session_id: Mapped[str] = mapped_column(String(64))
+
+
+class KillSwitchRow(Base):
+    """A kill switch for the fleet, one worker or one run; engaged until released."""
+
+    __tablename__ = "kill_switches"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text)
+    engaged_by: Mapped[str] = mapped_column(String(64))
+    engaged_from: Mapped[str] = mapped_column(String(200))
+    engaged_at: Mapped[float] = mapped_column(Float)
+    released_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    released_by: Mapped[str] = mapped_column(String(64))
+    release_reason: Mapped[str] = mapped_column(Text)
+
+
+class KillAckRow(Base):
+    """A worker confirmed it applied a kill switch change (engaged or released)."""
+
+    __tablename__ = "kill_acks"
+
+    kill_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    worker_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    engaged: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    acked_at: Mapped[float] = mapped_column(Float)
+
+
+class ArtifactRow(Base):
+    """Bytes a receipt refers to (screenshots), by sha256, reachable through their run only."""
+
+    __tablename__ = "artifacts"
+
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    media_type: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(Integer)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class InputLeaseRow(Base):
+    """Which run holds a desktop's input: one controller at a time."""
+
+    __tablename__ = "input_leases"
+
+    worker_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    acquired_at: Mapped[float] = mapped_column(Float)
+
+
+class SecretRow(Base):
+    """A value `type` may reference as {{secret:NAME}}; sent to a worker only to type it."""
+
+    __tablename__ = "secrets"
+
+    owner_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(64))

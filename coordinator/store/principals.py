@@ -33,3 +33,7 @@ def consume_enrollment_use(s: Session, token_id: str) -> bool:
         .values(uses_left=EnrollmentTokenRow.uses_left - 1)
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def principal_by_name(s: Session, name: str) -> PrincipalRow | None:
+    return s.execute(select(PrincipalRow).where(PrincipalRow.name == name)).scalar_one_or_none()

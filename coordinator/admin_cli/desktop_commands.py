@@ -1,0 +1,347 @@
+"""`deskfleet desktop|approvals|kill|secrets ...`: scoped desktop control under a kill switch."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from coordinator.admin_cli import render
+from coordinator.admin_cli.client import CoordinatorClient
+from shared.config import parse_duration
+from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
+
+ACTIONS = (
+    "screenshot",
+    "cursor_position",
+    "mouse_move",
+    "left_click",
+    "right_click",
+    "middle_click",
+    "double_click",
+    "left_click_drag",
+    "scroll",
+    "type",
+    "key",
+    "wait",
+)
+EXIT_ACTION_NOT_DONE = 7  # the action was refused, failed, or its outcome is not known
+
+
+class ActionNotDone(Exception):
+    """`desktop act` ended without success (the receipt is printed all the same)."""
+
+
+def _region(text: str | None) -> desktop_pb2.Region | None:
+    """WxH+X+Y, as X11 geometry is written."""
+    if not text:
+        return None
+    try:
+        size, x, y = text.split("+")
+        w, h = size.lower().split("x")
+        return desktop_pb2.Region(x=int(x), y=int(y), width=int(w), height=int(h))
+    except ValueError as exc:
+        raise InvalidArgumentError(f"--region {text!r}: expected WIDTHxHEIGHT+X+Y") from exc
+
+
+def _scope(args: argparse.Namespace) -> desktop_pb2.DesktopScope:
+    scope = desktop_pb2.DesktopScope(
+        actions=args.action or [],
+        displays=args.display or [],
+        ttl_seconds=parse_duration(args.ttl) if args.ttl else 0,
+        max_actions=args.max_actions or 0,
+    )
+    region = _region(args.region)
+    if region is not None:
+        scope.region.CopyFrom(region)
+    return scope
+
+
+def request(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    run = client.call(
+        client.desktop.RequestDesktop,
+        desktop_pb2.RequestDesktopRequest(
+            worker=args.worker, scope=_scope(args), title=args.title or "", reason=args.reason or ""
+        ),
+    )
+    doc = render.as_dict(run)
+    if args.json:
+        render.print_json(doc)
+        return
+    print(f"desktop run {doc['id']} waits for approval")
+    waiting = doc.get("waiting", {})
+    if waiting:
+        print(f"  {waiting.get('detail', '')}")
+
+
+def _act_args(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if args.args:
+        try:
+            extra = json.loads(args.args)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"--args: not JSON ({exc})") from exc
+        if not isinstance(extra, dict):
+            raise InvalidArgumentError("--args: a JSON object")
+        out.update(extra)
+    for name in ("x", "y", "to_x", "to_y", "dx", "dy", "display", "quality"):
+        value = getattr(args, name)
+        if value is not None:
+            out[name] = value
+    for name in ("text", "key", "format"):
+        value = getattr(args, name)
+        if value is not None:
+            out[name] = value
+    if args.seconds is not None:
+        out["seconds"] = args.seconds
+    if args.space:
+        try:
+            w, h = args.space.lower().split("x")
+            out["space"] = {"width": int(w), "height": int(h)}
+        except ValueError as exc:
+            raise InvalidArgumentError(f"--space {args.space!r}: expected WIDTHxHEIGHT") from exc
+    if args.screenshot_after:
+        out["screenshot_after"] = True
+    if args.action == "screenshot" and args.out and "format" not in out:
+        suffix = Path(args.out).suffix.lower().lstrip(".")
+        out["format"] = {"jpg": "jpeg"}.get(suffix, suffix) if suffix else "png"
+    return out
+
+
+def act(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    reply = client.call(
+        client.desktop.Act,
+        desktop_pb2.DesktopActRequest(
+            run_id=args.run_id,
+            action=args.action,
+            args_json=json.dumps(_act_args(args), ensure_ascii=True),
+            timeout_seconds=args.wait_seconds,
+        ),
+        timeout=args.wait_seconds + 15,
+    )
+    doc = render.as_dict(reply)
+    result_json = doc.pop("resultJson", "")
+    doc["result"] = json.loads(result_json) if result_json else None
+    written = ""
+    if args.out and reply.artifacts:
+        art = next((a for a in reply.artifacts if a.role == "screenshot"), reply.artifacts[-1])
+        data = client.call(
+            client.desktop.GetArtifact,
+            desktop_pb2.GetArtifactRequest(run_id=args.run_id, sha256=art.sha256),
+            timeout=60,
+        ).data
+        Path(args.out).write_bytes(data)
+        written = args.out
+        doc["out"] = written
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(render.act_line(doc))
+        if written:
+            print(f"  wrote {written}")
+    if reply.status != "succeeded":
+        raise ActionNotDone(reply.status)
+
+
+def resume(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    run = client.call(client.desktop.Continue, runs_pb2.RunRef(id=args.id))
+    doc = render.as_dict(run)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(f"run {doc['id']} continues: input may resume with the next action")
+
+
+def approvals_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    reply = client.call(
+        client.approvals.ListApprovals,
+        desktop_pb2.ListApprovalsRequest(status=args.status or "", limit=args.limit),
+    )
+    doc = render.as_dict(reply)
+    if args.json:
+        render.print_json(doc)
+    elif doc.get("approvals"):
+        print(render.approval_rows(doc["approvals"]))
+    else:
+        print(f"no {args.status or 'pending'} approvals")
+
+
+def approve(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    row = client.call(
+        client.approvals.Approve,
+        desktop_pb2.ApproveRequest(id=args.id, scope=_scope(args), reason=args.reason or ""),
+    )
+    doc = render.as_dict(row)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(
+            f"approval {doc['id']} approved for run {doc['runId']}"
+            f" until {doc.get('expiresAt', '?')}: {render.scope_text(doc.get('granted', {}))}"
+        )
+
+
+def deny(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    row = client.call(
+        client.approvals.Deny, desktop_pb2.DenyRequest(id=args.id, reason=args.reason or "")
+    )
+    doc = render.as_dict(row)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(f"approval {doc['id']} denied; run {doc['runId']} is cancelled")
+
+
+def kill_engage(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    view = client.call(
+        client.kills.Engage,
+        desktop_pb2.EngageKillRequest(
+            worker=args.worker or "", run=args.run or "", reason=args.reason
+        ),
+    )
+    doc = render.as_dict(view)
+    if args.json:
+        render.print_json(doc)
+    else:
+        target = f" {doc['target']}" if doc.get("target") else ""
+        pushed = len(doc.get("unacknowledged", []))
+        print(
+            f"kill switch {doc['id']} engaged for {doc['scope']}{target}; pushed to {pushed}"
+            " connected worker(s) (see `deskfleet kill status`)"
+        )
+
+
+def kill_release(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    reply = client.call(
+        client.kills.Release,
+        desktop_pb2.ReleaseKillRequest(
+            id=args.id or "",
+            worker=args.worker or "",
+            run=args.run or "",
+            fleet=args.fleet,
+            reason=args.reason or "",
+        ),
+    )
+    doc = render.as_dict(reply)
+    if args.json:
+        render.print_json(doc)
+        return
+    for k in doc.get("switches", []):
+        print(f"kill switch {k['id']} released; desktop runs it stopped must be approved again")
+
+
+def kill_status(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    reply = client.call(
+        client.kills.Status, desktop_pb2.KillStatusRequest(include_released=args.all)
+    )
+    doc = render.as_dict(reply)
+    if args.json:
+        render.print_json(doc)
+    elif doc.get("switches"):
+        print(render.kill_rows(doc["switches"]))
+    else:
+        print("no kill switch is engaged")
+
+
+def secrets_set(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    if args.value_stdin:
+        value = sys.stdin.read().rstrip("\n")
+    elif sys.stdin.isatty():
+        value = getpass.getpass(f"value of secret {args.name}: ")
+    else:
+        value = sys.stdin.readline().rstrip("\n")
+    info = client.call(
+        client.desktop.SetSecret,
+        desktop_pb2.SetSecretRequest(name=args.name, value=value, owner=args.owner or ""),
+    )
+    doc = render.as_dict(info)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(
+            f"secret {doc['name']} stored for {doc['owner']}; type it with"
+            f" {{{{secret:{doc['name']}}}}} (the value is never shown again)"
+        )
+
+
+def _scope_options(p: argparse.ArgumentParser, narrowing: bool) -> None:
+    verb = "narrow to" if narrowing else "ask for"
+    p.add_argument(
+        "--action", action="append", choices=ACTIONS, help=f"{verb} this action (repeatable)"
+    )
+    p.add_argument("--display", action="append", type=int, help=f"{verb} this display index")
+    p.add_argument("--region", help=f"{verb} this screen region, WIDTHxHEIGHT+X+Y (real pixels)")
+    p.add_argument("--ttl", help=f"{verb} this duration once approved, e.g. 10m (default 10m)")
+    p.add_argument("--max-actions", type=int, help=f"{verb} at most N actions (default 100)")
+
+
+def add_parsers(sub: Any, leaf: Any) -> None:
+    desktop = sub.add_parser("desktop", help="scoped desktop control").add_subparsers(
+        dest="sub", required=True, metavar="ACTION"
+    )
+    p = leaf(desktop, "request", request, "ask for desktop control of a worker; opens a run")
+    p.add_argument("--worker", required=True)
+    _scope_options(p, narrowing=False)
+    p.add_argument("--title")
+    p.add_argument("--reason", help="why, shown to the approver")
+    p = leaf(desktop, "act", act, "run one action in an approved desktop run")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("action", choices=ACTIONS)
+    for name in ("x", "y", "to_x", "to_y", "dx", "dy", "display", "quality"):
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
+    p.add_argument("--text", help="text to type; {{secret:NAME}} types a stored secret")
+    p.add_argument("--key", help="a key or combo, e.g. Return, ctrl+a, shift+Tab")
+    p.add_argument("--seconds", type=float, help="for wait")
+    p.add_argument("--space", help="coordinates and screenshots in this space, e.g. 1280x800")
+    p.add_argument("--format", choices=("png", "webp", "jpeg"), help="screenshot encoding")
+    p.add_argument("--screenshot-after", action="store_true", help="attach a screenshot after")
+    p.add_argument("--args", help="more arguments as a JSON object")
+    p.add_argument("--out", help="write the screenshot to this file")
+    p.add_argument(
+        "--wait-seconds", type=float, default=60.0, help="how long to wait for the receipt"
+    )
+    leaf(desktop, "continue", resume, "after human_active: let input resume").add_argument("id")
+
+    approvals = sub.add_parser("approvals", help="answer permission requests").add_subparsers(
+        dest="sub", required=True, metavar="ACTION"
+    )
+    p = leaf(approvals, "list", approvals_list, "approvals (pending by default)")
+    p.add_argument("--status", choices=("pending", "approved", "denied", "suspended", "expired"))
+    p.add_argument("--limit", type=int, default=50)
+    p = leaf(approvals, "approve", approve, "approve, optionally narrowing the scope")
+    p.add_argument("id")
+    _scope_options(p, narrowing=True)
+    p.add_argument("--reason")
+    p = leaf(approvals, "deny", deny, "deny: the waiting run is cancelled")
+    p.add_argument("id")
+    p.add_argument("--reason")
+
+    kill = sub.add_parser("kill", help="the kill switch").add_subparsers(
+        dest="sub", required=True, metavar="ACTION"
+    )
+    p = leaf(kill, "engage", kill_engage, "stop desktop input: the fleet, a worker or a run")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--worker")
+    target.add_argument("--run")
+    p.add_argument("--reason", required=True)
+    p = leaf(kill, "release", kill_release, "release a kill switch (runs need re-approval)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id")
+    which.add_argument("--worker")
+    which.add_argument("--run")
+    which.add_argument("--fleet", action="store_true")
+    p.add_argument("--reason")
+    p = leaf(kill, "status", kill_status, "engaged switches and who has acknowledged them")
+    p.add_argument("--all", action="store_true", help="include released switches")
+
+    secrets = sub.add_parser("secrets", help="values `type` may reference").add_subparsers(
+        dest="sub", required=True, metavar="ACTION"
+    )
+    p = leaf(secrets, "set", secrets_set, "store a secret (value from stdin or a prompt)")
+    p.add_argument("name")
+    p.add_argument("--owner", help="an owner's name or id (admins); default: yourself")
+    p.add_argument("--value-stdin", action="store_true", help="read the whole of stdin")

@@ -1,0 +1,280 @@
+"""The kill switch: engaged for the fleet, one worker or one run; durable, pushed, acknowledged.
+
+Engaging writes the switch first, takes back the approvals it covers (a released switch does
+not silently restore control: the runs ask for approval again), then pushes it to every
+connected worker it applies to. Workers acknowledge each change; acknowledgements are written
+in batches so that a thousand of them cost a few commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from coordinator import desktop, ledger
+from coordinator.dispatch import Dispatcher
+from coordinator.ledger import CancelOrder, Context, Order
+from coordinator.presence import Presence
+from coordinator.principals import Principal, Role
+from coordinator.runs import owned_run
+from coordinator.store import Database
+from coordinator.store import desktop as queries
+from coordinator.store import runs as run_queries
+from coordinator.store import workers as worker_queries
+from coordinator.store.models import KillSwitchRow, RunRow
+from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, PermissionDeniedError
+from shared.ids import new_id
+
+log = logging.getLogger(__name__)
+
+FLEET, WORKER, RUN = "fleet", "worker", "run"
+MAX_REASON = 1000
+ACK_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class KillPush:
+    """A kill switch change for one worker's stream."""
+
+    worker_id: str
+    kill_id: str
+    engaged: bool
+    scope: str
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class KillView:
+    row: KillSwitchRow
+    acknowledged: tuple[str, ...]
+    unacknowledged: tuple[str, ...]
+
+
+def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
+    """Active desktop runs the switch takes control from."""
+    if kill.scope == RUN:
+        run = run_queries.run_for_update(s, kill.target)
+        return [run] if run is not None and run.status in ledger.ACTIVE else []
+    rows = queries.approvals_with_status(
+        s,
+        (desktop.PENDING, desktop.APPROVED, desktop.SUSPENDED),
+        worker_id=kill.target if kill.scope == WORKER else "",
+    )
+    runs = []
+    for run_id in dict.fromkeys(a.run_id for a in rows):
+        run = run_queries.run_for_update(s, run_id)
+        if run is not None and run.status in ledger.ACTIVE:
+            runs.append(run)
+    return runs
+
+
+def _reached_workers(s: Session, kill: KillSwitchRow, connected: frozenset[str]) -> set[str]:
+    if kill.scope == FLEET:
+        return set(connected)
+    if kill.scope == WORKER:
+        return {kill.target} & connected
+    return queries.workers_of_run(s, kill.target) & connected
+
+
+def _applies_to(s: Session, kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
+    return (
+        kill.scope == FLEET
+        or (kill.scope == WORKER and kill.target == worker_id)
+        or (kill.scope == RUN and kill.target in runs)
+    )
+
+
+class KillSwitches:
+    def __init__(self, db: Database, dispatcher: Dispatcher, presence: Presence) -> None:
+        self._db = db
+        self._dispatcher = dispatcher
+        self._presence = presence
+        self._acks: asyncio.Queue[tuple[str, str, bool, float]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> KillSwitches:
+        self._task = asyncio.create_task(self._ack_loop(), name="kill-acks")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def engage(
+        self, who: Principal, peer: str, *, worker_id: str, run_id: str, reason: str
+    ) -> KillView:
+        reason = reason.strip()
+        if not reason or len(reason) > MAX_REASON or "\x00" in reason:
+            raise InvalidArgumentError(f"reason: say why, in 1-{MAX_REASON} characters")
+        if worker_id and run_id:
+            raise InvalidArgumentError("name a worker or a run, not both")
+        scope = RUN if run_id else WORKER if worker_id else FLEET
+        if scope != RUN and who.role is not Role.ADMIN:
+            raise PermissionDeniedError(
+                "only an admin engages the kill switch of the fleet or a worker; an owner may"
+                " engage it for one of their runs (--run)"
+            )
+        pushes: list[KillPush] = []
+        made: list[KillSwitchRow] = []
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            if scope == RUN:
+                owned_run(s, who, run_id)
+            if scope == WORKER and worker_queries.worker_by_id(s, worker_id) is None:
+                raise NotFoundError(f"no worker {worker_id!r}")
+            kill = KillSwitchRow(
+                id=new_id("kill"),
+                scope=scope,
+                target=run_id or worker_id,
+                reason=reason,
+                engaged_by=who.id,
+                engaged_from=peer,
+                engaged_at=ctx.now,
+                released_at=None,
+                released_by="",
+                release_reason="",
+            )
+            s.add(kill)
+            orders: list[Order] = []
+            why = f"kill switch {kill.id} engaged by {who.name}: {reason}"
+            for run in _covered_runs(s, kill):
+                ledger.record(
+                    s,
+                    run,
+                    ctx,
+                    "kill.engaged",
+                    kill=kill.id,
+                    scope=scope,
+                    target=kill.target,
+                    reason=reason,
+                    by=who.id,
+                    peer=peer,
+                )
+                approval = queries.latest_approval(s, run.id)
+                if approval is not None and approval.status in (desktop.APPROVED, desktop.PENDING):
+                    desktop.suspend(
+                        s,
+                        run,
+                        approval,
+                        f"{why}; release it, then approve again",
+                        "kill_switch",
+                        ctx,
+                    )
+                for action in run_queries.actions_of(s, run.id):
+                    if action.status in ledger.IN_FLIGHT:
+                        orders.append(
+                            CancelOrder(action.worker_id, action.id, action.attempt_id, why)
+                        )
+            for worker in _reached_workers(s, kill, ctx.connected):
+                pushes.append(KillPush(worker, kill.id, True, scope, kill.target, reason))
+            made.append(kill)
+            return orders
+
+        await self._dispatcher.run_unit(unit)
+        for push in pushes:
+            self._presence.send(push.worker_id, push)
+        return KillView(made[0], (), tuple(sorted(p.worker_id for p in pushes)))
+
+    async def release(
+        self, who: Principal, *, kill_id: str, worker_id: str, run_id: str, fleet: bool, reason: str
+    ) -> list[KillView]:
+        if sum(map(bool, (kill_id, worker_id, run_id, fleet))) != 1:
+            raise InvalidArgumentError(
+                "name exactly one of: a kill switch id, --worker, --run, --fleet"
+            )
+        if len(reason) > MAX_REASON or "\x00" in reason:
+            raise InvalidArgumentError(f"reason: at most {MAX_REASON} characters")
+        pushes: list[KillPush] = []
+        released: list[KillSwitchRow] = []
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            matching = [
+                k
+                for k in queries.engaged_kills(s)
+                if k.id == kill_id
+                or (worker_id and k.scope == WORKER and k.target == worker_id)
+                or (run_id and k.scope == RUN and k.target == run_id)
+                or (fleet and k.scope == FLEET)
+            ]
+            if not matching:
+                raise NotFoundError("no engaged kill switch matches")
+            for kill in matching:
+                if kill.scope == RUN and who.role is not Role.ADMIN:
+                    owned_run(s, who, kill.target)
+                elif kill.scope != RUN and who.role is not Role.ADMIN:
+                    raise PermissionDeniedError(
+                        "only an admin releases a fleet or worker kill switch"
+                    )
+                kill.released_at, kill.released_by, kill.release_reason = ctx.now, who.id, reason
+                released.append(kill)
+                for worker in _reached_workers(s, kill, ctx.connected):
+                    pushes.append(KillPush(worker, kill.id, False, kill.scope, kill.target, reason))
+            s.flush()
+            for kill in matching:
+                for run in _covered_runs(s, kill):
+                    ledger.record(
+                        s, run, ctx, "kill.released", kill=kill.id, by=who.id, reason=reason
+                    )
+                    approval = queries.latest_approval(s, run.id)
+                    if approval is None or approval.status != desktop.SUSPENDED:
+                        continue
+                    if queries.kills_applying(s, approval.worker_id, [run.id]):
+                        continue  # another switch still holds it
+                    desktop.ask_again(s, run, approval, f"kill switch {kill.id} released", ctx)
+            return []
+
+        await self._dispatcher.run_unit(unit)
+        for push in pushes:
+            self._presence.send(push.worker_id, push)
+        return await self._views(released)
+
+    async def status(self, include_released: bool) -> list[KillView]:
+        rows = await self._db.read(queries.kills, include_released=include_released)
+        return await self._views(list(rows))
+
+    async def _views(self, rows: Sequence[KillSwitchRow]) -> list[KillView]:
+        def unit(s: Session) -> list[KillView]:
+            acks = queries.acks(s, [r.id for r in rows])
+            online = {
+                w.id
+                for w, p in worker_queries.workers_with_presence(s, include_revoked=False)
+                if p is not None and p.lease_expires_at > time.time()
+            }
+            views = []
+            for row in rows:
+                engaged = row.released_at is None
+                acked = {a.worker_id for a in acks if a.kill_id == row.id and a.engaged == engaged}
+                expected = _reached_workers(s, row, frozenset(online))
+                views.append(KillView(row, tuple(sorted(acked)), tuple(sorted(expected - acked))))
+            return views
+
+        return await self._db.read(unit)
+
+    async def for_worker(self, worker_id: str) -> list[KillSwitchRow]:
+        """Every switch engaged now that applies to this worker (sent with its welcome)."""
+
+        def unit(s: Session) -> list[KillSwitchRow]:
+            runs = queries.runs_of_worker(s, worker_id)
+            return [k for k in queries.engaged_kills(s) if _applies_to(s, k, worker_id, runs)]
+
+        return await self._db.read(unit)
+
+    def on_ack(self, worker_id: str, kill_id: str, engaged: bool) -> None:
+        self._acks.put_nowait((kill_id, worker_id, engaged, time.time()))
+
+    async def _ack_loop(self) -> None:
+        while True:
+            batch = [await self._acks.get()]
+            while not self._acks.empty() and len(batch) < ACK_BATCH:
+                batch.append(self._acks.get_nowait())
+            try:
+                await self._db.write(queries.add_acks, batch)
+            except DeskfleetError as exc:
+                log.warning("could not record %d kill switch acknowledgements: %s", len(batch), exc)

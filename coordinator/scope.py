@@ -1,0 +1,252 @@
+"""Desktop scopes: what an approval allows, how an approver narrows it, and the checks an
+action must pass under it. Pure functions: the worker repeats the same checks on its side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from shared.errors import InvalidArgumentError
+
+# The Computer Use vocabulary (SPEC §5).
+ACTIONS = (
+    "screenshot",
+    "cursor_position",
+    "mouse_move",
+    "left_click",
+    "right_click",
+    "middle_click",
+    "double_click",
+    "left_click_drag",
+    "scroll",
+    "type",
+    "key",
+    "wait",
+)
+# Actions that touch input: these stop under a kill switch and yield to a person.
+INPUT = frozenset(
+    {
+        "mouse_move",
+        "left_click",
+        "right_click",
+        "middle_click",
+        "double_click",
+        "left_click_drag",
+        "scroll",
+        "type",
+        "key",
+    }
+)
+# Reading the screen changes nothing: repeating one after an unknown outcome is harmless.
+IDEMPOTENT = frozenset({"screenshot", "cursor_position", "wait"})
+
+DEFAULT_TTL = 600.0
+MAX_TTL = 24 * 3600.0
+DEFAULT_MAX_ACTIONS = 100
+MAX_ACTIONS = 10_000
+MAX_DISPLAYS = 16
+
+
+@dataclass(frozen=True)
+class Region:
+    x: int
+    y: int
+    width: int
+    height: int
+
+    def contains(self, x: int, y: int) -> bool:
+        return self.x <= x < self.x + self.width and self.y <= y < self.y + self.height
+
+    def within(self, other: Region) -> bool:
+        return (
+            other.x <= self.x
+            and other.y <= self.y
+            and self.x + self.width <= other.x + other.width
+            and self.y + self.height <= other.y + other.height
+        )
+
+    def __str__(self) -> str:
+        return f"{self.width}x{self.height}+{self.x}+{self.y}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    actions: tuple[str, ...]
+    displays: tuple[int, ...] = (0,)
+    region: Region | None = None
+    ttl: float = DEFAULT_TTL
+    max_actions: int = DEFAULT_MAX_ACTIONS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "actions": list(self.actions),
+            "displays": list(self.displays),
+            "region": None
+            if self.region is None
+            else [self.region.x, self.region.y, self.region.width, self.region.height],
+            "ttl": self.ttl,
+            "max_actions": self.max_actions,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Scope:
+        region = data.get("region")
+        return cls(
+            tuple(data["actions"]),
+            tuple(int(d) for d in data.get("displays") or (0,)),
+            Region(*(int(v) for v in region)) if region else None,
+            float(data.get("ttl", DEFAULT_TTL)),
+            int(data.get("max_actions", DEFAULT_MAX_ACTIONS)),
+        )
+
+    def describe(self) -> str:
+        where = f" in region {self.region}" if self.region else ""
+        shown = ",".join(str(d) for d in self.displays)
+        return (
+            f"actions {','.join(self.actions)} on display {shown}{where},"
+            f" for {self.ttl:g} s, at most {self.max_actions} actions"
+        )
+
+
+def requested(
+    actions: list[str],
+    displays: list[int],
+    region: Region | None,
+    ttl: float,
+    max_actions: int,
+) -> Scope:
+    """A scope as asked for: every field validated, defaults filled in."""
+    if not actions:
+        raise InvalidArgumentError("scope.actions: name at least one desktop action")
+    unknown = [a for a in actions if a not in ACTIONS]
+    if unknown:
+        raise InvalidArgumentError(
+            f"scope.actions: unknown {', '.join(map(repr, unknown))} (known: {', '.join(ACTIONS)})"
+        )
+    if len(displays) > MAX_DISPLAYS or any(d < 0 for d in displays):
+        raise InvalidArgumentError(f"scope.displays: up to {MAX_DISPLAYS} indexes >= 0")
+    if region is not None and (
+        region.width <= 0 or region.height <= 0 or region.x < 0 or region.y < 0
+    ):
+        raise InvalidArgumentError("scope.region: x, y >= 0 and width, height > 0")
+    if ttl < 0 or ttl > MAX_TTL:
+        raise InvalidArgumentError(f"scope.ttl: between 0 and {MAX_TTL:.0f} seconds")
+    if max_actions < 0 or max_actions > MAX_ACTIONS:
+        raise InvalidArgumentError(f"scope.max_actions: between 0 and {MAX_ACTIONS}")
+    return Scope(
+        tuple(dict.fromkeys(actions)),
+        tuple(sorted(set(displays))) or (0,),
+        region,
+        ttl or DEFAULT_TTL,
+        max_actions or DEFAULT_MAX_ACTIONS,
+    )
+
+
+def narrowed(
+    asked: Scope,
+    actions: list[str],
+    displays: list[int],
+    region: Region | None,
+    ttl: float,
+    max_actions: int,
+) -> Scope:
+    """The scope an approver grants: what was asked, narrowed by any field given; never wider."""
+    granted = asked
+    if actions:
+        wider = [a for a in actions if a not in asked.actions]
+        if wider:
+            raise InvalidArgumentError(
+                f"scope.actions: {', '.join(wider)} was not requested; an approval only narrows"
+            )
+        granted = replace(granted, actions=tuple(dict.fromkeys(actions)))
+    if displays:
+        wider_d = [d for d in displays if d not in asked.displays]
+        if wider_d:
+            raise InvalidArgumentError(
+                f"scope.displays: {wider_d} was not requested; an approval only narrows"
+            )
+        granted = replace(granted, displays=tuple(sorted(set(displays))))
+    if region is not None:
+        if region.width <= 0 or region.height <= 0:
+            raise InvalidArgumentError("scope.region: width and height must be > 0")
+        if asked.region is not None and not region.within(asked.region):
+            raise InvalidArgumentError(
+                f"scope.region: {region} is not inside the requested {asked.region}"
+            )
+        granted = replace(granted, region=region)
+    if ttl:
+        if ttl < 0 or ttl > asked.ttl:
+            raise InvalidArgumentError(f"scope.ttl: at most the requested {asked.ttl:g} s")
+        granted = replace(granted, ttl=ttl)
+    if max_actions:
+        if max_actions < 0 or max_actions > asked.max_actions:
+            raise InvalidArgumentError(
+                f"scope.max_actions: at most the requested {asked.max_actions}"
+            )
+        granted = replace(granted, max_actions=max_actions)
+    return granted
+
+
+@dataclass(frozen=True)
+class Refusal:
+    code: str
+    message: str
+
+
+def points_of(args: dict[str, Any]) -> list[tuple[int, int]]:
+    """The coordinates an action's arguments name, as given (possibly in a scaled space)."""
+    points = []
+    for xk, yk in (("x", "y"), ("to_x", "to_y")):
+        x, y = args.get(xk), args.get(yk)
+        if x is None and y is None:
+            continue
+        if type(x) is not int or type(y) is not int:
+            raise InvalidArgumentError(f"{xk}, {yk}: integers (pixels)")
+        points.append((x, y))
+    return points
+
+
+def to_real(
+    point: tuple[int, int], space: dict[str, Any] | None, display: tuple[int, int]
+) -> tuple[int, int]:
+    """Map a point given in a scaled space onto the display's real pixels."""
+    if not space:
+        return point
+    width, height = space.get("width"), space.get("height")
+    if type(width) is not int or type(height) is not int or width <= 0 or height <= 0:
+        raise InvalidArgumentError("space: {width, height} as positive integers")
+    return (point[0] * display[0] // width, point[1] * display[1] // height)
+
+
+def check(
+    scope: Scope,
+    action: str,
+    args: dict[str, Any],
+    display_size: tuple[int, int] | None,
+) -> Refusal | None:
+    """Why this action may not run under the scope (time and count are checked apart)."""
+    if action not in scope.actions:
+        return Refusal(
+            "out_of_scope", f"{action} is not in the approved actions ({', '.join(scope.actions)})"
+        )
+    display = args.get("display", 0)
+    if display not in scope.displays:
+        return Refusal("out_of_scope", f"display {display} is not approved")
+    if scope.region is None:
+        return None
+    points = points_of(args)
+    if not points:
+        return None
+    if display_size is None:
+        return Refusal(
+            "outside_region", "the display's size is unknown, so no region can be checked"
+        )
+    for point in points:
+        real = to_real(point, args.get("space"), display_size)
+        if not scope.region.contains(*real):
+            return Refusal(
+                "outside_region",
+                f"({real[0]}, {real[1]}) is outside the approved region {scope.region}",
+            )
+    return None

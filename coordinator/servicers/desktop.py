@@ -1,0 +1,254 @@
+"""DesktopService, ApprovalService and KillSwitchService: adapters over `desktop` and
+`killswitch`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from coordinator import scope
+from coordinator.desktop import ActResult, Desktop
+from coordinator.killswitch import KillSwitches, KillView
+from coordinator.scope import Region, Scope
+from coordinator.servicers.guard import current_principal
+from coordinator.servicers.runs import run_message
+from coordinator.store.models import ApprovalRow
+from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2
+from shared.receipts import encode_result
+from shared.timestamps import to_timestamp
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _id(value: str, what: str) -> str:
+    if not value or len(value) > 64:
+        raise InvalidArgumentError(f"{what}: an id is required")
+    return value
+
+
+def _region(msg: desktop_pb2.DesktopScope) -> Region | None:
+    if not msg.HasField("region"):
+        return None
+    r = msg.region
+    return Region(r.x, r.y, r.width, r.height)
+
+
+def _scope_message(data: dict[str, Any]) -> desktop_pb2.DesktopScope:
+    if not data:
+        return desktop_pb2.DesktopScope()
+    s = Scope.from_json(data)
+    msg = desktop_pb2.DesktopScope(
+        actions=list(s.actions),
+        displays=list(s.displays),
+        ttl_seconds=s.ttl,
+        max_actions=s.max_actions,
+    )
+    if s.region is not None:
+        msg.region.CopyFrom(
+            desktop_pb2.Region(
+                x=s.region.x, y=s.region.y, width=s.region.width, height=s.region.height
+            )
+        )
+    return msg
+
+
+def approval_message(row: ApprovalRow) -> desktop_pb2.Approval:
+    return desktop_pb2.Approval(
+        id=row.id,
+        run_id=row.run_id,
+        owner=row.owner_id,
+        kind=row.kind,
+        worker_id=row.worker_id,
+        status=row.status,
+        requested=_scope_message(row.requested),
+        granted=_scope_message(row.granted),
+        reason=row.reason,
+        answer=row.answer,
+        answered_by=row.answered_by,
+        requested_at=to_timestamp(row.requested_at),
+        answered_at=to_timestamp(row.answered_at),
+        expires_at=to_timestamp(row.expires_at),
+        actions_used=row.actions_used,
+    )
+
+
+def _act_message(result: ActResult) -> desktop_pb2.DesktopActResponse:
+    action, receipt = result.action, result.receipt or {}
+    status = str(receipt.get("status") or action.status.lower())
+    error = str(receipt.get("error") or action.error)
+    code = str(receipt.get("code") or "")
+    if not code and status in ("refused", "failed", "cancelled") and ":" in error:
+        head = error.split(":", 1)[0]
+        code = head if head.isidentifier() and head.islower() else ""
+    return desktop_pb2.DesktopActResponse(
+        run_id=action.run_id,
+        action_id=action.id,
+        status=status,
+        code=code,
+        error=error,
+        result_json=encode_result(receipt.get("result")) if "result" in receipt else "",
+        receipt_id=action.receipt_id,
+        artifacts=[
+            desktop_pb2.ArtifactInfo(
+                sha256=a.sha256,
+                media_type=a.media_type,
+                size=a.size,
+                width=a.width,
+                height=a.height,
+                role=role,
+            )
+            for role, a in result.artifacts
+        ],
+    )
+
+
+class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
+    def __init__(self, desktop: Desktop) -> None:
+        self._desktop = desktop
+
+    async def RequestDesktop(
+        self, request: desktop_pb2.RequestDesktopRequest, context: Context
+    ) -> runs_pb2.Run:
+        s = request.scope
+        asked = scope.requested(
+            list(s.actions), list(s.displays), _region(s), s.ttl_seconds, s.max_actions
+        )
+        view = await self._desktop.request(
+            current_principal(), _id(request.worker, "worker"), asked, request.title, request.reason
+        )
+        return run_message(view)
+
+    async def Act(
+        self, request: desktop_pb2.DesktopActRequest, context: Context
+    ) -> desktop_pb2.DesktopActResponse:
+        if not 0 <= request.timeout_seconds <= 600:
+            raise InvalidArgumentError("timeout_seconds: between 0 and 600")
+        result = await self._desktop.act(
+            current_principal(),
+            _id(request.run_id, "run_id"),
+            request.action,
+            request.args_json,
+            request.timeout_seconds,
+        )
+        return _act_message(result)
+
+    async def Continue(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
+        return run_message(await self._desktop.resume(current_principal(), _id(request.id, "id")))
+
+    async def GetArtifact(
+        self, request: desktop_pb2.GetArtifactRequest, context: Context
+    ) -> desktop_pb2.Artifact:
+        row = await self._desktop.artifact(
+            current_principal(), _id(request.run_id, "run_id"), _id(request.sha256, "sha256")
+        )
+        return desktop_pb2.Artifact(
+            info=desktop_pb2.ArtifactInfo(
+                sha256=row.sha256,
+                media_type=row.media_type,
+                size=row.size,
+                width=row.width,
+                height=row.height,
+            ),
+            data=row.data,
+        )
+
+    async def SetSecret(
+        self, request: desktop_pb2.SetSecretRequest, context: Context
+    ) -> desktop_pb2.SecretInfo:
+        row = await self._desktop.set_secret(
+            current_principal(), request.owner, request.name, request.value
+        )
+        return desktop_pb2.SecretInfo(
+            name=row.name,
+            owner=row.owner_id,
+            updated_at=to_timestamp(row.updated_at),
+            updated_by=row.updated_by,
+        )
+
+
+class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
+    def __init__(self, desktop: Desktop) -> None:
+        self._desktop = desktop
+
+    async def ListApprovals(
+        self, request: desktop_pb2.ListApprovalsRequest, context: Context
+    ) -> desktop_pb2.ListApprovalsResponse:
+        if not 0 <= request.limit <= 1000:
+            raise InvalidArgumentError("limit: between 0 and 1000")
+        rows = await self._desktop.approvals(
+            current_principal(), request.status, request.limit or 50
+        )
+        return desktop_pb2.ListApprovalsResponse(approvals=[approval_message(r) for r in rows])
+
+    async def Approve(
+        self, request: desktop_pb2.ApproveRequest, context: Context
+    ) -> desktop_pb2.Approval:
+        s = request.scope
+        grant = (list(s.actions), list(s.displays), _region(s), s.ttl_seconds, s.max_actions)
+        row = await self._desktop.answer(
+            current_principal(), _id(request.id, "id"), grant=grant, reason=request.reason
+        )
+        return approval_message(row)
+
+    async def Deny(
+        self, request: desktop_pb2.DenyRequest, context: Context
+    ) -> desktop_pb2.Approval:
+        row = await self._desktop.answer(
+            current_principal(), _id(request.id, "id"), grant=None, reason=request.reason
+        )
+        return approval_message(row)
+
+
+def kill_message(view: KillView) -> desktop_pb2.KillSwitch:
+    row = view.row
+    return desktop_pb2.KillSwitch(
+        id=row.id,
+        scope=row.scope,
+        target=row.target,
+        reason=row.reason,
+        engaged_by=row.engaged_by,
+        engaged_at=to_timestamp(row.engaged_at),
+        engaged=row.released_at is None,
+        released_by=row.released_by,
+        released_at=to_timestamp(row.released_at),
+        acknowledged=list(view.acknowledged),
+        unacknowledged=list(view.unacknowledged),
+    )
+
+
+class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
+    def __init__(self, kills: KillSwitches) -> None:
+        self._kills = kills
+
+    async def Engage(
+        self, request: desktop_pb2.EngageKillRequest, context: Context
+    ) -> desktop_pb2.KillSwitch:
+        view = await self._kills.engage(
+            current_principal(),
+            context.peer() or "",
+            worker_id=request.worker,
+            run_id=request.run,
+            reason=request.reason,
+        )
+        return kill_message(view)
+
+    async def Release(
+        self, request: desktop_pb2.ReleaseKillRequest, context: Context
+    ) -> desktop_pb2.KillStatusResponse:
+        views = await self._kills.release(
+            current_principal(),
+            kill_id=request.id,
+            worker_id=request.worker,
+            run_id=request.run,
+            fleet=request.fleet,
+            reason=request.reason,
+        )
+        return desktop_pb2.KillStatusResponse(switches=[kill_message(v) for v in views])
+
+    async def Status(
+        self, request: desktop_pb2.KillStatusRequest, context: Context
+    ) -> desktop_pb2.KillStatusResponse:
+        views = await self._kills.status(request.include_released)
+        return desktop_pb2.KillStatusResponse(switches=[kill_message(v) for v in views])
