@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scripts.local_site.server import FACTS, search_template
+from scripts.local_site.server import FACTS, REQUESTED, search_template
 from tests.conftest import require
 from worker_agent.actions import ActionContext, ActionRegistry
 from worker_agent.browser.actions import BrowserActions
@@ -138,3 +138,25 @@ def test_screenshot_returns_a_png_and_its_hash(browser: ActionRegistry, site: st
 
     png = base64.b64decode(shot["png_base64"])
     assert png.startswith(b"\x89PNG") and hashlib.sha256(png).hexdigest() == shot["sha256"]
+
+
+def test_redirects_of_images_and_frames_are_checked_hop_by_hop(
+    browser: ActionRegistry, site: str
+) -> None:
+    port = site.rsplit(":", 1)[1]
+    denied = {**LOCAL, "deny_domains": ["localhost"]}
+    REQUESTED.clear()
+    page = act(browser, "browser.fetch", {"url": f"{site}/embeds?to=out", "policy": denied})
+    assert page["outcome"] == "ok"
+    blocked = {b["url"]: b["reason"] for b in page["blocked_requests"]}
+    for what, target in (("img", "/files/photo.png"), ("frame", "/varn/lens.html")):
+        hop = f"http://localhost:{port}{target}?via={what}-out"
+        assert blocked[hop] == (
+            f"redirect of {site}/embeds/hop/{what}?to=out: domain localhost is denied by the policy"
+        )
+    # The redirected requests never left the browser.
+    assert not [p for p in REQUESTED if "via=" in p]
+    # Redirects that stay within the policy are followed as before.
+    page = act(browser, "browser.fetch", {"url": f"{site}/embeds?to=in", "policy": denied})
+    assert page["outcome"] == "ok" and page["blocked_requests"] == []
+    assert {"/files/photo.png?via=img-in", "/varn/lens.html?via=frame-in"} <= set(REQUESTED)

@@ -71,6 +71,11 @@ PDF = (
 )
 
 
+# Paths (with their query) that were requested, for tests that check what never left the
+# browser. Only the /embeds family is recorded.
+REQUESTED: list[str] = []
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "VarnSite/1.0"
 
@@ -95,6 +100,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlparse(self.path)
         path = url.path
+        if path.startswith("/embeds") or "via=" in url.query:
+            REQUESTED.append(self.path)
         if path in PAGES:
             self._html(*PAGES[path])
         elif path == "/":
@@ -118,6 +125,22 @@ class Handler(BaseHTTPRequestHandler):
         elif path.startswith("/loop/"):
             n = int(path.rsplit("/", 1)[1] or 0)
             self._send(302, b"", "text/plain", {"Location": f"/loop/{n + 1}"})
+        elif path == "/embeds":
+            # An image and a frame whose requests are redirected elsewhere: to this site under
+            # the name "localhost" (?to=out, which a policy can deny) or to itself (?to=in).
+            to = parse_qs(url.query).get("to", ["out"])[0]
+            self._html(
+                "Embeds",
+                f"<p>The Varn station drawings.</p><img src='/embeds/hop/img?to={to}'>"
+                f"<iframe src='/embeds/hop/frame?to={to}'></iframe>",
+            )
+        elif path.startswith("/embeds/hop/"):
+            what = path.rsplit("/", 1)[1]
+            to = parse_qs(url.query).get("to", ["out"])[0]
+            port = urlparse(f"http://{self.headers.get('Host', '')}").port
+            host = f"http://localhost:{port}" if to == "out" else ""
+            target = "/files/photo.png" if what == "img" else "/varn/lens.html"
+            self._send(302, b"", "text/plain", {"Location": f"{host}{target}?via={what}-{to}"})
         elif path == "/redirect-to-north":
             self._send(301, b"", "text/plain", {"Location": "/varn/north-light.html"})
         elif path == "/slow":
@@ -182,4 +205,4 @@ def search_template(base: str) -> str:
     return f"{base}/search?q={{query}}"
 
 
-__all__ = ["FACTS", "PAGES", "quote_plus", "search_template", "start"]
+__all__ = ["FACTS", "PAGES", "REQUESTED", "quote_plus", "search_template", "start"]

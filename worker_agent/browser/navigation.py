@@ -8,6 +8,7 @@ oversized documents never reach the page.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,15 +80,19 @@ async def new_slot(context: BrowserContext) -> Slot:
             return
         request = route.request
         if request.resource_type != "document":
-            reason = policy.refusal(request.url)
-            if reason:
-                nav.blocked.append({"url": request.url, "reason": reason})
-                await route.abort("blockedbyclient")
-            else:
-                await route.continue_()
+            await _subresource(route, request.url, policy, nav)
             return
-        main = request.frame.parent_frame is None
-        await _document(route, request.url, policy, nav if main else Navigation(request.url))
+        if request.frame.parent_frame is None:
+            await _document(route, request.url, policy, nav)
+            return
+        frame = Navigation(request.url)
+        await _document(route, request.url, policy, frame)
+        if frame.outcome == "refused":  # the page loads without it; the report says why
+            hop = frame.redirects[-1] if frame.redirects else request.url
+            why = policy.refusal(hop) or frame.reason
+            if hop != request.url:
+                why = f"redirect of {request.url}: {why}"
+            nav.blocked.append({"url": hop, "reason": why})
 
     await slot.page.route("**/*", handle)
     return slot
@@ -108,6 +113,36 @@ async def navigate(slot: Slot, url: str, policy: BrowserPolicy) -> Navigation:
     except PlaywrightError as exc:
         nav.stop("network_error", str(exc).strip().splitlines()[0])
     return nav
+
+
+async def _subresource(route: Route, url: str, policy: BrowserPolicy, nav: Navigation) -> None:
+    """An image, script, style or fetch of the page: every redirect hop checked, like documents.
+
+    Chromium would follow a continued request's redirects without showing them to the route
+    handler, so a redirect could reach a denied or private address; the hops are walked here.
+    """
+    hop = url
+    try:
+        for _ in range(policy.max_redirects + 1):
+            reason = policy.refusal(hop)
+            if reason:
+                why = reason if hop == url else f"redirect of {url}: {reason}"
+                nav.blocked.append({"url": hop, "reason": why})
+                await route.abort("blockedbyclient")
+                return
+            response = await route.fetch(url=hop, max_redirects=0, timeout=policy.timeout * 1000)
+            location = response.headers.get("location")
+            if not (300 <= response.status < 400 and location):
+                await route.fulfill(response=response)
+                return
+            hop = urljoin(hop, location)
+    except PlaywrightError:
+        # The page is closing or the request failed: it simply does not load.
+        with contextlib.suppress(PlaywrightError):
+            await route.abort("failed")
+        return
+    nav.blocked.append({"url": hop, "reason": f"more than {policy.max_redirects} redirects"})
+    await route.abort("blockedbyclient")
 
 
 async def _document(route: Route, url: str, policy: BrowserPolicy, nav: Navigation) -> None:
