@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from coordinator import routing
 from scripts.local_site.server import FACTS, search_template
+from shared.errors import InvalidArgumentError
 from tests.harness import (
     STOPPED,
     CoordinatorProcess,
@@ -20,6 +25,8 @@ from tests.harness import (
     wait_run,
     write_plan,
 )
+from worker_agent.actions import ActionCancelled, ActionContext
+from worker_agent.research_app import ResearchApps, parse_apps
 
 pytestmark = pytest.mark.slow
 
@@ -249,8 +256,12 @@ def test_the_routing_policy_orders_routes_and_owners_can_override_it(
 # naming pages of the local site, or fails in one of the ways a real one does.
 FAKE_APP = """
 import json, sys, time
+import os, pathlib
 mode, site = sys.argv[1], sys.argv[2]
+pathlib.Path(__file__).with_name("pid-" + mode).write_text(str(os.getpid()))
 request = json.load(sys.stdin)
+if mode == "flood":
+    sys.stdout.write("x" * (3 * 1024 * 1024))
 if mode == "sleep":
     time.sleep(60)
 if mode == "credit":
@@ -451,3 +462,36 @@ def test_research_reports_its_totals_and_stops_at_its_page_and_byte_limits(
     skipped_units = [a for a in doc["actions"] if a["status"] == "SKIPPED"]
     assert len(skipped_units) == len(by_bytes)
     assert _events(coordinator, doc["id"], "research.skipped")
+
+
+def test_the_worker_kills_an_app_on_cancel_and_on_a_flood_of_output(tmp_path: Path) -> None:
+    flags = [_app(tmp_path, name, name, "http://x")[1] for name in ("sleep", "flood")]
+    apps = ResearchApps(parse_apps(flags))
+    ctx = ActionContext("act_t", 1, 30)
+    threading.Timer(0.5, ctx.cancelled.set).start()
+    started = time.monotonic()
+    with pytest.raises(ActionCancelled, match="app sleep stopped: the attempt was cancelled"):
+        apps.research({"app": "sleep", "query": "q", "timeout": 30}, ctx)
+    assert time.monotonic() - started < 5
+    flood = apps.research({"app": "flood", "query": "q"}, ActionContext("act_u", 1, 30))
+    assert (flood["outcome"], flood["code"]) == ("failed", "output_too_large")
+    for name in ("sleep", "flood"):
+        pid = int((tmp_path / f"pid-{name}").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(InvalidArgumentError, match="is not an executable"):
+        parse_apps(["x=/nonexistent/research-agent --deep"])
+
+
+def test_app_routes_in_the_policy_are_checked() -> None:
+    policy = routing.parse(
+        {"research": {"routes": [{"name": "deep", "app": "deep-research"}, HEADLESS_ROUTE]}}
+    )
+    assert policy.research[0] == {"name": "deep", "app": "deep-research", "timeout": 120.0}
+    for route, message in (
+        ({"name": "x", "app": "two words"}, r"routes\[0\]\.app: the name a worker gives"),
+        ({"name": "x", "app": "a", "timeout": 0}, r"routes\[0\]\.timeout: seconds"),
+        ({"name": "x", "app": "a", "capability": "headless"}, "takes no capability"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=message):
+            routing.parse({"research": {"routes": [route]}})
