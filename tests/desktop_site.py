@@ -1,0 +1,114 @@
+"""A one-page site for desktop tests: a red marker, a text field, and a record of what arrived.
+
+The page reports what the browser really received (submitted text, clicks, wheel turns,
+drags) back to this server, so tests assert effects on a real window, not calls made.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# Page coordinates of the things on the page (the window is at 0,0 and fills the screen).
+MARKER = (600, 100, 200, 200)  # x, y, width, height of the solid #ff0000 block
+FIELD = (100, 420, 800, 40)
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>deskfleet desktop</title>
+<style>
+html, body {{ margin: 0; padding: 0; background: #ffffff; overflow: hidden;
+             width: 100%; height: 100%; }}
+#marker {{ position: absolute; left: {mx}px; top: {my}px; width: {mw}px; height: {mh}px;
+          background: #ff0000; }}
+#field {{ position: absolute; left: {fx}px; top: {fy}px; width: {fw}px; height: {fh}px;
+         font-size: 18px; box-sizing: border-box; }}
+</style></head>
+<body>
+<div id="marker"></div>
+<form id="form"><input id="field" name="text" autocomplete="off" spellcheck="false"></form>
+<script>
+function report(kind, data) {{
+  fetch("/" + kind, {{method: "POST", headers: {{"Content-Type": "application/json"}},
+                      body: JSON.stringify(data)}});
+}}
+document.getElementById("form").addEventListener("submit", e => {{
+  e.preventDefault();
+  const field = document.getElementById("field");
+  report("submit", {{text: field.value}});
+  field.value = "";
+}});
+for (const kind of ["click", "dblclick", "contextmenu", "mousedown", "mouseup", "auxclick"]) {{
+  document.addEventListener(kind, e => {{
+    if (kind === "contextmenu") e.preventDefault();  // a native menu would grab the pointer
+    report("event", {{type: kind, button: e.button, x: e.clientX, y: e.clientY,
+                    detail: e.detail, t: e.timeStamp}});
+  }});
+}}
+document.addEventListener("wheel", e => report("event", {{
+  type: "wheel", dx: Math.sign(e.deltaX), dy: Math.sign(e.deltaY), x: e.clientX, y: e.clientY
+}}), {{passive: true}});
+</script></body></html>"""
+
+
+def page() -> bytes:
+    mx, my, mw, mh = MARKER
+    fx, fy, fw, fh = FIELD
+    return _PAGE.format(mx=mx, my=my, mw=mw, mh=mh, fx=fx, fy=fy, fw=fw, fh=fh).encode()
+
+
+class DesktopSite:
+    """The server in a daemon thread; `submitted` and `events` are what the page reported."""
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # quiet: tests read their own output
+                pass
+
+            def do_GET(self) -> None:
+                body = page()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                data = json.loads(self.rfile.read(length).decode("utf-8"))
+                with site._lock:
+                    if self.path == "/submit":
+                        site.submitted.append(data["text"])
+                    else:
+                        site.events.append(data)
+                self.send_response(204)
+                self.end_headers()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/"
+
+    def start(self) -> DesktopSite:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.submitted.clear()
+            self.events.clear()
+
+    def snapshot(self) -> tuple[list[str], list[dict[str, Any]]]:
+        with self._lock:
+            return list(self.submitted), list(self.events)
