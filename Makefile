@@ -17,10 +17,14 @@ demo:
 bench: setup
 	.venv/bin/python bench/fleet_status.py
 	.venv/bin/python bench/runs.py
+	.venv/bin/python bench/kill_switch.py
+	.venv/bin/python bench/screenshot.py
 
 bench-quick: setup
 	.venv/bin/python bench/fleet_status.py --quick
 	.venv/bin/python bench/runs.py --quick
+	.venv/bin/python bench/kill_switch.py --quick
+	.venv/bin/python bench/screenshot.py --quick
 
 # ruff and mypy (strict) on the hand-written code; CI runs this too.
 lint: setup

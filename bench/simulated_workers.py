@@ -6,7 +6,10 @@ Creates one enrollment token with K uses, enrolls K workers concurrently, opens 
 streams from one event loop (Hello, then heartbeats at the welcome interval, reading acks),
 prints `READY K` once every stream got its Welcome, and runs until stdin closes or SIGTERM.
 Timing lines (`TIMING enroll=... connect=...`) come before READY for the caller to record.
-SimulatorProcess is the parent side of that protocol, used by bench/fleet_status.py.
+Kill switch pushes are applied and acknowledged (`kill_ack`) at once, as a worker does; once a
+change has reached all K streams, one line `KILL ID ENGAGED first=T median=T last=T` gives the
+wall-clock (time.time()) arrival times. SimulatorProcess is the parent side of that protocol,
+used by bench/fleet_status.py, bench/runs.py and bench/kill_switch.py.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import contextlib
 import platform
 import selectors
 import signal
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,15 +83,38 @@ async def enroll_all(address: str, admin_token: str, count: int) -> list[str]:
     return [r.credential for r in replies]
 
 
+class KillArrivals:
+    """When each kill switch change reached each stream; one `KILL` line once all K have it."""
+
+    def __init__(self, count: int, emit: Callable[[str], None]) -> None:
+        self.count = count
+        self.emit = emit
+        self.arrived: dict[tuple[str, bool], list[float]] = {}
+
+    def record(self, kill_id: str, engaged: bool, at: float) -> None:
+        times = self.arrived.setdefault((kill_id, engaged), [])
+        times.append(at)
+        if len(times) == self.count:
+            del self.arrived[(kill_id, engaged)]
+            self.emit(
+                f"KILL {kill_id} {int(engaged)} first={min(times):.6f}"
+                f" median={statistics.median(times):.6f} last={max(times):.6f}"
+            )
+
+
 class SimulatedWorker:
     """One stream: Hello, Welcome, then heartbeats and acks until cancelled."""
 
-    def __init__(self, index: int, address: str, credential: str) -> None:
+    def __init__(
+        self, index: int, address: str, credential: str, arrivals: KillArrivals | None = None
+    ) -> None:
         self.index = index
         self.address = address
         self.metadata = auth_metadata(credential)
         self.welcomed = asyncio.Event()
         self.acks = 0
+        self.arrivals = arrivals
+        self.kills: set[str] = set()  # engaged kill switches: a real worker runs no input now
         # grpc.aio allows one write in flight per stream: receipts and heartbeats take turns.
         self.writing = asyncio.Lock()
 
@@ -103,6 +131,11 @@ class SimulatedWorker:
                 if first is grpc.aio.EOF or first.WhichOneof("body") != "welcome":
                     await call  # raises the stream's status if it carries one
                     raise RuntimeError(f"sim-{self.index}: no welcome")
+                # Switches engaged before the connection apply at once and are acknowledged too.
+                self.kills = {k.kill_id for k in first.welcome.kills}
+                for kill in first.welcome.kills:
+                    async with self.writing:
+                        await call.write(_kill_ack(kill))
                 self.welcomed.set()
                 beats = asyncio.create_task(self._heartbeats(call, first.welcome))
                 try:
@@ -113,6 +146,8 @@ class SimulatedWorker:
                         elif kind == "dispatch":
                             async with self.writing:
                                 await call.write(_receipt_for(message.dispatch))
+                        elif kind == "kill":
+                            await self._apply_kill(call, message.kill, time.time())
                     await call
                     raise RuntimeError(f"sim-{self.index}: the coordinator closed the stream")
                 finally:
@@ -122,6 +157,22 @@ class SimulatedWorker:
             finally:
                 # Cancelling ends the stream at once, so the coordinator releases the lease.
                 call.cancel()
+
+    async def _apply_kill(
+        self,
+        call: grpc.aio.StreamStreamCall[worker_pb2.WorkerMessage, worker_pb2.CoordinatorMessage],
+        kill: worker_pb2.KillState,
+        arrived: float,
+    ) -> None:
+        """Apply the change, then acknowledge it at once (the arrival time is taken first)."""
+        if kill.engaged:
+            self.kills.add(kill.kill_id)
+        else:
+            self.kills.discard(kill.kill_id)
+        async with self.writing:
+            await call.write(_kill_ack(kill))
+        if self.arrivals is not None:
+            self.arrivals.record(kill.kill_id, kill.engaged, arrived)
 
     async def _heartbeats(
         self, call: grpc.aio.StreamStreamCall, welcome: worker_pb2.Welcome
@@ -151,6 +202,12 @@ def _receipt_for(d: worker_pb2.Dispatch) -> worker_pb2.WorkerMessage:
     )
 
 
+def _kill_ack(kill: worker_pb2.KillState) -> worker_pb2.WorkerMessage:
+    return worker_pb2.WorkerMessage(
+        kill_ack=worker_pb2.KillAck(kill_id=kill.kill_id, engaged=kill.engaged)
+    )
+
+
 async def stdin_closed() -> None:
     """Returns when stdin reaches EOF (the parent closed the pipe or died)."""
     loop = asyncio.get_running_loop()
@@ -169,7 +226,8 @@ async def main_async(args: argparse.Namespace, admin_token: str) -> None:
     started = time.perf_counter()
     credentials = await enroll_all(args.coordinator, admin_token, args.count)
     enrolled = time.perf_counter()
-    workers = [SimulatedWorker(i, args.coordinator, c) for i, c in enumerate(credentials)]
+    arrivals = KillArrivals(args.count, lambda line: print(line, flush=True))
+    workers = [SimulatedWorker(i, args.coordinator, c, arrivals) for i, c in enumerate(credentials)]
     tasks = [asyncio.create_task(w.run(), name=f"sim-{w.index}") for w in workers]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -250,6 +308,29 @@ class SimulatorProcess:
                     timings = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
                 elif line.strip() == f"READY {self.count}":
                     return timings
+
+    def wait_kill(self, kill_id: str, engaged: bool, timeout: float) -> dict[str, float]:
+        """Block until the change reached all K streams; its first/median/last arrival times."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while True:
+                if not sel.select(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(
+                        f"kill switch {kill_id} ({'engaged' if engaged else 'released'}) did not"
+                        f" reach all {self.count} simulated workers in {timeout:.0f} s"
+                    )
+                line = self.proc.stdout.readline().decode()
+                if not line:
+                    self.proc.wait(5)
+                    raise RuntimeError(
+                        f"simulator (K={self.count}) exited {self.proc.returncode}:"
+                        f" {_last_line(self.log)}"
+                    )
+                words = line.split()
+                if words[:3] == ["KILL", kill_id, str(int(engaged))]:
+                    return {k: float(v) for k, v in (kv.split("=") for kv in words[3:])}
 
     def stop(self) -> None:
         """Close stdin (the simulator's stop signal), then SIGTERM, then SIGKILL."""
