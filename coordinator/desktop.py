@@ -47,7 +47,7 @@ from shared.errors import (
     PermissionDeniedError,
 )
 from shared.ids import new_id
-from shared.receipts import content_hash, decode_result, encode_result
+from shared.receipts import artifact_refs, content_hash, decode_result, encode_result
 
 KIND = "desktop"
 PENDING, APPROVED, DENIED, SUSPENDED, EXPIRED = (
@@ -363,20 +363,6 @@ def _worker_scope(granted: Scope, approval: ApprovalRow, now: float) -> dict[str
     }
 
 
-def artifact_refs(result: Any) -> list[tuple[str, str]]:
-    """(role, sha256) of every artifact reference in a result."""
-    refs: list[tuple[str, str]] = []
-    if isinstance(result, dict):
-        for key, value in result.items():
-            if (
-                isinstance(value, dict)
-                and isinstance(value.get("sha256"), str)
-                and "media_type" in value
-            ):
-                refs.append((key, value["sha256"]))
-    return refs
-
-
 class Desktop:
     """Desktop runs, approvals, actions, artifacts and secrets, as people use them."""
 
@@ -610,8 +596,8 @@ class Desktop:
                 "unknown_secret", f"no secret named {missing!r} is stored for the owner"
             ), None
         approval.session_id = session
-        approval.actions_used += 1
         sent = dict(args, scope=_worker_scope(granted, approval, ctx.now))
+        approval.actions_used += 1
         if run.spec.get("resume"):
             sent["resume"] = True
             run.spec = {k: v for k, v in run.spec.items() if k != "resume"}

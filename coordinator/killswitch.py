@@ -251,7 +251,8 @@ class KillSwitches:
             for row in rows:
                 engaged = row.released_at is None
                 acked = {a.worker_id for a in acks if a.kill_id == row.id and a.engaged == engaged}
-                expected = _reached_workers(s, row, frozenset(online))
+                # A released switch asks nothing more of anyone: only who confirmed it counts.
+                expected = _reached_workers(s, row, frozenset(online)) if engaged else acked
                 views.append(KillView(row, tuple(sorted(acked)), tuple(sorted(expected - acked))))
             return views
 

@@ -41,7 +41,13 @@ from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
 from shared.ids import new_id
-from shared.receipts import content_hash, content_sha256, decode_result, encode_result
+from shared.receipts import (
+    artifact_refs,
+    content_hash,
+    content_sha256,
+    decode_result,
+    encode_result,
+)
 
 
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
@@ -170,7 +176,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         created_at=ctx.now,
     )
     s.add(row)
-    _keep_artifacts(s, run, receipt, ctx)
+    _keep_artifacts(s, run, receipt, result, ctx)
     was_unknown = action.status == UNKNOWN
     succeeded = receipt.status == "succeeded"
     action.status = "SUCCEEDED" if succeeded else "FAILED"
@@ -218,8 +224,11 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     return orders
 
 
-def _keep_artifacts(s: Session, run: RunRow, receipt: IncomingReceipt, ctx: Context) -> None:
+def _keep_artifacts(
+    s: Session, run: RunRow, receipt: IncomingReceipt, result: Any, ctx: Context
+) -> None:
     """Store the receipt's artifacts by sha256, each checked against its bytes."""
+    roles = {sha: role for role, sha in artifact_refs(result)}
     for artifact in receipt.artifacts:
         if content_sha256(artifact.data) != artifact.sha256:
             record(
@@ -237,6 +246,8 @@ def _keep_artifacts(s: Session, run: RunRow, receipt: IncomingReceipt, ctx: Cont
                 ArtifactRow(
                     run_id=run.id,
                     sha256=artifact.sha256,
+                    action_id=receipt.action_id,
+                    role=roles.get(artifact.sha256, "artifact"),
                     media_type=artifact.media_type,
                     size=len(artifact.data),
                     width=artifact.width,

@@ -19,8 +19,9 @@ from coordinator.journal import JournalBus
 from coordinator.ledger import CancelOrder, Context, Order
 from coordinator.principals import Principal
 from coordinator.store import Database
+from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
-from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, RunRow
+from coordinator.store.models import ActionRow, ArtifactRow, GuidanceRow, JournalRow, RunRow
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -68,6 +69,7 @@ class RunView:
     run: RunRow
     actions: tuple[ActionRow, ...] = ()
     guidance_queued: int = 0
+    artifacts: tuple[ArtifactRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,12 @@ class Runs:
         def unit(s: Session) -> RunView:
             run = owned_run(s, owner, run_id)
             guidance = run_queries.undelivered_guidance(s, run_id)
-            return RunView(run, tuple(run_queries.actions_of(s, run_id)), len(guidance))
+            return RunView(
+                run,
+                tuple(run_queries.actions_of(s, run_id)),
+                len(guidance),
+                tuple(desktop_queries.artifacts_of_run(s, run_id)),
+            )
 
         return await self._db.read(unit)
 

@@ -48,6 +48,17 @@ def content_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def artifact_refs(result: Any) -> list[tuple[str, str]]:
+    """(field, sha256) of every artifact a result names: `{"sha256", "media_type", ...}` values."""
+    refs: list[tuple[str, str]] = []
+    if isinstance(result, dict):
+        for key, value in result.items():
+            named = isinstance(value, dict) and isinstance(value.get("sha256"), str)
+            if named and "media_type" in value:
+                refs.append((key, value["sha256"]))
+    return refs
+
+
 def fingerprint(kind: str, args: Any) -> str:
     """What an action does, as a hash: equal for equal kind and args, whatever the key order."""
     return content_hash(encode_result({"kind": kind, "args": args}))

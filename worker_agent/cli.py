@@ -30,8 +30,10 @@ from worker_agent.browser.actions import BrowserActions
 from worker_agent.browser.service import BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.connection import WorkerConnection
+from worker_agent.desktop.actions import DesktopActions
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
 from worker_agent.executor import ActionExecutor
+from worker_agent.input_guard import InputGuard
 from worker_agent.research_app import ResearchApps, parse_apps
 from worker_agent.state import StateDir, WorkerIdentity
 
@@ -75,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
         " and stdout, see worker_agent/research_app.py)",
     )
     run.add_argument("--log-level", default="INFO")
+
+    kill = sub.add_parser(
+        "kill",
+        help="the local kill switch: no desktop input runs while it is engaged (also SIGUSR1)",
+    )
+    kill.add_argument("action", choices=("engage", "release", "status"))
+    kill.add_argument("--state-dir", required=True, type=Path)
+    kill.add_argument("--reason", default="engaged at the desk")
 
     doctor = sub.add_parser(
         "doctor",
@@ -163,9 +173,17 @@ async def _run(args: argparse.Namespace) -> None:
     registry = default_registry()
     BrowserActions(browser).register(registry)
     apps.register(registry)
-    actions = ActionExecutor(ActionLog(args.state_dir / "actions"), registry)
+    if not args.no_computer_use:
+        DesktopActions().register(registry)
+    guard = InputGuard(args.state_dir)
+    guard.install_signal()
+    actions = ActionExecutor(ActionLog(args.state_dir / "actions"), registry, guard=guard)
     connection = WorkerConnection(
-        identity, credential, functools.partial(measure, options, identity.labels), actions=actions
+        identity,
+        credential,
+        functools.partial(measure, options, identity.labels),
+        actions=actions,
+        guard=guard,
     )
     task = asyncio.create_task(connection.run_forever())
     loop = asyncio.get_running_loop()
@@ -178,6 +196,18 @@ async def _run(args: argparse.Namespace) -> None:
     finally:
         actions.close()
         await asyncio.to_thread(browser.close)
+
+
+def _kill(args: argparse.Namespace) -> str:
+    guard = InputGuard(args.state_dir)
+    if args.action == "engage":
+        guard.engage_local(args.reason)
+        return f"local kill switch engaged ({guard.kill_file}): no desktop input runs here"
+    if args.action == "release":
+        was = guard.release_local()
+        return "local kill switch released" if was else "the local kill switch was not engaged"
+    engaged = guard.kill_file.exists()
+    return f"local kill switch: {'engaged' if engaged else 'released'} ({guard.kill_file})"
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -207,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "doctor":
             return _doctor(args)
+        if args.command == "kill":
+            print(_kill(args))
+            return 0
         logging.basicConfig(
             level=args.log_level.upper(),
             stream=sys.stderr,

@@ -220,7 +220,12 @@ class ActionExecutor:
                     self._to_loop(self._on_started, attempt)
                     outcome = run_handler(attempt.handler, attempt.args, attempt.ctx)
             if outcome.status == CANCELLED and attempt.cancel_reason:
-                outcome = replace(outcome, error=f"ActionCancelled: {attempt.cancel_reason}")
+                # Why it was cancelled, then what the handler says it had done by then.
+                done = outcome.error.removeprefix("ActionCancelled:").strip()
+                detail = f"; {done}" if done and done != "cancelled" else ""
+                outcome = replace(
+                    outcome, error=f"ActionCancelled: {attempt.cancel_reason}{detail}"
+                )
             artifacts = self._keep_artifacts(attempt)
             receipt = ReceiptRecord(
                 d.action_id,

@@ -200,7 +200,7 @@ def kill_engage(client: CoordinatorClient, args: argparse.Namespace) -> None:
     view = client.call(
         client.kills.Engage,
         desktop_pb2.EngageKillRequest(
-            worker=args.worker or "", run=args.run or "", reason=args.reason
+            worker=args.worker or "", run=args.run_target or "", reason=args.reason
         ),
     )
     doc = render.as_dict(view)
@@ -221,7 +221,7 @@ def kill_release(client: CoordinatorClient, args: argparse.Namespace) -> None:
         desktop_pb2.ReleaseKillRequest(
             id=args.id or "",
             worker=args.worker or "",
-            run=args.run or "",
+            run=args.run_target or "",
             fleet=args.fleet,
             reason=args.reason or "",
         ),
@@ -326,13 +326,13 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(kill, "engage", kill_engage, "stop desktop input: the fleet, a worker or a run")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--worker")
-    target.add_argument("--run")
+    target.add_argument("--run", dest="run_target", metavar="RUN_ID")
     p.add_argument("--reason", required=True)
     p = leaf(kill, "release", kill_release, "release a kill switch (runs need re-approval)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--id")
     which.add_argument("--worker")
-    which.add_argument("--run")
+    which.add_argument("--run", dest="run_target", metavar="RUN_ID")
     which.add_argument("--fleet", action="store_true")
     p.add_argument("--reason")
     p = leaf(kill, "status", kill_status, "engaged switches and who has acknowledged them")

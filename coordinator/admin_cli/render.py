@@ -149,7 +149,7 @@ def run_detail(r: dict[str, Any]) -> str:
         lines.append("")
         lines.append(
             table(
-                ["#", "KIND", "STATUS", "WORKER", "ATTEMPTS", "EPOCH", "ERROR"],
+                ["#", "KIND", "STATUS", "WORKER", "ATTEMPTS", "RECEIPT", "ARTIFACTS", "ERROR"],
                 [
                     [
                         a["index"],
@@ -157,7 +157,8 @@ def run_detail(r: dict[str, Any]) -> str:
                         a["status"],
                         a.get("workerId"),
                         a["attempts"],
-                        a["epoch"],
+                        a.get("receiptId"),
+                        [_artifact_cell(art) for art in a.get("artifacts", [])],
                         a.get("error"),
                     ]
                     for a in r["actions"]
@@ -165,6 +166,10 @@ def run_detail(r: dict[str, Any]) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _artifact_cell(art: dict[str, Any]) -> str:
+    return art.get("path") or f"{art.get('role', 'artifact')}:{art['sha256'][:16]}"
 
 
 def event_line(e: dict[str, Any]) -> str:

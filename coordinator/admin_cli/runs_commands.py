@@ -100,9 +100,30 @@ def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 
 def show(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    _print_run(
-        render.as_dict(client.call(client.runs.GetRun, runs_pb2.RunRef(id=args.id))), args.json
-    )
+    doc = render.as_dict(client.call(client.runs.GetRun, runs_pb2.RunRef(id=args.id)))
+    if args.artifacts_dir:
+        _save_artifacts(client, doc, Path(args.artifacts_dir))
+    _print_run(doc, args.json)
+
+
+EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp"}
+
+
+def _save_artifacts(client: CoordinatorClient, doc: dict[str, Any], directory: Path) -> None:
+    """Write every artifact of the run into `directory` and note each file's path."""
+    from shared.gen.deskfleet.v1 import desktop_pb2
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for action in doc.get("actions", []):
+        for art in action.get("artifacts", []):
+            reply = client.call(
+                client.desktop.GetArtifact,
+                desktop_pb2.GetArtifactRequest(run_id=doc["id"], sha256=art["sha256"]),
+                timeout=60,
+            )
+            path = directory / (art["sha256"] + EXTENSIONS.get(art["mediaType"], ".bin"))
+            path.write_bytes(reply.data)
+            art["path"] = str(path)
 
 
 def list_runs(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -307,7 +328,13 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(runs, "list", list_runs, "your runs, newest first")
     p.add_argument("--status", help="only runs in this state")
     p.add_argument("--limit", type=int, default=50)
-    leaf(runs, "show", show, "a run: state, stop or waiting reason, actions").add_argument("id")
+    p = leaf(runs, "show", show, "a run: state, stop or waiting reason, actions, receipts")
+    p.add_argument("id")
+    p.add_argument(
+        "--artifacts-dir",
+        metavar="DIR",
+        help="save the run's screenshots here and list their paths",
+    )
     p = leaf(runs, "watch", watch, "stream a run's journal; resume with --after-seq")
     p.add_argument("id")
     p.add_argument("--after-seq", type=int, default=0, metavar="N")

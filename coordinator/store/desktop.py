@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import or_, select
+from sqlalchemy import insert, or_, select
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import (
@@ -155,9 +155,27 @@ def acks(s: Session, kill_ids: Sequence[str]) -> Sequence[KillAckRow]:
 
 
 def add_acks(s: Session, rows: Iterable[tuple[str, str, bool, float]]) -> None:
+    """Record acknowledgements, many in one statement; repeats of a recorded one are dropped."""
+    fresh: dict[tuple[str, str, bool], float] = {}
     for kill_id, worker_id, engaged, at in rows:
-        if s.get(KillAckRow, (kill_id, worker_id, engaged)) is None:
-            s.add(KillAckRow(kill_id=kill_id, worker_id=worker_id, engaged=engaged, acked_at=at))
+        fresh.setdefault((kill_id, worker_id, engaged), at)
+    if not fresh:
+        return
+    known = s.execute(
+        select(KillAckRow.kill_id, KillAckRow.worker_id, KillAckRow.engaged).where(
+            KillAckRow.kill_id.in_({k for k, _, _ in fresh})
+        )
+    ).tuples()
+    for key in known:
+        fresh.pop((key[0], key[1], key[2]), None)
+    if fresh:
+        s.execute(
+            insert(KillAckRow),
+            [
+                {"kill_id": k, "worker_id": w, "engaged": e, "acked_at": at}
+                for (k, w, e), at in fresh.items()
+            ],
+        )
 
 
 # --------------------------------------------------------------- leases, artifacts, secrets
@@ -175,3 +193,15 @@ def artifact(s: Session, run_id: str, sha256: str) -> ArtifactRow | None:
 
 def secret(s: Session, owner_id: str, name: str) -> SecretRow | None:
     return s.get(SecretRow, (owner_id, name))
+
+
+def artifacts_of_run(s: Session, run_id: str) -> Sequence[ArtifactRow]:
+    return (
+        s.execute(
+            select(ArtifactRow)
+            .where(ArtifactRow.run_id == run_id)
+            .order_by(ArtifactRow.created_at)
+        )
+        .scalars()
+        .all()
+    )

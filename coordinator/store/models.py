@@ -233,6 +233,8 @@ class ArtifactRow(Base):
 
     run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), primary_key=True)
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    action_id: Mapped[str] = mapped_column(String(64), index=True)  # the first that made it
+    role: Mapped[str] = mapped_column(String(64))
     media_type: Mapped[str] = mapped_column(String(64))
     size: Mapped[int] = mapped_column(Integer)
     width: Mapped[int] = mapped_column(Integer)

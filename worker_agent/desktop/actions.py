@@ -64,7 +64,7 @@ FIELDS: dict[str, set[str]] = {
     "double_click": _POINT | _SHOTS,
     "left_click_drag": _POINT | {"to_x", "to_y"} | _SHOTS,
     "scroll": _POINT | {"dx", "dy"} | _SHOTS,
-    "type": {"text"} | _SHOTS,
+    "type": {"text", "interval"} | _SHOTS,
     "key": {"key"} | _SHOTS,
     "wait": {"seconds"} | _SHOTS,
 }
@@ -306,7 +306,11 @@ class DesktopActions:
             text = a.get("text")
             if not isinstance(text, str) or not text:
                 raise _invalid("text", f"must be a non-empty string, not {text!r}")
-            return _Plan(_type(text))
+            interval = a.get("interval")
+            interval = 0 if interval is None else interval
+            if not _is_number(interval) or not 0 <= interval <= MAX_INTERVAL:
+                raise _invalid("interval", f"seconds per character in 0..{MAX_INTERVAL:g}")
+            return _Plan(_type(text, float(interval)))
         return _Plan(_key(parse_keys(a.get("key"))))
 
 
@@ -380,7 +384,12 @@ def _seconds(a: _Args) -> float:
     return float(seconds)
 
 
-def _type(template: str) -> _Act:
+# Some applications drop keystrokes that come faster than they redraw: `interval` paces typing
+# like pyautogui's write(interval=...), and the kill switch is still asked before every chunk.
+MAX_INTERVAL = 0.5
+
+
+def _type(template: str, interval: float = 0.0) -> _Act:
     def act(call: _Call, points: list[tuple[int, int]]) -> dict[str, Any]:
         # Resolved only now, and kept in this frame only: the value never reaches a result.
         text = SecretText.resolve(template, call.ctx.secrets)
@@ -395,7 +404,7 @@ def _type(template: str) -> _Act:
             return None
 
         try:
-            type_chunks(keyboard, text.value, stop_reason, call.ctx.cancelled)
+            type_chunks(keyboard, text.value, stop_reason, call.ctx.cancelled, interval)
         except TypingStopped as stop:
             raise _stopped(stop, text) from None
         return {"text": template, "typed_chars": len(template)}

@@ -115,6 +115,7 @@ def type_chunks(
     text: str,
     stop_reason: Callable[[], tuple[str, str] | None],
     cancelled: threading.Event,
+    interval: float = 0.0,
 ) -> None:
     """Type `text` CHUNK characters at a time, asking `stop_reason` and `cancelled` before
     each chunk, so that a kill switch stops it within one chunk.
@@ -136,6 +137,8 @@ def type_chunks(
                 raise
             raise TypingStopped("failed", f"typing failed ({_short(exc)})", typed) from exc
         typed += len(part)
+        if interval:
+            cancelled.wait(interval * len(part))
 
 
 class TypingStopped(Exception):

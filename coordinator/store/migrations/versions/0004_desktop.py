@@ -54,6 +54,8 @@ def upgrade() -> None:
         "artifacts",
         sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id"), primary_key=True),
         sa.Column("sha256", sa.String(64), primary_key=True),
+        sa.Column("action_id", sa.String(64), nullable=False, index=True),
+        sa.Column("role", sa.String(64), nullable=False),
         sa.Column("media_type", sa.String(64), nullable=False),
         sa.Column("size", sa.Integer, nullable=False),
         sa.Column("width", sa.Integer, nullable=False),

@@ -1,0 +1,412 @@
+"""Desktop control end to end: a real coordinator, a real worker on a real X display (Xvfb), a
+real Chromium window showing a form whose server records what arrives.
+
+Approval, scope, kill switch and presence rules are checked by their effects on that window:
+what the page received, and the pixels of screenshots.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from tests.conftest import require
+from tests.desktop_site import FIELD, MARKER, DesktopSite
+from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, journal, wait_until
+
+pytestmark = pytest.mark.slow
+
+SENTENCE = "Grüße, Zoë! 3 \u00d7 4 = 12; naïve café \u2014 ok?"
+EXIT_NOT_DONE = 7
+ALL_ACTIONS = ("screenshot", "left_click", "type", "key", "mouse_move", "cursor_position")
+
+
+@pytest.fixture(scope="module")
+def desktop_site() -> Iterator[DesktopSite]:
+    site = DesktopSite().start()
+    yield site
+    site.stop()
+
+
+@pytest.fixture(scope="module")
+def window(
+    xvfb: Xvfb, desktop_site: DesktopSite, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A Chromium app window filling the display, with the form page."""
+    require(shutil.which("chromium") is not None, "chromium is not installed")
+    require(shutil.which("xdotool") is not None, "xdotool is not installed")
+    home = tmp_path_factory.mktemp("chromium-home")
+    env = {**xvfb.env, "HOME": str(home), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(
+        [
+            "chromium",
+            "--test-type",
+            "--no-sandbox",
+            "--no-first-run",
+            "--disable-gpu",
+            "--password-store=basic",
+            f"--user-data-dir={home / 'profile'}",
+            "--window-position=0,0",
+            "--window-size=1280,800",
+            f"--app={desktop_site.url}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def shown() -> str:
+        done = subprocess.run(
+            ["xdotool", "search", "--onlyvisible", "--class", "chromium"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else ""
+
+    wid = wait_until(shown, 30, 0.2, "the chromium window")
+    # No window manager: focus does not follow clicks unless the window is given it once.
+    subprocess.run(["xdotool", "windowactivate", "--sync", wid], env=env, capture_output=True)
+    subprocess.run(["xdotool", "windowfocus", "--sync", wid], env=env, capture_output=True)
+    time.sleep(1.0)  # first paint
+    yield
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def desk(
+    coordinator: CoordinatorProcess,
+    workers: Callable[..., WorkerProcess],
+    xvfb: Xvfb,
+    window: None,
+    desktop_site: DesktopSite,
+) -> WorkerProcess:
+    desktop_site.reset()
+    worker = workers("desk", display_env=xvfb.env)
+    row = worker.wait_online()
+    caps = {c["name"]: c for c in row["capabilities"]}
+    assert caps["computer_use"]["available"], caps["computer_use"]
+    return worker
+
+
+def request(coordinator: CoordinatorProcess, worker: WorkerProcess, *extra: str) -> dict[str, Any]:
+    actions = [] if "--action" in extra else [f"--action={a}" for a in ALL_ACTIONS]
+    doc: dict[str, Any] = coordinator.cli_json(
+        "desktop",
+        "request",
+        "--worker",
+        worker.worker_id,
+        "--reason",
+        "fill in the form",
+        *actions,
+        *extra,
+    )
+    return doc
+
+
+def approve(coordinator: CoordinatorProcess, run_id: str, *narrowing: str) -> dict[str, Any]:
+    pending = coordinator.cli_json("approvals", "list")["approvals"]
+    [mine] = [a for a in pending if a["runId"] == run_id]
+    doc: dict[str, Any] = coordinator.cli_json("approvals", "approve", mine["id"], *narrowing)
+    return doc
+
+
+def act(
+    coordinator: CoordinatorProcess, run_id: str, action: str, *args: str
+) -> tuple[int, dict[str, Any], str]:
+    done = coordinator.cli(
+        "desktop", "act", run_id, action, *args, json_out=True, check=False, timeout=90
+    )
+    doc = json.loads(done.stdout) if done.stdout.strip() else {}
+    return done.returncode, doc, done.stderr
+
+
+def ok(coordinator: CoordinatorProcess, run_id: str, action: str, *args: str) -> dict[str, Any]:
+    code, doc, err = act(coordinator, run_id, action, *args)
+    assert code == 0, f"{action}: {doc.get('error') or err}"
+    return doc
+
+
+def refused(
+    coordinator: CoordinatorProcess, run_id: str, action: str, *args: str
+) -> dict[str, Any]:
+    code, doc, err = act(coordinator, run_id, action, *args)
+    assert code == EXIT_NOT_DONE and doc["status"] == "refused", (code, doc, err)
+    return doc
+
+
+def center(box: tuple[int, int, int, int], scale: float = 1.0) -> tuple[str, str]:
+    x, y, w, h = box
+    return str(int((x + w // 2) * scale)), str(int((y + h // 2) * scale))
+
+
+def click_field(coordinator: CoordinatorProcess, run_id: str) -> None:
+    # In the 1024x640 space an agent may see: 0.8 of the real 1280x800 screen.
+    x, y = center(FIELD, 0.8)
+    ok(coordinator, run_id, "left_click", "--x", x, "--y", y, "--space", "1024x640")
+    ok(coordinator, run_id, "key", "--key", "ctrl+a")  # whatever an earlier test left there
+    ok(coordinator, run_id, "key", "--key", "BackSpace")
+
+
+def submitted(site: DesktopSite, count: int) -> list[str]:
+    return wait_until(
+        lambda: (s := site.snapshot()[0]) and len(s) >= count and s, 15, 0.1, "form submit"
+    )
+
+
+def test_approved_control_sees_the_form_and_types_into_it(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite, tmp_path: Path
+) -> None:
+    run = request(coordinator, desk)
+    assert run["status"] == "WAITING_FOR_AUTHORITY" and run["waiting"]["code"] == "needs_approval"
+    # Silence is not consent: nothing runs before an answer.
+    doc = refused(coordinator, run["id"], "screenshot")
+    assert doc["code"] == "not_approved"
+
+    granted = approve(coordinator, run["id"])
+    assert granted["status"] == "approved"
+    out = tmp_path / "shot.png"
+    doc = ok(coordinator, run["id"], "screenshot", "--out", str(out))
+    image = Image.open(io.BytesIO(out.read_bytes()))
+    assert image.size == (1280, 800)
+    assert image.convert("RGB").getpixel(tuple(map(int, center(MARKER)))) == (255, 0, 0)
+    [art] = doc["artifacts"]
+    assert art["width"] == 1280 and art["mediaType"] == "image/png"
+
+    click_field(coordinator, run["id"])
+    typed = ok(coordinator, run["id"], "type", "--text", SENTENCE)
+    assert typed["status"] == "succeeded"
+    ok(coordinator, run["id"], "key", "--key", "Return")
+    assert submitted(desktop_site, 1) == [SENTENCE]
+
+    shown = coordinator.cli_json("runs", "show", run["id"])
+    kinds = [a["kind"] for a in shown["actions"]]
+    assert kinds == [
+        "desktop.screenshot",
+        "desktop.screenshot",
+        "desktop.left_click",
+        "desktop.key",
+        "desktop.key",
+        "desktop.type",
+        "desktop.key",
+    ]
+    assert shown["actions"][0]["error"].startswith("not_approved")
+    assert all(a["receiptId"] for a in shown["actions"])
+    saved = coordinator.cli_json("runs", "show", run["id"], "--artifacts-dir", str(tmp_path / "a"))
+    [ref] = saved["actions"][1]["artifacts"]
+    assert ref["sha256"] == art["sha256"] and ref["role"] == "screenshot"
+    assert Path(ref["path"]).read_bytes() == out.read_bytes()
+    assert coordinator.cli_json("journal", "verify", run["id"])["ok"]
+
+
+def test_refusals_name_their_reason_and_leave_a_receipt(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
+) -> None:
+    # Denied: answered is not approved; the run is over.
+    run = request(coordinator, desk)
+    pending = coordinator.cli_json("approvals", "list")["approvals"]
+    [mine] = [a for a in pending if a["runId"] == run["id"]]
+    coordinator.cli("approvals", "deny", mine["id"], "--reason", "not now")
+    code, _, err = act(coordinator, run["id"], "screenshot")
+    assert code != 0 and "approval_denied" in err
+
+    # Narrowed to screenshots in a region, two actions at most.
+    run = request(coordinator, desk, "--max-actions", "5")
+    approve(
+        coordinator,
+        run["id"],
+        "--action",
+        "screenshot",
+        "--action",
+        "left_click",
+        "--region",
+        "400x300+500+50",
+        "--max-actions",
+        "3",
+    )
+    assert refused(coordinator, run["id"], "type", "--text", "x")["code"] == "out_of_scope"
+    x, y = center(FIELD)
+    assert refused(coordinator, run["id"], "left_click", "--x", x, "--y", y)["code"] == (
+        "outside_region"
+    )
+    mx, my = center(MARKER)
+    ok(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
+    ok(coordinator, run["id"], "screenshot")
+    ok(coordinator, run["id"], "screenshot")
+    assert refused(coordinator, run["id"], "screenshot")["code"] == "max_actions"
+    # Only the one click inside the region reached the page.
+    clicks = [e for e in desktop_site.snapshot()[1] if e["type"] == "click"]
+    assert [(c["x"], c["y"]) for c in clicks] == [(int(mx), int(my))]
+
+    # Expired: the approval's time ends the run.
+    run = request(coordinator, desk)
+    approve(coordinator, run["id"], "--ttl", "1s")
+    time.sleep(1.2)
+    # Refused at the act, or already ended by the sweep: either way nothing runs, and says so.
+    code, doc, err = act(coordinator, run["id"], "screenshot")
+    assert code != 0 and (doc.get("code") == "expired" or "scope_expired" in err), (doc, err)
+    assert coordinator.cli_json("runs", "show", run["id"])["stopReason"].startswith("scope_expired")
+    # Approvals only narrow.
+    run = request(coordinator, desk, "--action", "screenshot")
+    pending = coordinator.cli_json("approvals", "list")["approvals"]
+    [mine] = [a for a in pending if a["runId"] == run["id"]]
+    done = coordinator.cli("approvals", "approve", mine["id"], "--action", "type", check=False)
+    assert done.returncode == 2 and "only narrows" in done.stderr
+
+
+def test_a_secret_is_typed_but_never_journaled(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
+) -> None:
+    value = "hunter2-Ü"
+    done = coordinator.cli("secrets", "set", "PIN", input_text=value + "\n")
+    assert done.returncode == 0, done.stderr
+    run = request(coordinator, desk)
+    approve(coordinator, run["id"])
+    click_field(coordinator, run["id"])
+    typed = ok(coordinator, run["id"], "type", "--text", "pin {{secret:PIN}}!")
+    assert value not in json.dumps(typed, ensure_ascii=False)
+    ok(coordinator, run["id"], "key", "--key", "Return")
+    assert submitted(desktop_site, 1) == [f"pin {value}!"]
+    history = json.dumps(journal(coordinator, run["id"]), ensure_ascii=False)
+    assert "{{secret:PIN}}" in history and value not in history
+    assert refused(coordinator, run["id"], "type", "--text", "{{secret:NOPE}}")["code"] == (
+        "unknown_secret"
+    )
+
+
+LONG = "abcdefghij" * 60
+
+
+def _type_in_background(
+    coordinator: CoordinatorProcess, run_id: str
+) -> tuple[threading.Thread, list[tuple[int, dict[str, Any], str]]]:
+    out: list[tuple[int, dict[str, Any], str]] = []
+    thread = threading.Thread(
+        target=lambda: out.append(
+            act(coordinator, run_id, "type", "--text", LONG, "--args", '{"interval": 0.01}')
+        ),
+        daemon=True,
+    )
+    thread.start()
+    return thread, out
+
+
+def _wait_typing(coordinator: CoordinatorProcess, run_id: str) -> None:
+    def started() -> bool:
+        actions = coordinator.cli_json("runs", "show", run_id)["actions"]
+        return any(a["kind"] == "desktop.type" and a["status"] == "STARTED" for a in actions)
+
+    wait_until(started, 15, 0.05, "typing to start")
+    time.sleep(0.3)
+
+
+def test_the_kill_switch_stops_typing_and_holds_until_released_and_reapproved(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
+) -> None:
+    run = request(coordinator, desk)
+    approve(coordinator, run["id"])
+    click_field(coordinator, run["id"])
+    thread, out = _type_in_background(coordinator, run["id"])
+    _wait_typing(coordinator, run["id"])
+    kill = coordinator.cli_json("kill", "engage", "--worker", desk.worker_id, "--reason", "test")
+    thread.join(60)
+    [(code, doc, _)] = out
+    assert code == EXIT_NOT_DONE and "kill switch" in doc["error"], doc
+    status = wait_until(
+        lambda: (
+            (k := coordinator.cli_json("kill", "status")["switches"]) and k[0]["acknowledged"] and k
+        ),
+        10,
+        0.1,
+        "the worker's acknowledgement",
+    )
+    assert status[0]["acknowledged"] == [desk.worker_id] and not status[0]["unacknowledged"]
+    # While engaged, nothing starts; the run waits for authority.
+    assert refused(coordinator, run["id"], "key", "--key", "Return")["code"] == "kill_switch"
+    shown = coordinator.cli_json("runs", "show", run["id"])
+    assert shown["waiting"]["code"] == "kill_switch"
+    coordinator.cli("kill", "release", "--id", kill["id"], "--reason", "done")
+    # Released is not re-approved.
+    assert refused(coordinator, run["id"], "key", "--key", "Return")["code"] == "not_approved"
+    approve(coordinator, run["id"])
+    ok(coordinator, run["id"], "key", "--key", "Return")
+    [text] = submitted(desktop_site, 1)
+    assert LONG.startswith(text) and 0 < len(text) < len(LONG), len(text)
+    # Stopped within one chunk of the kill: what reached the page is what the worker reported.
+    typed = json.loads(json.dumps(doc))
+    assert f"{len(text)} of {len(LONG)}" in typed["error"] or str(len(text)) in typed["error"]
+    kinds = [e["kind"] for e in journal(coordinator, run["id"])]
+    assert "kill.engaged" in kinds and "kill.released" in kinds
+
+
+def test_a_worker_cut_off_from_its_coordinator_stops_input(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
+) -> None:
+    run = request(coordinator, desk)
+    approve(coordinator, run["id"])
+    click_field(coordinator, run["id"])
+    thread, _ = _type_in_background(coordinator, run["id"])
+    _wait_typing(coordinator, run["id"])
+    coordinator.kill()
+    thread.join(60)
+    time.sleep(1.0)
+    typed_after_cut = desktop_site.snapshot()
+    coordinator.start(port=int(coordinator.address.rsplit(":", 1)[1]))
+    desk.wait_online(60)
+    # The worker came back on a new session: the old approval no longer holds.
+    assert refused(coordinator, run["id"], "key", "--key", "Return")["code"] == (
+        "reapproval_needed"
+    )
+    approve(coordinator, run["id"])
+    ok(coordinator, run["id"], "key", "--key", "Return")
+    [text] = submitted(desktop_site, 1)
+    assert LONG.startswith(text) and 0 < len(text) < len(LONG), len(text)
+    assert typed_after_cut[0] == []
+
+
+def test_a_person_at_the_desk_pauses_input_until_told_to_continue(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, xvfb: Xvfb, desktop_site: DesktopSite
+) -> None:
+    run = request(coordinator, desk)
+    approve(coordinator, run["id"])
+    mx, my = center(MARKER)
+    ok(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
+    subprocess.run(["xdotool", "mousemove", "30", "700"], env=xvfb.env, check=True)
+    doc = refused(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
+    assert doc["code"] == "human_active"
+    shown = coordinator.cli_json("runs", "show", run["id"])
+    assert shown["waiting"]["code"] == "human_active"
+    assert refused(coordinator, run["id"], "left_click", "--x", mx, "--y", my)["code"] == (
+        "human_active"
+    )
+    coordinator.cli("desktop", "continue", run["id"])
+    ok(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
+    clicks = [e for e in desktop_site.snapshot()[1] if e["type"] == "click"]
+    assert len(clicks) == 2
+
+
+def test_one_controller_at_a_time(coordinator: CoordinatorProcess, desk: WorkerProcess) -> None:
+    first = request(coordinator, desk)
+    approve(coordinator, first["id"])
+    ok(coordinator, first["id"], "screenshot")
+    second = request(coordinator, desk)
+    approve(coordinator, second["id"])
+    shown = coordinator.cli_json("runs", "show", second["id"])
+    assert shown["status"] == "WAITING_FOR_ENVIRONMENT"
+    assert (
+        shown["waiting"]["code"] == "input_lease_held" and first["id"] in shown["waiting"]["detail"]
+    )
+    assert refused(coordinator, second["id"], "screenshot")["code"] == "input_lease_held"
+    coordinator.cli("runs", "cancel", first["id"])
+    ok(coordinator, second["id"], "screenshot")
