@@ -75,11 +75,12 @@ class ActResult:
 # ------------------------------------------------------------------------------ the ledger
 
 
-def _approval_waiting(approval: ApprovalRow) -> tuple[str, str]:
+def approval_waiting(approval: ApprovalRow) -> tuple[str, str]:
     return (
         ledger.NEEDS_APPROVAL,
-        f"approval {approval.id} waits for an answer: desktop control of worker"
-        f" {approval.worker_id}, {Scope.from_json(approval.requested).describe()}"
+        f"approval {approval.id} waits for an answer: "
+        + ("desktop control" if approval.kind == KIND else "research in a visible browser")
+        + f" on worker {approval.worker_id}, {Scope.from_json(approval.requested).describe()}"
         f" (deskfleet approvals approve {approval.id})",
     )
 
@@ -136,7 +137,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
         return []
     if approval.status == PENDING:
         ledger.set_status(
-            s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=_approval_waiting(approval)
+            s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(approval)
         )
     elif approval.status == APPROVED:
         if _expired(approval, ctx.now):
@@ -196,21 +197,28 @@ def ask_again(
     s: Session, run: RunRow, previous: ApprovalRow, why: str, ctx: Context
 ) -> ApprovalRow:
     """A new pending approval for the same scope as was first requested."""
-    fresh = _new_approval(run, previous.worker_id, previous.requested, previous.reason, ctx.now)
+    fresh = new_approval(
+        run, previous.worker_id, previous.requested, previous.reason, ctx.now, previous.kind
+    )
     s.add(fresh)
     ledger.record(s, run, ctx, "approval.requested", approval=fresh.id, again=True, why=why)
-    ledger.set_status(s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=_approval_waiting(fresh))
+    ledger.set_status(s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(fresh))
     return fresh
 
 
-def _new_approval(
-    run: RunRow, worker_id: str, requested: dict[str, Any], reason: str, now: float
+def new_approval(
+    run: RunRow,
+    worker_id: str,
+    requested: dict[str, Any],
+    reason: str,
+    now: float,
+    kind: str = KIND,
 ) -> ApprovalRow:
     return ApprovalRow(
         id=new_id("apr"),
         run_id=run.id,
         owner_id=run.owner_id,
-        kind=KIND,
+        kind=kind,
         worker_id=worker_id,
         status=PENDING,
         requested=requested,
@@ -414,7 +422,7 @@ class Desktop:
             )
             s.add(run)
             s.flush()
-            approval = _new_approval(run, worker_id, asked.to_json(), reason, now)
+            approval = new_approval(run, worker_id, asked.to_json(), reason, now)
             s.add(approval)
             ledger.record(s, run, ctx, "run.submitted", owner=who.id, title=run.title, kind=KIND)
             ledger.record(
@@ -429,7 +437,7 @@ class Desktop:
                 by=who.id,
             )
             ledger.set_status(
-                s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=_approval_waiting(approval)
+                s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(approval)
             )
             created.append(RunView(run))
             return []
@@ -476,18 +484,22 @@ class Desktop:
                 raise FailedPreconditionError(f"run {run.id} is {run.status}: nothing to approve")
             approval.answered_by, approval.answered_at = who.id, ctx.now
             approval.answer = reason
+            orders: list[Order] = []
             if grant is None:
                 approval.status = DENIED
                 ledger.record(
                     s, run, ctx, "approval.denied", approval=approval.id, by=who.id, reason=reason
                 )
-                ledger.set_status(
-                    s,
-                    run,
-                    ctx,
-                    ledger.CANCELLED,
-                    stop_reason=f"approval_denied by {who.name}: {reason or 'no reason given'}",
-                )
+                if approval.kind != KIND:  # another kind of run decides what a "no" means
+                    orders = ledger.advance(s, run, ctx)
+                else:
+                    ledger.set_status(
+                        s,
+                        run,
+                        ctx,
+                        ledger.CANCELLED,
+                        stop_reason=f"approval_denied by {who.name}: {reason or 'no reason given'}",
+                    )
             else:
                 granted = scope.narrowed(Scope.from_json(approval.requested), *grant)
                 approval.status = APPROVED
@@ -504,10 +516,12 @@ class Desktop:
                     expires_at=approval.expires_at,
                     reason=reason,
                 )
-                advance(s, run, ctx)
+                orders = (
+                    advance(s, run, ctx) if approval.kind == KIND else ledger.advance(s, run, ctx)
+                )
             s.flush()
             answered.append(approval)
-            return []
+            return orders
 
         await self._dispatcher.run_unit(unit)
         return answered[0]
@@ -668,6 +682,7 @@ class Desktop:
             row = queries.artifact(s, run_id, sha256)
             if row is None:
                 raise NotFoundError(f"run {run_id} has no artifact {sha256}")
+            _ = row.data  # deferred: loaded while the session is open
             return row
 
         return await self._db.read(unit)

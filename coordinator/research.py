@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import ledger, research_report
+from coordinator import fallback, ledger, research_report
 from coordinator.research_report import APP_KIND, excerpts
 from coordinator.runs import Plan, PlannedAction
 from coordinator.store import runs as run_queries
@@ -290,11 +290,11 @@ def route_unit(
     routes = [r for r in run.spec.get("routes") or [HEADLESS | {"name": "headless"}]]
     for route in (r for r in routes if not r.get("app")):
         if route.get("needs_approval"):
-            notes.append(
-                f"route {route['name']}: {route['capability']} research needs an approved"
-                " desktop scope, which this coordinator cannot grant yet"
-            )
-            return None, ledger.NEEDS_APPROVAL, "; ".join(notes)
+            worker, code, detail = fallback.route(s, run, action, route, ctx)
+            if worker is not None or code == ledger.SKIPPED:
+                return worker, code, detail
+            notes.append(f"route {route['name']}: {detail}")
+            return None, code, "; ".join(notes)
         wanted = {"capability": route["capability"]}
         if route.get("labels"):
             wanted["labels"] = route["labels"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -22,7 +23,7 @@ from PIL import Image
 
 from tests.conftest import require
 from tests.desktop_site import FIELD, MARKER, DesktopSite
-from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, journal, wait_until
+from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, journal, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -410,3 +411,33 @@ def test_one_controller_at_a_time(coordinator: CoordinatorProcess, desk: WorkerP
     assert refused(coordinator, second["id"], "screenshot")["code"] == "input_lease_held"
     coordinator.cli("runs", "cancel", first["id"])
     ok(coordinator, second["id"], "screenshot")
+
+
+def test_the_local_kill_switch_stops_input_from_the_desk(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, xvfb: Xvfb
+) -> None:
+    run = request(coordinator, desk)
+    approve(coordinator, run["id"])
+    mx, my = center(MARKER)
+    ok(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
+    # The person at the desk presses the hotkey: a KILL file appears in the state directory.
+    subprocess.run(["xdotool", "key", "ctrl+alt+shift+k"], env=xvfb.env, check=True)
+    kill_file = desk.state_dir / "KILL"
+    wait_until(kill_file.exists, 10, 0.05, "the local kill switch")
+    doc = refused(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
+    assert doc["code"] == "kill_switch" and "local kill switch" in doc["error"]
+    ok(coordinator, run["id"], "screenshot")  # looking is not input
+    released = subprocess.run(
+        [str(BIN / "deskfleet-worker"), "kill", "release", "--state-dir", str(desk.state_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "released" in released.stdout and not kill_file.exists()
+    ok(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
+    # SIGUSR1 engages it too.
+    desk.signal(signal.SIGUSR1)
+    wait_until(kill_file.exists, 10, 0.05, "the local kill switch by signal")
+    assert refused(coordinator, run["id"], "left_click", "--x", mx, "--y", my)["code"] == (
+        "kill_switch"
+    )

@@ -20,6 +20,7 @@ from tests.harness import (
     STOPPED,
     CoordinatorProcess,
     WorkerProcess,
+    Xvfb,
     journal,
     submit,
     wait_run,
@@ -175,16 +176,87 @@ def test_a_worker_killed_mid_research_has_its_units_rerun_elsewhere(
     assert all(s["evidence"] for s in report["sources"])
 
 
-def test_research_without_a_headless_worker_waits_for_the_fallback_route_with_the_reason(
+def test_research_without_a_headless_worker_or_a_desktop_says_what_is_missing(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
 ) -> None:
     workers("no-browser", extra_args=("--chromium", "/nonexistent/chromium")).wait_online()
     run = coordinator.cli_json("research", "lens", "--url", f"{site}/varn/lens.html")
-    waiting = wait_run(coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_AUTHORITY", 20)
-    assert waiting["waiting"]["code"] == "needs_approval"
+    waiting = wait_run(
+        coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_ENVIRONMENT", 20
+    )
+    assert waiting["waiting"]["code"] == "no_eligible_worker"
     detail = waiting["waiting"]["detail"]
     assert "route headless: needs capability headless" in detail
-    assert "route desktop: computer_use research needs an approved desktop scope" in detail
+    assert "route desktop: no desktop offers computer_use" in detail
+
+
+def _desktop_only_worker(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], xvfb: Xvfb
+) -> WorkerProcess:
+    """A desktop whose token grants Computer Use only: no headless route can use it."""
+    desk = workers("desk", display_env=xvfb.env, start=False)
+    assert desk.enroll(coordinator.create_token("--capability", "computer_use")).returncode == 0
+    desk.start().wait_online()
+    return desk
+
+
+def test_without_a_headless_worker_research_runs_on_an_approved_desktop(
+    coordinator: CoordinatorProcess,
+    workers: Callable[..., WorkerProcess],
+    xvfb: Xvfb,
+    site: str,
+) -> None:
+    desk = _desktop_only_worker(coordinator, workers, xvfb)
+    urls = [f"{site}/varn/lens.html", f"{site}/varn/keepers.html"]
+    run = coordinator.cli_json("research", "lens", *(f"--url={u}" for u in urls))
+    waiting = wait_run(coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_AUTHORITY", 20)
+    assert waiting["waiting"]["code"] == "needs_approval"
+    assert "route headless: needs capability headless" in waiting["waiting"]["detail"]
+    # A connected desktop grants nothing: it waits for a person's answer.
+    time.sleep(1.5)
+    assert coordinator.cli_json("runs", "show", run["id"])["status"] == "WAITING_FOR_AUTHORITY"
+    [approval] = [
+        a for a in coordinator.cli_json("approvals", "list")["approvals"] if a["runId"] == run["id"]
+    ]
+    assert approval["kind"] == "research" and approval["workerId"] == desk.worker_id
+    coordinator.cli("approvals", "approve", approval["id"])
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 90)
+    assert done["status"] == "SUCCEEDED", done
+    report = next(
+        e["data"] for e in journal(coordinator, run["id"]) if e["kind"] == "research.report"
+    )
+    sources = {s["url"]: s for s in report["sources"]}
+    assert set(sources) == set(urls)
+    assert {s["worker"] for s in sources.values()} == {desk.worker_id}
+    lens = sources[f"{site}/varn/lens.html"]
+    assert lens["evidence"] and FACTS["/varn/lens.html"] + "." in lens["excerpts"]
+    # Each page was read in a visible browser on the desk, not its headless one.
+    for event in journal(coordinator, run["id"]):
+        if event["kind"] == "receipt":
+            entry = coordinator.cli_json("journal", "read", run["id"], "--seq", str(event["seq"]))
+            assert json.loads(entry["text"])["result"]["browser"] == "visible"
+
+
+def test_a_denied_desktop_fallback_ends_the_research_with_what_it_has(
+    coordinator: CoordinatorProcess,
+    workers: Callable[..., WorkerProcess],
+    xvfb: Xvfb,
+    site: str,
+) -> None:
+    _desktop_only_worker(coordinator, workers, xvfb)
+    run = coordinator.cli_json("research", "lens", "--url", f"{site}/varn/lens.html")
+    wait_run(coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_AUTHORITY", 20)
+    [approval] = [
+        a for a in coordinator.cli_json("approvals", "list")["approvals"] if a["runId"] == run["id"]
+    ]
+    coordinator.cli("approvals", "deny", approval["id"], "--reason", "not on this desk")
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 30)
+    report = next(
+        e["data"] for e in journal(coordinator, run["id"]) if e["kind"] == "research.report"
+    )
+    assert report["sources"] == [] or not any(s["evidence"] for s in report["sources"])
+    assert any("denied: not on this desk" in str(k) for k in report["skipped"]), report
+    assert done["status"] == "SUCCEEDED"
 
 
 def test_the_routing_policy_orders_routes_and_owners_can_override_it(

@@ -391,7 +391,11 @@ async def test_cancel_stops_a_running_attempt(executor: ActionExecutor) -> None:
     executor.cancel(worker_pb2.CancelAction(action_id="act_a", attempt_id="att_1", reason="user"))
     receipt = await stream.next("receipt")
     assert time.monotonic() - cancelled_at < 0.5
-    assert (receipt.status, receipt.error) == ("cancelled", "ActionCancelled: user")
+    # Why it was cancelled, then what the handler had done by then.
+    assert (receipt.status, receipt.error) == (
+        "cancelled",
+        "ActionCancelled: user; cancelled while sleeping",
+    )
     assert stream.queue.empty()  # one start and one receipt: the duplicate never ran
 
 
@@ -417,7 +421,7 @@ async def test_an_attempt_past_its_timeout_is_cancelled(executor: ActionExecutor
     receipt = await stream.next("receipt")
     assert (receipt.status, receipt.error) == (
         "cancelled",
-        "ActionCancelled: timed out after 0.2 s",
+        "ActionCancelled: timed out after 0.2 s; cancelled while sleeping",
     )
 
 

@@ -218,7 +218,11 @@ class ActionLog:
             raise InvalidArgumentError(f"artifact id {sha256!r} is not a sha256")
         path = self.artifacts_dir / f"{sha256}.bin"
         if not path.exists():
-            _write_bytes_durably(path, data)
+            # Written whole (rename) but not synced: a screenshot lost to a power cut costs a
+            # new screenshot, while an fsync of every frame costs every frame its latency.
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
         return StoredArtifact(sha256, media_type, width, height, str(path))
 
     def finish(self, receipt: ReceiptRecord) -> None:

@@ -33,6 +33,8 @@ from worker_agent.connection import WorkerConnection
 from worker_agent.desktop.actions import DesktopActions
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
 from worker_agent.executor import ActionExecutor
+from worker_agent.hotkey import DEFAULT_HOTKEY
+from worker_agent.hotkey import listen as listen_for_hotkey
 from worker_agent.input_guard import InputGuard
 from worker_agent.research_app import ResearchApps, parse_apps
 from worker_agent.state import StateDir, WorkerIdentity
@@ -75,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=COMMAND",
         help="offer an external research command for app routes (repeatable; JSON on stdin"
         " and stdout, see worker_agent/research_app.py)",
+    )
+    run.add_argument(
+        "--kill-hotkey",
+        default=DEFAULT_HOTKEY,
+        help=f"the local kill switch's hotkey on X11 (default {DEFAULT_HOTKEY}; 'none' for none)",
     )
     run.add_argument("--log-level", default="INFO")
 
@@ -171,12 +178,24 @@ async def _run(args: argparse.Namespace) -> None:
     # The browser starts with the first browser action, not with the worker.
     browser = BrowserService(args.chromium)
     registry = default_registry()
-    BrowserActions(browser).register(registry)
+    # The research fallback's visible browser, on this desktop's display, started on first use.
+    visible = None if args.no_computer_use else BrowserService(args.chromium, visible=True)
+    BrowserActions(browser, visible).register(registry)
     apps.register(registry)
     if not args.no_computer_use:
         DesktopActions().register(registry)
     guard = InputGuard(args.state_dir)
     guard.install_signal()
+    if not args.no_computer_use and args.kill_hotkey != "none":
+        why_not = listen_for_hotkey(
+            args.kill_hotkey,
+            lambda: guard.engage_local(f"engaged by the hotkey {args.kill_hotkey}"),
+        )
+        log_ = logging.getLogger("deskfleet.worker")
+        if why_not:
+            log_.info("no kill hotkey (%s): SIGUSR1 and `deskfleet-worker kill` remain", why_not)
+        else:
+            log_.info("kill hotkey %s engages the local kill switch", args.kill_hotkey)
     actions = ActionExecutor(ActionLog(args.state_dir / "actions"), registry, guard=guard)
     connection = WorkerConnection(
         identity,
@@ -196,6 +215,8 @@ async def _run(args: argparse.Namespace) -> None:
     finally:
         actions.close()
         await asyncio.to_thread(browser.close)
+        if visible is not None:
+            await asyncio.to_thread(visible.close)
 
 
 def _kill(args: argparse.Namespace) -> str:

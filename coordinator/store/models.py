@@ -239,7 +239,8 @@ class ArtifactRow(Base):
     size: Mapped[int] = mapped_column(Integer)
     width: Mapped[int] = mapped_column(Integer)
     height: Mapped[int] = mapped_column(Integer)
-    data: Mapped[bytes] = mapped_column(LargeBinary)
+    # Loaded only when asked for: listing a run's artifacts must not read their bytes.
+    data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
     created_at: Mapped[float] = mapped_column(Float)
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote_plus
 import trafilatura
 from playwright.async_api import Page
 
-from worker_agent.actions import ActionContext, ActionFailed, ActionRegistry
+from worker_agent.actions import ActionContext, ActionFailed, ActionRefused, ActionRegistry
 from worker_agent.browser.navigation import Navigation, navigate
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.service import BrowserService, Pages
@@ -105,8 +105,9 @@ def _without_page(nav: Navigation) -> dict[str, Any]:
 
 
 class BrowserActions:
-    def __init__(self, service: BrowserService) -> None:
+    def __init__(self, service: BrowserService, visible: BrowserService | None = None) -> None:
         self._service = service
+        self._visible = visible
 
     def register(self, registry: ActionRegistry) -> None:
         registry.register("browser.fetch", self.fetch)
@@ -117,10 +118,19 @@ class BrowserActions:
         policy = BrowserPolicy.from_args(args.get("policy"))
         started = time.monotonic()
         budget = ctx.timeout or policy.timeout * 3
-        result: dict[str, Any] = self._service.run(
-            lambda c: make(c, policy), ctx.run_id, ctx, budget
-        )
+        service = self._service
+        if args.get("visible"):
+            # The desktop fallback: on a person's screen, so only under an approval the
+            # coordinator checked and never while a kill switch or a lost link blocks input.
+            if self._visible is None:
+                raise ActionRefused("this worker offers no visible browser", code="no_display")
+            blocked = ctx.input_blocked()
+            if blocked is not None:
+                raise ActionRefused(f"desktop use is blocked: {blocked}", code="kill_switch")
+            service = self._visible
+        result: dict[str, Any] = service.run(lambda c: make(c, policy), ctx.run_id, ctx, budget)
         result = _extract(result, policy)
+        result["browser"] = "visible" if service is self._visible else "headless"
         result["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
         return result
 

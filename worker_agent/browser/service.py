@@ -50,9 +50,12 @@ class Pages:
 
 
 class BrowserService:
-    def __init__(self, chromium: str, max_pages: int = 4) -> None:
+    def __init__(self, chromium: str, max_pages: int = 4, *, visible: bool = False) -> None:
         self.chromium = chromium
         self.max_pages = max_pages
+        # A visible browser is the research fallback on a desktop: a window a person can watch
+        # on the worker's display (--test-type keeps Chromium's infobar from shifting pages).
+        self.visible = visible
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -133,7 +136,9 @@ class BrowserService:
         try:
             self._playwright = await async_playwright().start()
             self._browser = await self._playwright.chromium.launch(
-                executable_path=self.chromium, args=CHROMIUM_ARGS
+                executable_path=self.chromium,
+                args=[*CHROMIUM_ARGS, "--test-type"] if self.visible else CHROMIUM_ARGS,
+                headless=not self.visible,
             )
             self._pages = asyncio.Semaphore(self.max_pages)
             ready.set_result(None)
