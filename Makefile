@@ -19,12 +19,14 @@ bench: setup
 	.venv/bin/python bench/runs.py
 	.venv/bin/python bench/kill_switch.py
 	.venv/bin/python bench/screenshot.py
+	.venv/bin/python bench/research.py
 
 bench-quick: setup
 	.venv/bin/python bench/fleet_status.py --quick
 	.venv/bin/python bench/runs.py --quick
 	.venv/bin/python bench/kill_switch.py --quick
 	.venv/bin/python bench/screenshot.py --quick
+	.venv/bin/python bench/research.py --quick
 
 # ruff and mypy (strict) on the hand-written code; CI runs this too.
 lint: setup

@@ -96,11 +96,31 @@ echo "local site: $SITE (the lighthouses of the Isle of Varn)"
 "$BIN/deskfleet" research "lighthouse files" --url "$SITE/varn/lens.html" \
   --url "$SITE/files/report.pdf" --url "$SITE/challenge" --wait | sed -n '/^evidence/,$p'
 
-step "10. a used token is refused"
+if [ ${#WORKER_ENV[@]} -gt 0 ]; then
+  step "10. desktop control: request, approve (narrowed), act, kill switch"
+  DESK=$("$BIN/deskfleet" desktop request --worker "$WORKER_ID" --action screenshot \
+    --action mouse_move --action left_click --ttl 5m --max-actions 10 \
+    --reason "demo: look at the screen" --json)
+  DESK_RUN=$(echo "$DESK" | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  "$BIN/deskfleet" approvals list
+  "$BIN/deskfleet" desktop act "$DESK_RUN" screenshot || echo "(refused: nobody has approved yet)"
+  APPROVAL=$("$BIN/deskfleet" approvals list --json | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["approvals"][0]["id"])')
+  "$BIN/deskfleet" approvals approve "$APPROVAL" --action screenshot --action mouse_move --max-actions 5
+  "$BIN/deskfleet" desktop act "$DESK_RUN" screenshot --space 640x400 --out "$STATE/screen.png"
+  "$BIN/deskfleet" desktop act "$DESK_RUN" left_click --x 10 --y 10 || echo "(refused: not in the approved scope)"
+  "$BIN/deskfleet" kill engage --worker "$WORKER_ID" --reason "demo"
+  sleep 0.5
+  "$BIN/deskfleet" kill status
+  "$BIN/deskfleet" desktop act "$DESK_RUN" mouse_move --x 20 --y 20 || echo "(refused: the kill switch is engaged)"
+  "$BIN/deskfleet" kill release --worker "$WORKER_ID" --reason "demo over"
+  "$BIN/deskfleet" runs show "$DESK_RUN"
+fi
+
+step "11. a used token is refused"
 "$BIN/deskfleet-worker" enroll --coordinator "$DESKFLEET_COORDINATOR" --token "$TOKEN" \
   --state-dir "$STATE/worker2" || echo "(refused, as it should be)"
 
-step "11. revoke the worker: it is cut off at once"
+step "12. revoke the worker: it is cut off at once"
 "$BIN/deskfleet" workers revoke "$WORKER_ID"
 sleep 1
 tail -n 1 "$STATE/worker.log"

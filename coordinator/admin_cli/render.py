@@ -242,6 +242,11 @@ def scope_text(scope: dict[str, Any]) -> str:
     )
 
 
+def _answered_scope(approval: dict[str, Any]) -> dict[str, Any]:
+    granted: dict[str, Any] = approval.get("granted") or {}
+    return granted if granted.get("actions") else approval.get("requested") or {}
+
+
 def approval_rows(approvals: list[dict[str, Any]]) -> str:
     return table(
         ["ID", "RUN", "WORKER", "STATUS", "SCOPE", "REASON", "REQUESTED"],
@@ -251,7 +256,7 @@ def approval_rows(approvals: list[dict[str, Any]]) -> str:
                 a["runId"],
                 a["workerId"],
                 a["status"],
-                scope_text(a.get("granted") or a.get("requested") or {}),
+                scope_text(_answered_scope(a)),
                 a.get("reason"),
                 a.get("requestedAt"),
             ]
