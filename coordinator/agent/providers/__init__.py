@@ -1,0 +1,92 @@
+"""Model providers behind the one `Model` protocol (coordinator/agent/conversation.py).
+
+`open_model("PROVIDER:MODEL")` picks one:
+
+    anthropic:MODEL    the Anthropic Messages API, with its computer-use tool
+                       ANTHROPIC_API_KEY (required), ANTHROPIC_BASE_URL (https://api.anthropic.com)
+    openai:MODEL       the OpenAI Responses API, with its computer_use_preview tool
+                       OPENAI_API_KEY (required), OPENAI_BASE_URL (https://api.openai.com/v1)
+    openai-chat:MODEL  any OpenAI-compatible chat-completions server, computer as a function
+                       OPENAI_BASE_URL, OPENAI_API_KEY — the key is optional when the base URL
+                       is not api.openai.com: local servers (llama.cpp, vLLM, Ollama) take none
+    scripted:PATH      replays the JSON script at PATH (providers/scripted.py): tests, demos
+
+Opening a model checks its configuration and calls nothing: a missing key or an unknown
+provider is a ModelConfigError at submit time, never a surprise on the first step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from coordinator.agent.conversation import Model, ModelConfigError
+from coordinator.agent.providers.anthropic import AnthropicModel
+from coordinator.agent.providers.openai_chat import OpenAIChatModel
+from coordinator.agent.providers.openai_responses import OpenAIResponsesModel
+from coordinator.agent.providers.scripted import ScriptedModel
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+PROVIDERS = ("anthropic", "openai", "openai-chat", "scripted")
+
+__all__ = [
+    "PROVIDERS",
+    "AnthropicModel",
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
+    "ScriptedModel",
+    "open_model",
+]
+
+
+def open_model(spec: str, env: Mapping[str, str] = os.environ) -> Model:
+    """The model named by `PROVIDER:MODEL`, configured from `env`; nothing is called yet."""
+    provider, sep, model = spec.partition(":")
+    provider, model = provider.strip(), model.strip()
+    if not sep or not model:
+        raise ModelConfigError(
+            f"model {spec!r}: expected PROVIDER:MODEL with PROVIDER one of {', '.join(PROVIDERS)}"
+        )
+    if provider == "anthropic":
+        return AnthropicModel(
+            model,
+            api_key=_key(env, "ANTHROPIC_API_KEY", provider),
+            base_url=_base_url(env, "ANTHROPIC_BASE_URL", ANTHROPIC_BASE_URL),
+        )
+    if provider == "openai":
+        return OpenAIResponsesModel(
+            model,
+            api_key=_key(env, "OPENAI_API_KEY", provider),
+            base_url=_base_url(env, "OPENAI_BASE_URL", OPENAI_BASE_URL),
+        )
+    if provider == "openai-chat":
+        base_url = _base_url(env, "OPENAI_BASE_URL", OPENAI_BASE_URL)
+        key = env.get("OPENAI_API_KEY", "").strip()
+        if not key and urlsplit(base_url).hostname == urlsplit(OPENAI_BASE_URL).hostname:
+            raise ModelConfigError(
+                "openai-chat: OPENAI_API_KEY is not set (it may be left out only when "
+                "OPENAI_BASE_URL points at a local server)"
+            )
+        return OpenAIChatModel(model, base_url=base_url, api_key=key)
+    if provider == "scripted":
+        return ScriptedModel.from_file(model)
+    raise ModelConfigError(
+        f"model {spec!r}: unknown provider {provider!r} (expected one of {', '.join(PROVIDERS)})"
+    )
+
+
+def _key(env: Mapping[str, str], variable: str, provider: str) -> str:
+    key = env.get(variable, "").strip()
+    if not key:
+        raise ModelConfigError(f"{provider}: {variable} is not set")
+    return key
+
+
+def _base_url(env: Mapping[str, str], variable: str, default: str) -> str:
+    url = env.get(variable, "").strip() or default
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ModelConfigError(f"{variable}={url!r} is not an http(s) URL")
+    return url.rstrip("/")
