@@ -110,6 +110,12 @@ def _worker_action(rpc: str, verb: str) -> Command:
     return run
 
 
+def _mcp(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    from coordinator.admin_cli import mcp_server  # the SDK takes a second or two to import
+
+    mcp_server.serve(client)
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--coordinator", help="HOST:PORT (env DESKFLEET_COORDINATOR)")
@@ -153,6 +159,7 @@ def _parser() -> argparse.ArgumentParser:
 
     leaf(sub, "status", _status, "fleet status: workers online by capability")
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
+    leaf(sub, "mcp", _mcp, "serve the fleet as MCP tools on stdio (for agent applications)")
 
     runs_commands.add_parsers(sub, leaf)
     desktop_commands.add_parsers(sub, leaf)

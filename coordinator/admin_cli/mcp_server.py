@@ -1,0 +1,296 @@
+"""`deskfleet mcp`: the fleet as MCP tools on stdio, for any agent application.
+
+Every tool is a call to the coordinator's RPCs under the caller's own credential, so what an
+agent does through it is authorized, limited and journaled exactly like the CLI's commands.
+Coordinator errors come back as tool errors (`isError`) carrying their one-line reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from anyio import to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
+from pydantic import Field
+
+from coordinator.admin_cli import render
+from coordinator.admin_cli.client import CoordinatorClient
+from coordinator.admin_cli.runs_commands import ACTIVE, _report
+from shared import __version__
+from shared.errors import DeskfleetError
+from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+
+DesktopAction = Literal[
+    "screenshot",
+    "cursor_position",
+    "mouse_move",
+    "left_click",
+    "right_click",
+    "middle_click",
+    "double_click",
+    "left_click_drag",
+    "scroll",
+    "type",
+    "key",
+    "wait",
+]
+RunId = Annotated[str, Field(description="a run id, as returned by research or desktop_request")]
+INSTRUCTIONS = (
+    "Tools of a deskfleet coordinator: research on headless browsers, and control of a real "
+    "desktop under a person's approval and a kill switch. Every call is journaled under your "
+    "credential; recall a run's journal with journal_search and journal_read."
+)
+
+
+def _text(doc: Any) -> TextContent:
+    return TextContent(type="text", text=doc if isinstance(doc, str) else json.dumps(doc))
+
+
+def _error(text: str) -> CallToolResult:
+    return CallToolResult(content=[_text(text)], is_error=True)
+
+
+class FleetTools:
+    """The tools' bodies: blocking coordinator calls, run on worker threads by `build_server`."""
+
+    def __init__(self, client: CoordinatorClient) -> None:
+        self.client = client
+
+    def fleet_status(self) -> CallToolResult:
+        c = self.client
+        status = c.call(c.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest())
+        return CallToolResult(content=[_text(render.as_dict(status))])
+
+    def research(
+        self, query: str, urls: list[str] | None, max_sources: int, wait: bool
+    ) -> CallToolResult:
+        c = self.client
+        run = c.call(
+            c.runs.StartResearch,
+            runs_pb2.ResearchRequest(query=query, urls=urls or [], max_sources=max_sources),
+        )
+        # A run waiting for a person's approval may wait for hours: hand that back instead.
+        while wait and run.status in ACTIVE and run.status != "WAITING_FOR_AUTHORITY":
+            run = c.call(
+                c.runs.WaitRun, runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=30), timeout=45
+            )
+        return CallToolResult(content=[_text(self._run_summary(run))])
+
+    def _run_summary(self, run: runs_pb2.Run) -> dict[str, Any]:
+        doc: dict[str, Any] = {"runId": run.id, "status": run.status}
+        if run.stop_reason:
+            doc["stopReason"] = run.stop_reason
+        if run.waiting.code:
+            doc["waiting"] = {"code": run.waiting.code, "detail": run.waiting.detail}
+        if run.status not in ACTIVE:
+            doc["report"] = _report(self.client, run.id)
+        return doc
+
+    def desktop_request(
+        self,
+        worker: str,
+        actions: list[str],
+        ttl_seconds: float | None,
+        max_actions: int | None,
+        reason: str | None,
+    ) -> CallToolResult:
+        c = self.client
+        scope = desktop_pb2.DesktopScope(
+            actions=actions, ttl_seconds=ttl_seconds or 0, max_actions=max_actions or 0
+        )
+        run = c.call(
+            c.desktop.RequestDesktop,
+            desktop_pb2.RequestDesktopRequest(worker=worker, scope=scope, reason=reason or ""),
+        )
+        pending = c.call(
+            c.approvals.ListApprovals,
+            desktop_pb2.ListApprovalsRequest(status="pending", limit=1000),
+        )
+        approval = next((a for a in pending.approvals if a.run_id == run.id), None)
+        doc = {
+            "runId": run.id,
+            "status": run.status,
+            "waiting": render.as_dict(run.waiting),
+            "approval": render.as_dict(approval) if approval is not None else None,
+        }
+        return CallToolResult(content=[_text(doc)])
+
+    def desktop_act(self, run_id: str, action: str, args: dict[str, Any]) -> CallToolResult:
+        c = self.client
+        reply = c.call(
+            c.desktop.Act,
+            desktop_pb2.DesktopActRequest(
+                run_id=run_id, action=action, args_json=json.dumps(args), timeout_seconds=60
+            ),
+            timeout=75,
+        )
+        doc = render.as_dict(reply)
+        result_json = doc.pop("resultJson", "")
+        doc["result"] = json.loads(result_json) if result_json else None
+        if reply.status != "succeeded":
+            why = reply.code or reply.status
+            return _error(f"{why}: {reply.error or reply.status}\n{json.dumps(doc)}")
+        content: list[ContentBlock] = [_text(doc)]
+        for art in reply.artifacts:
+            if not art.media_type.startswith("image/"):
+                continue
+            data = c.call(
+                c.desktop.GetArtifact,
+                desktop_pb2.GetArtifactRequest(run_id=run_id, sha256=art.sha256),
+                timeout=60,
+            ).data
+            content.append(
+                ImageContent(
+                    type="image",
+                    data=base64.b64encode(data).decode("ascii"),
+                    mime_type=art.media_type,
+                )
+            )
+        return CallToolResult(content=content)
+
+    def journal_search(self, run_id: str, text: str, cursor: str | None) -> CallToolResult:
+        c = self.client
+        page = c.call(
+            c.journal.SearchJournal,
+            runs_pb2.SearchJournalRequest(run_id=run_id, text=text, cursor=cursor or ""),
+        )
+        return CallToolResult(content=[_text(render.as_dict(page))])
+
+    def journal_read(self, run_id: str, seq: int, offset: int) -> CallToolResult:
+        c = self.client
+        page = c.call(
+            c.journal.ReadEntry, runs_pb2.ReadEntryRequest(run_id=run_id, seq=seq, offset=offset)
+        )
+        return CallToolResult(content=[_text(render.as_dict(page))])
+
+    def run_status(self, run_id: str) -> CallToolResult:
+        c = self.client
+        run = c.call(c.runs.GetRun, runs_pb2.RunRef(id=run_id))
+        doc = render.as_dict(run)
+        if run.title.startswith("research: ") and run.status not in ACTIVE:
+            doc["report"] = _report(c, run.id)
+        return CallToolResult(content=[_text(doc)])
+
+
+async def _off_loop(body: Callable[[], CallToolResult]) -> CallToolResult:
+    """Run a blocking call on a worker thread; a coordinator error becomes a tool error."""
+    try:
+        return await to_thread.run_sync(body)
+    except DeskfleetError as exc:
+        return _error(exc.message)
+
+
+def build_server(client: CoordinatorClient) -> MCPServer[Any]:
+    """An MCP server whose tools call the coordinator through `client`."""
+    tools = FleetTools(client)
+    server: MCPServer[Any] = MCPServer(
+        "deskfleet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+    )
+
+    @server.tool()
+    async def fleet_status() -> CallToolResult:
+        """The fleet: workers online by capability, and each worker's state."""
+        return await _off_loop(tools.fleet_status)
+
+    @server.tool()
+    async def research(
+        query: Annotated[str, Field(description="what to find evidence for")],
+        urls: Annotated[
+            list[str] | None, Field(description="fetch these sources instead of searching")
+        ] = None,
+        max_sources: Annotated[int, Field(ge=0, description="sources to read (0 = 5)")] = 0,
+        wait: Annotated[bool, Field(description="wait for the evidence report")] = True,
+    ) -> CallToolResult:
+        """Research on headless browsers: sources with the sentences that match, by receipt."""
+        return await _off_loop(lambda: tools.research(query, urls, max_sources, wait))
+
+    @server.tool()
+    async def desktop_request(
+        worker: Annotated[str, Field(description="the worker id of the desktop")],
+        actions: Annotated[list[DesktopAction], Field(description="the actions to ask for")],
+        ttl_seconds: Annotated[
+            float | None, Field(gt=0, description="how long, once approved (default 600)")
+        ] = None,
+        max_actions: Annotated[
+            int | None, Field(gt=0, description="actions allowed (default 100)")
+        ] = None,
+        reason: Annotated[str | None, Field(description="why, shown to the approver")] = None,
+    ) -> CallToolResult:
+        """Ask for control of a desktop: opens a run that waits for a person's approval."""
+        return await _off_loop(
+            lambda: tools.desktop_request(worker, list(actions), ttl_seconds, max_actions, reason)
+        )
+
+    @server.tool()
+    async def desktop_act(
+        run_id: RunId,
+        action: DesktopAction,
+        x: int | None = None,
+        y: int | None = None,
+        to_x: int | None = None,
+        to_y: int | None = None,
+        text: Annotated[
+            str | None, Field(description="for type; {{secret:NAME}} types a stored secret")
+        ] = None,
+        key: Annotated[str | None, Field(description="for key: Return, ctrl+a, shift+Tab")] = None,
+        dx: int | None = None,
+        dy: int | None = None,
+        seconds: Annotated[float | None, Field(description="for wait")] = None,
+        space_width: Annotated[
+            int | None, Field(gt=0, description="coordinates and screenshots in this space")
+        ] = None,
+        space_height: Annotated[int | None, Field(gt=0)] = None,
+    ) -> CallToolResult:
+        """One action in an approved desktop run; returns its receipt (and the screenshot)."""
+        args: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("x", x),
+                ("y", y),
+                ("to_x", to_x),
+                ("to_y", to_y),
+                ("text", text),
+                ("key", key),
+                ("dx", dx),
+                ("dy", dy),
+                ("seconds", seconds),
+            )
+            if value is not None
+        }
+        if space_width and space_height:
+            args["space"] = {"width": space_width, "height": space_height}
+        return await _off_loop(lambda: tools.desktop_act(run_id, action, args))
+
+    @server.tool()
+    async def journal_search(
+        run_id: RunId,
+        text: Annotated[str, Field(description="text to find in the run's journal")],
+        cursor: Annotated[str | None, Field(description="continue from a previous page")] = None,
+    ) -> CallToolResult:
+        """Search a run's journal; an empty page with hasMore is not an absence."""
+        return await _off_loop(lambda: tools.journal_search(run_id, text, cursor))
+
+    @server.tool()
+    async def journal_read(
+        run_id: RunId,
+        seq: Annotated[int, Field(ge=1, description="the journal entry's sequence number")],
+        offset: Annotated[int, Field(ge=0, description="character offset into it")] = 0,
+    ) -> CallToolResult:
+        """A page of one journal entry's original text (exact; nextOffset -1 at the end)."""
+        return await _off_loop(lambda: tools.journal_read(run_id, seq, offset))
+
+    @server.tool()
+    async def run_status(run_id: RunId) -> CallToolResult:
+        """A run: state, stop or waiting reason, actions and receipts (a research report too)."""
+        return await _off_loop(lambda: tools.run_status(run_id))
+
+    return server
+
+
+def serve(client: CoordinatorClient) -> None:
+    """Serve the tools on stdin/stdout until the agent application closes them."""
+    build_server(client).run("stdio")

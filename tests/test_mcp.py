@@ -1,0 +1,153 @@
+"""`deskfleet mcp` driven by the MCP SDK's own stdio client, against a real coordinator, real
+workers (headless, and one on Xvfb) and the local web site."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.types import CallToolResult, ImageContent, TextContent
+from PIL import Image
+
+from scripts.local_site.server import FACTS
+from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, base_env
+
+pytestmark = pytest.mark.slow
+
+TOOLS = {
+    "fleet_status",
+    "research",
+    "desktop_request",
+    "desktop_act",
+    "journal_search",
+    "journal_read",
+    "run_status",
+}
+
+
+@asynccontextmanager
+async def mcp_session(coordinator: CoordinatorProcess) -> AsyncIterator[ClientSession]:
+    """`deskfleet mcp` as an agent application starts it: a subprocess on stdio."""
+    env = base_env(coordinator.workdir)
+    env["DESKFLEET_COORDINATOR"] = coordinator.address
+    env["DESKFLEET_TOKEN_FILE"] = str(coordinator.admin_token_file)
+    server = StdioServerParameters(command=str(BIN / "deskfleet"), args=["mcp"], env=env)
+    with (coordinator.workdir / "mcp.log").open("w") as errlog:
+        async with (
+            stdio_client(server, errlog=errlog) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=120) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+def text_of(result: CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+async def call_json(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, text_of(result)
+    return json.loads(text_of(result))
+
+
+async def test_tools_fleet_status_and_errors(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
+) -> None:
+    worker = workers("w")
+    worker.wait_online()
+    async with mcp_session(coordinator) as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == TOOLS
+        act = tools["desktop_act"].input_schema
+        assert act["required"] == ["run_id", "action"]
+        assert {"x", "y", "text", "key", "space_width", "space_height"} <= set(act["properties"])
+        assert "screenshot" in json.dumps(act["properties"]["action"])
+        assert tools["research"].input_schema["required"] == ["query"]
+        assert set(tools["research"].input_schema["properties"]) == {
+            "query",
+            "urls",
+            "max_sources",
+            "wait",
+        }
+        assert tools["desktop_request"].input_schema["required"] == ["worker", "actions"]
+        assert tools["journal_read"].input_schema["required"] == ["run_id", "seq"]
+        assert tools["fleet_status"].input_schema.get("required", []) == []
+
+        status = await call_json(session, "fleet_status")
+        [row] = [w for w in status["workers"] if w["id"] == worker.worker_id]
+        assert row["online"] and status["headlessOnline"] >= 1
+
+        for tool, arguments in (
+            ("journal_search", {"run_id": "nope", "text": "x"}),
+            ("run_status", {"run_id": "nope"}),
+        ):
+            result = await session.call_tool(tool, arguments)
+            assert result.is_error
+            assert "no run" in text_of(result) and "Traceback" not in text_of(result)
+
+
+async def test_research_returns_the_evidence(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
+) -> None:
+    workers("w").wait_online()
+    url = f"{site}/varn/keepers.html"
+    async with mcp_session(coordinator) as session:
+        doc = await call_json(
+            session, "research", query="keeper 1962", urls=[url, f"{site}/varn/lens.html"]
+        )
+        assert doc["status"] == "SUCCEEDED", doc
+        evidence = {s["url"]: s["excerpts"] for s in doc["report"]["sources"] if s["evidence"]}
+        assert evidence == {url: [FACTS["/varn/keepers.html"] + "."]}
+        run = await call_json(session, "run_status", run_id=doc["runId"])
+        assert run["id"] == doc["runId"] and run["report"] == doc["report"]
+
+
+async def test_desktop_request_approve_act_and_recall(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], xvfb: Xvfb
+) -> None:
+    desk = workers("desk", display_env=xvfb.env)
+    row = desk.wait_online()
+    assert {c["name"]: c["available"] for c in row["capabilities"]}["computer_use"]
+    async with mcp_session(coordinator) as session:
+        asked = await call_json(
+            session,
+            "desktop_request",
+            worker=desk.worker_id,
+            actions=["screenshot", "left_click"],
+            reason="look at the screen",
+        )
+        run_id, approval = asked["runId"], asked["approval"]
+        assert approval["status"] == "pending" and approval["runId"] == run_id
+        assert approval["requested"]["actions"] == ["screenshot", "left_click"]
+
+        early = await session.call_tool("desktop_act", {"run_id": run_id, "action": "screenshot"})
+        assert early.is_error and text_of(early).startswith("not_approved"), text_of(early)
+
+        coordinator.cli("approvals", "approve", approval["id"], "--action", "screenshot")
+        shot = await session.call_tool("desktop_act", {"run_id": run_id, "action": "screenshot"})
+        assert not shot.is_error, text_of(shot)
+        receipt = json.loads(text_of(shot))
+        assert receipt["status"] == "succeeded" and receipt["receiptId"]
+        [image] = [c for c in shot.content if isinstance(c, ImageContent)]
+        assert image.mime_type == "image/png"
+        picture = Image.open(io.BytesIO(base64.b64decode(image.data)))
+        assert (picture.format, picture.size) == ("PNG", xvfb.size)
+
+        narrowed = await session.call_tool(
+            "desktop_act", {"run_id": run_id, "action": "left_click", "x": 5, "y": 5}
+        )
+        assert narrowed.is_error and text_of(narrowed).startswith("out_of_scope")
+
+        found = await call_json(session, "journal_search", run_id=run_id, text=receipt["receiptId"])
+        assert found["matches"], found
+        seq = found["matches"][0]["seq"]
+        entry = await call_json(session, "journal_read", run_id=run_id, seq=seq)
+        assert entry["runId"] == run_id and entry["seq"] == seq
+        assert receipt["receiptId"] in entry["text"]
