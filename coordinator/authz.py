@@ -24,6 +24,7 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.WorkerGateway/Connect": WORKER,
     "/deskfleet.v1.RunService/SubmitRun": PEOPLE,
     "/deskfleet.v1.RunService/StartResearch": PEOPLE,
+    "/deskfleet.v1.RunService/StartGoal": PEOPLE,
     "/deskfleet.v1.RunService/GetRun": PEOPLE,
     "/deskfleet.v1.RunService/ListRuns": PEOPLE,
     "/deskfleet.v1.RunService/WaitRun": PEOPLE,

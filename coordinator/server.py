@@ -9,6 +9,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator import routing
+from coordinator.agent.loop import Goals
+from coordinator.agent.tools import FleetTools
 from coordinator.desktop import Desktop
 from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
@@ -72,7 +74,7 @@ def create_server(
     bus: JournalBus,
     config: CoordinatorConfig,
     kills: KillSwitches,
-) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer, Goals]:
     """Build (not start) the server; returns it, the bound port (for port 0) and its health."""
     auth = Authenticator(db)
     server = grpc.aio.server(interceptors=[GuardInterceptor(auth)], options=SERVER_OPTIONS)
@@ -84,11 +86,12 @@ def create_server(
         WorkerGatewayServicer(db, presence, dispatcher, config, kills), server
     )
     runs = Runs(db, dispatcher, bus, config.allow_private_networks)
-    runs_pb2_grpc.add_RunServiceServicer_to_server(
-        RunServicer(runs, routing.load(config.policy_file)), server
-    )
-    runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, Recall(db)), server)
+    policy = routing.load(config.policy_file)
     desktop = Desktop(db, dispatcher, bus)
+    recall = Recall(db)
+    goals = Goals(db, dispatcher, FleetTools(db, runs, desktop, recall, policy))
+    runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs, policy, goals), server)
+    runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
     desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)
     desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(ApprovalServicer(desktop), server)
     desktop_pb2_grpc.add_KillSwitchServiceServicer_to_server(KillSwitchServicer(kills), server)
@@ -100,7 +103,7 @@ def create_server(
     port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
-    return server, port, health_servicer
+    return server, port, health_servicer, goals
 
 
 class Coordinator:
@@ -113,6 +116,7 @@ class Coordinator:
         self._presence: Presence | None = None
         self._dispatcher: Dispatcher | None = None
         self._kills: KillSwitches | None = None
+        self._goals: Goals | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
 
@@ -125,7 +129,7 @@ class Coordinator:
         self._dispatcher = Dispatcher(self._db, self._presence, bus, self.config)
         self._kills = KillSwitches(self._db, self._dispatcher, self._presence)
         await self._kills.__aenter__()
-        self._server, self.port, self._health = create_server(
+        self._server, self.port, self._health, self._goals = create_server(
             self.config.listen,
             self._db,
             self._presence,
@@ -136,6 +140,7 @@ class Coordinator:
         )
         await self._server.start()
         await self._dispatcher.__aenter__()
+        await self._goals.__aenter__()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
@@ -151,6 +156,9 @@ class Coordinator:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self._goals is not None:
+            await self._goals.__aexit__()
+            self._goals = None
         if self._kills is not None:
             await self._kills.__aexit__()
             self._kills = None

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import secrets
+import shutil
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.desktop_site import DesktopSite
 from tests.harness import (
     IN_CI,
     CoordinatorProcess,
     WorkerProcess,
     Xvfb,
     postgres_available,
+    wait_until,
 )
 
 PG_ADMIN_URL = "postgresql://root@127.0.0.1:5432/test"
@@ -89,3 +94,62 @@ def pg_url() -> Iterator[str]:
     yield f"postgresql://root@127.0.0.1:5432/{name}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def desktop_site() -> Iterator[DesktopSite]:
+    site = DesktopSite().start()
+    yield site
+    site.stop()
+
+
+@pytest.fixture(scope="session")
+def window(
+    xvfb: Xvfb, desktop_site: DesktopSite, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[], None]]:
+    """A Chromium app window filling the display, with the form page; calling it gives the
+    window the focus again (another test module's window may have taken it)."""
+    require(shutil.which("chromium") is not None, "chromium is not installed")
+    require(shutil.which("xdotool") is not None, "xdotool is not installed")
+    home = tmp_path_factory.mktemp("chromium-home")
+    env = {**xvfb.env, "HOME": str(home), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(
+        [
+            "chromium",
+            "--test-type",
+            "--no-sandbox",
+            "--no-first-run",
+            "--disable-gpu",
+            "--password-store=basic",
+            f"--user-data-dir={home / 'profile'}",
+            "--window-position=0,0",
+            "--window-size=1280,800",
+            f"--app={desktop_site.url}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def shown() -> str:
+        done = subprocess.run(
+            ["xdotool", "search", "--onlyvisible", "--class", "chromium"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else ""
+
+    wid = wait_until(shown, 30, 0.2, "the chromium window")
+
+    def focus() -> None:
+        # No window manager: focus does not follow clicks unless the window is given it.
+        for verb in ("windowraise", "windowactivate", "windowfocus"):
+            argv = ["xdotool", verb, *(["--sync"] if verb != "windowraise" else []), wid]
+            subprocess.run(argv, env=env, capture_output=True, timeout=10)
+
+    focus()
+    time.sleep(1.0)  # first paint
+    yield focus
+    proc.terminate()
+    proc.wait(10)

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image
 
-from tests.conftest import require
 from tests.desktop_site import FIELD, MARKER, DesktopSite
 from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, journal, wait_until
 
@@ -32,67 +30,15 @@ EXIT_NOT_DONE = 7
 ALL_ACTIONS = ("screenshot", "left_click", "type", "key", "mouse_move", "cursor_position")
 
 
-@pytest.fixture(scope="module")
-def desktop_site() -> Iterator[DesktopSite]:
-    site = DesktopSite().start()
-    yield site
-    site.stop()
-
-
-@pytest.fixture(scope="module")
-def window(
-    xvfb: Xvfb, desktop_site: DesktopSite, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
-    """A Chromium app window filling the display, with the form page."""
-    require(shutil.which("chromium") is not None, "chromium is not installed")
-    require(shutil.which("xdotool") is not None, "xdotool is not installed")
-    home = tmp_path_factory.mktemp("chromium-home")
-    env = {**xvfb.env, "HOME": str(home), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen(
-        [
-            "chromium",
-            "--test-type",
-            "--no-sandbox",
-            "--no-first-run",
-            "--disable-gpu",
-            "--password-store=basic",
-            f"--user-data-dir={home / 'profile'}",
-            "--window-position=0,0",
-            "--window-size=1280,800",
-            f"--app={desktop_site.url}",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def shown() -> str:
-        done = subprocess.run(
-            ["xdotool", "search", "--onlyvisible", "--class", "chromium"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else ""
-
-    wid = wait_until(shown, 30, 0.2, "the chromium window")
-    # No window manager: focus does not follow clicks unless the window is given it once.
-    subprocess.run(["xdotool", "windowactivate", "--sync", wid], env=env, capture_output=True)
-    subprocess.run(["xdotool", "windowfocus", "--sync", wid], env=env, capture_output=True)
-    time.sleep(1.0)  # first paint
-    yield
-    proc.terminate()
-    proc.wait(10)
-
-
 @pytest.fixture
 def desk(
     coordinator: CoordinatorProcess,
     workers: Callable[..., WorkerProcess],
     xvfb: Xvfb,
-    window: None,
+    window: Callable[[], None],
     desktop_site: DesktopSite,
 ) -> WorkerProcess:
+    window()
     desktop_site.reset()
     worker = workers("desk", display_env=xvfb.env)
     row = worker.wait_online()

@@ -293,7 +293,49 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         raise RunNotSucceeded(run.status)
 
 
+def goal(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    run = client.call(
+        client.runs.StartGoal,
+        runs_pb2.GoalRequest(
+            text=args.text,
+            desktop=args.desktop or "",
+            model=args.model,
+            max_steps=args.max_steps,
+        ),
+    )
+    if not args.wait:
+        _print_run(render.as_dict(run), args.json)
+        return
+    shown = ""
+    while run.status in ACTIVE:
+        line = f"goal {run.id}: {run.last_seq} journal events, {run.status}"
+        if run.waiting.code:
+            line += f" ({run.waiting.code}: {run.waiting.detail})"
+        if line != shown and not args.json:
+            print(line, file=sys.stderr, flush=True)
+            shown = line
+        run = client.call(
+            client.runs.WaitRun, runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=1), timeout=30
+        )
+    _print_run(render.as_dict(run), args.json)
+    if run.status != "SUCCEEDED":
+        raise RunNotSucceeded(run.status)
+
+
 def add_parsers(sub: Any, leaf: Any) -> None:
+    p = leaf(sub, "goal", goal, "a goal for a model to reach with the fleet's tools")
+    p.add_argument("text")
+    p.add_argument("--desktop", metavar="WORKER", help="a desktop the computer tool may use")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="PROVIDER:MODEL",
+        help="anthropic:MODEL, openai:MODEL, openai-chat:MODEL or scripted:PATH",
+    )
+    p.add_argument("--max-steps", type=int, default=0, help="model calls at most (default 50)")
+    p.add_argument(
+        "--wait", action="store_true", help="follow it until it stops (exit 6 unless it succeeded)"
+    )
     p = leaf(sub, "research", research, "search, fetch sources on workers, report evidence")
     p.add_argument("query")
     p.add_argument("--url", action="append", help="fetch this source (repeatable; no search)")

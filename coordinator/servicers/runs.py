@@ -7,12 +7,13 @@ from typing import Any
 
 import grpc
 
+from coordinator.agent.loop import Goals
 from coordinator.recall import Recall
 from coordinator.research import ResearchRequest, research_plan
 from coordinator.routing import RoutingPolicy
 from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
 from coordinator.servicers.guard import current_principal
-from shared.errors import InvalidArgumentError
+from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from shared.timestamps import to_timestamp
 
@@ -97,9 +98,22 @@ def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
 
 
 class RunServicer(runs_pb2_grpc.RunServiceServicer):
-    def __init__(self, runs: Runs, routing: RoutingPolicy) -> None:
+    def __init__(self, runs: Runs, routing: RoutingPolicy, goals: Goals | None = None) -> None:
         self._runs = runs
         self._routing = routing
+        self._goals = goals
+
+    async def StartGoal(self, request: runs_pb2.GoalRequest, context: Context) -> runs_pb2.Run:
+        if self._goals is None:
+            raise FailedPreconditionError("this coordinator runs no goal loops")
+        view = await self._goals.start(
+            current_principal(),
+            request.text,
+            request.desktop,
+            request.model or "scripted:",
+            request.max_steps,
+        )
+        return run_message(view)
 
     async def SubmitRun(self, request: runs_pb2.SubmitRunRequest, context: Context) -> runs_pb2.Run:
         actions = parse_plan_actions(

@@ -254,6 +254,18 @@ class ResearchRequest(_message.Message):
     max_bytes: int
     def __init__(self, query: _Optional[str] = ..., urls: _Optional[_Iterable[str]] = ..., search_url: _Optional[str] = ..., max_sources: _Optional[int] = ..., thorough: _Optional[bool] = ..., max_pages: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
+class GoalRequest(_message.Message):
+    __slots__ = ("text", "desktop", "model", "max_steps")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DESKTOP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    desktop: str
+    model: str
+    max_steps: int
+    def __init__(self, text: _Optional[str] = ..., desktop: _Optional[str] = ..., model: _Optional[str] = ..., max_steps: _Optional[int] = ...) -> None: ...
+
 class ReadEntryRequest(_message.Message):
     __slots__ = ("run_id", "seq", "offset", "limit")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

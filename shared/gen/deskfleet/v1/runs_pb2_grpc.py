@@ -45,6 +45,11 @@ class RunServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.ResearchRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
                 _registered_method=True)
+        self.StartGoal = channel.unary_unary(
+                '/deskfleet.v1.RunService/StartGoal',
+                request_serializer=deskfleet_dot_v1_dot_runs__pb2.GoalRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
+                _registered_method=True)
         self.GetRun = channel.unary_unary(
                 '/deskfleet.v1.RunService/GetRun',
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.RunRef.SerializeToString,
@@ -99,6 +104,14 @@ class RunServiceServicer:
 
     def StartResearch(self, request, context):
         """A research run: search, fetch sources in parallel work units, report the evidence.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartGoal(self, request, context):
+        """A goal run: the coordinator asks the model for each step and runs it with the fleet's
+        tools (computer under approval, research, fetch, recall, ask_human).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -167,6 +180,11 @@ def add_RunServiceServicer_to_server(servicer, server):
             'StartResearch': grpc.unary_unary_rpc_method_handler(
                     servicer.StartResearch,
                     request_deserializer=deskfleet_dot_v1_dot_runs__pb2.ResearchRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_runs__pb2.Run.SerializeToString,
+            ),
+            'StartGoal': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartGoal,
+                    request_deserializer=deskfleet_dot_v1_dot_runs__pb2.GoalRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_runs__pb2.Run.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
@@ -264,6 +282,33 @@ class RunService:
             target,
             '/deskfleet.v1.RunService/StartResearch',
             deskfleet_dot_v1_dot_runs__pb2.ResearchRequest.SerializeToString,
+            deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartGoal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.RunService/StartGoal',
+            deskfleet_dot_v1_dot_runs__pb2.GoalRequest.SerializeToString,
             deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
             options,
             channel_credentials,

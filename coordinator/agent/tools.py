@@ -1,0 +1,335 @@
+"""The fleet's tools as a goal's model sees them, executed through the coordinator's own domain.
+
+Nothing here reaches past the rules people are held to: the computer tool acts only through a
+desktop run that a person approved, under the kill switch; research and fetch are ordinary
+runs of the goal's owner; recall reads only the owner's journals.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator import journal, ledger, scope
+from coordinator.agent.conversation import (
+    ComputerSpec,
+    Content,
+    ImagePart,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+from coordinator.desktop import Desktop
+from coordinator.principals import Principal
+from coordinator.recall import Recall
+from coordinator.research import ResearchRequest, research_plan
+from coordinator.routing import RoutingPolicy
+from coordinator.runs import Plan, PlannedAction, Runs
+from coordinator.scope import Scope
+from coordinator.store import Database
+from coordinator.store import runs as run_queries
+from shared.errors import DeskfleetError, FailedPreconditionError
+
+MAX_TEXT = 20_000  # characters of a page or report handed back; the rest stays in the journal
+RUN_TIMEOUT = 300.0
+COMPUTER_ACTIONS = scope.ACTIONS
+DEFAULT_SPACE = ComputerSpec(1280, 800)
+
+
+def specs(desktop: bool, space: ComputerSpec = DEFAULT_SPACE) -> tuple[ToolSpec, ...]:
+    tools = [
+        ToolSpec(
+            "research",
+            "Research a question on the fleet's browsers: search (or fetch the given URLs) and"
+            " return an evidence report with excerpts, URLs and receipt ids.",
+            {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "urls": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["query"],
+            },
+        ),
+        ToolSpec(
+            "fetch",
+            "Fetch one URL and return its readable text (UTF-8 text only; binary content is"
+            " reported as unsupported_content).",
+            {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]},
+        ),
+        ToolSpec(
+            "recall",
+            "Search this goal's journal for text, or read one entry exactly (archived tool"
+            " results are there in full).",
+            {
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string"},
+                    "seq": {"type": "integer"},
+                    "offset": {"type": "integer"},
+                    "cursor": {"type": "string"},
+                },
+            },
+        ),
+        ToolSpec(
+            "ask_human",
+            "Ask the person who set the goal. Optional questions: work goes on after 60 s and"
+            " a late answer arrives later. required=true waits for the answer.",
+            {
+                "type": "object",
+                "properties": {"question": {"type": "string"}, "required": {"type": "boolean"}},
+                "required": ["question"],
+            },
+        ),
+    ]
+    if desktop:
+        tools.insert(
+            0,
+            ToolSpec(
+                "computer",
+                "Use the desktop: screenshot, mouse and keyboard, under a person's approval.",
+                {
+                    "type": "object",
+                    "properties": {
+                        "action": {"type": "string", "enum": list(COMPUTER_ACTIONS)},
+                        "x": {"type": "integer"},
+                        "y": {"type": "integer"},
+                        "to_x": {"type": "integer"},
+                        "to_y": {"type": "integer"},
+                        "text": {"type": "string"},
+                        "key": {"type": "string"},
+                        "dx": {"type": "integer"},
+                        "dy": {"type": "integer"},
+                        "seconds": {"type": "number"},
+                    },
+                    "required": ["action"],
+                },
+                computer=space,
+            ),
+        )
+    return tuple(tools)
+
+
+def _text(value: Any, limit: int = MAX_TEXT) -> TextPart:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=1)
+    if len(text) > limit:
+        text = text[:limit] + f"\n[... {len(text) - limit} more characters in the journal]"
+    return TextPart(text)
+
+
+def _error(message: str) -> tuple[tuple[Content, ...], bool]:
+    return (TextPart(message),), True
+
+
+@dataclass
+class GoalState:
+    """What the tools remember between calls (also kept in the run's spec)."""
+
+    run_id: str
+    owner: Principal
+    desktop_worker: str
+    desktop_run: str = ""
+    space: ComputerSpec = DEFAULT_SPACE
+
+
+# Waits for a person: (goal state, code, detail, done?) -> polls until done() says so.
+Waiter = Callable[[str, str, Callable[[], Awaitable[bool]]], Awaitable[None]]
+
+
+class FleetTools:
+    def __init__(
+        self,
+        db: Database,
+        runs: Runs,
+        desktop: Desktop,
+        recall: Recall,
+        routing: RoutingPolicy,
+    ) -> None:
+        self._db = db
+        self._runs = runs
+        self._desktop = desktop
+        self._recall = recall
+        self._routing = routing
+
+    async def call(self, state: GoalState, call: ToolCall, wait_for: Waiter) -> ToolResult:
+        """Run one tool call; any refusal or failure becomes an error result for the model."""
+        try:
+            handler = {
+                "computer": self._computer,
+                "research": self._research,
+                "fetch": self._fetch,
+                "recall": self._recall_tool,
+            }.get(call.name)
+            if handler is None:
+                content, is_error = _error(f"unknown tool {call.name!r}")
+            else:
+                content, is_error = await handler(state, call.arguments, wait_for)
+        except DeskfleetError as exc:
+            content, is_error = _error(f"{call.name} failed: {exc.message}")
+        return ToolResult(call.id, content, is_error)
+
+    # ------------------------------------------------------------------------- computer
+
+    async def _computer(
+        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+    ) -> tuple[tuple[Content, ...], bool]:
+        if not state.desktop_worker:
+            return _error("this goal has no desktop (start it with --desktop WORKER)")
+        action = str(args.get("action", ""))
+        if action not in COMPUTER_ACTIONS:
+            return _error(
+                f"computer: unknown action {action!r} (known: {', '.join(COMPUTER_ACTIONS)})"
+            )
+        if not state.desktop_run:
+            asked = Scope(COMPUTER_ACTIONS, (0,), None, 1800.0, 500)
+            view = await self._desktop.request(
+                state.owner,
+                state.desktop_worker,
+                asked,
+                f"goal {state.run_id}: desktop",
+                f"the goal {state.run_id} needs the desktop",
+            )
+            state.desktop_run = view.run.id
+        await wait_for(
+            ledger.NEEDS_APPROVAL,
+            f"the goal's desktop run {state.desktop_run} waits for approval"
+            " (deskfleet approvals list)",
+            lambda: self._approved(state),
+        )
+        sent = {
+            k: v
+            for k, v in args.items()
+            if k in ("x", "y", "to_x", "to_y", "text", "key", "dx", "dy", "seconds")
+            and v is not None
+        }
+        if any(k in sent for k in ("x", "y", "to_x", "to_y")):
+            sent["space"] = {"width": state.space.width, "height": state.space.height}
+        if action == "screenshot":
+            sent["space"] = {"width": state.space.width, "height": state.space.height}
+        result = await self._desktop.act(
+            state.owner, state.desktop_run, action, json.dumps(sent, ensure_ascii=True), 120.0
+        )
+        receipt = result.receipt or {}
+        status = str(receipt.get("status") or result.action.status.lower())
+        content: list[Content] = []
+        summary = {k: receipt.get(k) for k in ("status", "error") if receipt.get(k)}
+        res = receipt.get("result")
+        if isinstance(res, dict):
+            summary["result"] = {k: v for k, v in res.items() if k not in ("timings",)}
+        content.append(_text(summary))
+        for _, artifact in result.artifacts:
+            row = await self._desktop.artifact(state.owner, state.desktop_run, artifact.sha256)
+            content.append(ImagePart(row.media_type, row.data))
+        return tuple(content), status != "succeeded"
+
+    async def _approved(self, state: GoalState) -> bool:
+        view = await self._runs.get(state.owner, state.desktop_run)
+        if view.run.status not in ledger.ACTIVE:
+            raise _Stopped(
+                f"the desktop run {state.desktop_run} is {view.run.status}: {view.run.stop_reason}"
+            )
+        return view.run.waiting_code not in (
+            ledger.NEEDS_APPROVAL,
+            "kill_switch",
+            "reapproval_needed",
+        )
+
+    # ------------------------------------------------------------------- research, fetch
+
+    async def _research(
+        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+    ) -> tuple[tuple[Content, ...], bool]:
+        urls = tuple(str(u) for u in args.get("urls") or ())
+        plan = research_plan(
+            ResearchRequest(str(args.get("query", "")), urls, max_sources=5),
+            self._routing.research_routes(state.owner.id, state.owner.name),
+        )
+        view = await self._runs.submit(state.owner, plan)
+        done = await self._runs.wait(state.owner, view.run.id, RUN_TIMEOUT)
+        report = await self._event(state, done.run.id, "research.report")
+        if report is None:
+            return _error(
+                f"research run {done.run.id} is {done.run.status}:"
+                f" {done.run.stop_reason or done.run.waiting_detail}"
+            )
+        return (_text({"run": done.run.id, "report": report}),), done.run.status != "SUCCEEDED"
+
+    async def _fetch(
+        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+    ) -> tuple[tuple[Content, ...], bool]:
+        url = str(args.get("url", ""))
+        plan = Plan(
+            (PlannedAction("browser.fetch", {"url": url}, True, {"capability": "headless"}),),
+            title=f"goal {state.run_id}: fetch",
+        )
+        view = await self._runs.submit(state.owner, plan)
+        done = await self._runs.wait(state.owner, view.run.id, RUN_TIMEOUT)
+        if done.run.status != "SUCCEEDED" or not done.actions:
+            return _error(
+                f"fetch run {done.run.id} is {done.run.status}:"
+                f" {done.run.stop_reason or done.run.waiting_detail}"
+            )
+        receipt_id = done.actions[0].receipt_id
+
+        def read(s: Any) -> Any:
+            row = run_queries.receipt(s, receipt_id)
+            return journal.read_receipt(row) if row is not None else None
+
+        body = await self._db.read(read)
+        result = (body or {}).get("result") or {}
+        keep = ("outcome", "status", "final_url", "title", "content_type", "reason", "text")
+        return (_text({k: result.get(k) for k in keep if k in result}),), result.get(
+            "outcome"
+        ) not in ("ok", None)
+
+    async def _event(self, state: GoalState, run_id: str, kind: str) -> Any:
+        async for event in self._runs.watch(state.owner, run_id, 0, follow=False):
+            if event.kind == kind:
+                return json.loads(event.data)
+        return None
+
+    # ------------------------------------------------------------------------- recall
+
+    async def _recall_tool(
+        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+    ) -> tuple[tuple[Content, ...], bool]:
+        if args.get("seq") is not None:
+            page = await self._recall.read(
+                state.owner, state.run_id, int(args["seq"]), int(args.get("offset") or 0), 16384
+            )
+            return (
+                _text(
+                    {
+                        "seq": page.seq,
+                        "kind": page.kind,
+                        "text": page.text,
+                        "next_offset": page.next_offset,
+                        "total_length": page.total_length,
+                    }
+                ),
+            ), False
+        text = str(args.get("text") or "")
+        if not text:
+            return _error("recall: give `text` to search for, or `seq` to read")
+        found = await self._recall.search(
+            state.owner, state.run_id, text, str(args.get("cursor") or ""), 10
+        )
+        return (
+            _text(
+                {
+                    "matches": [
+                        {"seq": m.seq, "kind": m.kind, "offset": m.offset, "excerpt": m.excerpt}
+                        for m in found.matches
+                    ],
+                    "cursor": found.cursor,
+                    "has_more": found.has_more,
+                }
+            ),
+        ), False
+
+
+class _Stopped(FailedPreconditionError):
+    """What the tool waited for can no longer come (the desktop run ended)."""

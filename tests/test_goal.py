@@ -1,0 +1,162 @@
+"""Goal runs end to end: the scripted provider (a replayed model, since no model service can be
+reached here) drives the real coordinator's loop through real tools: research on the local
+site by a real worker's Chromium, then the form in a real Chromium window on Xvfb after a
+person's approval.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts.local_site.server import FACTS
+from tests.desktop_site import FIELD, DesktopSite
+from tests.harness import (
+    STOPPED,
+    CoordinatorProcess,
+    WorkerProcess,
+    Xvfb,
+    journal,
+    wait_run,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+TEXT = "Lit in 1868, says the journal"
+
+
+def _script(path: Path, steps: list[dict[str, Any]]) -> str:
+    path.write_text(json.dumps({"steps": steps}))
+    return f"scripted:{path}"
+
+
+def _computer(action: str, **args: Any) -> dict[str, Any]:
+    return {"name": "computer", "arguments": {"action": action, **args}}
+
+
+def _approve_desktop(coordinator: CoordinatorProcess, goal_id: str) -> None:
+    def pending() -> dict[str, Any] | None:
+        run = coordinator.cli_json("runs", "show", goal_id)
+        if run["status"] in STOPPED:
+            raise AssertionError(f"the goal stopped: {run['stopReason']}")
+        approvals = coordinator.cli_json("approvals", "list")["approvals"]
+        return approvals[0] if approvals else None
+
+    approval = wait_until(pending, 60, 0.2, "the goal's desktop approval")
+    coordinator.cli("approvals", "approve", approval["id"])
+
+
+@pytest.fixture
+def desk(
+    coordinator: CoordinatorProcess,
+    workers: Callable[..., WorkerProcess],
+    xvfb: Xvfb,
+    window: Callable[[], None],
+    desktop_site: DesktopSite,
+) -> WorkerProcess:
+    window()
+    desktop_site.reset()
+    worker = workers("desk", display_env=xvfb.env)
+    worker.wait_online()
+    return worker
+
+
+def test_a_scripted_goal_researches_then_fills_the_form_after_approval(
+    coordinator: CoordinatorProcess,
+    desk: WorkerProcess,
+    desktop_site: DesktopSite,
+    site: str,
+    tmp_path: Path,
+) -> None:
+    x, y, w, h = FIELD
+    model = _script(
+        tmp_path / "script.json",
+        [
+            {
+                "text": "First, what does the site say?",
+                "tool_calls": [
+                    {
+                        "name": "research",
+                        "arguments": {
+                            "query": "when was the north light first lit",
+                            "urls": [f"{site}/varn/north-light.html"],
+                        },
+                    }
+                ],
+            },
+            {"text": "Now the form.", "tool_calls": [_computer("screenshot")]},
+            {"tool_calls": [_computer("left_click", x=x + w // 2, y=y + h // 2)]},
+            {"tool_calls": [_computer("type", text=TEXT)]},
+            {"tool_calls": [_computer("key", key="Return")]},
+            {"text": "Done: the form holds the answer.", "tool_calls": []},
+        ],
+    )
+    goal = coordinator.cli_json(
+        "goal",
+        "write the north light's first lighting into the form",
+        "--desktop",
+        desk.worker_id,
+        "--model",
+        model,
+    )
+    _approve_desktop(coordinator, goal["id"])
+    done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 120)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    assert done["stopReason"].startswith("completed: Done")
+    assert desktop_site.snapshot()[0] == [TEXT]
+
+    events = journal(coordinator, goal["id"])
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("goal.model_call") == 6
+    results = [e["data"] for e in events if e["kind"] == "goal.tool_result"]
+    assert [r["name"] for r in results] == [
+        "research",
+        "computer",
+        "computer",
+        "computer",
+        "computer",
+    ]
+    assert FACTS["/varn/north-light.html"] in results[0]["text"]
+    assert results[1]["images"] and results[1]["images"][0]["media_type"] == "image/png"
+    assert not any(r["is_error"] for r in results)
+
+
+def test_a_kill_switch_stops_a_goal(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, tmp_path: Path
+) -> None:
+    model = _script(
+        tmp_path / "script.json",
+        [{"tool_calls": [_computer("screenshot")]}]
+        + [{"tool_calls": [_computer("wait", seconds=0.5 + i / 100)]} for i in range(40)],
+    )
+    goal = coordinator.cli_json(
+        "goal", "look at the screen for a while", "--desktop", desk.worker_id, "--model", model
+    )
+    _approve_desktop(coordinator, goal["id"])
+    wait_run(coordinator, goal["id"], lambda r: r["lastSeq"] > 12, 60)
+    coordinator.cli("kill", "engage", "--worker", desk.worker_id, "--reason", "stop the goal")
+    done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 30)
+    assert done["status"] == "HAND_BACK_TO_HUMAN" and done["stopReason"].startswith("kill_switch")
+
+
+def test_a_stuck_goal_stops_and_a_missing_key_is_refused_at_submit(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    recall = {"name": "recall", "arguments": {}}  # fails at once: neither text nor seq
+    model = _script(tmp_path / "script.json", [{"tool_calls": [recall]}] * 5)
+    goal = coordinator.cli_json("goal", "recall nothing, again and again", "--model", model)
+    done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 60)
+    assert done["status"] == "HAND_BACK_TO_HUMAN"
+    assert done["stopReason"].startswith("stuck: the same recall call 3 times")
+    results = [
+        e["data"] for e in journal(coordinator, goal["id"]) if e["kind"] == "goal.tool_result"
+    ]
+    assert len(results) == 2 and all(r["is_error"] for r in results)
+
+    refused = coordinator.cli("goal", "x", "--model", "anthropic:claude-x", check=False)
+    assert refused.returncode != 0 and "ANTHROPIC_API_KEY" in refused.stderr
