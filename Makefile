@@ -20,6 +20,7 @@ bench: setup
 	.venv/bin/python bench/kill_switch.py
 	.venv/bin/python bench/screenshot.py
 	.venv/bin/python bench/research.py
+	.venv/bin/python bench/goal.py
 
 bench-quick: setup
 	.venv/bin/python bench/fleet_status.py --quick
@@ -27,6 +28,7 @@ bench-quick: setup
 	.venv/bin/python bench/kill_switch.py --quick
 	.venv/bin/python bench/screenshot.py --quick
 	.venv/bin/python bench/research.py --quick
+	.venv/bin/python bench/goal.py --quick
 
 # ruff and mypy (strict) on the hand-written code; CI runs this too.
 lint: setup

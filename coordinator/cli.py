@@ -46,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how often the recovery sweep resumes saved work (default 120)",
     )
     serve.add_argument(
+        "--goal-context-budget",
+        type=int,
+        default=20_000,
+        metavar="TOKENS",
+        help="estimated tokens of a goal's working set before old results are archived"
+        " (default 20000; at least 4000 beyond what is pinned)",
+    )
+    serve.add_argument(
         "--policy",
         type=Path,
         default=None,
@@ -145,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_interval=args.heartbeat_interval,
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
+            goal_context_budget=args.goal_context_budget,
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,
             **({"replica": args.replica} if args.replica else {}),

@@ -89,7 +89,12 @@ def create_server(
     policy = routing.load(config.policy_file)
     desktop = Desktop(db, dispatcher, bus)
     recall = Recall(db)
-    goals = Goals(db, dispatcher, FleetTools(db, runs, desktop, recall, policy))
+    goals = Goals(
+        db,
+        dispatcher,
+        FleetTools(db, runs, desktop, recall, policy),
+        context_budget=config.goal_context_budget,
+    )
     runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs, policy, goals), server)
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
     desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)

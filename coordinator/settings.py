@@ -27,3 +27,5 @@ class CoordinatorConfig:
     # Research and browser actions may reach loopback and private addresses (tests, demo).
     allow_private_networks: bool = False
     policy_file: Path | None = None  # the routing policy; None: the documented default
+    # Estimated tokens a goal's working set may reach before results are archived (seed 000).
+    goal_context_budget: int = 20_000

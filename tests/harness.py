@@ -71,8 +71,10 @@ class CoordinatorProcess:
         sweep: float = 1.0,
         allow_private_networks: bool = True,
         policy: Path | None = None,
+        serve_args: tuple[str, ...] = (),
     ) -> None:
         self.policy = policy
+        self.serve_args = serve_args
         self.sweep = sweep
         self.allow_private_networks = allow_private_networks
         self.workdir = workdir
@@ -138,6 +140,7 @@ class CoordinatorProcess:
                 str(self.sweep),
                 *(["--allow-private-networks"] if self.allow_private_networks else []),
                 *(["--policy", str(self.policy)] if self.policy else []),
+                *self.serve_args,
             ],
             stdout=subprocess.PIPE,
             stderr=self._log_file,

@@ -109,7 +109,10 @@ class Goals:
         dispatcher: Dispatcher,
         tools: FleetTools,
         open_model: Callable[[str], Model] = providers.open_model,
+        *,
+        context_budget: int = 20_000,
     ) -> None:
+        self._context_budget = context_budget
         self._db = db
         self._dispatcher = dispatcher
         self._tools = tools
@@ -249,7 +252,7 @@ class Goals:
             )
             return turn.text
 
-        manager = ContextManager(archive, summarize)
+        manager = ContextManager(archive, summarize, budget=self._context_budget)
         fitted = await asyncio.to_thread(manager.fit, SYSTEM, tuple(goal.messages), tools)
         report = fitted.report
         if report.changed or report.over_budget:
