@@ -54,6 +54,20 @@ def _parser() -> argparse.ArgumentParser:
         " (default 20000; at least 4000 beyond what is pinned)",
     )
     serve.add_argument(
+        "--goal-model-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="a goal's whole model call may take this long; past it, it is retried once",
+    )
+    serve.add_argument(
+        "--goal-question-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long an optional ask_human question holds the goal before it goes on",
+    )
+    serve.add_argument(
         "--policy",
         type=Path,
         default=None,
@@ -154,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
             goal_context_budget=args.goal_context_budget,
+            goal_model_timeout=args.goal_model_timeout,
+            goal_question_wait=args.goal_question_wait,
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,
             **({"replica": args.replica} if args.replica else {}),

@@ -94,6 +94,8 @@ def create_server(
         dispatcher,
         FleetTools(db, runs, desktop, recall, policy),
         context_budget=config.goal_context_budget,
+        model_timeout=config.goal_model_timeout,
+        question_wait=config.goal_question_wait,
     )
     runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs, policy, goals), server)
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)

@@ -29,3 +29,5 @@ class CoordinatorConfig:
     policy_file: Path | None = None  # the routing policy; None: the documented default
     # Estimated tokens a goal's working set may reach before results are archived (seed 000).
     goal_context_budget: int = 20_000
+    goal_model_timeout: float = 120.0  # a whole model call; past it, one retry
+    goal_question_wait: float = 60.0  # an optional ask_human question holds the work this long

@@ -7,7 +7,7 @@ person's approval.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +160,67 @@ def test_a_stuck_goal_stops_and_a_missing_key_is_refused_at_submit(
 
     refused = coordinator.cli("goal", "x", "--model", "anthropic:claude-x", check=False)
     assert refused.returncode != 0 and "ANTHROPIC_API_KEY" in refused.stderr
+
+
+@pytest.fixture
+def quick_goals(tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    """A coordinator whose goal loop gives a model 1 s and a question 1 s."""
+    proc = CoordinatorProcess(
+        tmp_path / "coord",
+        serve_args=("--goal-model-timeout", "1", "--goal-question-wait", "1"),
+    ).start()
+    yield proc
+    proc.stop()
+
+
+def _events(coordinator: CoordinatorProcess, run_id: str, kind: str) -> list[dict[str, Any]]:
+    return [e for e in journal(coordinator, run_id) if e["kind"] == kind]
+
+
+def test_a_model_time_out_is_retried_once_and_a_second_hands_back(
+    quick_goals: CoordinatorProcess, tmp_path: Path
+) -> None:
+    recall = {"name": "recall", "arguments": {"text": "north"}}
+    model = _script(
+        tmp_path / "once.json",
+        [{"sleep": 5}, {"tool_calls": [recall]}, {"text": "finished", "tool_calls": []}],
+    )
+    goal = quick_goals.cli_json("goal", "find the north light", "--model", model)
+    done = wait_run(quick_goals, goal["id"], lambda r: r["status"] in STOPPED, 30)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    assert len(_events(quick_goals, goal["id"], "goal.model_timeout")) == 1
+    # The finished tool exchange was kept across the retry: the last call saw its result.
+    assert len(_events(quick_goals, goal["id"], "goal.tool_result")) == 1
+
+    model = _script(tmp_path / "twice.json", [{"sleep": 5}, {"sleep": 5}])
+    goal = quick_goals.cli_json("goal", "never answered", "--model", model)
+    done = wait_run(quick_goals, goal["id"], lambda r: r["status"] in STOPPED, 30)
+    assert done["status"] == "HAND_BACK_TO_HUMAN"
+    assert done["stopReason"].startswith("model_timeout")
+
+
+def test_guidance_reaches_the_next_model_call_and_a_late_answer_joins_later(
+    quick_goals: CoordinatorProcess, tmp_path: Path
+) -> None:
+    ask = {"name": "ask_human", "arguments": {"question": "which lighthouse?"}}
+    steps: list[dict[str, Any]] = [{"tool_calls": [ask]}]
+    steps += [
+        {"sleep": 0.3, "tool_calls": [{"name": "recall", "arguments": {"text": f"w{i}"}}]}
+        for i in range(12)
+    ]
+    model = _script(tmp_path / "ask.json", [*steps, {"text": "done", "tool_calls": []}])
+    goal = quick_goals.cli_json("goal", "ask, then keep going", "--model", model)
+    # The optional question waits 1 s, then the work goes on without an answer.
+    wait_until(
+        lambda: _events(quick_goals, goal["id"], "goal.tool_result"), 20, 0.1, "the question"
+    )
+    [question] = _events(quick_goals, goal["id"], "goal.tool_result")[:1]
+    assert question["data"]["name"] == "ask_human" and "no answer" in question["data"]["text"]
+    # A late answer (guidance) joins the next model call, whose receipt names it.
+    guided = quick_goals.cli_json("runs", "guide", goal["id"], "the north light")
+    done = wait_run(quick_goals, goal["id"], lambda r: r["status"] in STOPPED, 60)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    [delivered] = _events(quick_goals, goal["id"], "guidance.delivered")
+    assert delivered["data"]["guidance"] == guided["guidanceId"]
+    calls = {e["seq"]: e["data"] for e in _events(quick_goals, goal["id"], "goal.model_call")}
+    assert calls[delivered["data"]["model_call"]]["guidance"] == [guided["guidanceId"]]

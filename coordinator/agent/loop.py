@@ -111,8 +111,12 @@ class Goals:
         open_model: Callable[[str], Model] = providers.open_model,
         *,
         context_budget: int = 20_000,
+        model_timeout: float = MODEL_TIMEOUT,
+        question_wait: float = QUESTION_WAIT,
     ) -> None:
         self._context_budget = context_budget
+        self._model_timeout = model_timeout
+        self._question_wait = question_wait
         self._db = db
         self._dispatcher = dispatcher
         self._tools = tools
@@ -154,7 +158,7 @@ class Goals:
                 "max_seconds": 24 * 3600.0,
                 "estimate_actions": steps,
                 "estimate_seconds": 24 * 3600.0,
-                "action_timeout_seconds": MODEL_TIMEOUT,
+                "action_timeout_seconds": self._model_timeout,
             }
             spec = {"goal": text, "model": model_spec, "desktop": desktop, "max_steps": steps}
             run = new_run(
@@ -248,7 +252,7 @@ class Goals:
                 SUMMARY_INSTRUCTION,
                 (*messages, Message("user", "Write the checkpoint now.")),
                 (),
-                timeout=MODEL_TIMEOUT,
+                timeout=self._model_timeout,
             )
             return turn.text
 
@@ -275,14 +279,15 @@ class Goals:
         for attempt in (1, 2):
             try:
                 return await asyncio.to_thread(
-                    goal.model.complete, SYSTEM, messages, tools, timeout=MODEL_TIMEOUT
+                    goal.model.complete, SYSTEM, messages, tools, timeout=self._model_timeout
                 )
             except ModelTimeout as exc:
                 await self._journal(goal, "goal.model_timeout", attempt=attempt, error=str(exc))
                 if attempt == 2:
                     raise _Stop(
                         ledger.HAND_BACK_TO_HUMAN,
-                        f"model_timeout: two calls ran past {MODEL_TIMEOUT:g} s; retry to go on",
+                        f"model_timeout: two calls ran past {self._model_timeout:g} s;"
+                        " retry to go on",
                     ) from exc
             except ModelError as exc:
                 await self._journal(goal, "goal.model_error", error=str(exc))
@@ -345,7 +350,7 @@ class Goals:
                 answered,
             )
         else:
-            deadline = time.monotonic() + QUESTION_WAIT
+            deadline = time.monotonic() + self._question_wait
             # Polled: guidance arrives through the store, possibly from another replica.
             while time.monotonic() < deadline and not await answered():  # noqa: ASYNC110
                 await asyncio.sleep(POLL)
@@ -354,7 +359,11 @@ class Goals:
             return ToolResult(call.id, (TextPart(f"the person answered: {text}"),))
         return ToolResult(
             call.id,
-            (TextPart(f"no answer within {QUESTION_WAIT:g} s; go on, a later answer will arrive"),),
+            (
+                TextPart(
+                    f"no answer within {self._question_wait:g} s; go on, a later answer will arrive"
+                ),
+            ),
         )
 
     def _waiter(
