@@ -224,3 +224,31 @@ def test_guidance_reaches_the_next_model_call_and_a_late_answer_joins_later(
     assert delivered["data"]["guidance"] == guided["guidanceId"]
     calls = {e["seq"]: e["data"] for e in _events(quick_goals, goal["id"], "goal.model_call")}
     assert calls[delivered["data"]["model_call"]]["guidance"] == [guided["guidanceId"]]
+
+
+def test_a_goal_cut_by_a_coordinator_restart_continues_on_retry_from_its_journal(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    steps: list[dict[str, Any]] = [
+        {"sleep": 0.4, "tool_calls": [{"name": "recall", "arguments": {"text": f"step {i}"}}]}
+        for i in range(30)
+    ]
+    model = _script(tmp_path / "long.json", [*steps, {"text": "all done", "tool_calls": []}])
+    goal = coordinator.cli_json("goal", "a long goal", "--model", model)
+    wait_until(
+        lambda: len(_events(coordinator, goal["id"], "goal.tool_result")) >= 3, 30, 0.1, "3 steps"
+    )
+    coordinator.kill()
+    coordinator.start(port=int(coordinator.address.rsplit(":", 1)[1]))
+    stopped = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 20)
+    assert stopped["status"] == "HAND_BACK_TO_HUMAN"
+    assert stopped["stopReason"].startswith("coordinator_restarted")
+    before = _events(coordinator, goal["id"], "goal.tool_result")
+    coordinator.cli("runs", "retry", goal["id"])
+    done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 60)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    after = _events(coordinator, goal["id"], "goal.tool_result")
+    # Every completed step stayed done: the retry took up the script where it stood, and the
+    # model was sent the conversation rebuilt from the journal.
+    texts = [e["data"]["arguments"]["text"] for e in after]
+    assert len(texts) == len(set(texts)) and len(after) > len(before)

@@ -17,6 +17,11 @@ tools and "end" otherwise. A step whose `sleep` exceeds the call's timeout sleep
 seconds and raises ModelTimeout. When the steps run out every call returns an "end" turn with
 the text "script finished". Usage is the token estimate of the request and of the step.
 Every request is recorded in `.requests` (system, messages, tools), for tests to inspect.
+
+A model opened for a goal resumed from its journal (a retry after a restart) starts at the
+step after the assistant turns its first request already holds. A checkpoint request (the
+context manager's summary instruction as the system prompt) consumes no step: it is answered
+with the turns' text.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.agent.context import SUMMARY_INSTRUCTION
 from coordinator.agent.conversation import (
     Message,
     ModelConfigError,
@@ -101,7 +107,17 @@ class ScriptedModel:
         *,
         timeout: float,
     ) -> ModelTurn:
+        if system == SUMMARY_INSTRUCTION:
+            # A checkpoint, not a step of the script: say what the turns held, plainly.
+            summary = " ".join(m.text for m in messages if m.text)[:2000] or "(no text)"
+            tokens = estimate_tokens(messages, system, tools)
+            return ModelTurn(f"checkpoint: {summary}", (), "end", _usage(tokens, summary))
         with self._lock:
+            if not self.requests:
+                # A loop resumed from its journal: the script goes on where the conversation
+                # stands, one step per assistant turn already taken.
+                self._next = sum(m.role == "assistant" for m in messages)
+                self._calls = sum(len(m.tool_calls) for m in messages)
             self.requests.append(ScriptedRequest(system, tuple(messages), tuple(tools)))
             step = self._steps[self._next] if self._next < len(self._steps) else None
             if step is not None:
