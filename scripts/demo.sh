@@ -96,8 +96,23 @@ echo "local site: $SITE (the lighthouses of the Isle of Varn)"
 "$BIN/deskfleet" research "lighthouse files" --url "$SITE/varn/lens.html" \
   --url "$SITE/files/report.pdf" --url "$SITE/challenge" --wait | sed -n '/^evidence/,$p'
 
+step "10. a goal: a scripted model (no model service is reached) uses the fleet's tools"
+cat >"$STATE/goal-script.json" <<SCRIPT
+{"steps": [
+  {"text": "I will read the site's page on the north light.",
+   "tool_calls": [{"name": "research", "arguments": {"query": "when was the north light first lit",
+                                                      "urls": ["$SITE/varn/north-light.html"]}}]},
+  {"text": "Checking my notes.", "tool_calls": [{"name": "recall", "arguments": {"text": "first lit"}}]},
+  {"text": "The north light was first lit as the research report says; its receipt is in the journal."}
+]}
+SCRIPT
+"$BIN/deskfleet" goal "when was the north light first lit?" --model "scripted:$STATE/goal-script.json" --wait --json >"$STATE/goal.json"
+GOAL_ID=$("$BIN/python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$STATE/goal.json")
+"$BIN/deskfleet" runs show "$GOAL_ID"
+"$BIN/deskfleet" runs watch "$GOAL_ID" --no-follow | grep -E "goal\.|run\.state" || true
+
 if [ ${#WORKER_ENV[@]} -gt 0 ]; then
-  step "10. desktop control: request, approve (narrowed), act, kill switch"
+  step "11. desktop control: request, approve (narrowed), act, kill switch"
   DESK=$("$BIN/deskfleet" desktop request --worker "$WORKER_ID" --action screenshot \
     --action mouse_move --action left_click --ttl 5m --max-actions 10 \
     --reason "demo: look at the screen" --json)
@@ -116,11 +131,11 @@ if [ ${#WORKER_ENV[@]} -gt 0 ]; then
   "$BIN/deskfleet" runs show "$DESK_RUN"
 fi
 
-step "11. a used token is refused"
+step "12. a used token is refused"
 "$BIN/deskfleet-worker" enroll --coordinator "$DESKFLEET_COORDINATOR" --token "$TOKEN" \
   --state-dir "$STATE/worker2" || echo "(refused, as it should be)"
 
-step "12. revoke the worker: it is cut off at once"
+step "13. revoke the worker: it is cut off at once"
 "$BIN/deskfleet" workers revoke "$WORKER_ID"
 sleep 1
 tail -n 1 "$STATE/worker.log"

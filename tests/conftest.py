@@ -103,7 +103,9 @@ def desktop_site() -> Iterator[DesktopSite]:
     site.stop()
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: another module's own window (tests/test_desktop_actions.py)
+# must have the screen to itself.
+@pytest.fixture(scope="module")
 def window(
     xvfb: Xvfb, desktop_site: DesktopSite, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[[], None]]:
