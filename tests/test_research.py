@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -119,11 +119,30 @@ def test_research_finds_the_known_facts_with_their_urls(
     }
 
 
+@pytest.fixture
+def steady(tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    """A coordinator with a lease long enough that two Chromiums starting at once on two cores
+    cannot make its workers time out and hand their units to each other."""
+    proc = CoordinatorProcess(tmp_path / "steady", heartbeat=0.5, lease=8.0).start()
+    yield proc
+    proc.stop()
+
+
 def test_research_over_given_urls_reports_binaries_and_challenges_apart(
-    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
+    steady: CoordinatorProcess, site: str
 ) -> None:
-    workers("a").wait_online()
-    workers("b").wait_online()
+    coordinator = steady
+    started = [WorkerProcess(coordinator, name).start() for name in ("a", "b")]
+    try:
+        for worker in started:
+            worker.wait_online()
+        _given_urls(coordinator, site)
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def _given_urls(coordinator: CoordinatorProcess, site: str) -> None:
     urls = [
         "/varn/north-light.html",
         "/varn/lens.html",
