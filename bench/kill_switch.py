@@ -20,7 +20,6 @@ Usage: python bench/kill_switch.py [--quick] [--json] [--simulated S] [--cycles 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -41,7 +40,7 @@ import grpc  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
-from bench.stats import summary, timed  # noqa: E402
+from bench.stats import summary, timed, write_results  # noqa: E402
 from coordinator.store.engine import create_store_engine  # noqa: E402
 from coordinator.store.models import KillAckRow  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
@@ -362,13 +361,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print(table(doc))
-        print(f"\nwritten to {args.out}")
+    write_results(doc, args.out, args.json, table(doc))
     return 0
 
 

@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from bench.stats import summary  # noqa: E402
+from bench.stats import summary, write_results  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until  # noqa: E402
@@ -409,13 +409,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print(table(doc))
-        print(f"\nwritten to {args.out}")
+    write_results(doc, args.out, args.json, table(doc))
     return 0
 
 

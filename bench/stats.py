@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -37,3 +39,14 @@ def timed(call: Callable[[], Any], n: int, warmup: int) -> dict[str, Any]:
         call()
         samples.append((time.perf_counter() - start) * 1000)
     return summary(samples)
+
+
+def write_results(doc: dict[str, Any], out: Path, as_json: bool, table: str) -> None:
+    """Keep the figures in `out`; print them as JSON or as the table for people."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(table)
+        print(f"\nwritten to {out}")

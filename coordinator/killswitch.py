@@ -82,7 +82,7 @@ def _reached_workers(s: Session, kill: KillSwitchRow, connected: frozenset[str])
     return queries.workers_of_run(s, kill.target) & connected
 
 
-def _applies_to(s: Session, kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
+def _applies_to(kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
     return (
         kill.scope == FLEET
         or (kill.scope == WORKER and kill.target == worker_id)
@@ -263,7 +263,7 @@ class KillSwitches:
 
         def unit(s: Session) -> list[KillSwitchRow]:
             runs = queries.runs_of_worker(s, worker_id)
-            return [k for k in queries.engaged_kills(s) if _applies_to(s, k, worker_id, runs)]
+            return [k for k in queries.engaged_kills(s) if _applies_to(k, worker_id, runs)]
 
         return await self._db.read(unit)
 
