@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from coordinator import ledger, outcomes
 from coordinator.journal import JournalBus
 from coordinator.ledger import (
-    CancelOrder,
     Context,
     DispatchOrder,
     Held,
@@ -24,6 +23,7 @@ from coordinator.ledger import (
     Order,
 )
 from coordinator.presence import Presence
+from coordinator.relay import Relay
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import runs as run_queries
@@ -47,11 +47,18 @@ class Started:
 
 class Dispatcher:
     def __init__(
-        self, db: Database, presence: Presence, bus: JournalBus, config: CoordinatorConfig
+        self,
+        db: Database,
+        presence: Presence,
+        bus: JournalBus,
+        config: CoordinatorConfig,
+        relay: Relay,
     ) -> None:
         self._db = db
         self._presence = presence
         self._bus = bus
+        self._relay = relay
+        relay.receiver = self.deliver
         self._config = config
         self._inbox: asyncio.Queue[IncomingReceipt | Started] = asyncio.Queue()
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
@@ -79,15 +86,21 @@ class Dispatcher:
 
     def context(self) -> Context:
         return Context(
-            connected=self._presence.connected_ids(),
             lease_ttl=self._config.lease_ttl,
             max_attempts=self._config.max_attempts,
         )
 
     async def run_unit(self, unit: Callable[[Session, Context], list[Order]]) -> None:
-        """Run a ledger transaction, then send what it decided and wake the run's watchers."""
+        """Run a ledger transaction, then send what it decided and wake the run's watchers.
+
+        Orders for streams on other replicas are handed to the relay inside the transaction.
+        """
         ctx = self.context()
-        orders = await self._db.write(unit, ctx)
+
+        def with_relay(s: Session, ctx: Context) -> list[Order]:
+            return self._relay.route(s, unit(s, ctx), ctx.touched)
+
+        orders = await self._db.write(with_relay, ctx)
         self.deliver(orders, ctx.touched)
 
     def deliver(self, orders: Iterable[Order], touched: Iterable[str] = ()) -> None:
@@ -97,8 +110,8 @@ class Dispatcher:
             elif isinstance(order, ledger.ReceiptVerdict) and order.accepted:
                 self._disarm(order.action_id, order.attempt_id)
             if not self._presence.send(order.worker_id, order) and isinstance(order, DispatchOrder):
-                # The stream went away after the claim: the worker's reconnect (or the lease)
-                # reconciles this attempt; nothing is lost by not sending it now.
+                # The stream went away after the claim (or is on a replica that stopped): the
+                # worker's reconnect, or the lease, reconciles this attempt; nothing is lost.
                 log.info("worker %s left before dispatch of %s", order.worker_id, order.action_id)
         self._bus.notify(set(touched))
 
@@ -206,9 +219,6 @@ class Dispatcher:
             return orders
 
         await self.run_unit(unit)
-
-    def cancel_attempt(self, worker_id: str, action_id: str, attempt_id: str, reason: str) -> None:
-        self._presence.send(worker_id, CancelOrder(worker_id, action_id, attempt_id, reason))
 
 
 def _apply_batch(

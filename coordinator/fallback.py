@@ -35,7 +35,7 @@ def _desktops(s: Session, labels: dict[str, str], ctx: Context) -> list[WorkerVi
             if v.offers(capabilities.COMPUTER_USE)
             and all(v.labels.get(k) == val for k, val in labels.items())
         ),
-        key=lambda v: (v.id not in ctx.connected, v.id),
+        key=lambda v: (not v.online, v.id),
     )
 
 
@@ -84,7 +84,7 @@ def route(
         return _skip(
             s, run, action, f"the desktop fallback's {granted.max_actions} pages are used up", ctx
         )
-    if approval.worker_id not in ctx.connected:
+    if approval.worker_id not in ctx.online(s):
         return None, "no_eligible_worker", f"the approved desktop {approval.worker_id} is offline"
     approval.actions_used += 1
     args = decode_result(action.args)

@@ -18,8 +18,7 @@ from sqlalchemy.orm import Session
 
 from coordinator import desktop, ledger
 from coordinator.dispatch import Dispatcher
-from coordinator.ledger import CancelOrder, Context, Order
-from coordinator.presence import Presence
+from coordinator.ledger import CancelOrder, Context, KillPush, Order
 from coordinator.principals import Principal, Role
 from coordinator.runs import owned_run
 from coordinator.store import Database
@@ -35,18 +34,6 @@ log = logging.getLogger(__name__)
 FLEET, WORKER, RUN = "fleet", "worker", "run"
 MAX_REASON = 1000
 ACK_BATCH = 1024
-
-
-@dataclass(frozen=True)
-class KillPush:
-    """A kill switch change for one worker's stream."""
-
-    worker_id: str
-    kill_id: str
-    engaged: bool
-    scope: str
-    target: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -74,12 +61,12 @@ def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
     return runs
 
 
-def _reached_workers(s: Session, kill: KillSwitchRow, connected: frozenset[str]) -> set[str]:
+def _reached_workers(s: Session, kill: KillSwitchRow, online: frozenset[str]) -> set[str]:
     if kill.scope == FLEET:
-        return set(connected)
+        return set(online)
     if kill.scope == WORKER:
-        return {kill.target} & connected
-    return queries.workers_of_run(s, kill.target) & connected
+        return {kill.target} & online
+    return queries.workers_of_run(s, kill.target) & online
 
 
 def _applies_to(kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
@@ -91,10 +78,9 @@ def _applies_to(kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
 
 
 class KillSwitches:
-    def __init__(self, db: Database, dispatcher: Dispatcher, presence: Presence) -> None:
+    def __init__(self, db: Database, dispatcher: Dispatcher) -> None:
         self._db = db
         self._dispatcher = dispatcher
-        self._presence = presence
         self._acks: asyncio.Queue[tuple[str, str, bool, float]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
@@ -172,14 +158,12 @@ class KillSwitches:
                         orders.append(
                             CancelOrder(action.worker_id, action.id, action.attempt_id, why)
                         )
-            for worker in _reached_workers(s, kill, ctx.connected):
+            for worker in _reached_workers(s, kill, ctx.online(s)):
                 pushes.append(KillPush(worker, kill.id, True, scope, kill.target, reason))
             made.append(kill)
-            return orders
+            return orders + pushes
 
         await self._dispatcher.run_unit(unit)
-        for push in pushes:
-            self._presence.send(push.worker_id, push)
         return KillView(made[0], (), tuple(sorted(p.worker_id for p in pushes)))
 
     async def release(
@@ -214,7 +198,7 @@ class KillSwitches:
                     )
                 kill.released_at, kill.released_by, kill.release_reason = ctx.now, who.id, reason
                 released.append(kill)
-                for worker in _reached_workers(s, kill, ctx.connected):
+                for worker in _reached_workers(s, kill, ctx.online(s)):
                     pushes.append(KillPush(worker, kill.id, False, kill.scope, kill.target, reason))
             s.flush()
             for kill in matching:
@@ -228,11 +212,9 @@ class KillSwitches:
                     if queries.kills_applying(s, approval.worker_id, [run.id]):
                         continue  # another switch still holds it
                     desktop.ask_again(s, run, approval, f"kill switch {kill.id} released", ctx)
-            return []
+            return list(pushes)
 
         await self._dispatcher.run_unit(unit)
-        for push in pushes:
-            self._presence.send(push.worker_id, push)
         return await self._views(released)
 
     async def status(self, include_released: bool) -> list[KillView]:

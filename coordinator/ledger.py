@@ -85,7 +85,19 @@ class ReceiptVerdict:
     reason: str = ""
 
 
-Order = DispatchOrder | CancelOrder | ReceiptVerdict
+@dataclass(frozen=True)
+class KillPush:
+    """A kill switch change for one worker's stream."""
+
+    worker_id: str
+    kill_id: str
+    engaged: bool
+    scope: str
+    target: str
+    reason: str
+
+
+Order = DispatchOrder | CancelOrder | ReceiptVerdict | KillPush
 
 
 @dataclass(frozen=True)
@@ -126,7 +138,6 @@ class Held:
 class Context:
     """What one transaction needs to know beyond the store."""
 
-    connected: frozenset[str]
     lease_ttl: float
     max_attempts: int
     now: float = field(default_factory=time.time)
@@ -141,9 +152,13 @@ class Context:
             self._views = [view_of(w, p, self.now) for w, p in rows]
         return self._views
 
+    def online(self, s: Session) -> frozenset[str]:
+        """Workers with a live presence lease, on whichever replica holds their stream."""
+        return frozenset(v.id for v in self.fleet(s) if v.online)
+
     def busy(self, s: Session) -> dict[str, int]:
         if self._busy is None:
-            self._busy = run_queries.in_flight_counts(s, sorted(self.connected))
+            self._busy = run_queries.in_flight_counts(s, sorted(self.online(s)))
         return self._busy
 
 
@@ -432,7 +447,7 @@ def _labels_match(view: WorkerView, wanted: dict[str, str]) -> bool:
 
 
 def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | None, str, str]:
-    """The least busy eligible worker connected to this replica, or why there is none."""
+    """The least busy eligible online worker (on any replica), or why there is none."""
     route: dict[str, Any] = action.route
     wanted_worker = route.get("worker") or ""
     labels: dict[str, str] = route.get("labels") or {}
@@ -458,7 +473,7 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
         and (not capability or v.offers(capability))
     ]
     busy = ctx.busy(s)
-    here = [v for v in eligible if v.id in ctx.connected and busy.get(v.id, 0) < MAX_PER_WORKER]
+    here = [v for v in eligible if busy.get(v.id, 0) < MAX_PER_WORKER]
     if not here:
         needs = []
         if capability:

@@ -19,6 +19,7 @@ from coordinator.killswitch import KillSwitches
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 from coordinator.recall import Recall
+from coordinator.relay import Relay
 from coordinator.runs import Runs
 from coordinator.servicers.admin import AdminServicer
 from coordinator.servicers.desktop import ApprovalServicer, DesktopServicer, KillSwitchServicer
@@ -74,6 +75,7 @@ def create_server(
     bus: JournalBus,
     config: CoordinatorConfig,
     kills: KillSwitches,
+    relay: Relay,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer, Goals]:
     """Build (not start) the server; returns it, the bound port (for port 0) and its health."""
     auth = Authenticator(db)
@@ -96,6 +98,8 @@ def create_server(
         context_budget=config.goal_context_budget,
         model_timeout=config.goal_model_timeout,
         question_wait=config.goal_question_wait,
+        replica=config.replica,
+        live_replicas=relay.live_replicas,
     )
     runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs, policy, goals), server)
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
@@ -123,6 +127,7 @@ class Coordinator:
         self._presence: Presence | None = None
         self._dispatcher: Dispatcher | None = None
         self._kills: KillSwitches | None = None
+        self._relay: Relay | None = None
         self._goals: Goals | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -133,8 +138,9 @@ class Coordinator:
         self._presence = Presence(self._db, self.config)
         await self._presence.__aenter__()
         bus = JournalBus()
-        self._dispatcher = Dispatcher(self._db, self._presence, bus, self.config)
-        self._kills = KillSwitches(self._db, self._dispatcher, self._presence)
+        self._relay = Relay(self._db, self._presence, bus, self.config)
+        self._dispatcher = Dispatcher(self._db, self._presence, bus, self.config, self._relay)
+        self._kills = KillSwitches(self._db, self._dispatcher)
         await self._kills.__aenter__()
         self._server, self.port, self._health, self._goals = create_server(
             self.config.listen,
@@ -144,8 +150,10 @@ class Coordinator:
             bus,
             self.config,
             self._kills,
+            self._relay,
         )
         await self._server.start()
+        await self._relay.__aenter__()
         await self._dispatcher.__aenter__()
         await self._goals.__aenter__()
         for name in ("", *SERVICE_NAMES):
@@ -172,6 +180,9 @@ class Coordinator:
         if self._dispatcher is not None:
             await self._dispatcher.aclose()
             self._dispatcher = None
+        if self._relay is not None:
+            await self._relay.aclose()
+            self._relay = None
         if self._presence is not None:
             await self._presence.aclose()
             self._presence = None

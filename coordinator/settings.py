@@ -19,6 +19,9 @@ class CoordinatorConfig:
     # Renewals are gathered and written in one statement per flush: one write per worker per
     # heartbeat would cost a commit each at fleet scale.
     lease_flush_interval: float = 0.25
+    # Each replica looks for orders other replicas left for its streams this often; on
+    # PostgreSQL a notification wakes it sooner, so this only bounds a missed one.
+    relay_poll_interval: float = 1.0
     enrollment_token_ttl: float = 3600.0
     # The recovery sweep resumes saved work: expired leases, overdue attempts, waiting runs.
     sweep_interval: float = 120.0

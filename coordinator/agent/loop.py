@@ -113,7 +113,13 @@ class Goals:
         context_budget: int = 20_000,
         model_timeout: float = MODEL_TIMEOUT,
         question_wait: float = QUESTION_WAIT,
+        replica: str = "",
+        live_replicas: Callable[[], Awaitable[set[str]]] | None = None,
     ) -> None:
+        # A goal loop lives on one replica (the run's `driver`); when that replica stops, a
+        # live one adopts the run and continues it from the journal.
+        self._replica = replica
+        self._live_replicas = live_replicas
         self._context_budget = context_budget
         self._model_timeout = model_timeout
         self._question_wait = question_wait
@@ -160,7 +166,13 @@ class Goals:
                 "estimate_seconds": 24 * 3600.0,
                 "action_timeout_seconds": self._model_timeout,
             }
-            spec = {"goal": text, "model": model_spec, "desktop": desktop, "max_steps": steps}
+            spec = {
+                "goal": text,
+                "model": model_spec,
+                "desktop": desktop,
+                "max_steps": steps,
+                "driver": self._replica,
+            }
             run = new_run(
                 run_id, who.id, text[:200], limits, kind=KIND, spec=spec, actions_total=0, now=now
             )
@@ -459,9 +471,10 @@ class Goals:
     # ---------------------------------------------------------------- restart and retry
 
     def _orphans(self, s: Session, ctx: Context) -> list[Order]:
-        """Goal runs whose loop died with a previous process: a person decides to go on."""
+        """Goal runs whose loop died with this replica's previous process: a person decides
+        to go on. (Goals of other replicas are theirs, or adopted when they stop.)"""
         for run in run_queries.runs_in(s, ledger.ACTIVE):
-            if run.kind == KIND:
+            if run.kind == KIND and run.spec.get("driver", "") in ("", self._replica):
                 locked = run_queries.run_for_update(s, run.id)
                 if locked is not None:
                     ledger.set_status(
@@ -475,18 +488,41 @@ class Goals:
         return []
 
     async def _resume_loop(self) -> None:
-        """A retried goal run (RUNNING with no loop here) continues from its journal."""
+        """Goal runs with no loop continue from their journal here: a retried run of this
+        replica, or any active run whose replica stopped (adopted)."""
         while True:
             await asyncio.sleep(1.0)
             try:
-                rows = await self._db.read(
-                    lambda s: list(run_queries.runs_in(s, (ledger.RUNNING,)))
-                )
-                for run in rows:
-                    if run.kind == KIND and run.id not in self._tasks:
+                rows = await self._db.read(lambda s: list(run_queries.runs_in(s, ledger.ACTIVE)))
+                goals = [r for r in rows if r.kind == KIND and r.id not in self._tasks]
+                live = await self._live_replicas() if goals and self._live_replicas else set()
+                for run in goals:
+                    driver = run.spec.get("driver", "")
+                    if driver in ("", self._replica):
+                        if run.status == ledger.RUNNING:
+                            await self._resume(run)
+                    elif driver not in live and await self._adopt(run.id, driver):
                         await self._resume(run)
             except Exception as exc:
                 log.warning("could not resume goal runs: %s", exc)
+
+    async def _adopt(self, run_id: str, driver: str) -> bool:
+        """Take over a goal whose replica stopped; False if another replica was first."""
+        adopted: list[bool] = []
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            run = run_queries.run_for_update(s, run_id)
+            if run is None or run.status not in ledger.ACTIVE or run.spec.get("driver") != driver:
+                return []
+            run.spec = dict(run.spec, driver=self._replica)
+            ledger.record(s, run, ctx, "goal.adopted", replica=self._replica, previous=driver)
+            adopted.append(True)
+            return []
+
+        await self._dispatcher.run_unit(unit)
+        if adopted:
+            log.info("goal %s adopted from replica %s, which stopped", run_id, driver)
+        return bool(adopted)
 
     async def _resume(self, run: RunRow) -> None:
         owner = await self._db.read(lambda s: s.get(PrincipalRow, run.owner_id))

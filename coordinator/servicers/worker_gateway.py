@@ -10,13 +10,14 @@ import grpc
 
 from coordinator import enrollment
 from coordinator.dispatch import Dispatcher, Started
-from coordinator.killswitch import KillPush, KillSwitches
+from coordinator.killswitch import KillSwitches
 from coordinator.ledger import (
     CancelOrder,
     DispatchOrder,
     Held,
     IncomingArtifact,
     IncomingReceipt,
+    KillPush,
     ReceiptVerdict,
 )
 from coordinator.presence import Presence, WorkerSession

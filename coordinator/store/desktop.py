@@ -198,9 +198,7 @@ def secret(s: Session, owner_id: str, name: str) -> SecretRow | None:
 def artifacts_of_run(s: Session, run_id: str) -> Sequence[ArtifactRow]:
     return (
         s.execute(
-            select(ArtifactRow)
-            .where(ArtifactRow.run_id == run_id)
-            .order_by(ArtifactRow.created_at)
+            select(ArtifactRow).where(ArtifactRow.run_id == run_id).order_by(ArtifactRow.created_at)
         )
         .scalars()
         .all()

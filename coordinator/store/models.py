@@ -264,3 +264,26 @@ class SecretRow(Base):
     value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[float] = mapped_column(Float)
     updated_by: Mapped[str] = mapped_column(String(64))
+
+
+class ReplicaRow(Base):
+    """A coordinator replica on this store; alive while `seen_at` is recent."""
+
+    __tablename__ = "replicas"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    address: Mapped[str] = mapped_column(String(200))
+    started_at: Mapped[float] = mapped_column(Float)
+    seen_at: Mapped[float] = mapped_column(Float)
+
+
+class DeliveryRow(Base):
+    """An order for a worker whose stream another replica holds, until that replica sends it."""
+
+    __tablename__ = "deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    replica: Mapped[str] = mapped_column(String(200), index=True)
+    worker_id: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)

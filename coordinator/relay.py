@@ -1,0 +1,233 @@
+"""The relay: orders for workers whose stream another replica holds, and run wake-ups,
+carried between replicas through the shared store.
+
+An order that replica B decides for a worker streaming to replica A is written to
+`deliveries` in the same transaction as the decision, so it exists exactly when the decision
+does. On PostgreSQL a NOTIFY, sent by the server at commit, wakes A at once; every replica
+also polls its deliveries, so a lost notification (or a dropped LISTEN connection) only delays
+an order. No replica ever waits for another: reads come from the store.
+
+The relay also keeps this replica's row in `replicas` fresh; a replica whose row goes stale is
+dead, and the others take over what only it was doing (goal loops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from coordinator.journal import JournalBus
+from coordinator.ledger import CancelOrder, DispatchOrder, KillPush, Order, ReceiptVerdict
+from coordinator.presence import Presence
+from coordinator.settings import CoordinatorConfig
+from coordinator.store import Database
+from coordinator.store import desktop as desktop_queries
+from coordinator.store import replicas as queries
+from coordinator.store.engine import Dialect
+from coordinator.store.models import DeliveryRow, RunRow
+from shared.errors import DeskfleetError
+
+log = logging.getLogger(__name__)
+
+DELIVERIES = "deskfleet_deliveries"
+RUNS = "deskfleet_runs"
+LISTEN_RETRY = 2.0
+# Orders for a dead replica are dropped after this long: its workers reconcile on reconnect.
+UNDELIVERABLE_AFTER = 60.0
+
+_KINDS: dict[str, type[Any]] = {
+    "dispatch": DispatchOrder,
+    "cancel": CancelOrder,
+    "verdict": ReceiptVerdict,
+    "kill": KillPush,
+}
+_NAMES = {cls: name for name, cls in _KINDS.items()}
+
+OrderT = TypeVar("OrderT", bound=Order)
+
+
+def encode(order: Order) -> str:
+    fields = dataclasses.asdict(order)
+    if isinstance(order, DispatchOrder):
+        # Secret values never rest in the store outside their own table: the sending replica
+        # reads them again, from the names, when it takes the order.
+        fields["secrets"] = sorted(order.secrets)
+    return json.dumps({"type": _NAMES[type(order)], **fields})
+
+
+def decode(s: Session, body: str) -> Order:
+    fields = json.loads(body)
+    cls = _KINDS[fields.pop("type")]
+    if cls is DispatchOrder:
+        names: list[str] = fields.pop("secrets")
+        fields["secrets"] = _secret_values(s, fields["run_id"], names)
+    order: Order = cls(**fields)
+    return order
+
+
+def _secret_values(s: Session, run_id: str, names: list[str]) -> dict[str, str]:
+    if not names:
+        return {}
+    run = s.get(RunRow, run_id)
+    values = {}
+    for name in names:
+        row = desktop_queries.secret(s, run.owner_id, name) if run is not None else None
+        if row is not None:
+            values[name] = row.value
+    return values
+
+
+class Relay:
+    """Forwards orders to other replicas and takes the ones forwarded to this replica."""
+
+    def __init__(
+        self, db: Database, presence: Presence, bus: JournalBus, config: CoordinatorConfig
+    ) -> None:
+        self._db = db
+        self._presence = presence
+        self._bus = bus
+        self._config = config
+        self._started = time.time()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        # Set by the dispatcher: sends orders to streams on this replica.
+        self.receiver: Callable[[list[Order]], None] = lambda orders: None
+        self.listening = False
+
+    @property
+    def name(self) -> str:
+        return self._config.replica
+
+    @property
+    def replica_ttl(self) -> float:
+        """How long a replica may stay silent before the others count it dead."""
+        return max(3 * self._config.relay_poll_interval, self._config.lease_ttl)
+
+    async def __aenter__(self) -> Relay:
+        await self._db.write(
+            queries.beat, self.name, self._config.listen, self._started, time.time()
+        )
+        self._tasks = [asyncio.create_task(self._poll_loop(), name="relay-poll")]
+        if self._db.dialect is Dialect.POSTGRESQL:
+            self._tasks.append(asyncio.create_task(self._listen_loop(), name="relay-listen"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        # A replica that stops cleanly says so: the others take over without waiting.
+        with contextlib.suppress(DeskfleetError):
+            await self._db.write(queries.forget, self.name)
+
+    # ----------------------------------------------------------------- inside transactions
+
+    def route(self, s: Session, orders: Sequence[OrderT], touched: Iterable[str]) -> list[OrderT]:
+        """Keep the orders for streams on this replica; write the rest for their replicas.
+
+        Runs inside the transaction that decided the orders.
+        """
+        here = self._presence.connected_ids()
+        away = [o for o in orders if o.worker_id not in here]
+        local = [o for o in orders if o.worker_id in here]
+        if away:
+            holders = queries.holders(s, (o.worker_id for o in away))
+            rows = []
+            for order in away:
+                replica = holders.get(order.worker_id, "")
+                if replica and replica != self.name:
+                    rows.append(
+                        DeliveryRow(
+                            replica=replica,
+                            worker_id=order.worker_id,
+                            body=encode(order),
+                            created_at=time.time(),
+                        )
+                    )
+                else:
+                    local.append(order)  # not streaming anywhere: the reconnect reconciles it
+            if rows:
+                queries.add_deliveries(s, rows)
+                if self._db.dialect is Dialect.POSTGRESQL:
+                    queries.notify(s, DELIVERIES, sorted({r.replica for r in rows}))
+        if self._db.dialect is Dialect.POSTGRESQL:
+            queries.notify(s, RUNS, queries.chunks(sorted(touched)))
+        return local
+
+    # ------------------------------------------------------------------ taking deliveries
+
+    async def _poll_loop(self) -> None:
+        beats = 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._config.relay_poll_interval)
+            self._wake.clear()
+            try:
+                await self.take()
+                beats += 1
+                if beats % 10 == 0:
+                    await self._db.write(self._housekeeping)
+            except DeskfleetError as exc:
+                log.warning("could not take orders relayed to this replica: %s", exc)
+
+    async def take(self) -> int:
+        """Send the orders other replicas left for streams on this one; returns how many."""
+
+        def unit(s: Session) -> list[Order]:
+            now = time.time()
+            queries.beat(s, self.name, self._config.listen, self._started, now)
+            return [decode(s, row.body) for row in queries.take_deliveries(s, self.name)]
+
+        orders = await self._db.write(unit)
+        if orders:
+            self.receiver(orders)
+        return len(orders)
+
+    def _housekeeping(self, s: Session) -> None:
+        now = time.time()
+        dropped = queries.drop_undeliverable(
+            s, queries.live(s, now, self.replica_ttl), now - UNDELIVERABLE_AFTER
+        )
+        if dropped:
+            log.info("dropped %d orders for replicas that stopped", dropped)
+
+    async def live_replicas(self) -> set[str]:
+        return await self._db.read(queries.live, time.time(), self.replica_ttl)
+
+    async def _listen_loop(self) -> None:
+        import psycopg
+
+        conninfo = make_url(self._db.url).set(drivername="postgresql").render_as_string(False)
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    conninfo, autocommit=True, connect_timeout=5
+                ) as conn:
+                    await conn.execute(f"LISTEN {DELIVERIES}")
+                    await conn.execute(f"LISTEN {RUNS}")
+                    self.listening = True
+                    self._wake.set()  # whatever was written while we were not listening
+                    async for note in conn.notifies():
+                        if note.channel == DELIVERIES:
+                            if note.payload == self.name:
+                                self._wake.set()
+                        else:
+                            self._bus.notify(set(note.payload.split()))
+            except (psycopg.Error, OSError) as exc:
+                if self.listening:
+                    log.warning("lost the store's notifications (%s); polling meanwhile", exc)
+            self.listening = False
+            await asyncio.sleep(LISTEN_RETRY)
