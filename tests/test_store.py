@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,15 @@ from alembic.runtime.migration import MigrationContext
 
 from coordinator.store.models import Base
 from coordinator.store.schema import head_revision, sync_engine, upgrade
-from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env, journal, submit
+from tests.harness import (
+    BIN,
+    CoordinatorProcess,
+    TcpProxy,
+    WorkerProcess,
+    base_env,
+    journal,
+    submit,
+)
 
 
 def _init(tmp_path: Path, db_url: str, token_file: Path) -> subprocess.CompletedProcess[str]:
@@ -107,62 +113,6 @@ def test_an_unreadable_store_is_unavailable_never_zero_online(
         worker.stop()
 
 
-class _TcpProxy:
-    """A loopback TCP relay to PostgreSQL that a test can cut, like a database going away."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        self.alive = True
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while self.alive:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.alive:
-                client.close()
-                return
-            upstream = socket.create_connection(self.target)
-            self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    continue
-            src.close()
-
-    def cut(self) -> None:
-        self.alive = False
-        # shutdown() first: close() alone leaves a listener that a thread blocks in accept() on.
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        for conn in self.conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
-
-
 @pytest.mark.postgres
 def test_postgresql_store_end_to_end(tmp_path: Path, pg_url: str) -> None:
     coordinator = CoordinatorProcess(tmp_path / "pg", pg_url).start()
@@ -179,14 +129,14 @@ def test_postgresql_store_end_to_end(tmp_path: Path, pg_url: str) -> None:
 
 
 @pytest.fixture
-def pg_proxy(pg_url: str) -> Iterator[tuple[str, _TcpProxy]]:
-    proxy = _TcpProxy(("127.0.0.1", 5432))
+def pg_proxy(pg_url: str) -> Iterator[tuple[str, TcpProxy]]:
+    proxy = TcpProxy(("127.0.0.1", 5432))
     yield pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), proxy
     proxy.cut()
 
 
 @pytest.mark.postgres
-def test_a_dead_postgresql_is_unavailable(tmp_path: Path, pg_proxy: tuple[str, _TcpProxy]) -> None:
+def test_a_dead_postgresql_is_unavailable(tmp_path: Path, pg_proxy: tuple[str, TcpProxy]) -> None:
     url, proxy = pg_proxy
     coordinator = CoordinatorProcess(tmp_path / "pgdead", url).start()
     try:

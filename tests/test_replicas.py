@@ -1,0 +1,251 @@
+"""Several coordinator replicas on one PostgreSQL: one fleet, work across replicas, failover.
+
+Real replica processes on a real PostgreSQL database (skipped, saying so, where no server
+answers on 127.0.0.1:5432; CI starts one).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import (
+    STOPPED,
+    CoordinatorProcess,
+    TcpProxy,
+    WorkerProcess,
+    Xvfb,
+    journal,
+    submit,
+    wait_run,
+    wait_until,
+    write_plan,
+)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+@dataclass
+class Pair:
+    a: CoordinatorProcess
+    b: CoordinatorProcess
+    workers: list[WorkerProcess]
+
+    def worker(
+        self,
+        on: CoordinatorProcess,
+        name: str,
+        *,
+        also: CoordinatorProcess | None = None,
+        **kw: Any,
+    ) -> WorkerProcess:
+        """A worker enrolled through `on`, streaming to it (then to `also` if it fails)."""
+        worker = WorkerProcess(on, name, **kw)
+        addresses = ",".join(c.address for c in (on, also) if c is not None)
+        done = worker.enroll(coordinators=addresses)
+        assert done.returncode == 0, done.stderr
+        self.workers.append(worker.start())
+        return worker
+
+
+def _replicas(tmp_path: Path, url: str, **kw: Any) -> tuple[CoordinatorProcess, CoordinatorProcess]:
+    a = CoordinatorProcess(tmp_path / "a", url, replica="a", **kw)
+    a.init()
+    b = CoordinatorProcess(tmp_path / "b", url, replica="b", **kw)
+    b.workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(a.admin_token_file, b.admin_token_file)  # one store, one admin
+    return a.start(), b.start()
+
+
+@pytest.fixture
+def pair(tmp_path: Path, pg_url: str) -> Iterator[Pair]:
+    a, b = _replicas(tmp_path, pg_url)
+    pair = Pair(a, b, [])
+    yield pair
+    for worker in pair.workers:
+        worker.stop()
+    a.stop()
+    b.stop()
+
+
+def _online(coordinator: CoordinatorProcess, *workers: WorkerProcess) -> dict[str, str]:
+    """Wait until `coordinator` sees every worker online; worker id -> replica."""
+
+    def check() -> dict[str, str] | None:
+        rows = {w["id"]: w for w in coordinator.status()["workers"]}
+        if all(rows.get(w.worker_id, {}).get("online") for w in workers):
+            return {w.worker_id: rows[w.worker_id]["replica"] for w in workers}
+        return None
+
+    found: dict[str, str] = wait_until(check, 60, 0.2, "workers online")
+    return found
+
+
+def _fleet(coordinator: CoordinatorProcess) -> tuple[int, int, list[tuple[Any, ...]]]:
+    """The fleet as `coordinator` reports it, without the heartbeat times that keep moving."""
+    doc = coordinator.status()
+    rows = [
+        (w["id"], w["name"], w["online"], w["replica"], w["state"], json.dumps(w["capabilities"]))
+        for w in doc["workers"]
+    ]
+    return doc["headlessOnline"], doc["computerUseOnline"], rows
+
+
+def test_both_replicas_show_one_fleet_and_a_plan_submitted_on_a_runs_on_bs_worker(
+    pair: Pair, tmp_path: Path
+) -> None:
+    wa = pair.worker(pair.a, "wa")
+    wb = pair.worker(pair.b, "wb")
+    holders = _online(pair.a, wa, wb)
+    assert holders == {wa.worker_id: "a", wb.worker_id: "b"}
+    from_a, from_b = _fleet(pair.a), _fleet(pair.b)
+    assert from_a == from_b
+    assert from_a[0] == 2
+    table = pair.b.cli("status").stdout
+    assert " a " in table and " b " in table  # the table names each worker's replica
+
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [
+            {"kind": "diag.echo", "args": {"value": i}, "route": {"worker": wb.worker_id}}
+            for i in range(3)
+        ],
+    )
+    started = time.monotonic()
+    run = submit(pair.a, plan, wait=True)
+    elapsed = time.monotonic() - started
+    assert run["status"] == "SUCCEEDED", run["stopReason"]
+    assert {a["workerId"] for a in run["actions"]} == {wb.worker_id}
+    # Three actions forwarded one after another: notifications, not the 1 s poll, carry them.
+    assert elapsed < 10, elapsed
+    receipts = [e["data"] for e in journal(pair.b, run["id"]) if e["kind"] == "receipt"]
+    assert [r["result"] for r in receipts] == [{"echo": i} for i in range(3)]
+
+
+def test_a_kill_switch_engaged_on_b_reaches_a_worker_streaming_to_a(pair: Pair) -> None:
+    wa = pair.worker(pair.a, "wa")
+    _online(pair.b, wa)
+    kill = pair.b.cli_json("kill", "engage", "--reason", "replica test")
+
+    def acknowledged() -> dict[str, Any] | None:
+        [switch] = pair.a.cli_json("kill", "status")["switches"]
+        return switch if wa.worker_id in switch["acknowledged"] else None
+
+    switch = wait_until(acknowledged, 10, 0.1, "the worker on replica a to acknowledge")
+    assert switch["id"] == kill["id"] and not switch.get("unacknowledged")
+    pair.b.cli("kill", "release", "--fleet", "--reason", "done")
+
+
+def test_a_replica_killed_mid_run_its_worker_moves_and_the_run_finishes_once(
+    pair: Pair, tmp_path: Path
+) -> None:
+    worker = pair.worker(pair.a, "w", also=pair.b)
+    assert _online(pair.b, worker) == {worker.worker_id: "a"}
+    effects = tmp_path / "effects"
+    effects.mkdir()
+    actions: list[dict[str, Any]] = [
+        {"kind": "diag.append", "args": {"path": str(effects / f"{i}.txt"), "line": "once"}}
+        for i in range(2)
+    ]
+    actions.append({"kind": "diag.sleep", "args": {"seconds": 3}, "idempotent": True})
+    actions += [
+        {"kind": "diag.append", "args": {"path": str(effects / f"{i}.txt"), "line": "once"}}
+        for i in range(2, 4)
+    ]
+    run = submit(pair.a, write_plan(tmp_path / "plan.json", actions))
+    wait_run(pair.b, run["id"], lambda r: r["actions"][2]["status"] == "STARTED", 30)
+    pair.a.kill()  # kill -9: no goodbye, its leases simply stop being renewed
+
+    wait_until(
+        lambda: _online(pair.b, worker) == {worker.worker_id: "b"}, 60, 0.2, "the move to b"
+    )
+    done = wait_run(pair.b, run["id"], lambda r: r["status"] in STOPPED, 90)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    for i in range(4):  # no non-idempotent action ran twice
+        assert (effects / f"{i}.txt").read_text().splitlines() == ["once"], i
+    events = journal(pair.b, run["id"])
+    receipted = {e["data"]["action"] for e in events if e["kind"] == "receipt"}
+    assert receipted >= {a["id"] for a in done["actions"]}  # no receipt lost
+    assert pair.b.cli_json("journal", "verify", run["id"])["ok"] is True
+
+
+def _script(path: Path, steps: list[dict[str, Any]]) -> str:
+    path.write_text(json.dumps({"steps": steps}))
+    return f"scripted:{path}"
+
+
+def test_an_approval_answered_on_b_unblocks_a_goal_waiting_on_a(
+    pair: Pair, xvfb: Xvfb, tmp_path: Path
+) -> None:
+    desk = pair.worker(pair.b, "desk", display_env=xvfb.env)
+    _online(pair.a, desk)
+    shot = {"name": "computer", "arguments": {"action": "screenshot"}}
+    model = _script(
+        tmp_path / "script.json",
+        [{"tool_calls": [shot]}, {"text": "seen", "tool_calls": []}],
+    )
+    goal = pair.a.cli_json(
+        "goal", "look at the screen", "--desktop", desk.worker_id, "--model", model
+    )
+    approval = wait_until(
+        lambda: (pending := pair.b.cli_json("approvals", "list")["approvals"]) and pending[0],
+        30,
+        0.2,
+        "the goal's approval, seen from replica b",
+    )
+    pair.b.cli("approvals", "approve", approval["id"])
+    done = wait_run(pair.a, goal["id"], lambda r: r["status"] in STOPPED, 60)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    [result] = [e["data"] for e in journal(pair.a, goal["id"]) if e["kind"] == "goal.tool_result"]
+    assert not result["is_error"] and result["images"][0]["media_type"] == "image/png"
+
+
+def test_a_goal_of_a_replica_that_died_is_adopted_and_finishes_without_repeating_a_step(
+    pair: Pair, tmp_path: Path
+) -> None:
+    steps: list[dict[str, Any]] = [
+        {"sleep": 0.3, "tool_calls": [{"name": "recall", "arguments": {"text": f"step {i}"}}]}
+        for i in range(20)
+    ]
+    model = _script(tmp_path / "long.json", [*steps, {"text": "all done", "tool_calls": []}])
+    goal = pair.a.cli_json("goal", "a long goal", "--model", model)
+
+    def results() -> list[dict[str, Any]]:
+        return [e for e in journal(pair.b, goal["id"]) if e["kind"] == "goal.tool_result"]
+
+    wait_until(lambda: len(results()) >= 3, 30, 0.1, "3 steps on replica a")
+    pair.a.kill()
+    done = wait_run(pair.b, goal["id"], lambda r: r["status"] in STOPPED, 90)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    events = journal(pair.b, goal["id"])
+    [adopted] = [e["data"] for e in events if e["kind"] == "goal.adopted"]
+    assert adopted == {"replica": "b", "previous": "a"}
+    texts = [e["data"]["arguments"]["text"] for e in results()]
+    assert len(texts) == len(set(texts)) == 20
+
+
+def test_an_unreachable_store_is_unavailable_from_every_replica(
+    tmp_path: Path, pg_url: str
+) -> None:
+    proxy = TcpProxy(("127.0.0.1", 5432))
+    url = pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    a, b = _replicas(tmp_path, url)
+    try:
+        assert _fleet(a) == _fleet(b)
+        proxy.cut()
+        for replica in (a, b):
+            done = replica.cli("status", json_out=True, check=False, timeout=60)
+            assert done.returncode == 5, done.stderr
+            assert done.stdout == ""
+            assert done.stderr.startswith("deskfleet: the coordinator's store is unavailable:")
+    finally:
+        proxy.cut()
+        a.stop()
+        b.stop()
