@@ -24,7 +24,7 @@ DEFAULT_PAGE = 16384
 MAX_PAGE = 65536
 EXCERPT_RADIUS = 80
 EXCERPT_BUDGET = 4000  # characters of excerpts per search response
-SCAN_LIMIT = 2000  # journal events examined per search call
+SCAN_LIMIT = 2000  # candidate events (see journal_candidates) examined per search call
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class Recall:
             scanned = 0
             after = start_seq - 1
             while scanned < SCAN_LIMIT:
-                rows = run_queries.journal_after(s, run_id, after, 200)
+                rows = run_queries.journal_candidates(s, run_id, after, needle, 200)
                 if not rows:
                     return SearchPage(tuple(matches), "", False, False)
                 for row in rows:
@@ -152,7 +152,7 @@ class Recall:
                         matches.append(Match(row.seq, row.kind, pos, excerpt))
                         pos = haystack.find(needle, pos + 1)
                     after = row.seq
-            more = bool(run_queries.journal_after(s, run_id, after, 1))
+            more = bool(run_queries.journal_candidates(s, run_id, after, needle, 1))
             return SearchPage(tuple(matches), f"{after + 1}:0" if more else "", more, False)
 
         return await self._db.read(unit)

@@ -163,9 +163,7 @@ def test_a_replica_killed_mid_run_its_worker_moves_and_the_run_finishes_once(
     wait_run(pair.b, run["id"], lambda r: r["actions"][2]["status"] == "STARTED", 30)
     pair.a.kill()  # kill -9: no goodbye, its leases simply stop being renewed
 
-    wait_until(
-        lambda: _online(pair.b, worker) == {worker.worker_id: "b"}, 60, 0.2, "the move to b"
-    )
+    wait_until(lambda: _online(pair.b, worker) == {worker.worker_id: "b"}, 60, 0.2, "the move to b")
     done = wait_run(pair.b, run["id"], lambda r: r["status"] in STOPPED, 90)
     assert done["status"] == "SUCCEEDED", done["stopReason"]
     for i in range(4):  # no non-idempotent action ran twice
@@ -249,3 +247,30 @@ def test_an_unreachable_store_is_unavailable_from_every_replica(
         proxy.cut()
         a.stop()
         b.stop()
+
+
+def test_journal_search_on_postgresql_uses_the_index_and_finds_archived_text(
+    pair: Pair, tmp_path: Path
+) -> None:
+    worker = pair.worker(pair.a, "w")
+    _online(pair.b, worker)
+    values = ["a needle here", "x" * 6000 + " a deep NEEDLE", "100%_sure", "plain"]
+    plan = write_plan(
+        tmp_path / "plan.json", [{"kind": "diag.echo", "args": {"value": v}} for v in values]
+    )
+    run = submit(pair.a, plan, wait=True)
+    assert run["status"] == "SUCCEEDED", run["stopReason"]
+    receipts = [e for e in journal(pair.b, run["id"]) if e["kind"] == "receipt"]
+    assert receipts[1]["data"]["incomplete"] is True  # archived: only a preview in the journal
+
+    found = pair.b.cli_json("journal", "search", run["id"], "needle")
+    assert [m["seq"] for m in found["matches"]] == [receipts[0]["seq"], receipts[1]["seq"]]
+    assert "deep NEEDLE" in found["matches"][1]["excerpt"]
+    # LIKE's wildcards in a query are plain characters to the search.
+    wild = pair.b.cli_json("journal", "search", run["id"], "%_s")
+    assert [m["seq"] for m in wild["matches"]] == [receipts[2]["seq"]]
+    import psycopg
+
+    with psycopg.connect(pair.a.db_url) as conn:
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
+    assert "journal_data_trgm" in indexes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow, RunRow
@@ -108,6 +108,35 @@ def journal_after(s: Session, run_id: str, after_seq: int, limit: int) -> Sequen
         .scalars()
         .all()
     )
+
+
+# Archived events keep only a preview in the journal: their original text is elsewhere, so
+# every one of them is a candidate for any search.
+ARCHIVED_LIKE = '%"archive"%'
+
+
+def journal_candidates(
+    s: Session, run_id: str, after_seq: int, needle: str, limit: int
+) -> Sequence[JournalRow]:
+    """Events after `after_seq` that may hold `needle` (lower case, as stored), in order.
+
+    The substring index answers `LIKE` (trigram GIN on PostgreSQL, FTS5 trigram on SQLite);
+    the caller checks each candidate exactly, so `%` and `_` in the needle, which LIKE reads
+    as wildcards, only widen the candidates.
+    """
+    pattern = f"%{needle}%"
+    query = select(JournalRow).where(JournalRow.run_id == run_id, JournalRow.seq > after_seq)
+    if s.get_bind().dialect.name == "sqlite":
+        query = query.where(
+            text(
+                "journal.rowid IN (SELECT rowid FROM journal_fts WHERE data LIKE :pattern"
+                " UNION SELECT rowid FROM journal_fts WHERE data LIKE :archived)"
+            ).bindparams(pattern=pattern, archived=ARCHIVED_LIKE)
+        )
+    else:
+        lowered = func.lower(JournalRow.data)
+        query = query.where(or_(lowered.like(pattern), lowered.like(ARCHIVED_LIKE)))
+    return s.execute(query.order_by(JournalRow.seq).limit(limit)).scalars().all()
 
 
 def journal_entry(s: Session, run_id: str, seq: int) -> JournalRow | None:
