@@ -46,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how often the recovery sweep resumes saved work (default 120)",
     )
     serve.add_argument(
+        "--relay-poll-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often a replica looks for orders other replicas left for its workers; on"
+        " PostgreSQL a notification wakes it sooner (default 1)",
+    )
+    serve.add_argument(
         "--goal-context-budget",
         type=int,
         default=20_000,
@@ -167,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_interval=args.heartbeat_interval,
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
+            relay_poll_interval=args.relay_poll_interval,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

@@ -33,8 +33,8 @@ from coordinator.store import Database
 from coordinator.store import desktop as desktop_queries
 from coordinator.store import replicas as queries
 from coordinator.store.engine import Dialect
-from coordinator.store.models import DeliveryRow, RunRow
-from shared.errors import DeskfleetError
+from coordinator.store.models import DeliveryRow, ReplicaRow, RunRow
+from shared.errors import DeskfleetError, FailedPreconditionError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,11 @@ _KINDS: dict[str, type[Any]] = {
     "kill": KillPush,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
+
+
+class ReplicaNameTakenError(FailedPreconditionError):
+    pass
+
 
 OrderT = TypeVar("OrderT", bound=Order)
 
@@ -113,6 +118,7 @@ class Relay:
         return max(3 * self._config.relay_poll_interval, self._config.lease_ttl)
 
     async def __aenter__(self) -> Relay:
+        await self._refuse_a_namesake()
         await self._db.write(
             queries.beat, self.name, self._config.listen, self._started, time.time()
         )
@@ -132,6 +138,24 @@ class Relay:
         # A replica that stops cleanly says so: the others take over without waiting.
         with contextlib.suppress(DeskfleetError):
             await self._db.write(queries.forget, self.name)
+
+    async def _refuse_a_namesake(self) -> None:
+        """Two live replicas with one name would take each other's orders: refuse to start
+        while a replica of this name still beats (a crashed one stops moving its row)."""
+
+        def seen(s: Session) -> float | None:
+            row = s.get(ReplicaRow, self.name)
+            return row.seen_at if row is not None else None
+
+        first = await self._db.read(seen)
+        if first is None or time.time() - first > self.replica_ttl:
+            return
+        await asyncio.sleep(1.5 * self._config.relay_poll_interval)
+        if await self._db.read(seen) != first:
+            raise ReplicaNameTakenError(
+                f"another replica named {self.name!r} is running on this store;"
+                " give each replica its own --replica NAME"
+            )
 
     # ----------------------------------------------------------------- inside transactions
 

@@ -152,8 +152,8 @@ class Coordinator:
             self._kills,
             self._relay,
         )
+        await self._relay.__aenter__()  # first: it refuses a second replica of the same name
         await self._server.start()
-        await self._relay.__aenter__()
         await self._dispatcher.__aenter__()
         await self._goals.__aenter__()
         for name in ("", *SERVICE_NAMES):

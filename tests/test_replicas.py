@@ -274,3 +274,18 @@ def test_journal_search_on_postgresql_uses_the_index_and_finds_archived_text(
     with psycopg.connect(pair.a.db_url) as conn:
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
     assert "journal_data_trgm" in indexes
+
+
+def test_a_second_replica_with_a_taken_name_is_refused(pair: Pair, tmp_path: Path) -> None:
+    namesake = CoordinatorProcess(tmp_path / "a2", pair.a.db_url, replica="a")
+    namesake.workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(pair.a.admin_token_file, namesake.admin_token_file)
+    with pytest.raises(RuntimeError, match="did not start"):
+        namesake.start()
+    assert (
+        "another replica named 'a' is running on this store; give each replica its own"
+        " --replica NAME"
+    ) in namesake.log.read_text()
+    # A replica that crashed leaves a row that stops moving: its successor starts at once.
+    pair.b.kill()
+    CoordinatorProcess(tmp_path / "b2", pair.a.db_url, replica="b").start().stop()
