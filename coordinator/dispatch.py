@@ -96,9 +96,10 @@ class Dispatcher:
         Orders for streams on other replicas are handed to the relay inside the transaction.
         """
         ctx = self.context()
+        here = self._presence.connected_ids()
 
         def with_relay(s: Session, ctx: Context) -> list[Order]:
-            return self._relay.route(s, unit(s, ctx), ctx.touched)
+            return self._relay.route(s, unit(s, ctx), ctx.touched, here)
 
         orders = await self._db.write(with_relay, ctx)
         self.deliver(orders, ctx.touched)

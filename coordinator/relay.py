@@ -159,12 +159,14 @@ class Relay:
 
     # ----------------------------------------------------------------- inside transactions
 
-    def route(self, s: Session, orders: Sequence[OrderT], touched: Iterable[str]) -> list[OrderT]:
-        """Keep the orders for streams on this replica; write the rest for their replicas.
+    def route(
+        self, s: Session, orders: Sequence[OrderT], touched: Iterable[str], here: frozenset[str]
+    ) -> list[OrderT]:
+        """Keep the orders for streams on this replica (`here`, taken on the event loop before
+        the transaction); write the rest for their replicas.
 
         Runs inside the transaction that decided the orders.
         """
-        here = self._presence.connected_ids()
         away = [o for o in orders if o.worker_id not in here]
         local = [o for o in orders if o.worker_id in here]
         if away:
