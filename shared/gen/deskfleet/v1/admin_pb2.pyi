@@ -70,3 +70,41 @@ class Principal(_message.Message):
     role: str
     server_time: float
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., server_time: _Optional[float] = ...) -> None: ...
+
+class ListAuditRequest(_message.Message):
+    __slots__ = ("since", "limit")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    since: float
+    limit: int
+    def __init__(self, since: _Optional[float] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("seq", "at", "actor_id", "actor_name", "actor_role", "peer", "action", "target", "detail_json")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ROLE_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_JSON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    at: float
+    actor_id: str
+    actor_name: str
+    actor_role: str
+    peer: str
+    action: str
+    target: str
+    detail_json: str
+    def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., actor_id: _Optional[str] = ..., actor_name: _Optional[str] = ..., actor_role: _Optional[str] = ..., peer: _Optional[str] = ..., action: _Optional[str] = ..., target: _Optional[str] = ..., detail_json: _Optional[str] = ...) -> None: ...
+
+class AuditEntries(_message.Message):
+    __slots__ = ("entries", "more")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
+    more: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...

@@ -49,6 +49,11 @@ class AdminServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_admin__pb2.Principal.FromString,
                 _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/deskfleet.v1.AdminService/ListAudit',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.AuditEntries.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -72,6 +77,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAudit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +100,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=deskfleet_dot_v1_dot_admin__pb2.WhoAmIRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_admin__pb2.Principal.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.ListAuditRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.AuditEntries.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +188,33 @@ class AdminService:
             '/deskfleet.v1.AdminService/WhoAmI',
             deskfleet_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
             deskfleet_dot_v1_dot_admin__pb2.Principal.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/ListAudit',
+            deskfleet_dot_v1_dot_admin__pb2.ListAuditRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.AuditEntries.FromString,
             options,
             channel_credentials,
             insecure,

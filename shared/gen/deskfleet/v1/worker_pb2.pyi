@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EnrollRequest(_message.Message):
-    __slots__ = ("token", "name", "labels")
+    __slots__ = ("token", "name", "labels", "csr_pem")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -19,20 +19,42 @@ class EnrollRequest(_message.Message):
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
     token: str
     name: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, token: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    csr_pem: str
+    def __init__(self, token: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., csr_pem: _Optional[str] = ...) -> None: ...
 
 class EnrollResponse(_message.Message):
-    __slots__ = ("worker_id", "credential", "allowed_capabilities")
+    __slots__ = ("worker_id", "credential", "allowed_capabilities", "certificate_pem", "ca_pem")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     credential: str
     allowed_capabilities: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[str] = ..., credential: _Optional[str] = ..., allowed_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
+    certificate_pem: str
+    ca_pem: str
+    def __init__(self, worker_id: _Optional[str] = ..., credential: _Optional[str] = ..., allowed_capabilities: _Optional[_Iterable[str]] = ..., certificate_pem: _Optional[str] = ..., ca_pem: _Optional[str] = ...) -> None: ...
+
+class RenewCertificateRequest(_message.Message):
+    __slots__ = ("csr_pem",)
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    csr_pem: str
+    def __init__(self, csr_pem: _Optional[str] = ...) -> None: ...
+
+class Certificate(_message.Message):
+    __slots__ = ("certificate_pem", "ca_pem", "not_after")
+    CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    certificate_pem: str
+    ca_pem: str
+    not_after: float
+    def __init__(self, certificate_pem: _Optional[str] = ..., ca_pem: _Optional[str] = ..., not_after: _Optional[float] = ...) -> None: ...
 
 class HeldAction(_message.Message):
     __slots__ = ("action_id", "attempt_id", "epoch", "state")

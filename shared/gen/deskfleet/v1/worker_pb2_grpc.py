@@ -40,6 +40,11 @@ class WorkerGatewayStub:
                 request_serializer=deskfleet_dot_v1_dot_worker__pb2.EnrollRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_worker__pb2.EnrollResponse.FromString,
                 _registered_method=True)
+        self.RenewCertificate = channel.unary_unary(
+                '/deskfleet.v1.WorkerGateway/RenewCertificate',
+                request_serializer=deskfleet_dot_v1_dot_worker__pb2.RenewCertificateRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_worker__pb2.Certificate.FromString,
+                _registered_method=True)
         self.Connect = channel.stream_stream(
                 '/deskfleet.v1.WorkerGateway/Connect',
                 request_serializer=deskfleet_dot_v1_dot_worker__pb2.WorkerMessage.SerializeToString,
@@ -53,6 +58,13 @@ class WorkerGatewayServicer:
 
     def Enroll(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewCertificate(self, request, context):
+        """With the worker's credential (and, under mTLS, its current certificate).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -72,6 +84,11 @@ def add_WorkerGatewayServicer_to_server(servicer, server):
                     servicer.Enroll,
                     request_deserializer=deskfleet_dot_v1_dot_worker__pb2.EnrollRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_worker__pb2.EnrollResponse.SerializeToString,
+            ),
+            'RenewCertificate': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewCertificate,
+                    request_deserializer=deskfleet_dot_v1_dot_worker__pb2.RenewCertificateRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_worker__pb2.Certificate.SerializeToString,
             ),
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
@@ -107,6 +124,33 @@ class WorkerGateway:
             '/deskfleet.v1.WorkerGateway/Enroll',
             deskfleet_dot_v1_dot_worker__pb2.EnrollRequest.SerializeToString,
             deskfleet_dot_v1_dot_worker__pb2.EnrollResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewCertificate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.WorkerGateway/RenewCertificate',
+            deskfleet_dot_v1_dot_worker__pb2.RenewCertificateRequest.SerializeToString,
+            deskfleet_dot_v1_dot_worker__pb2.Certificate.FromString,
             options,
             channel_credentials,
             insecure,
