@@ -266,6 +266,22 @@ class SecretRow(Base):
     updated_by: Mapped[str] = mapped_column(String(64))
 
 
+class AuditRow(Base):
+    """One administrative act (see coordinator/audit.py); append-only."""
+
+    __tablename__ = "audit"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    actor_id: Mapped[str] = mapped_column(String(64))
+    actor_name: Mapped[str] = mapped_column(String(200))
+    actor_role: Mapped[str] = mapped_column(String(16))
+    peer: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(200))
+    detail: Mapped[str] = mapped_column(Text)
+
+
 class ReplicaRow(Base):
     """A coordinator replica on this store; alive while `seen_at` is recent."""
 
