@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import capabilities, journal, ledger, scope
+from coordinator import audit, capabilities, journal, ledger, scope
 from coordinator.dispatch import Dispatcher
 from coordinator.journal import JournalBus
 from coordinator.ledger import Context, DispatchOrder, Order
@@ -469,6 +469,7 @@ class Desktop:
     ) -> ApprovalRow:
         """Approve (with `grant`, narrowing what was asked) or deny (grant None)."""
         answered: list[ApprovalRow] = []
+        by = audit.actor(who)
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             approval = queries.approval(s, approval_id)
@@ -487,6 +488,7 @@ class Desktop:
             orders: list[Order] = []
             if grant is None:
                 approval.status = DENIED
+                audit.record(s, by, "approval.deny", approval.id, run=run.id, reason=reason)
                 ledger.record(
                     s, run, ctx, "approval.denied", approval=approval.id, by=who.id, reason=reason
                 )
@@ -505,6 +507,16 @@ class Desktop:
                 approval.status = APPROVED
                 approval.granted = granted.to_json()
                 approval.expires_at = ctx.now + granted.ttl
+                audit.record(
+                    s,
+                    by,
+                    "approval.approve",
+                    approval.id,
+                    run=run.id,
+                    worker=approval.worker_id,
+                    scope=granted.to_json(),
+                    reason=reason,
+                )
                 ledger.record(
                     s,
                     run,
@@ -693,6 +705,7 @@ class Desktop:
         if not value or len(value) > MAX_TEXT or "\x00" in value:
             raise InvalidArgumentError(f"value: 1-{MAX_TEXT} characters, no NUL")
         stored: list[SecretRow] = []
+        by = audit.actor(who)
 
         def unit(s: Session) -> None:
             owner_id = who.id
@@ -708,6 +721,7 @@ class Desktop:
                 row = SecretRow(owner_id=owner_id, name=name)
                 s.add(row)
             row.value, row.updated_at, row.updated_by = value, time.time(), who.id
+            audit.record(s, by, "secret.set", f"{owner_id}/{name}")  # the name, never the value
             s.flush()
             stored.append(row)
 

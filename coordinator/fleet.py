@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import capabilities
+from coordinator import audit, capabilities
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 from coordinator.store import Database
@@ -111,7 +111,7 @@ class Fleet:
             raise NotFoundError(f"no worker {worker_id!r}")
         return view_of(*rows[0], now)
 
-    async def revoke(self, worker_id: str) -> WorkerView:
+    async def revoke(self, worker_id: str, by: audit.Actor) -> WorkerView:
         """Refuse the worker's credential from now on and cut its stream at once."""
 
         def mark(s: Session) -> None:
@@ -120,13 +120,14 @@ class Fleet:
                 raise NotFoundError(f"no worker {worker_id!r}")
             if worker.state != "revoked":
                 worker_queries.set_state(s, worker_id, "revoked", revoked_at=time.time())
+                audit.record(s, by, "worker.revoke", worker_id, name=worker.name)
 
         await self._db.write(mark)
         self._auth.forget(worker_id)
         self._presence.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
         return await self.get(worker_id)
 
-    async def drain(self, worker_id: str, *, draining: bool) -> WorkerView:
+    async def drain(self, worker_id: str, by: audit.Actor, *, draining: bool) -> WorkerView:
         def mark(s: Session) -> None:
             worker = worker_queries.worker_by_id(s, worker_id)
             if worker is None:
@@ -134,6 +135,8 @@ class Fleet:
             if worker.state == "revoked":
                 raise FailedPreconditionError(f"worker {worker_id} is revoked; enroll it again")
             worker_queries.set_state(s, worker_id, "draining" if draining else "active")
+            action = "worker.drain" if draining else "worker.undrain"
+            audit.record(s, by, action, worker_id, name=worker.name)
 
         await self._db.write(mark)
         return await self.get(worker_id)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import desktop, ledger
+from coordinator import audit, desktop, ledger
 from coordinator.dispatch import Dispatcher
 from coordinator.ledger import CancelOrder, Context, KillPush, Order
 from coordinator.principals import Principal, Role
@@ -128,6 +128,15 @@ class KillSwitches:
                 release_reason="",
             )
             s.add(kill)
+            audit.record(
+                s,
+                audit.Actor(who, peer),
+                "kill.engage",
+                kill.id,
+                scope=scope,
+                target=kill.target,
+                reason=reason,
+            )
             orders: list[Order] = []
             why = f"kill switch {kill.id} engaged by {who.name}: {reason}"
             for run in _covered_runs(s, kill):
@@ -177,6 +186,7 @@ class KillSwitches:
             raise InvalidArgumentError(f"reason: at most {MAX_REASON} characters")
         pushes: list[KillPush] = []
         released: list[KillSwitchRow] = []
+        by = audit.actor(who)
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             matching = [
@@ -197,6 +207,15 @@ class KillSwitches:
                         "only an admin releases a fleet or worker kill switch"
                     )
                 kill.released_at, kill.released_by, kill.release_reason = ctx.now, who.id, reason
+                audit.record(
+                    s,
+                    by,
+                    "kill.release",
+                    kill.id,
+                    scope=kill.scope,
+                    target=kill.target,
+                    reason=reason,
+                )
                 released.append(kill)
                 for worker in _reached_workers(s, kill, ctx.online(s)):
                     pushes.append(KillPush(worker, kill.id, False, kill.scope, kill.target, reason))

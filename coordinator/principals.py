@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
+from coordinator import audit
 from coordinator.store import Database
 from coordinator.store import principals as principal_queries
 from coordinator.store import workers as worker_queries
@@ -103,7 +105,9 @@ async def authenticate(db: Database, secret: str | None) -> Principal:
     raise AuthenticationError("malformed credential")
 
 
-async def create_user(db: Database, name: str, role: Role) -> NewUser:
+async def create_user(
+    db: Database, name: str, role: Role, by: audit.Actor | None = None
+) -> NewUser:
     name = name.strip()
     if not name or len(name) > MAX_NAME:
         raise InvalidArgumentError(f"name: must be 1-{MAX_NAME} characters")
@@ -112,17 +116,17 @@ async def create_user(db: Database, name: str, role: Role) -> NewUser:
     user_id = new_id("usr")
     secret = new_secret(SecretKind.USER, user_id)
     now = time.time()
+    row = PrincipalRow(
+        id=user_id, name=name, role=role.value, secret_hash=secret_hash(secret), created_at=now
+    )
+
+    def unit(s: Session) -> None:
+        principal_queries.add(s, row)
+        if by is not None:  # `init` creates the first admin with no one to name
+            audit.record(s, by, "user.create", user_id, name=name, role=role.value)
+
     try:
-        await db.write(
-            principal_queries.add,
-            PrincipalRow(
-                id=user_id,
-                name=name,
-                role=role.value,
-                secret_hash=secret_hash(secret),
-                created_at=now,
-            ),
-        )
+        await db.write(unit)
     except IntegrityError as exc:
         raise AlreadyExistsError(f"a user named {name!r} already exists") from exc
     return NewUser(Principal(user_id, name, role), secret, now)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from coordinator.admin_cli import desktop_commands, render, runs_commands
 from coordinator.admin_cli.client import CoordinatorClient
@@ -64,6 +67,45 @@ def _whoami(client: CoordinatorClient, args: argparse.Namespace) -> None:
         render.print_json(me)
     else:
         print(f"{me['name']} ({me['role']}, {me['id']})")
+
+
+def _since(text: str) -> float:
+    """`--since`: a duration back from now (`1h`, `2d`) or an ISO 8601 time."""
+    if not text:
+        return 0.0
+    try:
+        return time.time() - parse_duration(text)
+    except InvalidArgumentError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"--since: {text!r} is neither a duration (10m, 1h, 2d) nor an ISO 8601 time"
+        ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _audit(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    doc = render.as_dict(
+        client.call(
+            client.admin.ListAudit,
+            admin_pb2.ListAuditRequest(since=_since(args.since), limit=args.limit),
+        )
+    )
+    for entry in doc["entries"]:
+        entry["detail"] = json.loads(entry.pop("detailJson") or "{}")
+    if args.json:
+        render.print_json(doc)
+        return
+    if not doc["entries"]:
+        print("no administrative acts recorded in that time")
+        return
+    print(render.audit_rows(doc["entries"]))
+    if doc["more"]:
+        print(f"(only the first {len(doc['entries'])}: ask again with a later --since)")
 
 
 def _status(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -159,6 +201,9 @@ def _parser() -> argparse.ArgumentParser:
 
     leaf(sub, "status", _status, "fleet status: workers online by capability")
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
+    audit = leaf(sub, "audit", _audit, "administrative acts: who did what, when, from where")
+    audit.add_argument("--since", default="", help="a duration back (1h, 2d) or an ISO 8601 time")
+    audit.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
     leaf(sub, "mcp", _mcp, "serve the fleet as MCP tools on stdio (for agent applications)")
 
     runs_commands.add_parsers(sub, leaf)

@@ -6,6 +6,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -302,3 +303,18 @@ def act_line(doc: dict[str, Any]) -> str:
             f"{art.get('height')} {art.get('mediaType')}, {art.get('size')} bytes)"
         )
     return head + "".join(f"\n  {d}" for d in details)
+
+
+def audit_rows(entries: list[dict[str, Any]]) -> str:
+    rows = [
+        (
+            datetime.fromtimestamp(e["at"], UTC).isoformat(timespec="seconds"),
+            f"{e['actorName']} ({e['actorRole']})",
+            e["peer"],
+            e["action"],
+            e["target"],
+            json.dumps(e["detail"], sort_keys=True) if e["detail"] else "",
+        )
+        for e in entries
+    ]
+    return table(("TIME", "WHO", "FROM", "ACTION", "TARGET", "DETAIL"), rows)

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from coordinator import enrollment
+from coordinator import audit, enrollment
 from coordinator.principals import Role, create_user
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
@@ -27,12 +27,22 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def CreateEnrollmentToken(
         self, request: admin_pb2.CreateEnrollmentTokenRequest, context: Context
     ) -> admin_pb2.EnrollmentToken:
+        by = audit.actor(current_principal())
         token = await enrollment.create_token(
             self._db,
-            current_principal(),
+            by.principal,
             capability_names=list(request.capabilities),
             ttl=float(request.ttl_seconds) or self._config.enrollment_token_ttl,
             uses=request.uses or 1,
+        )
+        await audit.write(
+            self._db,
+            by,
+            "token.create",
+            token.id,
+            capabilities=list(token.capabilities),
+            uses=token.uses,
+            expires_at=token.expires_at,
         )
         return admin_pb2.EnrollmentToken(
             id=token.id,
@@ -49,13 +59,35 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             role = Role(request.role or "owner")
         except ValueError as exc:
             raise InvalidArgumentError("role: must be owner or admin") from exc
-        user = await create_user(self._db, request.name, role)
+        user = await create_user(self._db, request.name, role, audit.actor(current_principal()))
         return admin_pb2.User(
             id=user.principal.id,
             name=user.principal.name,
             role=user.principal.role.value,
             token=user.secret,
             created_at=to_timestamp(user.created_at),
+        )
+
+    async def ListAudit(
+        self, request: admin_pb2.ListAuditRequest, context: Context
+    ) -> admin_pb2.AuditEntries:
+        rows, more = await audit.entries(self._db, request.since, request.limit)
+        return admin_pb2.AuditEntries(
+            entries=[
+                admin_pb2.AuditEntry(
+                    seq=r.seq,
+                    at=r.at,
+                    actor_id=r.actor_id,
+                    actor_name=r.actor_name,
+                    actor_role=r.actor_role,
+                    peer=r.peer,
+                    action=r.action,
+                    target=r.target,
+                    detail_json=r.detail,
+                )
+                for r in rows
+            ],
+            more=more,
         )
 
     async def WhoAmI(

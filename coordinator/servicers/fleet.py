@@ -6,8 +6,10 @@ from typing import Any
 
 import grpc
 
+from coordinator import audit
 from coordinator.fleet import Fleet
 from coordinator.servicers.convert import worker_info, worker_status
+from coordinator.servicers.guard import current_principal
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc
 
@@ -43,14 +45,17 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
     async def RevokeWorker(
         self, request: fleet_pb2.WorkerRef, context: Context
     ) -> fleet_pb2.WorkerInfo:
-        return worker_info(await self._fleet.revoke(_worker_id(request)))
+        by = audit.actor(current_principal())
+        return worker_info(await self._fleet.revoke(_worker_id(request), by))
 
     async def DrainWorker(
         self, request: fleet_pb2.WorkerRef, context: Context
     ) -> fleet_pb2.WorkerInfo:
-        return worker_info(await self._fleet.drain(_worker_id(request), draining=True))
+        by = audit.actor(current_principal())
+        return worker_info(await self._fleet.drain(_worker_id(request), by, draining=True))
 
     async def UndrainWorker(
         self, request: fleet_pb2.WorkerRef, context: Context
     ) -> fleet_pb2.WorkerInfo:
-        return worker_info(await self._fleet.drain(_worker_id(request), draining=False))
+        by = audit.actor(current_principal())
+        return worker_info(await self._fleet.drain(_worker_id(request), by, draining=False))

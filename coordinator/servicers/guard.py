@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from coordinator import authz
+from coordinator import audit, authz
 from coordinator.principals import Authenticator, Principal
 from shared.credentials import METADATA_KEY, SCHEME
 from shared.errors import ERROR_METADATA_KEY, DeskfleetError, PermissionDeniedError
@@ -94,6 +94,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     async def _admit(
         self, method: str, roles: frozenset[Any] | None, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        audit.set_peer(context.peer() or "")
         if roles is None:
             raise PermissionDeniedError(f"{method} has no access rule; it is refused to everyone")
         if not roles:  # authz.PUBLIC

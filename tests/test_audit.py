@@ -1,0 +1,113 @@
+"""The audit log: every administrative act, with who, when and from where; never a secret."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.harness import CoordinatorProcess, WorkerProcess
+
+
+def _audit(coordinator: CoordinatorProcess, *args: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = coordinator.cli_json("audit", *args)["entries"]
+    return entries
+
+
+def _pending(coordinator: CoordinatorProcess, run_id: str) -> str:
+    pending = coordinator.cli_json("approvals", "list")["approvals"]
+    [mine] = [a for a in pending if a["runId"] == run_id]
+    approval_id: str = mine["id"]
+    return approval_id
+
+
+def test_each_admin_act_is_audited_with_who_when_and_from_where(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    started = time.time()
+    token = coordinator.cli_json("tokens", "create", "--uses", "2")
+    bob = coordinator.cli_json("users", "create", "bob")
+    worker = WorkerProcess(coordinator, "w")
+    assert worker.enroll(token["token"]).returncode == 0
+    wid = worker.worker_id
+    coordinator.cli("workers", "drain", wid)
+    coordinator.cli("workers", "undrain", wid)
+
+    def desktop_run() -> str:
+        doc = coordinator.cli_json(
+            "desktop", "request", "--worker", wid, "--reason", "look", "--action=screenshot"
+        )
+        run_id: str = doc["id"]
+        return run_id
+
+    approved, denied = desktop_run(), desktop_run()
+    approval = _pending(coordinator, approved)
+    coordinator.cli("approvals", "approve", approval)
+    refusal = _pending(coordinator, denied)
+    coordinator.cli("approvals", "deny", refusal, "--reason", "not now")
+    kill = coordinator.cli_json("kill", "engage", "--worker", wid, "--reason", "audit test")
+    coordinator.cli("kill", "release", "--worker", wid, "--reason", "over")
+    secret = "hunter2-do-not-log"
+    coordinator.cli("secrets", "set", "PIN", input_text=secret + "\n")
+    coordinator.cli("workers", "revoke", wid)
+
+    entries = _audit(coordinator)
+    assert [(e["action"], e["target"]) for e in entries] == [
+        ("token.create", token["id"]),
+        ("user.create", bob["id"]),
+        ("worker.drain", wid),
+        ("worker.undrain", wid),
+        ("approval.approve", approval),
+        ("approval.deny", refusal),
+        ("kill.engage", kill["id"]),
+        ("kill.release", kill["id"]),
+        ("secret.set", entries[8]["target"]),
+        ("worker.revoke", wid),
+    ]
+    admin = coordinator.cli_json("whoami")
+    for entry in entries:
+        assert (entry["actorId"], entry["actorName"], entry["actorRole"]) == (
+            admin["id"],
+            admin["name"],
+            "admin",
+        )
+        assert entry["peer"].startswith("ipv4:127.0.0.1:"), entry
+        assert started - 1 <= entry["at"] <= time.time() + 1
+    assert [int(e["seq"]) for e in entries] == sorted(int(e["seq"]) for e in entries)
+    assert entries[0]["detail"]["uses"] == 2
+    assert entries[1]["detail"] == {"name": "bob", "role": "owner"}
+    assert entries[5]["detail"]["reason"] == "not now"
+    assert entries[6]["detail"] == {"scope": "worker", "target": wid, "reason": "audit test"}
+    assert entries[8]["target"].endswith("/PIN")
+    assert secret not in coordinator.cli("audit", "--json").stdout  # a name, never the value
+
+    # Filters and the table.
+    assert _audit(coordinator, "--since", "1h") == entries
+    assert _audit(coordinator, "--since", "2999-01-01T00:00:00") == []
+    doc = coordinator.cli_json("audit", "--limit", "3")
+    assert [e["seq"] for e in doc["entries"]] == [e["seq"] for e in entries[:3]]
+    assert doc["more"] is True
+    table = coordinator.cli("audit").stdout
+    assert table.splitlines()[0].split() == ["TIME", "WHO", "FROM", "ACTION", "TARGET", "DETAIL"]
+    assert "worker.revoke" in table
+
+
+def test_only_admins_read_the_audit_and_bad_filters_are_refused(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    owner_token = tmp_path / "owner.token"
+    owner_token.write_text(coordinator.cli_json("users", "create", "olga")["token"])
+    denied = coordinator.cli("audit", token_file=owner_token, check=False)
+    assert denied.returncode == 3
+    assert denied.stderr.startswith(
+        "deskfleet: ListAudit needs an admin credential; this one is an owner credential"
+    )
+    bad = coordinator.cli("audit", "--since", "last tuesday", check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "deskfleet: --since: 'last tuesday' is neither a duration (10m, 1h, 2d)"
+        " nor an ISO 8601 time"
+    )
+    too_many = coordinator.cli("audit", "--limit", "100000", check=False)
+    assert too_many.returncode == 2
+    assert too_many.stderr.strip() == "deskfleet: limit: between 1 and 10000"
