@@ -303,3 +303,17 @@ class DeliveryRow(Base):
     worker_id: Mapped[str] = mapped_column(String(64))
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class WorkerCertificateRow(Base):
+    """A client certificate the coordinator signed for a worker. Only the newest one of a
+    worker (`superseded_at` empty) opens a stream: an older copy is refused after renewal."""
+
+    __tablename__ = "worker_certificates"
+
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the DER
+    serial: Mapped[str] = mapped_column(String(64))
+    worker_id: Mapped[str] = mapped_column(String(64), index=True)
+    issued_at: Mapped[float] = mapped_column(Float)
+    not_after: Mapped[float] = mapped_column(Float)
+    superseded_at: Mapped[float | None] = mapped_column(Float, nullable=True)

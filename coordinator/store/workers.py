@@ -8,7 +8,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from coordinator.store.models import PresenceRow, WorkerRow
+from coordinator.store.models import PresenceRow, WorkerCertificateRow, WorkerRow
 
 
 def add_worker(s: Session, row: WorkerRow) -> None:
@@ -100,3 +100,38 @@ def revoked_among(s: Session, worker_ids: Sequence[str]) -> list[str]:
         select(WorkerRow.id).where(WorkerRow.id.in_(worker_ids), WorkerRow.state == "revoked")
     )
     return list(rows.scalars())
+
+
+def record_certificate(s: Session, row: WorkerCertificateRow) -> None:
+    """Store a newly signed certificate as the worker's newest; older ones stop opening streams."""
+    s.execute(
+        update(WorkerCertificateRow)
+        .where(
+            WorkerCertificateRow.worker_id == row.worker_id,
+            WorkerCertificateRow.superseded_at.is_(None),
+        )
+        .values(superseded_at=row.issued_at)
+    )
+    s.add(row)
+    s.flush()
+
+
+def certificate_by_fingerprint(
+    s: Session, fingerprint: str
+) -> tuple[WorkerCertificateRow, str] | None:
+    """The certificate and its worker's state."""
+    row = s.execute(
+        select(WorkerCertificateRow, WorkerRow.state)
+        .join(WorkerRow, WorkerRow.id == WorkerCertificateRow.worker_id)
+        .where(WorkerCertificateRow.fingerprint == fingerprint)
+    ).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+def current_certificate(s: Session, worker_id: str) -> WorkerCertificateRow | None:
+    return s.execute(
+        select(WorkerCertificateRow).where(
+            WorkerCertificateRow.worker_id == worker_id,
+            WorkerCertificateRow.superseded_at.is_(None),
+        )
+    ).scalar_one_or_none()
