@@ -16,6 +16,7 @@ from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database, SchemaError
 from coordinator.store.engine import sqlite_path
 from coordinator.store.schema import upgrade
+from coordinator.tls import DEFAULT_HOSTS, DEFAULT_SERVER_DAYS, DEFAULT_WORKER_DAYS, init_ca
 from shared import __version__
 from shared.errors import AlreadyExistsError, DeskfleetError
 from shared.ids import new_id
@@ -87,7 +88,56 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let browser actions reach loopback and private addresses",
     )
+    serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
+    serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
+    serve.add_argument(
+        "--ca-dir",
+        type=Path,
+        metavar="DIR",
+        help="the CA from `ca init`: sign worker certificates and require one on worker"
+        " streams (--tls-cert/--tls-key default to its server certificate)",
+    )
+    serve.add_argument(
+        "--worker-listen",
+        metavar="HOST:PORT",
+        help="with --ca-dir: where worker streams with client certificates are taken"
+        " (default: the --listen host, its port + 1)",
+    )
+    serve.add_argument(
+        "--worker-cert-days",
+        type=float,
+        default=DEFAULT_WORKER_DAYS,
+        metavar="DAYS",
+        help=f"validity of the worker certificates signed (default {DEFAULT_WORKER_DAYS};"
+        " workers renew with a third left)",
+    )
+    serve.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="accept serving without TLS on a non-loopback address (loopback needs no flag)",
+    )
     serve.add_argument("--log-level", default="INFO")
+
+    ca = sub.add_parser("ca", help="the certificate authority for TLS")
+    ca_sub = ca.add_subparsers(dest="ca_command", required=True)
+    ca_init = ca_sub.add_parser(
+        "init", help="create a CA (never replacing one) and a server certificate"
+    )
+    ca_init.add_argument("--dir", required=True, type=Path)
+    ca_init.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name or IP address of the coordinator (repeatable; default"
+        f" {', '.join(DEFAULT_HOSTS)})",
+    )
+    ca_init.add_argument(
+        "--days",
+        type=int,
+        default=DEFAULT_SERVER_DAYS,
+        help=f"validity of the server certificate (default {DEFAULT_SERVER_DAYS})",
+    )
     return p
 
 
@@ -136,6 +186,13 @@ async def _serve(config: CoordinatorConfig) -> None:
     host = config.listen.rsplit(":", 1)[0]
     # Tests and scripts read the bound port from this line (with --listen HOST:0).
     print(f"deskfleet-coordinator {config.replica} listening on {host}:{port}", flush=True)
+    if coordinator.worker_port:
+        worker_host = (config.worker_listen or config.listen).rsplit(":", 1)[0]
+        print(
+            f"deskfleet-coordinator {config.replica} worker streams (client certificates) on"
+            f" {worker_host}:{coordinator.worker_port}",
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -149,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     prog = "deskfleet-coordinator"
     try:
+        if args.command == "ca":
+            for line in init_ca(args.dir, args.host, args.days):
+                print(line)
+            return 0
         if args.command == "init":
             path = sqlite_path(args.db)
             if path is not None:
@@ -169,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.heartbeat_interval <= 0 or args.lease_ttl <= args.heartbeat_interval:
             raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
+        if args.worker_cert_days <= 0:
+            raise DeskfleetError("--worker-cert-days must be positive")
         config = CoordinatorConfig(
             db_url=args.db,
             listen=args.listen,
@@ -181,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
             goal_question_wait=args.goal_question_wait,
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            ca_dir=args.ca_dir,
+            worker_listen=args.worker_listen,
+            worker_cert_days=args.worker_cert_days,
+            plaintext=args.plaintext,
             **({"replica": args.replica} if args.replica else {}),
         )
         asyncio.run(_serve(config))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from coordinator import capabilities
+from coordinator.certificates import WorkerCertificates, row_for
 from coordinator.principals import Principal
 from coordinator.store import Database
 from coordinator.store import principals as principal_queries
@@ -38,6 +39,7 @@ class Enrolled:
     worker_id: str
     credential: str
     allowed_capabilities: tuple[str, ...]
+    certificate_pem: str = ""  # signed when the worker sent a CSR and the coordinator has a CA
 
 
 async def create_token(
@@ -88,8 +90,17 @@ def _check_labels(labels: dict[str, str]) -> None:
             )
 
 
-async def enroll(db: Database, secret: str, name: str, labels: dict[str, str]) -> Enrolled:
-    """Exchange an enrollment token for a new worker's credential (one use of the token)."""
+async def enroll(
+    db: Database,
+    secret: str,
+    name: str,
+    labels: dict[str, str],
+    *,
+    csr_pem: str = "",
+    certificates: WorkerCertificates | None = None,
+) -> Enrolled:
+    """Exchange an enrollment token for a new worker's credential (one use of the token), and
+    sign its certificate request when this coordinator has a CA."""
     if kind_of(secret) is not SecretKind.ENROLLMENT:
         raise AuthenticationError(
             "not an enrollment token (they start with dfe_): create one with"
@@ -102,6 +113,8 @@ async def enroll(db: Database, secret: str, name: str, labels: dict[str, str]) -
     now = time.time()
     worker_id = new_id("wkr")
     credential = new_secret(SecretKind.WORKER, worker_id)
+    # Signed before the transaction: a malformed request costs no use of the token.
+    issued = certificates.sign(worker_id, csr_pem) if certificates is not None and csr_pem else None
 
     def exchange(s: Session) -> tuple[str, ...]:
         token = principal_queries.enrollment_token_by_hash(s, secret_hash(secret))
@@ -132,7 +145,9 @@ async def enroll(db: Database, secret: str, name: str, labels: dict[str, str]) -
                 enrollment_token_id=token.id,
             ),
         )
+        if issued is not None:
+            worker_queries.record_certificate(s, row_for(worker_id, issued, now))
         return tuple(token.capabilities)
 
     allowed = await db.write(exchange)
-    return Enrolled(worker_id, credential, allowed)
+    return Enrolled(worker_id, credential, allowed, issued.pem if issued is not None else "")

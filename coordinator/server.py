@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -11,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 from coordinator import routing
 from coordinator.agent.loop import Goals
 from coordinator.agent.tools import FleetTools
+from coordinator.certificates import WorkerCertificates
 from coordinator.desktop import Desktop
 from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
@@ -30,6 +33,8 @@ from coordinator.servicers.worker_gateway import WorkerGatewayServicer
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.schema import head_revision
+from coordinator.tls import SERVER_CERT, SERVER_KEY, CertificateAuthority
+from shared.errors import FailedPreconditionError
 from shared.gen.deskfleet.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -42,6 +47,7 @@ from shared.gen.deskfleet.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
+from shared.transport import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,78 @@ SERVER_OPTIONS = [
 ]
 
 
+@dataclass(frozen=True)
+class Transport:
+    """How the listeners speak: plaintext, TLS, or TLS plus a worker listener that requires
+    client certificates from our CA (`ca` set)."""
+
+    credentials: grpc.ServerCredentials | None
+    ca: CertificateAuthority | None = None
+    worker_credentials: grpc.ServerCredentials | None = None
+    worker_address: str = ""
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise FailedPreconditionError(f"cannot read the {what} {path}: {exc.strerror}") from exc
+
+
+def worker_address(listen: str) -> str:
+    """The default worker listener: the same host, the next port (any free port for port 0)."""
+    host, _, port = listen.rpartition(":")
+    return f"{host}:{int(port) + 1 if port.isdigit() and int(port) else 0}"
+
+
+def transport(config: CoordinatorConfig) -> Transport:
+    """The listeners' credentials, or a one-line refusal of plaintext beyond this machine."""
+    cert_file, key_file = config.tls_cert, config.tls_key
+    if cert_file is None and key_file is None and config.ca_dir is not None:
+        cert_file, key_file = config.ca_dir / SERVER_CERT, config.ca_dir / SERVER_KEY
+    if (cert_file is None) != (key_file is None):
+        raise FailedPreconditionError("--tls-cert and --tls-key go together")
+    if cert_file is None or key_file is None:
+        if not is_loopback(config.listen):
+            if not config.plaintext:
+                raise FailedPreconditionError(
+                    f"refusing to serve plaintext on {config.listen}, beyond this machine: pass"
+                    " --tls-cert and --tls-key (make them with `deskfleet-coordinator ca init`),"
+                    " or --plaintext to accept it"
+                )
+            log.warning(
+                "serving PLAINTEXT on %s: credentials cross the network unencrypted",
+                config.listen,
+            )
+        return Transport(None)
+    pair = [(_read(key_file, "TLS key"), _read(cert_file, "TLS certificate"))]
+    if config.ca_dir is None:
+        return Transport(grpc.ssl_server_credentials(pair))
+    ca = CertificateAuthority.load(config.ca_dir)
+    return Transport(
+        grpc.ssl_server_credentials(pair),
+        ca,
+        grpc.ssl_server_credentials(
+            pair, root_certificates=ca.pem.encode(), require_client_auth=True
+        ),
+        config.worker_listen or worker_address(config.listen),
+    )
+
+
+def _bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    try:
+        port = (
+            server.add_insecure_port(address)
+            if credentials is None
+            else server.add_secure_port(address, credentials)
+        )
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen on {address}") from exc
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return port
+
+
 def create_server(
     address: str,
     db: Database,
@@ -76,16 +154,31 @@ def create_server(
     config: CoordinatorConfig,
     kills: KillSwitches,
     relay: Relay,
-) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer, Goals]:
-    """Build (not start) the server; returns it, the bound port (for port 0) and its health."""
+    listeners: Transport | None = None,
+) -> tuple[grpc.aio.Server, tuple[int, int], health.aio.HealthServicer, Goals]:
+    """Build (not start) the server; returns it, the bound ports (the worker listener's is 0
+    without one) and its health."""
+    listeners = listeners or Transport(None)
     auth = Authenticator(db)
     server = grpc.aio.server(interceptors=[GuardInterceptor(auth)], options=SERVER_OPTIONS)
+    port = _bind(server, address, listeners.credentials)
+    worker_port = (
+        _bind(server, listeners.worker_address, listeners.worker_credentials)
+        if listeners.ca is not None
+        else 0
+    )
+    certificates = (
+        WorkerCertificates(db, listeners.ca, config.worker_cert_days)
+        if listeners.ca is not None
+        else None
+    )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(db, config), server)
     fleet_pb2_grpc.add_FleetServiceServicer_to_server(
         FleetServicer(Fleet(db, presence, auth)), server
     )
     worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
-        WorkerGatewayServicer(db, presence, dispatcher, config, kills), server
+        WorkerGatewayServicer(db, presence, dispatcher, config, kills, certificates, worker_port),
+        server,
     )
     runs = Runs(db, dispatcher, bus, config.allow_private_networks)
     policy = routing.load(config.policy_file)
@@ -111,10 +204,7 @@ def create_server(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot listen on {address}")
-    return server, port, health_servicer, goals
+    return server, (port, worker_port), health_servicer, goals
 
 
 class Coordinator:
@@ -123,6 +213,7 @@ class Coordinator:
     def __init__(self, config: CoordinatorConfig) -> None:
         self.config = config
         self.port = 0
+        self.worker_port = 0  # the listener that requires client certificates, if any
         self._db: Database | None = None
         self._presence: Presence | None = None
         self._dispatcher: Dispatcher | None = None
@@ -133,6 +224,7 @@ class Coordinator:
         self._health: health.aio.HealthServicer | None = None
 
     async def start(self) -> int:
+        listeners = transport(self.config)  # first: a refused configuration opens nothing
         self._db = Database(self.config.db_url)
         await self._db.check_schema(head_revision())
         self._presence = Presence(self._db, self.config)
@@ -142,7 +234,7 @@ class Coordinator:
         self._dispatcher = Dispatcher(self._db, self._presence, bus, self.config, self._relay)
         self._kills = KillSwitches(self._db, self._dispatcher)
         await self._kills.__aenter__()
-        self._server, self.port, self._health, self._goals = create_server(
+        self._server, (self.port, self.worker_port), self._health, self._goals = create_server(
             self.config.listen,
             self._db,
             self._presence,
@@ -151,6 +243,7 @@ class Coordinator:
             self.config,
             self._kills,
             self._relay,
+            listeners,
         )
         await self._relay.__aenter__()  # first: it refuses a second replica of the same name
         await self._server.start()

@@ -34,3 +34,13 @@ class CoordinatorConfig:
     goal_context_budget: int = 20_000
     goal_model_timeout: float = 120.0  # a whole model call; past it, one retry
     goal_question_wait: float = 60.0  # an optional ask_human question holds the work this long
+    # Transport security (coordinator/tls.py). With a certificate the listener speaks TLS; with
+    # a CA directory as well, worker certificates are signed and a second listener takes worker
+    # streams that must present one (gRPC Python cannot ask for a client certificate without
+    # requiring it, and admins and enrolling workers have none).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    ca_dir: Path | None = None
+    worker_listen: str | None = None  # None: the --listen host, its port + 1 (or any, for 0)
+    worker_cert_days: float = 30.0  # short: a stolen key is only good until the next renewal
+    plaintext: bool = False  # the operator accepts plaintext on a non-loopback address

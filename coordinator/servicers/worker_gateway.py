@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from coordinator import enrollment
+from coordinator.certificates import PEER_CERT_PROPERTY, WorkerCertificates
 from coordinator.dispatch import Dispatcher, Started
 from coordinator.killswitch import KillSwitches
 from coordinator.ledger import (
@@ -25,12 +26,20 @@ from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from shared.advertisement import Advertisement
-from shared.errors import DeskfleetError, InvalidArgumentError
+from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
 HELLO_TIMEOUT = 10.0
+# Initial metadata of Enroll: the port of the listener that takes worker streams with client
+# certificates (the enrollment port does not ask for them; see coordinator/server.py).
+WORKER_PORT_METADATA = "deskfleet-worker-port"
+
+
+def _peer_certificate(context: Context) -> bytes | None:
+    values = list(context.auth_context().get(PEER_CERT_PROPERTY) or ())
+    return values[0] if values else None
 
 
 def _message(order: object) -> worker_pb2.CoordinatorMessage:
@@ -89,7 +98,11 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         dispatcher: Dispatcher,
         config: CoordinatorConfig,
         kills: KillSwitches,
+        certificates: WorkerCertificates | None = None,
+        worker_port: int = 0,
     ) -> None:
+        self._certificates = certificates
+        self._worker_port = worker_port
         self._db = db
         self._kills = kills
         self._presence = presence
@@ -100,16 +113,44 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         self, request: worker_pb2.EnrollRequest, context: Context
     ) -> worker_pb2.EnrollResponse:
         enrolled = await enrollment.enroll(
-            self._db, request.token, request.name, dict(request.labels)
+            self._db,
+            request.token,
+            request.name,
+            dict(request.labels),
+            csr_pem=request.csr_pem,
+            certificates=self._certificates,
         )
+        if enrolled.certificate_pem:
+            await context.send_initial_metadata(((WORKER_PORT_METADATA, str(self._worker_port)),))
         return worker_pb2.EnrollResponse(
             worker_id=enrolled.worker_id,
             credential=enrolled.credential,
             allowed_capabilities=list(enrolled.allowed_capabilities),
+            certificate_pem=enrolled.certificate_pem,
+            ca_pem=self._certificates.ca.pem if self._certificates is not None else "",
+        )
+
+    async def RenewCertificate(
+        self, request: worker_pb2.RenewCertificateRequest, context: Context
+    ) -> worker_pb2.Certificate:
+        if self._certificates is None:
+            raise FailedPreconditionError(
+                "this coordinator signs no certificates (it serves without --ca-dir)"
+            )
+        worker = current_principal()
+        issued = await self._certificates.renew(
+            worker.id, _peer_certificate(context), request.csr_pem
+        )
+        return worker_pb2.Certificate(
+            certificate_pem=issued.pem,
+            ca_pem=self._certificates.ca.pem,
+            not_after=issued.not_after,
         )
 
     async def Connect(self, request_iterator: Any, context: Context) -> None:
         worker = current_principal()
+        if self._certificates is not None:
+            await self._certificates.check(worker.id, _peer_certificate(context))
         try:
             first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
         except TimeoutError as exc:
