@@ -1,7 +1,8 @@
 """Where a client finds its coordinator and credential: flags, then environment, then a file.
 
 The file is `$XDG_CONFIG_HOME/deskfleet/config.json` (default `~/.config/deskfleet/config.json`):
-`{"coordinator": "HOST:PORT", "token_file": "PATH"}`.
+`{"coordinator": "HOST:PORT", "token_file": "PATH", "ca_file": "PATH"}`. With a CA file (the
+coordinator's `ca.pem`) the channel is TLS, verified against that CA.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from shared.errors import InvalidArgumentError
 
 ENV_COORDINATOR = "DESKFLEET_COORDINATOR"
 ENV_TOKEN_FILE = "DESKFLEET_TOKEN_FILE"
+ENV_CA_FILE = "DESKFLEET_CA_FILE"
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 
 
@@ -41,9 +43,12 @@ def _file_settings() -> dict[str, str]:
 class ClientConfig:
     coordinator: str
     token_file: Path | None
+    ca_file: Path | None = None  # TLS verified against this CA; None: plaintext
 
     @classmethod
-    def resolve(cls, coordinator: str | None, token_file: str | None) -> ClientConfig:
+    def resolve(
+        cls, coordinator: str | None, token_file: str | None, ca_file: str | None = None
+    ) -> ClientConfig:
         settings = _file_settings()
         address = (
             coordinator
@@ -52,7 +57,26 @@ class ClientConfig:
             or DEFAULT_COORDINATOR
         )
         tf = token_file or os.environ.get(ENV_TOKEN_FILE) or settings.get("token_file")
-        return cls(address, Path(tf).expanduser() if tf else None)
+        ca = ca_file or os.environ.get(ENV_CA_FILE) or settings.get("ca_file")
+        return cls(
+            address,
+            Path(tf).expanduser() if tf else None,
+            Path(ca).expanduser() if ca else None,
+        )
+
+    def read_ca(self) -> bytes | None:
+        """The CA certificate to verify the coordinator with, or None for plaintext."""
+        if self.ca_file is None:
+            return None
+        try:
+            data = self.ca_file.read_bytes()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"cannot read CA file {self.ca_file}: {exc.strerror or exc}"
+            ) from exc
+        if b"-----BEGIN CERTIFICATE-----" not in data:
+            raise InvalidArgumentError(f"CA file {self.ca_file} holds no PEM certificate")
+        return data
 
     def read_token(self) -> str:
         if self.token_file is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from shared.gen.deskfleet.v1 import (
     runs_pb2_grpc,
     worker_pb2_grpc,
 )
+from shared.transport import is_loopback, plaintext_warning
 
 Response = TypeVar("Response")
 
@@ -25,9 +27,17 @@ class CoordinatorClient:
     def __init__(self, config: ClientConfig, *, timeout: float = 10.0) -> None:
         self.config = config
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(
-            config.coordinator, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        )
+        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        ca = config.read_ca()
+        if ca is not None:
+            self._channel = grpc.secure_channel(
+                config.coordinator, grpc.ssl_channel_credentials(ca), options=options
+            )
+        else:
+            if not is_loopback(config.coordinator):
+                # Loopback stays silent: nothing leaves the machine, and tests match stderr.
+                print(f"deskfleet: {plaintext_warning(config.coordinator)}", file=sys.stderr)
+            self._channel = grpc.insecure_channel(config.coordinator, options=options)
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.fleet = fleet_pb2_grpc.FleetServiceStub(self._channel)
         self.gateway = worker_pb2_grpc.WorkerGatewayStub(self._channel)

@@ -162,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--coordinator", help="HOST:PORT (env DESKFLEET_COORDINATOR)")
     common.add_argument("--token-file", help="credential file (env DESKFLEET_TOKEN_FILE)")
+    common.add_argument("--ca-file", help="the coordinator's CA: use TLS (env DESKFLEET_CA_FILE)")
     common.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
     common.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -239,7 +240,7 @@ def _exit_code(exc: DeskfleetError) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        config = ClientConfig.resolve(args.coordinator, args.token_file)
+        config = ClientConfig.resolve(args.coordinator, args.token_file, args.ca_file)
         if args.timeout <= 0:
             raise InvalidArgumentError("--timeout must be positive")
         with CoordinatorClient(config, timeout=args.timeout) as client:
