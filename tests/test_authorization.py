@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from coordinator import authz
+from coordinator.principals import Role
 from coordinator.server import SERVICE_NAMES
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import (
@@ -148,3 +151,116 @@ def test_negative_uses_are_refused_by_the_coordinator(
         metadata=metadata,
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown root" in details
+
+
+# ---------------------------------------------------------------------------- the matrix
+
+ROLES = ("admin", "owner", "worker", "anonymous")
+SECURITY_DOC = Path(__file__).resolve().parent.parent / "docs" / "SECURITY.md"
+
+
+def _documented_matrix() -> dict[str, dict[str, bool]]:
+    """docs/SECURITY.md's table: `Service.Method` -> role -> allowed."""
+    text = SECURITY_DOC.read_text()
+    table = text.split("<!-- matrix:start -->")[1].split("<!-- matrix:end -->")[0]
+    matrix = {}
+    for line in table.strip().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        matrix[cells[0].strip("`")] = {
+            r: c == "yes" for r, c in zip(ROLES, cells[1:5], strict=True)
+        }
+    return matrix
+
+
+def _ruled_matrix() -> dict[str, dict[str, bool]]:
+    matrix = {}
+    for method, roles in authz.RULES.items():
+        service, name = method.strip("/").split("/")
+        allowed = {r: (not roles or Role(r) in roles) for r in ROLES[:3]}
+        matrix[f"{service.rsplit('.', 1)[1]}.{name}"] = {**allowed, "anonymous": not roles}
+    return matrix
+
+
+def test_the_documented_matrix_is_the_rules() -> None:
+    assert _documented_matrix() == _ruled_matrix()
+
+
+def _invoke(
+    channel: grpc.Channel, method: Any, metadata: tuple[tuple[str, str], ...]
+) -> tuple[grpc.StatusCode, str]:
+    """Call `method` (a descriptor) with an empty request, whatever its streaming shape."""
+    from google.protobuf import message_factory
+
+    request_cls = message_factory.GetMessageClass(method.input_type)
+    response_cls = message_factory.GetMessageClass(method.output_type)
+    path = f"/{method.containing_service.full_name}/{method.name}"
+    shape = (method.client_streaming, method.server_streaming)
+    factory = {
+        (False, False): channel.unary_unary,
+        (False, True): channel.unary_stream,
+        (True, False): channel.stream_unary,
+        (True, True): channel.stream_stream,
+    }[shape]
+    call = factory(
+        path,
+        request_serializer=request_cls.SerializeToString,
+        response_deserializer=response_cls.FromString,
+    )
+    request: Any = iter([request_cls()]) if method.client_streaming else request_cls()
+    try:
+        result = call(request, timeout=10, metadata=metadata)
+        if method.server_streaming:
+            for _ in result:
+                break
+            result.cancel()
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+    return grpc.StatusCode.OK, ""
+
+
+def test_every_rpc_with_every_role_follows_the_matrix(
+    coordinator: CoordinatorProcess, channel: grpc.Channel, tmp_path: Path
+) -> None:
+    from google.protobuf import descriptor_pool
+
+    worker = WorkerProcess(coordinator, "matrix")
+    assert worker.enroll().returncode == 0
+    secrets = {
+        "admin": coordinator.admin_token_file.read_text().strip(),
+        "owner": coordinator.cli_json("users", "create", "matrix-owner")["token"],
+        "worker": (worker.state_dir / "credential").read_text().strip(),
+    }
+    matrix = _ruled_matrix()
+    pool = descriptor_pool.Default()
+    walked = 0
+    for service_name in SERVICE_NAMES:
+        service = pool.FindServiceByName(service_name)
+        for method in service.methods:
+            key = f"{service.name}.{method.name}"
+            for role in ROLES:
+                metadata = tuple(auth_metadata(secrets[role])) if role in secrets else ()
+                code, details = _invoke(channel, method, metadata)
+                by_role = code == grpc.StatusCode.PERMISSION_DENIED and (
+                    f"{method.name} needs" in details
+                )
+                no_credential = code == grpc.StatusCode.UNAUTHENTICATED and (
+                    "no credential" in details
+                )
+                refused_by_guard = by_role or no_credential
+                if matrix[key][role]:
+                    assert not refused_by_guard, (key, role, code, details)
+                    # Empty requests are refused as bad input or a missing object, never a crash.
+                    assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), (
+                        key,
+                        role,
+                        details,
+                    )
+                else:
+                    expected = (
+                        grpc.StatusCode.UNAUTHENTICATED
+                        if role == "anonymous"
+                        else grpc.StatusCode.PERMISSION_DENIED
+                    )
+                    assert (code, refused_by_guard) == (expected, True), (key, role, details)
+                walked += 1
+    assert walked == len(authz.RULES) * len(ROLES)
