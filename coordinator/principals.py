@@ -19,6 +19,7 @@ from shared.errors import (
     AlreadyExistsError,
     AuthenticationError,
     InvalidArgumentError,
+    MissingCredentialError,
     RevokedError,
 )
 from shared.ids import new_id
@@ -81,7 +82,7 @@ class Authenticator:
 async def authenticate(db: Database, secret: str | None) -> Principal:
     """Resolve a bearer secret to its principal, or raise Authentication/RevokedError."""
     if not secret:
-        raise AuthenticationError("no credential: pass --token-file or set DESKFLEET_TOKEN_FILE")
+        raise MissingCredentialError("no credential: pass --token-file or set DESKFLEET_TOKEN_FILE")
     kind = kind_of(secret)
     digest = secret_hash(secret)
     if kind is SecretKind.WORKER:

@@ -5,10 +5,11 @@
     ├── NotFoundError ............... NOT_FOUND
     ├── AlreadyExistsError .......... ALREADY_EXISTS
     ├── FailedPreconditionError ..... FAILED_PRECONDITION
-    ├── AuthenticationError ......... UNAUTHENTICATED   (missing, unknown or expired credential)
+    ├── AuthenticationError ......... UNAUTHENTICATED   (unknown or expired credential)
+    │   └── MissingCredentialError .. UNAUTHENTICATED   (no credential at all)
     ├── PermissionDeniedError ....... PERMISSION_DENIED (a known credential that may not do this)
     │   └── RevokedError ............ PERMISSION_DENIED (the credential was revoked)
-    ├── ResourceExhaustedError ...... RESOURCE_EXHAUSTED (a per-run limit, e.g. guidance)
+    ├── ResourceExhaustedError ...... RESOURCE_EXHAUSTED (a limit: guidance, failed logins)
     ├── UnavailableError ............ UNAVAILABLE
     │   └── StoreUnavailableError ... UNAVAILABLE       (the coordinator cannot read its store)
     ├── DataIntegrityError .......... DATA_LOSS         (a stored receipt or event was altered)
@@ -55,6 +56,10 @@ class FailedPreconditionError(DeskfleetError):
 
 class AuthenticationError(DeskfleetError):
     code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class MissingCredentialError(AuthenticationError):
+    """No credential at all: a mistake, not a guess (failed-authentication limits skip it)."""
 
 
 class PermissionDeniedError(DeskfleetError):

@@ -11,8 +11,10 @@ import pytest
 
 from coordinator import authz
 from coordinator.principals import Role
+from coordinator.ratelimit import DEFAULT_AUTH_FAILURES, FailureLimiter, host_of
 from coordinator.server import SERVICE_NAMES
 from shared.credentials import auth_metadata
+from shared.errors import ResourceExhaustedError
 from shared.gen.deskfleet.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -264,3 +266,42 @@ def test_every_rpc_with_every_role_follows_the_matrix(
                     assert (code, refused_by_guard) == (expected, True), (key, role, details)
                 walked += 1
     assert walked == len(authz.RULES) * len(ROLES)
+
+
+def test_the_failure_limiter_counts_per_host_within_its_window() -> None:
+    now = [0.0]
+    limiter = FailureLimiter(3, window=60.0, clock=lambda: now[0])
+    for _ in range(3):
+        limiter.check("ipv4:10.0.0.1")
+        limiter.failed("ipv4:10.0.0.1")
+    with pytest.raises(ResourceExhaustedError, match=r"from ipv4:10\.0\.0\.1: try again in 60 s"):
+        limiter.check("ipv4:10.0.0.1")
+    limiter.check("ipv4:10.0.0.2")  # another host is not held back
+    now[0] = 30.0
+    with pytest.raises(ResourceExhaustedError, match="try again in 30 s"):
+        limiter.check("ipv4:10.0.0.1")
+    now[0] = 60.5
+    limiter.check("ipv4:10.0.0.1")  # the failures aged out
+    assert host_of("ipv4:10.0.0.1:51234") == "ipv4:10.0.0.1"
+    assert host_of("ipv6:[::1]:5") == "ipv6:[::1]"
+
+
+def test_repeated_bad_credentials_from_one_host_are_refused_for_a_while(
+    coordinator: CoordinatorProcess, channel: grpc.Channel
+) -> None:
+    admin = admin_pb2_grpc.AdminServiceStub(channel)
+    request = admin_pb2.WhoAmIRequest()
+    # Calls without any credential are mistakes, not guesses: they never count.
+    for _ in range(DEFAULT_AUTH_FAILURES + 5):
+        assert _code(admin.WhoAmI, request)[0] == grpc.StatusCode.UNAUTHENTICATED
+    for i in range(DEFAULT_AUTH_FAILURES):
+        code, details = _code(admin.WhoAmI, request, metadata=auth_metadata(f"dfu_x.guess{i}"))
+        assert (code, details) == (grpc.StatusCode.UNAUTHENTICATED, "unknown credential")
+    good = auth_metadata(coordinator.admin_token_file.read_text().strip())
+    code, details = _code(admin.WhoAmI, request, metadata=good)
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details.startswith("too many failed authentications from ipv4:127.0.0.1: try again in")
+    refused = coordinator.cli("whoami", check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("deskfleet: too many failed authentications from")
+    assert "failed to authenticate 30 times in 60 s" in coordinator.log.read_text()

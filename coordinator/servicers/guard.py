@@ -16,8 +16,15 @@ import grpc
 
 from coordinator import audit, authz
 from coordinator.principals import Authenticator, Principal
+from coordinator.ratelimit import DEFAULT_AUTH_FAILURES, FailureLimiter, host_of
 from shared.credentials import METADATA_KEY, SCHEME
-from shared.errors import ERROR_METADATA_KEY, DeskfleetError, PermissionDeniedError
+from shared.errors import (
+    ERROR_METADATA_KEY,
+    AuthenticationError,
+    DeskfleetError,
+    MissingCredentialError,
+    PermissionDeniedError,
+)
 from shared.ids import new_id
 
 log = logging.getLogger(__name__)
@@ -43,8 +50,9 @@ def _bearer(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, auth: Authenticator) -> None:
+    def __init__(self, auth: Authenticator, limiter: FailureLimiter | None = None) -> None:
         self._auth = auth
+        self._limiter = limiter or FailureLimiter(DEFAULT_AUTH_FAILURES)
 
     async def intercept_service(
         self,
@@ -69,10 +77,16 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             raise TypeError(f"{method}: client-streaming RPCs are not guarded")
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            host = host_of(context.peer() or "")
             try:
+                self._limiter.check(host)
                 await self._admit(method, roles, context)
                 return await inner(request, context)  # type: ignore[arg-type]
             except DeskfleetError as exc:
+                if isinstance(exc, AuthenticationError) and not isinstance(
+                    exc, MissingCredentialError
+                ):
+                    self._limiter.failed(host)
                 await context.abort(
                     exc.code,
                     exc.message,
