@@ -15,6 +15,7 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.AdminService/CreateUser": ADMIN,
     "/deskfleet.v1.AdminService/WhoAmI": ANY_PRINCIPAL,
     "/deskfleet.v1.AdminService/ListAudit": ADMIN,
+    "/deskfleet.v1.AdminService/RotateUser": PEOPLE,
     "/deskfleet.v1.FleetService/GetWorkerStatus": PEOPLE,
     "/deskfleet.v1.FleetService/ListWorkers": ADMIN,
     "/deskfleet.v1.FleetService/GetWorker": ADMIN,

@@ -20,6 +20,7 @@ from shared.errors import (
     AuthenticationError,
     InvalidArgumentError,
     MissingCredentialError,
+    NotFoundError,
     RevokedError,
 )
 from shared.ids import new_id
@@ -131,6 +132,33 @@ async def create_user(
     except IntegrityError as exc:
         raise AlreadyExistsError(f"a user named {name!r} already exists") from exc
     return NewUser(Principal(user_id, name, role), secret, now)
+
+
+async def rotate_user(db: Database, by: audit.Actor, name: str) -> NewUser:
+    """A new secret for a user (the caller when `name` is empty); the old one stops working."""
+    who = by.principal
+    if len(name) > MAX_NAME:
+        raise InvalidArgumentError(f"name: at most {MAX_NAME} characters")
+    rotated: list[NewUser] = []
+
+    def unit(s: Session) -> None:
+        row = (
+            s.get(PrincipalRow, who.id)
+            if not name
+            else s.get(PrincipalRow, name) or principal_queries.principal_by_name(s, name)
+        )
+        if row is None or row.revoked_at is not None:
+            raise NotFoundError(f"no user {name!r}")
+        if row.id != who.id and who.role is not Role.ADMIN:
+            # An owner learns nothing about other users, not even that they exist.
+            raise NotFoundError(f"no user {name!r}")
+        secret = new_secret(SecretKind.USER, row.id)
+        row.secret_hash = secret_hash(secret)
+        audit.record(s, by, "user.rotate", row.id, name=row.name)
+        rotated.append(NewUser(Principal(row.id, row.name, Role(row.role)), secret, row.created_at))
+
+    await db.write(unit)
+    return rotated[0]
 
 
 async def has_admin_secret(db: Database, secret: str) -> bool:

@@ -172,7 +172,7 @@ def create_server(
         if listeners.ca is not None
         else None
     )
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(db, config), server)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(db, config, auth), server)
     fleet_pb2_grpc.add_FleetServiceServicer_to_server(
         FleetServicer(Fleet(db, presence, auth)), server
     )

@@ -111,3 +111,30 @@ def test_only_admins_read_the_audit_and_bad_filters_are_refused(
     too_many = coordinator.cli("audit", "--limit", "100000", check=False)
     assert too_many.returncode == 2
     assert too_many.stderr.strip() == "deskfleet: limit: between 1 and 10000"
+
+
+def test_user_tokens_rotate_and_the_old_one_stops_working(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    old = tmp_path / "olga.token"
+    old.write_text(coordinator.cli_json("users", "create", "olga")["token"])
+    other = tmp_path / "oscar.token"
+    other.write_text(coordinator.cli_json("users", "create", "oscar")["token"])
+    # An owner rotates their own token, saving it where their CLI reads it.
+    saved = tmp_path / "olga.new"
+    done = coordinator.cli("users", "rotate", "--save", str(saved), token_file=old)
+    assert f"saved to {saved}" in done.stdout and "dfu_" not in done.stdout
+    assert saved.stat().st_mode & 0o777 == 0o600
+    refused = coordinator.cli("whoami", token_file=old, check=False)
+    assert (refused.returncode, refused.stderr) == (3, "deskfleet: unknown credential\n")
+    assert coordinator.cli_json("whoami", token_file=saved)["name"] == "olga"
+    # Another user's token is not an owner's to rotate; nor is their existence revealed.
+    foreign = coordinator.cli("users", "rotate", "oscar", token_file=saved, check=False)
+    assert (foreign.returncode, foreign.stderr) == (4, "deskfleet: no user 'oscar'\n")
+    assert coordinator.cli_json("whoami", token_file=other)["name"] == "oscar"
+    # An admin rotates anyone's.
+    rotated = coordinator.cli_json("users", "rotate", "oscar")
+    assert rotated["name"] == "oscar" and rotated["token"].startswith("dfu_")
+    assert coordinator.cli("whoami", token_file=other, check=False).returncode == 3
+    actions = [(e["action"], e["detail"]["name"]) for e in _audit(coordinator)]
+    assert actions[-2:] == [("user.rotate", "olga"), ("user.rotate", "oscar")]

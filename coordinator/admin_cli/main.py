@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from coordinator.admin_cli import desktop_commands, render, runs_commands
 from coordinator.admin_cli.client import CoordinatorClient
@@ -59,6 +61,32 @@ def _users_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
         return
     print(f"user {doc['id']} ({doc['name']}, {doc['role']}); its token, shown once:")
     print(doc["token"])
+
+
+def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    user = client.call(client.admin.RotateUser, admin_pb2.RotateUserRequest(name=args.name))
+    doc = render.as_dict(user)
+    if args.save:
+        _replace_secret(args.save, doc["token"])
+    if args.json:
+        render.print_json({**doc, "token": "" if args.save else doc["token"]})
+        return
+    print(f"user {doc['id']} ({doc['name']}): new token; the old one no longer works")
+    if args.save:
+        print(f"saved to {args.save}")
+    else:
+        print(doc["token"])
+
+
+def _replace_secret(path: Path, secret: str) -> None:
+    """Write a credential file atomically, readable by its owner only."""
+    tmp = path.with_name(f".{path.name}.new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _whoami(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -199,6 +227,11 @@ def _parser() -> argparse.ArgumentParser:
     ucreate = leaf(users, "create", _users_create, "create a user and print its token")
     ucreate.add_argument("name")
     ucreate.add_argument("--role", choices=["owner", "admin"], default="owner")
+    urotate = leaf(users, "rotate", _users_rotate, "replace a user's token (default: your own)")
+    urotate.add_argument("name", nargs="?", default="", help="a user's name or id (admins)")
+    urotate.add_argument(
+        "--save", type=Path, metavar="FILE", help="write the new token to FILE (0600) instead"
+    )
 
     leaf(sub, "status", _status, "fleet status: workers online by capability")
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")

@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 
 from coordinator import audit, enrollment
-from coordinator.principals import Role, create_user
+from coordinator.principals import Authenticator, Role, create_user, rotate_user
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
@@ -20,9 +20,10 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, db: Database, config: CoordinatorConfig) -> None:
+    def __init__(self, db: Database, config: CoordinatorConfig, auth: Authenticator) -> None:
         self._db = db
         self._config = config
+        self._auth = auth
 
     async def CreateEnrollmentToken(
         self, request: admin_pb2.CreateEnrollmentTokenRequest, context: Context
@@ -60,6 +61,20 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         except ValueError as exc:
             raise InvalidArgumentError("role: must be owner or admin") from exc
         user = await create_user(self._db, request.name, role, audit.actor(current_principal()))
+        return admin_pb2.User(
+            id=user.principal.id,
+            name=user.principal.name,
+            role=user.principal.role.value,
+            token=user.secret,
+            created_at=to_timestamp(user.created_at),
+        )
+
+    async def RotateUser(
+        self, request: admin_pb2.RotateUserRequest, context: Context
+    ) -> admin_pb2.User:
+        user = await rotate_user(self._db, audit.actor(current_principal()), request.name)
+        # The old secret stops at once here; other replicas remember successes for 2 s at most.
+        self._auth.forget(user.principal.id)
         return admin_pb2.User(
             id=user.principal.id,
             name=user.principal.name,

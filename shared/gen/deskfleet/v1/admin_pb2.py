@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/admin.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"W\n\x1c\x43reateEnrollmentTokenRequest\x12\x14\n\x0c\x63\x61pabilities\x18\x01 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\x12\x0c\n\x04uses\x18\x03 \x01(\x05\"\x80\x01\n\x0f\x45nrollmentToken\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x03 \x03(\t\x12\x0c\n\x04uses\x18\x04 \x01(\x05\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"/\n\x11\x43reateUserRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"m\n\x04User\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x0f\n\rWhoAmIRequest\"H\n\tPrincipal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x13\n\x0bserver_time\x18\x04 \x01(\x01\"0\n\x10ListAuditRequest\x12\r\n\x05since\x18\x01 \x01(\x01\x12\r\n\x05limit\x18\x02 \x01(\x05\"\xa2\x01\n\nAuditEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\n\n\x02\x61t\x18\x02 \x01(\x01\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x12\n\nactor_role\x18\x05 \x01(\t\x12\x0c\n\x04peer\x18\x06 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x07 \x01(\t\x12\x0e\n\x06target\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65tail_json\x18\t \x01(\t\"G\n\x0c\x41uditEntries\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.AuditEntry\x12\x0c\n\x04more\x18\x02 \x01(\x08\x32\xbe\x02\n\x0c\x41\x64minService\x12\x62\n\x15\x43reateEnrollmentToken\x12*.deskfleet.v1.CreateEnrollmentTokenRequest\x1a\x1d.deskfleet.v1.EnrollmentToken\x12\x41\n\nCreateUser\x12\x1f.deskfleet.v1.CreateUserRequest\x1a\x12.deskfleet.v1.User\x12>\n\x06WhoAmI\x12\x1b.deskfleet.v1.WhoAmIRequest\x1a\x17.deskfleet.v1.Principal\x12G\n\tListAudit\x12\x1e.deskfleet.v1.ListAuditRequest\x1a\x1a.deskfleet.v1.AuditEntriesb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/admin.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"W\n\x1c\x43reateEnrollmentTokenRequest\x12\x14\n\x0c\x63\x61pabilities\x18\x01 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\x12\x0c\n\x04uses\x18\x03 \x01(\x05\"\x80\x01\n\x0f\x45nrollmentToken\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x03 \x03(\t\x12\x0c\n\x04uses\x18\x04 \x01(\x05\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"/\n\x11\x43reateUserRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"m\n\x04User\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"!\n\x11RotateUserRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x0f\n\rWhoAmIRequest\"H\n\tPrincipal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x13\n\x0bserver_time\x18\x04 \x01(\x01\"0\n\x10ListAuditRequest\x12\r\n\x05since\x18\x01 \x01(\x01\x12\r\n\x05limit\x18\x02 \x01(\x05\"\xa2\x01\n\nAuditEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\n\n\x02\x61t\x18\x02 \x01(\x01\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x12\n\nactor_role\x18\x05 \x01(\t\x12\x0c\n\x04peer\x18\x06 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x07 \x01(\t\x12\x0e\n\x06target\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65tail_json\x18\t \x01(\t\"G\n\x0c\x41uditEntries\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.AuditEntry\x12\x0c\n\x04more\x18\x02 \x01(\x08\x32\x81\x03\n\x0c\x41\x64minService\x12\x62\n\x15\x43reateEnrollmentToken\x12*.deskfleet.v1.CreateEnrollmentTokenRequest\x1a\x1d.deskfleet.v1.EnrollmentToken\x12\x41\n\nCreateUser\x12\x1f.deskfleet.v1.CreateUserRequest\x1a\x12.deskfleet.v1.User\x12>\n\x06WhoAmI\x12\x1b.deskfleet.v1.WhoAmIRequest\x1a\x17.deskfleet.v1.Principal\x12\x41\n\nRotateUser\x12\x1f.deskfleet.v1.RotateUserRequest\x1a\x12.deskfleet.v1.User\x12G\n\tListAudit\x12\x1e.deskfleet.v1.ListAuditRequest\x1a\x1a.deskfleet.v1.AuditEntriesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,16 +40,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATEUSERREQUEST']._serialized_end=342
   _globals['_USER']._serialized_start=344
   _globals['_USER']._serialized_end=453
-  _globals['_WHOAMIREQUEST']._serialized_start=455
-  _globals['_WHOAMIREQUEST']._serialized_end=470
-  _globals['_PRINCIPAL']._serialized_start=472
-  _globals['_PRINCIPAL']._serialized_end=544
-  _globals['_LISTAUDITREQUEST']._serialized_start=546
-  _globals['_LISTAUDITREQUEST']._serialized_end=594
-  _globals['_AUDITENTRY']._serialized_start=597
-  _globals['_AUDITENTRY']._serialized_end=759
-  _globals['_AUDITENTRIES']._serialized_start=761
-  _globals['_AUDITENTRIES']._serialized_end=832
-  _globals['_ADMINSERVICE']._serialized_start=835
-  _globals['_ADMINSERVICE']._serialized_end=1153
+  _globals['_ROTATEUSERREQUEST']._serialized_start=455
+  _globals['_ROTATEUSERREQUEST']._serialized_end=488
+  _globals['_WHOAMIREQUEST']._serialized_start=490
+  _globals['_WHOAMIREQUEST']._serialized_end=505
+  _globals['_PRINCIPAL']._serialized_start=507
+  _globals['_PRINCIPAL']._serialized_end=579
+  _globals['_LISTAUDITREQUEST']._serialized_start=581
+  _globals['_LISTAUDITREQUEST']._serialized_end=629
+  _globals['_AUDITENTRY']._serialized_start=632
+  _globals['_AUDITENTRY']._serialized_end=794
+  _globals['_AUDITENTRIES']._serialized_start=796
+  _globals['_AUDITENTRIES']._serialized_end=867
+  _globals['_ADMINSERVICE']._serialized_start=870
+  _globals['_ADMINSERVICE']._serialized_end=1255
 # @@protoc_insertion_point(module_scope)

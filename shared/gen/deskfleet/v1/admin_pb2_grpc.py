@@ -49,6 +49,11 @@ class AdminServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_admin__pb2.Principal.FromString,
                 _registered_method=True)
+        self.RotateUser = channel.unary_unary(
+                '/deskfleet.v1.AdminService/RotateUser',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.RotateUserRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.User.FromString,
+                _registered_method=True)
         self.ListAudit = channel.unary_unary(
                 '/deskfleet.v1.AdminService/ListAudit',
                 request_serializer=deskfleet_dot_v1_dot_admin__pb2.ListAuditRequest.SerializeToString,
@@ -77,6 +82,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RotateUser(self, request, context):
+        """Admins rotate anyone's token; owners their own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAudit(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -100,6 +112,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=deskfleet_dot_v1_dot_admin__pb2.WhoAmIRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_admin__pb2.Principal.SerializeToString,
+            ),
+            'RotateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateUser,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.RotateUserRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.User.SerializeToString,
             ),
             'ListAudit': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAudit,
@@ -188,6 +205,33 @@ class AdminService:
             '/deskfleet.v1.AdminService/WhoAmI',
             deskfleet_dot_v1_dot_admin__pb2.WhoAmIRequest.SerializeToString,
             deskfleet_dot_v1_dot_admin__pb2.Principal.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/RotateUser',
+            deskfleet_dot_v1_dot_admin__pb2.RotateUserRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.User.FromString,
             options,
             channel_credentials,
             insecure,
