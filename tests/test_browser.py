@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scripts.local_site.server import FACTS, REQUESTED, search_template
+from scripts.local_site.server import ESCAPE_TARGET, FACTS, REQUESTED, search_template
 from tests.conftest import require
 from worker_agent.actions import ActionContext, ActionRegistry
 from worker_agent.browser.actions import BrowserActions
@@ -160,3 +160,45 @@ def test_redirects_of_images_and_frames_are_checked_hop_by_hop(
     page = act(browser, "browser.fetch", {"url": f"{site}/embeds?to=in", "policy": denied})
     assert page["outcome"] == "ok" and page["blocked_requests"] == []
     assert {"/files/photo.png?via=img-in", "/varn/lens.html?via=frame-in"} <= set(REQUESTED)
+
+
+def test_a_page_cannot_take_the_browser_to_local_files(browser: ActionRegistry, site: str) -> None:
+    """A redirect, a script and a link click towards file:///etc/passwd: each is stopped by
+    the worker's policy, and the result says what the page tried and why it was stopped."""
+    redirect = act(browser, "browser.fetch", {"url": f"{site}/escape/redirect", "policy": LOCAL})
+    assert redirect["outcome"] == "refused" and redirect["evidence"] is False
+    assert redirect["reason"] == (
+        f"redirect to {ESCAPE_TARGET}: scheme file: is not allowed (http and https only)"
+    )
+    assert "root:" not in redirect["text"]
+    for how in ("script", "link"):
+        page = act(browser, "browser.fetch", {"url": f"{site}/escape/{how}", "policy": LOCAL})
+        # The page itself is what was fetched; its attempt to leave is listed, with the rule.
+        assert page["final_url"] == f"{site}/escape/{how}", page
+        assert "root:" not in page["text"] and "keeper's log" in page["text"]
+        assert {
+            "url": ESCAPE_TARGET,
+            "reason": "scheme file: is not allowed (http and https only)",
+        } in page["blocked_requests"], page
+    direct = act(browser, "browser.fetch", {"url": ESCAPE_TARGET, "policy": LOCAL})
+    assert (direct["outcome"], direct["reason"]) == (
+        "refused",
+        "scheme file: is not allowed (http and https only)",
+    )
+    for url in ("data:text/html,<p>hi</p>", "javascript:alert(1)", "chrome://settings"):
+        page = act(browser, "browser.fetch", {"url": url, "policy": LOCAL})
+        assert page["outcome"] == "refused" and "is not allowed" in page["reason"], page
+
+
+def test_a_malformed_policy_is_refused_naming_the_field(browser: ActionRegistry, site: str) -> None:
+    from worker_agent.actions import ActionRefused
+
+    for policy, field in (
+        ({"max_redirects": "many"}, "policy.max_redirects"),
+        ({"timeout": float("nan")}, "policy.timeout"),
+        ({"allow_domains": "example.com"}, "policy.allow_domains"),
+        ("open", "policy"),
+    ):
+        with pytest.raises(ActionRefused, match=field) as caught:
+            act(browser, "browser.fetch", {"url": f"{site}/", "policy": policy})
+        assert caught.value.code == "invalid_argument"

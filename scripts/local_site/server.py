@@ -71,6 +71,8 @@ PDF = (
 )
 
 
+ESCAPE_TARGET = "file:///etc/passwd"
+
 # Paths (with their query) that were requested, for tests that check what never left the
 # browser. Only the /embeds family is recorded.
 REQUESTED: list[str] = []
@@ -141,6 +143,21 @@ class Handler(BaseHTTPRequestHandler):
             host = f"http://localhost:{port}" if to == "out" else ""
             target = "/files/photo.png" if what == "img" else "/varn/lens.html"
             self._send(302, b"", "text/plain", {"Location": f"{host}{target}?via={what}-{to}"})
+        elif path == "/escape/redirect":
+            # Pages that try to leave the web for the worker's own files: a redirect, a script
+            # and a link click. The worker's policy must stop each (tests/test_browser.py).
+            self._send(302, b"", "text/plain", {"Location": ESCAPE_TARGET})
+        elif path == "/escape/script":
+            self._html(
+                "Varn escape",
+                f"<p>The keeper's log.</p><script>location.href = '{ESCAPE_TARGET}';</script>",
+            )
+        elif path == "/escape/link":
+            self._html(
+                "Varn escape",
+                f"<p>The keeper's log.</p><a id='go' href='{ESCAPE_TARGET}'>log</a>"
+                "<script>document.getElementById('go').click();</script>",
+            )
         elif path == "/redirect-to-north":
             self._send(301, b"", "text/plain", {"Location": "/varn/north-light.html"})
         elif path == "/slow":
@@ -205,4 +222,4 @@ def search_template(base: str) -> str:
     return f"{base}/search?q={{query}}"
 
 
-__all__ = ["FACTS", "PAGES", "REQUESTED", "quote_plus", "search_template", "start"]
+__all__ = ["ESCAPE_TARGET", "FACTS", "PAGES", "REQUESTED", "quote_plus", "search_template", "start"]

@@ -115,7 +115,10 @@ class BrowserActions:
         registry.register("browser.screenshot", self.screenshot)
 
     def _run(self, args: dict[str, Any], ctx: ActionContext, make: Any) -> dict[str, Any]:
-        policy = BrowserPolicy.from_args(args.get("policy"))
+        try:
+            policy = BrowserPolicy.from_args(args.get("policy"))
+        except ValueError as exc:
+            raise ActionRefused(str(exc), code="invalid_argument") from exc
         started = time.monotonic()
         budget = ctx.timeout or policy.timeout * 3
         service = self._service

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
-from playwright.async_api import BrowserContext, Page, Route
+from playwright.async_api import BrowserContext, ConsoleMessage, Page, Route
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -22,6 +22,7 @@ from worker_agent.browser.policy import BrowserPolicy
 
 TEXTUAL = re.compile(r"^(text/|application/(xhtml\+xml|xml|json|[\w.+-]+\+(xml|json))\b)", re.I)
 _HEAD = re.compile(rb"<head[^>]*>", re.I)
+LOCAL_RESOURCE = "Not allowed to load local resource: "
 
 
 @dataclass
@@ -89,11 +90,24 @@ async def new_slot(context: BrowserContext) -> Slot:
         await _document(route, request.url, policy, frame)
         if frame.outcome == "refused":  # the page loads without it; the report says why
             hop = frame.redirects[-1] if frame.redirects else request.url
-            why = policy.refusal(hop) or frame.reason
+            why = policy.refusal(hop, document=True) or frame.reason
             if hop != request.url:
                 why = f"redirect of {request.url}: {why}"
             nav.blocked.append({"url": hop, "reason": why})
 
+    def console(message: ConsoleMessage) -> None:
+        # Chromium itself stops a page's navigation to file:, chrome: and the like before any
+        # request exists (so no route sees it) and says so only on the console: the policy's
+        # reason goes into the result, so the report shows what the page tried.
+        nav, policy = slot.nav, slot.policy
+        text = message.text
+        if nav is None or policy is None or not text.startswith(LOCAL_RESOURCE):
+            return
+        target = text[len(LOCAL_RESOURCE) :].strip()
+        why = policy.refusal(target, document=True) or "Chromium refused a local resource"
+        nav.blocked.append({"url": target[:500], "reason": why})
+
+    slot.page.on("console", console)
     await slot.page.route("**/*", handle)
     return slot
 
@@ -101,7 +115,7 @@ async def new_slot(context: BrowserContext) -> Slot:
 async def navigate(slot: Slot, url: str, policy: BrowserPolicy) -> Navigation:
     """Load `url` in the slot's page; `outcome` says why not when it did not load."""
     nav = Navigation(url)
-    refusal = policy.refusal(url)
+    refusal = policy.refusal(url, document=True)
     if refusal:
         nav.stop("refused", refusal)
         return nav
@@ -149,7 +163,7 @@ async def _document(route: Route, url: str, policy: BrowserPolicy, nav: Navigati
     hop = url
     try:
         while True:
-            reason = policy.refusal(hop)
+            reason = policy.refusal(hop, document=True)
             if reason:
                 nav.stop("refused", reason if hop == url else f"redirect to {hop}: {reason}")
                 await route.abort("blockedbyclient")

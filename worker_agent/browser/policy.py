@@ -13,6 +13,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ALLOWED_SCHEMES = ("http", "https")
+# Not network requests: content a page already holds. A page may use them for its images and
+# scripts, but a document may not be one (a data: or blob: page is code from the plan or the
+# page, not the site asked for).
+INLINE_SCHEMES = ("data", "blob", "about")
+LIMITS: dict[str, tuple[type, float, float]] = {
+    "max_redirects": (int, 0, 20),
+    "max_bytes": (int, 1, 1024 * 1024 * 1024),
+    "timeout": (float, 0.1, 600.0),
+    "max_text": (int, 0, 10_000_000),
+    "max_links": (int, 0, 10_000),
+}
 
 
 @dataclass(frozen=True)
@@ -28,27 +39,41 @@ class BrowserPolicy:
     _resolved: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_args(cls, data: dict[str, Any] | None) -> BrowserPolicy:
-        data = data or {}
+    def from_args(cls, data: object) -> BrowserPolicy:
+        """The policy a dispatch carries; ValueError naming the field when it is malformed."""
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ValueError("policy: must be an object")
+        numbers: dict[str, Any] = {}
+        for name, (kind, low, high) in LIMITS.items():
+            if name not in data:
+                continue
+            value = data[name]
+            ok = isinstance(value, int | float) if kind is float else isinstance(value, int)
+            if isinstance(value, bool) or not ok or not low <= value <= high:
+                raise ValueError(f"policy.{name}: a number in {low:g}..{high:g}, not {value!r}")
+            numbers[name] = kind(value)
         return cls(
-            allow_domains=tuple(str(d).lower() for d in data.get("allow_domains", ())),
-            deny_domains=tuple(str(d).lower() for d in data.get("deny_domains", ())),
-            allow_private=bool(data.get("allow_private", False)),
-            max_redirects=int(data.get("max_redirects", 5)),
-            max_bytes=int(data.get("max_bytes", 2 * 1024 * 1024)),
-            timeout=float(data.get("timeout", 15.0)),
-            max_text=int(data.get("max_text", 100_000)),
-            max_links=int(data.get("max_links", 100)),
+            allow_domains=_domains(data, "allow_domains"),
+            deny_domains=_domains(data, "deny_domains"),
+            allow_private=data.get("allow_private", False) is True,
+            **numbers,
         )
 
-    def refusal(self, url: str) -> str | None:
-        """Why the browser may not request `url`, or None when it may."""
-        parts = urlsplit(url)
-        if parts.scheme in ("data", "blob", "about"):
+    def refusal(self, url: str, *, document: bool = False) -> str | None:
+        """Why the browser may not request `url` (as a page or frame if `document`), or None."""
+        try:
+            parts = urlsplit(url)
+            hostname = parts.hostname
+        except ValueError as exc:
+            return f"not a URL: {exc}"
+        scheme = parts.scheme.lower()
+        if scheme in INLINE_SCHEMES and not document:
             return None  # content the page already has, not a network request
-        if parts.scheme not in ALLOWED_SCHEMES:
-            return f"scheme {parts.scheme or '(none)'}: is not allowed (http and https only)"
-        host = (parts.hostname or "").lower().rstrip(".")
+        if scheme not in ALLOWED_SCHEMES:
+            return f"scheme {scheme or '(none)'}: is not allowed (http and https only)"
+        host = (hostname or "").lower().rstrip(".")
         if not host:
             return "the URL has no host"
         if any(_matches(host, d) for d in self.deny_domains):
@@ -66,6 +91,13 @@ class BrowserPolicy:
         if host not in self._resolved:
             self._resolved[host] = _resolves_private(host)
         return self._resolved[host]
+
+
+def _domains(data: dict[str, Any], name: str) -> tuple[str, ...]:
+    value = data.get(name, ())
+    if not isinstance(value, list | tuple) or not all(isinstance(d, str) for d in value):
+        raise ValueError(f"policy.{name}: a list of domain names")
+    return tuple(d.lower() for d in value)
 
 
 def _matches(host: str, domain: str) -> bool:
