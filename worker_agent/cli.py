@@ -24,11 +24,13 @@ from shared.errors import (
     from_rpc_error,
 )
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.transport import is_loopback, plaintext_warning
 from worker_agent.action_log import ActionLog
 from worker_agent.actions import default_registry
 from worker_agent.browser.actions import BrowserActions
 from worker_agent.browser.service import BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
+from worker_agent.certificates import WorkerTransport, new_request, with_port
 from worker_agent.connection import WorkerConnection
 from worker_agent.desktop.actions import DesktopActions
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
@@ -37,9 +39,11 @@ from worker_agent.hotkey import DEFAULT_HOTKEY
 from worker_agent.hotkey import listen as listen_for_hotkey
 from worker_agent.input_guard import InputGuard
 from worker_agent.research_app import ResearchApps, parse_apps
-from worker_agent.state import StateDir, WorkerIdentity
+from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
 
 EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
+ENV_CA_FILE = "DESKFLEET_CA_FILE"
+WORKER_PORT_METADATA = "deskfleet-worker-port"  # sent by Enroll when it signed a certificate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,6 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     enroll.add_argument("--state-dir", required=True, type=Path)
     enroll.add_argument("--name", default=platform.node(), help="default: the hostname")
     enroll.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    enroll.add_argument(
+        "--ca-file",
+        type=Path,
+        default=os.environ.get(ENV_CA_FILE) or None,
+        help="the coordinator's CA certificate (handed out with the token): TLS, and a client"
+        f" certificate for this worker (env {ENV_CA_FILE})",
+    )
+    enroll.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="accept plaintext to a coordinator beyond this machine (loopback needs no flag)",
+    )
 
     run = sub.add_parser("run", help="connect, advertise, heartbeat, reconnect forever")
     run.add_argument("--state-dir", required=True, type=Path)
@@ -82,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
         "--kill-hotkey",
         default=DEFAULT_HOTKEY,
         help=f"the local kill switch's hotkey on X11 (default {DEFAULT_HOTKEY}; 'none' for none)",
+    )
+    run.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="accept plaintext to a coordinator beyond this machine (loopback needs no flag)",
     )
     run.add_argument("--log-level", default="INFO")
 
@@ -135,6 +156,29 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
+def _plaintext_allowed(addresses: list[str], accepted: bool, what: str) -> str | None:
+    """A warning for plaintext beyond this machine when accepted; a refusal otherwise."""
+    remote = [a for a in addresses if not is_loopback(a)]
+    if not remote:
+        return None
+    if not accepted:
+        raise FailedPreconditionError(
+            f"refusing plaintext to {', '.join(remote)}: give the coordinator's CA with"
+            f" --ca-file (or {ENV_CA_FILE}){what}, or pass --plaintext to accept it"
+        )
+    return plaintext_warning(", ".join(remote))
+
+
+def _read_ca(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read CA file {path}: {exc.strerror or exc}") from exc
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise InvalidArgumentError(f"CA file {path} holds no PEM certificate")
+    return data
+
+
 def _enroll(args: argparse.Namespace) -> str:
     state = StateDir(args.state_dir)
     if state.enrolled:
@@ -145,30 +189,78 @@ def _enroll(args: argparse.Namespace) -> str:
     if not coordinators:
         raise InvalidArgumentError("--coordinator: give at least one HOST:PORT")
     labels = _labels(args.label)
-    request = worker_pb2.EnrollRequest(token=args.token.strip(), name=args.name, labels=labels)
+    ca = _read_ca(args.ca_file) if args.ca_file else None
+    if ca is None:
+        warning = _plaintext_allowed(coordinators, args.plaintext, "")
+        if warning:
+            print(f"deskfleet-worker: {warning}", file=sys.stderr)
+    # The key is made here and stays here; the coordinator signs a request for it.
+    csr = new_request(state, args.name, new_key=True) if ca is not None else ""
+    request = worker_pb2.EnrollRequest(
+        token=args.token.strip(), name=args.name, labels=labels, csr_pem=csr
+    )
     last: DeskfleetError | None = None
     for address in coordinators:
-        with grpc.insecure_channel(address) as channel:
+        channel = (
+            grpc.secure_channel(address, grpc.ssl_channel_credentials(ca))
+            if ca is not None
+            else grpc.insecure_channel(address)
+        )
+        with channel:
             try:
-                reply = worker_pb2_grpc.WorkerGatewayStub(channel).Enroll(request, timeout=15)
+                reply, call = worker_pb2_grpc.WorkerGatewayStub(channel).Enroll.with_call(
+                    request, timeout=15
+                )
             except grpc.RpcError as exc:
                 last = from_rpc_error(exc, address)
                 if last.code == grpc.StatusCode.UNAVAILABLE:
                     continue  # try the next coordinator
                 raise last from exc
+            port = dict(call.initial_metadata() or ()).get(WORKER_PORT_METADATA, "")
+        streams: list[str] = []
+        if ca is not None:
+            state.write(CA, reply.ca_pem or ca.decode())
+        if reply.certificate_pem and isinstance(port, str) and port.isdigit():
+            state.write(CLIENT_CERT, reply.certificate_pem)
+            streams = [with_port(a, int(port)) for a in coordinators]
         state.save(
             WorkerIdentity(
-                reply.worker_id, args.name, coordinators, labels, list(reply.allowed_capabilities)
+                reply.worker_id,
+                args.name,
+                coordinators,
+                labels,
+                list(reply.allowed_capabilities),
+                streams,
+                plaintext=ca is None and args.plaintext,
             ),
             reply.credential,
         )
-        return f"enrolled as {reply.worker_id}; state saved in {args.state_dir}"
+        how = (
+            "with a client certificate"
+            if streams
+            else "over TLS"
+            if ca is not None
+            else "in plaintext"
+        )
+        return f"enrolled as {reply.worker_id} ({how}); state saved in {args.state_dir}"
     assert last is not None
     raise last
 
 
 async def _run(args: argparse.Namespace) -> None:
-    identity, credential = StateDir(args.state_dir).load()
+    state = StateDir(args.state_dir)
+    identity, credential = state.load()
+    transport = None
+    if state.tls:
+        transport = WorkerTransport(state, identity, credential)
+    else:
+        warning = _plaintext_allowed(
+            identity.coordinators,
+            args.plaintext or identity.plaintext,
+            " at enrollment",
+        )
+        if warning:
+            logging.getLogger("deskfleet.worker").warning("%s", warning)
     apps = ResearchApps(parse_apps(args.research_app))
     options = ProbeOptions(
         chromium=args.chromium,
@@ -203,6 +295,7 @@ async def _run(args: argparse.Namespace) -> None:
         functools.partial(measure, options, identity.labels),
         actions=actions,
         guard=guard,
+        transport=transport,
     )
     task = asyncio.create_task(connection.run_forever())
     loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ from shared.errors import AuthenticationError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
 from worker_agent.backoff import Backoff
+from worker_agent.certificates import WorkerTransport
 from worker_agent.executor import ActionExecutor
 from worker_agent.input_guard import InputGuard, Kill
 from worker_agent.state import WorkerIdentity
@@ -50,7 +51,9 @@ class WorkerConnection:
         *,
         actions: ActionExecutor,
         guard: InputGuard | None = None,
+        transport: WorkerTransport | None = None,
     ) -> None:
+        self._transport = transport
         self._guard = guard
         self._identity = identity
         self._metadata = auth_metadata(credential)
@@ -63,10 +66,15 @@ class WorkerConnection:
         """Connect, serve, reconnect. Returns never; raises when the credential is refused."""
         attempt = 0
         while True:
-            address = self._identity.coordinators[attempt % len(self._identity.coordinators)]
+            if self._transport is not None:
+                await self._transport.renew_if_due()  # at each connect, before the handshake
+                address, credentials = self._transport.stream_target(attempt)
+            else:
+                address = self._identity.coordinators[attempt % len(self._identity.coordinators)]
+                credentials = None
             attempt += 1
             try:
-                await self._session(address)
+                await self._session(address, credentials)
                 reason = "the coordinator closed the stream"
             except (AuthenticationError, PermissionDeniedError):
                 raise
@@ -83,9 +91,14 @@ class WorkerConnection:
             log.warning("connection to %s lost (%s); retrying in %.1f s", address, reason, delay)
             await asyncio.sleep(delay)
 
-    async def _session(self, address: str) -> None:
+    async def _session(self, address: str, credentials: grpc.ChannelCredentials | None) -> None:
         advertisement = await asyncio.to_thread(self._measure)
-        async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        channel = (
+            grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            if credentials is None
+            else grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+        )
+        async with channel:
             call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self._metadata)
             hello = worker_pb2.Hello(
                 advertisement=advertisement.to_proto(), held=self._actions.held()
@@ -125,6 +138,8 @@ class WorkerConnection:
                 asyncio.create_task(self._write(call, outgoing)),
                 asyncio.create_task(self._heartbeats(outgoing, welcome)),
             ]
+            if self._transport is not None:
+                tasks.append(asyncio.create_task(self._transport.keep_renewed()))
             try:
                 await self._receive(call, welcome, outgoing)
             finally:

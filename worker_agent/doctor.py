@@ -40,7 +40,7 @@ from worker_agent.capabilities import (
     probe_displays,
     probe_headless,
 )
-from worker_agent.state import CREDENTIAL, StateDir, WorkerIdentity
+from worker_agent.state import CA, CREDENTIAL, StateDir, WorkerIdentity
 
 DEFAULT_MAX_SKEW = 5.0  # seconds; leases are 15 s by default, so a few seconds is harmless
 DEFAULT_RPC_TIMEOUT = 5.0
@@ -95,15 +95,16 @@ class Report:
 def diagnose(options: DoctorOptions) -> Report:
     """Run every check; never raises for what it finds."""
     identity, credential, state_problem = _load_state(options.state_dir)
+    ca = _ca(options.state_dir)
     granted = _granted(identity)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="doctor-browser") as pool:
         # The browser launch dominates; it runs while the display and coordinator are checked.
         browser = pool.submit(_check_browser, options.probe) if "headless" in granted else None
         checks = _check_desktop(options.probe, granted)
         coordinators = options.coordinators or (identity.coordinators if identity else [])
-        reachable, coordinator_check = _check_coordinators(coordinators, options.rpc_timeout)
+        reachable, coordinator_check = _check_coordinators(coordinators, options.rpc_timeout, ca)
         credential_check, clock_check, skew = _check_credential_and_clock(
-            identity, credential, state_problem, reachable, options
+            identity, credential, state_problem, reachable, options, ca
         )
         browser_check = (
             browser.result()
@@ -117,6 +118,20 @@ def diagnose(options: DoctorOptions) -> Report:
         state_dir=str(options.state_dir),
         clock_skew_seconds=skew,
     )
+
+
+def _ca(path: Path) -> bytes | None:
+    """The coordinator's CA when the worker enrolled over TLS (checks then use TLS too)."""
+    try:
+        return StateDir(path).read_bytes(CA)
+    except DeskfleetError:
+        return None
+
+
+def _channel(address: str, ca: bytes | None) -> grpc.Channel:
+    if ca is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(ca))
 
 
 def _load_state(path: Path) -> tuple[WorkerIdentity | None, str, str]:
@@ -273,7 +288,9 @@ def _check_browser(probe: ProbeOptions) -> Check:
 # --- coordinator, credential, clock ----------------------------------------------------------
 
 
-def _check_coordinators(addresses: list[str], timeout: float) -> tuple[list[str], Check]:
+def _check_coordinators(
+    addresses: list[str], timeout: float, ca: bytes | None
+) -> tuple[list[str], Check]:
     if not addresses:
         return [], Check(
             "coordinator",
@@ -284,7 +301,7 @@ def _check_coordinators(addresses: list[str], timeout: float) -> tuple[list[str]
     answered: list[str] = []
     problems: list[str] = []
     for address in addresses:
-        problem = _health(address, timeout)
+        problem = _health(address, timeout, ca)
         if problem:
             problems.append(problem if address in problem else f"{address}: {problem}")
         else:
@@ -303,9 +320,9 @@ def _check_coordinators(addresses: list[str], timeout: float) -> tuple[list[str]
     return answered, Check("coordinator", Status.OK, detail)
 
 
-def _health(address: str, timeout: float) -> str | None:
+def _health(address: str, timeout: float, ca: bytes | None) -> str | None:
     """None when the coordinator's standard health service says SERVING, else why not."""
-    with grpc.insecure_channel(address) as channel:
+    with _channel(address, ca) as channel:
         try:
             stub = health_pb2_grpc.HealthStub(channel)
             # The type stubs of grpc_health leave the stub's methods out.
@@ -325,6 +342,7 @@ def _check_credential_and_clock(
     state_problem: str,
     reachable: list[str],
     options: DoctorOptions,
+    ca: bytes | None,
 ) -> tuple[Check, Check, float | None]:
     if identity is None:
         return (
@@ -345,7 +363,7 @@ def _check_credential_and_clock(
     address = reachable[0]
     try:
         sent = time.time()
-        me = _who_am_i(address, credential, options.rpc_timeout)
+        me = _who_am_i(address, credential, options.rpc_timeout, ca)
         received = time.time()
     except (AuthenticationError, PermissionDeniedError) as exc:
         return (
@@ -392,8 +410,10 @@ def _check_credential_and_clock(
     )
 
 
-def _who_am_i(address: str, credential: str, timeout: float) -> admin_pb2.Principal:
-    with grpc.insecure_channel(address) as channel:
+def _who_am_i(
+    address: str, credential: str, timeout: float, ca: bytes | None
+) -> admin_pb2.Principal:
+    with _channel(address, ca) as channel:
         try:
             reply: admin_pb2.Principal = admin_pb2_grpc.AdminServiceStub(channel).WhoAmI(
                 admin_pb2.WhoAmIRequest(), metadata=auth_metadata(credential), timeout=timeout

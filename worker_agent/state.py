@@ -1,4 +1,9 @@
-"""The worker's state directory: who it is (worker.json) and its credential (0600)."""
+"""The worker's state directory: who it is (worker.json) and its credential (0600).
+
+With TLS it also holds the coordinator's CA (`ca.pem`) and, with mutual TLS, the worker's
+key (`client.key`, 0600), its last certificate request (`client.csr`) and its certificate
+(`client.pem`), each replaced atomically.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,10 @@ from shared.errors import FailedPreconditionError, InvalidArgumentError
 
 IDENTITY = "worker.json"
 CREDENTIAL = "credential"
+CA = "ca.pem"
+CLIENT_KEY = "client.key"
+CLIENT_CSR = "client.csr"
+CLIENT_CERT = "client.pem"
 
 
 @dataclass(frozen=True)
@@ -20,6 +29,9 @@ class WorkerIdentity:
     coordinators: list[str]
     labels: dict[str, str] = field(default_factory=dict)
     allowed_capabilities: list[str] = field(default_factory=list)
+    # Where streams go with the client certificate: the coordinators' worker listeners.
+    stream_coordinators: list[str] = field(default_factory=list)
+    plaintext: bool = False  # enrolled with --plaintext beyond loopback: keep doing so
 
 
 class StateDir:
@@ -29,6 +41,26 @@ class StateDir:
     @property
     def enrolled(self) -> bool:
         return (self.path / CREDENTIAL).exists()
+
+    @property
+    def tls(self) -> bool:
+        return (self.path / CA).exists()
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def write(self, name: str, text: str, mode: int = 0o644) -> None:
+        """Replace one file atomically (certificates, the CA, the key with mode 0600)."""
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._write(name, text, mode)
+
+    def read_bytes(self, name: str) -> bytes | None:
+        try:
+            return (self.path / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read {self.path / name}: {exc.strerror}") from exc
 
     def save(self, identity: WorkerIdentity, credential: str) -> None:
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -52,6 +84,7 @@ class StateDir:
         # Write to a temporary file created with its final mode, then rename: a crash never
         # leaves a half-written credential, and it is never readable by others.
         tmp = self.path / f".{name}.tmp"
+        tmp.unlink(missing_ok=True)  # a leftover may carry another mode
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
