@@ -73,7 +73,10 @@ class CoordinatorProcess:
         allow_private_networks: bool = True,
         policy: Path | None = None,
         serve_args: tuple[str, ...] = (),
+        ca_file: Path | None = None,
     ) -> None:
+        self.ca_file = ca_file  # the CLI and enrolling workers use TLS verified by this CA
+        self.worker_port = 0  # with --ca-dir: the listener for worker streams (mTLS)
         self.policy = policy
         self.serve_args = serve_args
         self.sweep = sweep
@@ -150,6 +153,15 @@ class CoordinatorProcess:
         )
         line = self._read_line(timeout=30)
         self.port = int(line.rsplit(":", 1)[1])
+        if "--ca-dir" in self.serve_args:
+            # Printed right after the first line, so it may already sit in the pipe's buffer
+            # where select() cannot see it: read it directly (EOF if the process died).
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline().strip()
+            if "worker streams" not in line:
+                self.kill()
+                raise RuntimeError(f"coordinator did not start ({line!r}):\n{tail(self.log)}")
+            self.worker_port = int(line.rsplit(":", 1)[1])
         return self
 
     def _read_line(self, timeout: float) -> str:
@@ -194,6 +206,8 @@ class CoordinatorProcess:
         env = base_env(self.workdir)
         env["DESKFLEET_COORDINATOR"] = self.address
         env["DESKFLEET_TOKEN_FILE"] = str(token_file or self.admin_token_file)
+        if self.ca_file is not None:
+            env["DESKFLEET_CA_FILE"] = str(self.ca_file)
         argv = [str(BIN / "deskfleet"), *args, *(["--json"] if json_out else [])]
         done = subprocess.run(
             argv, capture_output=True, text=True, env=env, timeout=timeout, input=input_text
@@ -258,6 +272,8 @@ class WorkerProcess:
         ]
         for label in labels:
             argv += ["--label", label]
+        if self.coordinator.ca_file is not None:
+            argv += ["--ca-file", str(self.coordinator.ca_file)]
         done = subprocess.run(argv, capture_output=True, text=True, env=self.env(), timeout=60)
         if done.returncode == 0:
             self.worker_id = json.loads((self.state_dir / "worker.json").read_text())["worker_id"]
