@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 
 from coordinator import fallback, ledger, research_report
 from coordinator.research_report import APP_KIND, excerpts
-from coordinator.runs import Plan, PlannedAction
+from coordinator.runs import Plan, PlannedAction, check_url
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
 from shared.errors import InvalidArgumentError
@@ -49,6 +49,7 @@ DEFAULT_MAX_PAGES = 50
 MAX_PAGES = 500
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_BYTES = 1024 * 1024 * 1024
+MAX_URLS = 2 * MAX_PAGES
 DOCUMENT_BYTES = 2 * 1024 * 1024  # the workers' own cap per document (BrowserPolicy.max_bytes)
 APP_TIMEOUT = 120.0
 APP_GRACE = 15.0  # the ledger waits this much longer than the app may run, for its receipt
@@ -71,12 +72,22 @@ def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None 
     query = request.query.strip()
     if not query or len(query) > 500:
         raise InvalidArgumentError("query: 1-500 characters")
+    if "\x00" in query:
+        raise InvalidArgumentError("query: must not contain NUL characters")
     if not 1 <= request.max_sources <= MAX_SOURCES:
         raise InvalidArgumentError(f"max_sources: between 1 and {MAX_SOURCES}")
-    if request.search_url and "{query}" not in request.search_url:
-        raise InvalidArgumentError(
-            "search_url: a template needs {query}, e.g. https://x/?q={query}"
-        )
+    if request.search_url:
+        check_url("search_url", request.search_url, template=True)
+        if "{query}" not in request.search_url:
+            raise InvalidArgumentError(
+                "search_url: a template needs {query}, e.g. https://x/?q={query}"
+            )
+    # URLs past max_pages are listed as skipped, not fetched: still bounded, and each checked
+    # (a file:, chrome: or javascript: URL is refused here, not at the worker).
+    if len(request.urls) > MAX_URLS:
+        raise InvalidArgumentError(f"urls: at most {MAX_URLS} (this is {len(request.urls)})")
+    for i, url in enumerate(request.urls):
+        check_url(f"urls[{i}]", url)
     max_pages = request.max_pages or DEFAULT_MAX_PAGES
     max_bytes = request.max_bytes or DEFAULT_MAX_BYTES
     if not 1 <= max_pages <= MAX_PAGES:
@@ -200,7 +211,17 @@ def _on_search(
     s: Session, run: RunRow, action: ActionRow, result: dict[str, Any], ctx: ledger.Context
 ) -> None:
     """After the search: fan the chosen sources out as fetch work units."""
-    urls = list(dict.fromkeys(r["url"] for r in result.get("results", []) if r.get("url")))
+    found = [r.get("url") for r in result.get("results", []) if isinstance(r, dict)]
+    urls: list[str] = []
+    refused: list[dict[str, str]] = []
+    for url in dict.fromkeys(u for u in found if isinstance(u, str) and u):
+        try:
+            urls.append(check_url("url", url))
+        except InvalidArgumentError as exc:
+            # A search page may link anywhere (file:, javascript:): such a result is not a source.
+            refused.append({"url": url[:200], "reason": f"refused: {exc.message}"})
+    if refused:
+        run.spec = {**run.spec, "skipped": [*run.spec.get("skipped", []), *refused]}
     chosen = urls[: run.spec.get("max_sources", 5)]
     max_pages = run.spec.get("limits", {}).get("max_pages", DEFAULT_MAX_PAGES)
     if len(chosen) > max_pages:
@@ -243,6 +264,7 @@ def _on_search(
                 "is_evidence": False,
             }
             for r in result.get("results", [])
+            if isinstance(r, dict)
         ],
     )
 

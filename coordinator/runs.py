@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import math
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session
 
@@ -29,7 +31,7 @@ from shared.errors import (
     ResourceExhaustedError,
 )
 from shared.ids import new_id
-from shared.receipts import encode_result
+from shared.receipts import decode_result, encode_result
 
 MAX_ACTIONS_PER_PLAN = 1000
 MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
@@ -38,6 +40,40 @@ DEFAULT_ACTION_TIMEOUT = 60.0
 GUIDANCE_CHARS = 4000
 GUIDANCE_MESSAGES = 16
 GUIDANCE_TOTAL_CHARS = 16000
+# Explicit bounds on everything a plan carries: past them a request is a mistake or an attack,
+# and a clear INVALID_ARGUMENT beats a store error or a run that can never finish.
+MAX_TITLE_CHARS = 1000
+MAX_INTENT_CHARS = 4000
+MAX_ID_CHARS = 64
+MAX_LABELS = 32
+MAX_LABEL_CHARS = 256
+MAX_LIMIT_ACTIONS = 100_000
+MAX_LIMIT_SECONDS = 30 * 24 * 3600.0
+MAX_ACTION_TIMEOUT = 24 * 3600.0
+KIND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}")
+# Where a browser may be sent. Every other scheme (file:, chrome:, javascript:, data:, ...)
+# reads the worker's own machine or runs code instead of fetching a page: it is refused here,
+# before anything is written, and again by the worker's policy on every hop.
+URL_SCHEMES = ("http", "https")
+MAX_URL_CHARS = 4096
+# Browser arguments a plan may set; `visible` (a headed browser on a person's desktop) is set
+# by the coordinator only, under a research approval.
+BROWSER_ARGS = {
+    "browser.fetch": {"url", "policy"},
+    "browser.screenshot": {"url", "policy", "full_page"},
+    "browser.search": {
+        "query", "template", "profile", "result", "link", "snippet", "max_results", "policy",
+    },
+}  # fmt: skip
+# A plan narrows the operator's policy: each number at most the worker's own default.
+POLICY_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "max_redirects": (int, 0, 5),
+    "max_bytes": (int, 1, 2 * 1024 * 1024),
+    "timeout": (float, 0.1, 120.0),
+    "max_text": (int, 0, 100_000),
+    "max_links": (int, 0, 100),
+}
+POLICY_DOMAINS = 100
 
 
 @dataclass(frozen=True)
@@ -97,31 +133,59 @@ def _no_nul(field: str, text: str) -> None:
         raise InvalidArgumentError(f"{field}: must not contain NUL characters")
 
 
+def _text(field: str, text: str, limit: int) -> None:
+    _no_nul(field, text)
+    if len(text) > limit:
+        raise InvalidArgumentError(f"{field}: at most {limit} characters (this is {len(text)})")
+
+
+def _route_checked(field: str, route: dict[str, Any]) -> None:
+    _text(f"{field}.worker", str(route.get("worker", "")), MAX_ID_CHARS)
+    labels = route.get("labels") or {}
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgumentError(f"{field}.labels: at most {MAX_LABELS} labels")
+    for key, value in labels.items():
+        _text(f"{field}.labels key", str(key), MAX_LABEL_CHARS)
+        _text(f"{field}.labels[{key!r}]", str(value), MAX_LABEL_CHARS)
+    cap = route.get("capability", "")
+    if cap and cap not in capabilities.ALL:
+        raise InvalidArgumentError(
+            f"{field}.capability: unknown {cap!r} (known: {', '.join(capabilities.ALL)})"
+        )
+
+
+def _limits_checked(plan: Plan) -> None:
+    numbers = {
+        "max_actions": (plan.max_actions, MAX_LIMIT_ACTIONS),
+        "estimate_actions": (plan.estimate_actions, MAX_LIMIT_ACTIONS),
+        "max_seconds": (plan.max_seconds, MAX_LIMIT_SECONDS),
+        "estimate_seconds": (plan.estimate_seconds, MAX_LIMIT_SECONDS),
+        "action_timeout_seconds": (plan.action_timeout, MAX_ACTION_TIMEOUT),
+    }
+    for name, (value, high) in numbers.items():
+        # NaN passes every comparison: it is refused by name, before any comparison.
+        if not math.isfinite(value) or not 0 <= value <= high:
+            raise InvalidArgumentError(f"limits.{name}: between 0 and {high:g} (0 = default)")
+
+
 def _validate(plan: Plan) -> dict[str, Any]:
-    _no_nul("title", plan.title)
+    _text("title", plan.title, MAX_TITLE_CHARS)
     if not plan.actions:
         raise InvalidArgumentError("actions: a plan needs at least one action")
     if len(plan.actions) > MAX_ACTIONS_PER_PLAN:
         raise InvalidArgumentError(f"actions: at most {MAX_ACTIONS_PER_PLAN} per plan")
     for i, action in enumerate(plan.actions):
-        if not action.kind or len(action.kind) > 100:
-            raise InvalidArgumentError(f"actions[{i}].kind: 1-100 characters")
-        _no_nul(f"actions[{i}].kind", action.kind)
-        _no_nul(f"actions[{i}].intent", action.intent)
+        if not KIND.fullmatch(action.kind):
+            raise InvalidArgumentError(
+                f"actions[{i}].kind: 1-100 letters, digits, '_', '.', ':', '-' (got"
+                f" {action.kind[:40]!r})"
+            )
+        _text(f"actions[{i}].intent", action.intent, MAX_INTENT_CHARS)
         if len(encode_result(action.args)) > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
-        cap = action.route.get("capability", "")
-        if cap and cap not in capabilities.ALL:
-            raise InvalidArgumentError(
-                f"actions[{i}].route.capability: unknown {cap!r}"
-                f" (known: {', '.join(capabilities.ALL)})"
-            )
+        _route_checked(f"actions[{i}].route", action.route)
+    _limits_checked(plan)
     n = len(plan.actions)
-    if (
-        min(plan.max_actions, plan.estimate_actions) < 0
-        or min(plan.max_seconds, plan.estimate_seconds, plan.action_timeout) < 0
-    ):
-        raise InvalidArgumentError("limits: must not be negative")
     max_actions = plan.max_actions or max(3 * n, n + 10)
     if max_actions < n:
         raise InvalidArgumentError(
@@ -138,17 +202,108 @@ def _validate(plan: Plan) -> dict[str, Any]:
     return limits
 
 
-def with_network_policy(action: PlannedAction, allow_private: bool) -> PlannedAction:
+def check_url(field: str, url: object, *, template: bool = False) -> str:
+    """`url` if a browser may be sent there: http or https with a host, bounded, no NUL."""
+    if not isinstance(url, str) or not url:
+        raise InvalidArgumentError(f"{field}: a URL is required (a non-empty string)")
+    _text(field, url, MAX_URL_CHARS)
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise InvalidArgumentError(f"{field}: a URL has no spaces or control characters")
+    probe = url.replace("{query}", "q") if template else url
+    try:
+        parts = urlsplit(probe)
+        host = parts.hostname
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{field}: not a URL ({exc})") from exc
+    if parts.scheme.lower() not in URL_SCHEMES:
+        raise InvalidArgumentError(
+            f"{field}: scheme {parts.scheme or '(none)'!r} is not allowed"
+            f" ({' and '.join(URL_SCHEMES)} only): {url[:80]!r}"
+        )
+    if not host:
+        raise InvalidArgumentError(f"{field}: the URL has no host: {url[:80]!r}")
+    return url
+
+
+def _policy_checked(field: str, policy: object) -> dict[str, Any]:
+    if not isinstance(policy, dict):
+        raise InvalidArgumentError(f"{field}: must be an object")
+    known = {"allow_domains", "deny_domains", "allow_private", *POLICY_NUMBERS}
+    for key, value in policy.items():
+        if key not in known:
+            raise InvalidArgumentError(
+                f"{field}.{key}: not a policy field (known: {', '.join(sorted(known))})"
+            )
+        if key == "allow_private":  # replaced by the operator's setting whatever it says
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"{field}.{key}: true or false")
+        elif key in POLICY_NUMBERS:
+            kind, low, high = POLICY_NUMBERS[key]
+            ok_type = isinstance(value, int | float) if kind is float else isinstance(value, int)
+            if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+                raise InvalidArgumentError(f"{field}.{key}: a number between {low:g} and {high:g}")
+            if not low <= value <= high:
+                raise InvalidArgumentError(f"{field}.{key}: between {low:g} and {high:g}")
+        elif not isinstance(value, list) or len(value) > POLICY_DOMAINS:
+            raise InvalidArgumentError(f"{field}.{key}: a list of at most {POLICY_DOMAINS} domains")
+        else:
+            for j, domain in enumerate(value):
+                if not isinstance(domain, str) or not domain:
+                    raise InvalidArgumentError(f"{field}.{key}[{j}]: a domain name (a string)")
+                _text(f"{field}.{key}[{j}]", domain, 253)
+    return policy
+
+
+def _browser_args_checked(field: str, kind: str, args: dict[str, Any]) -> None:
+    allowed = BROWSER_ARGS.get(kind)
+    if allowed is None:
+        return  # a browser kind this coordinator does not know: the worker refuses it
+    for key in args:
+        if key not in allowed:
+            why = "set by the coordinator only" if key == "visible" else "not an argument"
+            raise InvalidArgumentError(
+                f"{field}.{key}: {why} of {kind} (it takes: {', '.join(sorted(allowed))})"
+            )
+    if "url" in allowed:
+        check_url(f"{field}.url", args.get("url"))
+    if kind == "browser.search":
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgumentError(f"{field}.query: a non-empty string")
+        _text(f"{field}.query", query, 500)
+        if "template" in args:
+            template = check_url(f"{field}.template", args["template"], template=True)
+            if "{query}" not in template:
+                raise InvalidArgumentError(f"{field}.template: needs {{query}}")
+        for key in ("profile", "result", "link", "snippet"):
+            if key in args and (not isinstance(args[key], str) or len(args[key]) > 200):
+                raise InvalidArgumentError(f"{field}.{key}: a string of at most 200 characters")
+        count = args.get("max_results", 10)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+            raise InvalidArgumentError(f"{field}.max_results: an integer between 1 and 100")
+    if "full_page" in args and not isinstance(args["full_page"], bool):
+        raise InvalidArgumentError(f"{field}.full_page: true or false")
+    if "policy" in args:
+        _policy_checked(f"{field}.policy", args["policy"])
+
+
+def with_network_policy(
+    action: PlannedAction, allow_private: bool, field: str = "args"
+) -> PlannedAction:
     """Browser actions carry the coordinator's network policy, whatever the plan asked for.
 
     An owner may narrow where the browser goes (allowed and denied domains) but never open
     loopback or private networks: that is the operator's `--allow-private-networks`.
     """
+    if action.kind.startswith("desktop."):
+        raise InvalidArgumentError(
+            f"{field}: {action.kind[:40]} is not a plan action: desktop input needs an approved"
+            " scope (`deskfleet desktop request`, then `desktop act`)"
+        )
     if not action.kind.startswith("browser."):
         return action
+    _browser_args_checked(field, action.kind, action.args)
     asked = action.args.get("policy") or {}
-    if not isinstance(asked, dict):
-        raise InvalidArgumentError(f"{action.kind}: args.policy must be an object")
     policy = {**asked, "allow_private": allow_private}
     return PlannedAction(
         action.kind,
@@ -174,7 +329,11 @@ class Runs:
 
     async def submit(self, owner: Principal, plan: Plan) -> RunView:
         plan = replace(
-            plan, actions=tuple(with_network_policy(a, self._allow_private) for a in plan.actions)
+            plan,
+            actions=tuple(
+                with_network_policy(a, self._allow_private, f"actions[{i}].args")
+                for i, a in enumerate(plan.actions)
+            ),
         )
         limits = _validate(plan)
         stages = plan.stages or tuple(range(len(plan.actions)))
@@ -485,10 +644,14 @@ def parse_plan_actions(
     """Plan actions from (kind, args_json, idempotent, route, intent), args checked as objects."""
     out = []
     for i, (kind, args_json, idempotent, route, intent) in enumerate(raw):
+        if len(args_json) > MAX_ARGS_CHARS:
+            raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
         try:
-            args = json.loads(args_json) if args_json else {}
-        except ValueError as exc:
-            raise InvalidArgumentError(f"actions[{i}].args: not JSON ({exc})") from exc
+            # decode_result also refuses NaN and Infinity, and nesting deeper than the parser's
+            # recursion limit (a RecursionError would be a crash, not an answer).
+            args = decode_result(args_json) if args_json else {}
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"actions[{i}].args: {exc.message}") from exc
         if not isinstance(args, dict):
             raise InvalidArgumentError(f"actions[{i}].args: must be a JSON object")
         out.append(PlannedAction(kind, args, idempotent, route, intent))

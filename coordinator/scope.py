@@ -4,6 +4,8 @@ action must pass under it. Pure functions: the worker repeats the same checks on
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +48,12 @@ MAX_TTL = 24 * 3600.0
 DEFAULT_MAX_ACTIONS = 100
 MAX_ACTIONS = 10_000
 MAX_DISPLAYS = 16
+# No display is this large: a coordinate or size past it is a mistake, refused by name.
+MAX_PIXELS = 65_536
+MAX_KEY_CHARS = 200
+MAX_COMBOS = 16  # the worker's own limit (worker_agent/desktop/keys.py)
+# The shape of xdotool-style key combos ("ctrl+shift+t Return"); the worker knows the names.
+_KEY_PART = re.compile(r"[A-Za-z0-9_]+|[!-~]")
 
 
 @dataclass(frozen=True)
@@ -124,14 +132,12 @@ def requested(
         raise InvalidArgumentError(
             f"scope.actions: unknown {', '.join(map(repr, unknown))} (known: {', '.join(ACTIONS)})"
         )
-    if len(displays) > MAX_DISPLAYS or any(d < 0 for d in displays):
-        raise InvalidArgumentError(f"scope.displays: up to {MAX_DISPLAYS} indexes >= 0")
-    if region is not None and (
-        region.width <= 0 or region.height <= 0 or region.x < 0 or region.y < 0
-    ):
-        raise InvalidArgumentError("scope.region: x, y >= 0 and width, height > 0")
-    if ttl < 0 or ttl > MAX_TTL:
-        raise InvalidArgumentError(f"scope.ttl: between 0 and {MAX_TTL:.0f} seconds")
+    if len(displays) > MAX_DISPLAYS or any(not 0 <= d < MAX_DISPLAYS for d in displays):
+        raise InvalidArgumentError(
+            f"scope.displays: up to {MAX_DISPLAYS} indexes in 0..{MAX_DISPLAYS - 1}"
+        )
+    _region_checked(region)
+    _ttl_checked(ttl, MAX_TTL)
     if max_actions < 0 or max_actions > MAX_ACTIONS:
         raise InvalidArgumentError(f"scope.max_actions: between 0 and {MAX_ACTIONS}")
     return Scope(
@@ -168,16 +174,14 @@ def narrowed(
             )
         granted = replace(granted, displays=tuple(sorted(set(displays))))
     if region is not None:
-        if region.width <= 0 or region.height <= 0:
-            raise InvalidArgumentError("scope.region: width and height must be > 0")
+        _region_checked(region)
         if asked.region is not None and not region.within(asked.region):
             raise InvalidArgumentError(
                 f"scope.region: {region} is not inside the requested {asked.region}"
             )
         granted = replace(granted, region=region)
     if ttl:
-        if ttl < 0 or ttl > asked.ttl:
-            raise InvalidArgumentError(f"scope.ttl: at most the requested {asked.ttl:g} s")
+        _ttl_checked(ttl, asked.ttl)
         granted = replace(granted, ttl=ttl)
     if max_actions:
         if max_actions < 0 or max_actions > asked.max_actions:
@@ -186,6 +190,26 @@ def narrowed(
             )
         granted = replace(granted, max_actions=max_actions)
     return granted
+
+
+def _region_checked(region: Region | None) -> None:
+    if region is None:
+        return
+    if not (
+        0 <= region.x < MAX_PIXELS
+        and 0 <= region.y < MAX_PIXELS
+        and 0 < region.width <= MAX_PIXELS
+        and 0 < region.height <= MAX_PIXELS
+    ):
+        raise InvalidArgumentError(
+            f"scope.region: x, y in 0..{MAX_PIXELS - 1} and width, height in 1..{MAX_PIXELS}"
+        )
+
+
+def _ttl_checked(ttl: float, most: float) -> None:
+    # NaN passes every comparison, so it is refused first.
+    if not math.isfinite(ttl) or not 0 <= ttl <= most:
+        raise InvalidArgumentError(f"scope.ttl: between 0 and {most:g} seconds")
 
 
 @dataclass(frozen=True)
@@ -203,19 +227,45 @@ def points_of(args: dict[str, Any]) -> list[tuple[int, int]]:
             continue
         if type(x) is not int or type(y) is not int:
             raise InvalidArgumentError(f"{xk}, {yk}: integers (pixels)")
+        for name, value in ((xk, x), (yk, y)):
+            if not 0 <= value < MAX_PIXELS:
+                raise InvalidArgumentError(f"{name}: {value} is not a pixel (0..{MAX_PIXELS - 1})")
         points.append((x, y))
     return points
 
 
-def to_real(
-    point: tuple[int, int], space: dict[str, Any] | None, display: tuple[int, int]
-) -> tuple[int, int]:
+def check_keys(value: object, field: str = "key") -> str:
+    """The shape of a key combo argument; the worker checks each name against X keysyms."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgumentError(f"{field}: a key combo such as 'ctrl+a' or 'Return'")
+    if len(value) > MAX_KEY_CHARS:
+        raise InvalidArgumentError(f"{field}: at most {MAX_KEY_CHARS} characters")
+    words = value.split()
+    if len(words) > MAX_COMBOS:
+        raise InvalidArgumentError(f"{field}: at most {MAX_COMBOS} combos, got {len(words)}")
+    for word in words:
+        if not all(_KEY_PART.fullmatch(part) for part in word.split("+")):
+            raise InvalidArgumentError(
+                f"{field}: {word[:40]!r} is not a key combo (keys are names such as Return,"
+                " ctrl, F5, a, minus, joined by '+'; the + key is 'plus')"
+            )
+    return value
+
+
+def to_real(point: tuple[int, int], space: object, display: tuple[int, int]) -> tuple[int, int]:
     """Map a point given in a scaled space onto the display's real pixels."""
-    if not space:
+    if space is None or space == {}:
         return point
+    if not isinstance(space, dict):
+        raise InvalidArgumentError(f"space: {{width, height}} as integers in 1..{MAX_PIXELS}")
     width, height = space.get("width"), space.get("height")
-    if type(width) is not int or type(height) is not int or width <= 0 or height <= 0:
-        raise InvalidArgumentError("space: {width, height} as positive integers")
+    if (
+        type(width) is not int
+        or type(height) is not int
+        or not 0 < width <= MAX_PIXELS
+        or not 0 < height <= MAX_PIXELS
+    ):
+        raise InvalidArgumentError(f"space: {{width, height}} as integers in 1..{MAX_PIXELS}")
     return (point[0] * display[0] // width, point[1] * display[1] // height)
 
 
@@ -225,7 +275,13 @@ def check(
     args: dict[str, Any],
     display_size: tuple[int, int] | None,
 ) -> Refusal | None:
-    """Why this action may not run under the scope (time and count are checked apart)."""
+    """Why this action may not run under the scope (time and count are checked apart).
+
+    Malformed arguments are an InvalidArgumentError, raised inside the act's transaction
+    (so nothing of it is written), not a refusal.
+    """
+    if action == "key":
+        check_keys(args.get("key"))
     if action not in scope.actions:
         return Refusal(
             "out_of_scope", f"{action} is not in the approved actions ({', '.join(scope.actions)})"

@@ -646,3 +646,38 @@ def test_without_a_display_actions_are_refused_no_display(
     for line in done.stdout.splitlines():
         status, error = json.loads(line)
         assert status == REFUSED and error.startswith("no_display:") and says in error, error
+
+
+# ------------------------------------------------ the coordinator's side of the same checks
+
+
+def test_the_coordinator_refuses_malformed_scopes_coordinates_and_keys() -> None:
+    from coordinator import scope as coordinator_scope
+    from shared.errors import InvalidArgumentError
+
+    region = coordinator_scope.Region
+    with pytest.raises(InvalidArgumentError, match=r"^scope\.ttl"):
+        coordinator_scope.requested(["screenshot"], [], None, float("nan"), 0)
+    with pytest.raises(InvalidArgumentError, match=r"^scope\.region"):
+        coordinator_scope.requested(["screenshot"], [], region(0, 0, 2**31 - 1, 10), 0, 0)
+    with pytest.raises(InvalidArgumentError, match=r"^scope\.displays"):
+        coordinator_scope.requested(["screenshot"], [2**31 - 1], None, 0, 0)
+    asked = coordinator_scope.requested(["screenshot"], [], None, 600, 0)
+    with pytest.raises(InvalidArgumentError, match=r"^scope\.ttl"):
+        coordinator_scope.narrowed(asked, [], [], None, float("nan"), 0)
+    with pytest.raises(InvalidArgumentError, match=r"^scope\.region"):
+        coordinator_scope.narrowed(asked, [], [], region(-5, -5, 10, 10), 0, 0)
+    with pytest.raises(InvalidArgumentError, match=r"^x: .* is not a pixel"):
+        coordinator_scope.points_of({"x": 10**20, "y": 1})
+    with pytest.raises(InvalidArgumentError, match=r"^to_y: -1"):
+        coordinator_scope.points_of({"to_x": 1, "to_y": -1})
+    with pytest.raises(InvalidArgumentError, match=r"^space"):
+        coordinator_scope.to_real((1, 1), [800, 600], (1280, 800))
+    for bad in ("", "ctrl+", "ctrl++a", "a\x00", "é", " ".join(["a"] * 17), 5):
+        with pytest.raises(InvalidArgumentError, match=r"^key"):
+            coordinator_scope.check_keys(bad)
+    assert coordinator_scope.check_keys("ctrl+shift+t Return") == "ctrl+shift+t Return"
+    keyed = coordinator_scope.requested(["key"], [], None, 0, 0)
+    with pytest.raises(InvalidArgumentError, match=r"^key"):
+        coordinator_scope.check(keyed, "key", {"key": "ctrl+\x00"}, (1280, 800))
+    assert coordinator_scope.check(keyed, "key", {"key": "ctrl+a"}, (1280, 800)) is None
