@@ -391,6 +391,7 @@ class Desktop:
         created: list[RunView] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            created.clear()
             worker = worker_queries.worker_by_id(s, worker_id)
             if worker is None:
                 raise NotFoundError(f"no worker {worker_id!r}")
@@ -472,6 +473,7 @@ class Desktop:
         by = audit.actor(who)
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            answered.clear()
             approval = queries.approval(s, approval_id)
             if approval is None:
                 raise NotFoundError(f"no approval {approval_id!r}")
@@ -550,6 +552,7 @@ class Desktop:
         made: list[str] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            made.clear()
             run = owned_run(s, who, run_id, lock=True)
             if run.kind != KIND:
                 raise InvalidArgumentError(f"run {run_id} is a {run.kind} run, not a desktop run")
@@ -708,6 +711,7 @@ class Desktop:
         by = audit.actor(who)
 
         def unit(s: Session) -> None:
+            stored.clear()
             owner_id = who.id
             if owner and owner not in (who.id, who.name):
                 if who.role is not Role.ADMIN:

@@ -99,6 +99,7 @@ class Dispatcher:
         here = self._presence.connected_ids()
 
         def with_relay(s: Session, ctx: Context) -> list[Order]:
+            ctx.reset()
             return self._relay.route(s, unit(s, ctx), ctx.touched, here)
 
         orders = await self._db.write(with_relay, ctx)

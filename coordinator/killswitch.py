@@ -111,6 +111,8 @@ class KillSwitches:
         made: list[KillSwitchRow] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            made.clear()
+            pushes.clear()
             if scope == RUN:
                 owned_run(s, who, run_id)
             if scope == WORKER and worker_queries.worker_by_id(s, worker_id) is None:
@@ -189,6 +191,8 @@ class KillSwitches:
         by = audit.actor(who)
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            released.clear()
+            pushes.clear()
             matching = [
                 k
                 for k in queries.engaged_kills(s)

@@ -146,6 +146,11 @@ class Context:
     _views: list[WorkerView] | None = None
     _busy: dict[str, int] | None = None
 
+    def reset(self) -> None:
+        """Forget what an earlier try of the transaction read (it was rolled back)."""
+        self._views = self._busy = None
+        self.now = time.time()
+
     def fleet(self, s: Session) -> list[WorkerView]:
         if self._views is None:
             rows = worker_queries.workers_with_presence(s, include_revoked=True)

@@ -142,6 +142,7 @@ async def rotate_user(db: Database, by: audit.Actor, name: str) -> NewUser:
     rotated: list[NewUser] = []
 
     def unit(s: Session) -> None:
+        rotated.clear()
         row = (
             s.get(PrincipalRow, who.id)
             if not name

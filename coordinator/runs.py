@@ -341,6 +341,7 @@ class Runs:
         run_id = new_id("run")
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            created.clear()
             run = new_run(
                 run_id,
                 owner.id,

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy.orm import Session
 
+from coordinator.store import Database, replicas
 from coordinator.store.models import Base
 from coordinator.store.schema import head_revision, sync_engine, upgrade
 from tests.harness import (
@@ -189,3 +193,35 @@ def test_runs_and_receipts_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     finally:
         worker.stop()
         coordinator.stop()
+
+
+@pytest.mark.postgres
+async def test_a_deadlocked_transaction_on_postgresql_runs_again(pg_url: str) -> None:
+    """Two units lock the same two rows in opposite orders: PostgreSQL aborts one, and the
+    store runs it again instead of calling the store unavailable."""
+    upgrade(pg_url)
+    db = Database(pg_url)
+    tries = {"a": 0, "b": 0}
+    both_hold_one = threading.Barrier(2, timeout=10)
+
+    def beat_both(s: Session, first: str, second: str, who: str) -> str:
+        tries[who] += 1
+        replicas.beat(s, first, who, 0.0, float(tries[who]))
+        s.flush()
+        if tries[who] == 1:
+            both_hold_one.wait()  # each holds its first row: the next write closes the cycle
+        replicas.beat(s, second, who, 0.0, float(tries[who]))
+        s.flush()
+        return who
+
+    try:
+        await db.write(lambda s: [replicas.beat(s, n, "", 0.0, 0.0) for n in ("x", "y")])
+        done = await asyncio.gather(
+            db.write(beat_both, "x", "y", "a"), db.write(beat_both, "y", "x", "b")
+        )
+        assert sorted(done) == ["a", "b"]
+        assert sorted(tries.values()) == [1, 2]  # one of them was the deadlock's victim
+        rows = await db.read(replicas.replicas)
+        assert {r.name for r in rows} == {"x", "y"}
+    finally:
+        await db.close()

@@ -159,6 +159,7 @@ class Goals:
         created: list[RunView] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            created.clear()
             limits = {
                 "max_actions": steps,
                 "max_seconds": 24 * 3600.0,
@@ -420,6 +421,7 @@ class Goals:
         delivered now, as the tool's result."""
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            taken.clear()
             for message in run_queries.undelivered_guidance(s, goal.state.run_id):
                 if message.id in goal.seen_guidance:
                     continue
@@ -439,6 +441,7 @@ class Goals:
         seqs: list[int] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            seqs.clear()
             run = run_queries.run_for_update(s, goal.state.run_id)
             assert run is not None
             seqs.append(ledger.record(s, run, ctx, event, **data))
@@ -511,6 +514,7 @@ class Goals:
         adopted: list[bool] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            adopted.clear()
             run = run_queries.run_for_update(s, run_id)
             if run is None or run.status not in ledger.ACTIVE or run.spec.get("driver") != driver:
                 return []

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
+import random
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -22,6 +24,12 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.errors import InvalidArgumentError, StoreUnavailableError
+
+log = logging.getLogger(__name__)
+
+# deadlock_detected, serialization_failure: the transaction lost a race and may simply run again.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+RETRIES = 5
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -127,8 +135,25 @@ class Database:
     async def write(
         self, unit: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """Run `unit(session, ...)` in one read-write transaction: committed, or rolled back."""
-        return await self._run(self._write_pool, self._write_sessions, unit, *args, **kwargs)
+        """Run `unit(session, ...)` in one read-write transaction: committed, or rolled back.
+
+        On PostgreSQL, concurrent transactions (on this replica's threads or on other
+        replicas) can deadlock; the server then aborts one, and it is run again from the start.
+        So a unit must be safe to run twice: whatever it collects for its caller it resets first.
+        """
+        for attempt in range(1, RETRIES + 1):
+            try:
+                return await self._run(
+                    self._write_pool, self._write_sessions, unit, *args, **kwargs
+                )
+            except StoreUnavailableError as exc:
+                if not isinstance(exc.__cause__, DBAPIError) or not _retryable(exc.__cause__):
+                    raise
+                if attempt == RETRIES:
+                    raise
+                log.info("store conflict (%s); running the transaction again", _reason(exc))
+                await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)
+        raise AssertionError("unreachable")
 
     async def read(
         self, unit: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
@@ -188,6 +213,10 @@ def _store_errors() -> Iterator[None]:
         raise StoreUnavailableError(
             f"the coordinator's store is unavailable: {_reason(exc)}"
         ) from exc
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES
 
 
 def _reason(exc: BaseException) -> str:

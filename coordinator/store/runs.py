@@ -88,13 +88,27 @@ def overdue_in_flight(s: Session, now: float, grace: float) -> Sequence[ActionRo
 
 
 def renew_action_leases(s: Session, worker_ids: Sequence[str], until: float) -> None:
-    if worker_ids:
+    if not worker_ids:
+        return
+    held = (ActionRow.worker_id.in_(worker_ids), ActionRow.status.in_(IN_FLIGHT))
+    if s.get_bind().dialect.name == "postgresql":
+        # Rows a receipt or a claim is changing right now are skipped, not waited for: those
+        # transactions settle the lease themselves, and the next flush renews the rest. Waiting
+        # would lock actions in another order than the ledger does, and deadlock with it.
+        ids = select(ActionRow.id).where(*held).with_for_update(skip_locked=True)
         s.execute(
             update(ActionRow)
-            .where(ActionRow.worker_id.in_(worker_ids), ActionRow.status.in_(IN_FLIGHT))
+            .where(ActionRow.id.in_(ids.scalar_subquery()))
             .values(lease_expires_at=until)
             .execution_options(synchronize_session=False)
         )
+        return
+    s.execute(
+        update(ActionRow)
+        .where(*held)
+        .values(lease_expires_at=until)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def journal_after(s: Session, run_id: str, after_seq: int, limit: int) -> Sequence[JournalRow]:
