@@ -205,7 +205,12 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 )
                 await context.abort(code, reason.message)
             for task in done:
-                task.result()
+                try:
+                    task.result()
+                except Exception:
+                    if context.cancelled():
+                        return  # the worker went away mid-write: a disconnect, not a defect
+                    raise
         finally:
             for task in tasks:
                 task.cancel()
