@@ -86,6 +86,13 @@ class WorkerConnection:
                 if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
                     raise PermissionDeniedError(exc.details() or "access denied") from exc
                 reason = f"{exc.code().name.lower()}: {_first_line(exc.details())}"
+                if credentials is not None and "handshake" in (exc.details() or "").lower():
+                    # The raw TLS error names neither side's certificate: say which to check.
+                    reason = (
+                        "TLS handshake refused: the coordinator did not accept this worker's"
+                        " certificate (client.pem: expired, another CA?) or its own is not"
+                        " signed by the CA in ca.pem"
+                    )
             self.connected.clear()
             delay = self._backoff.next_delay()
             log.warning("connection to %s lost (%s); retrying in %.1f s", address, reason, delay)
