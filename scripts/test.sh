@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -ra --durations=15 "$@"
+# Two test processes: most tests wait on real processes (leases, browsers, streams), so two
+# interleave well on two cores. Each module stays in one process (its fixtures are shared).
+exec .venv/bin/python -m pytest -ra --durations=15 -n "${DESKFLEET_TEST_PROCESSES:-2}" --dist loadfile "$@"

@@ -350,9 +350,13 @@ class Xvfb:
 
     def start(self) -> Xvfb:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # Parallel test processes (pytest-xdist: gw0, gw1, ...) start from their own numbers,
+        # so that two of them never race for the same free display.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        first = 90 + 20 * int(worker.removeprefix("gw") or 0)
         number = next(
             n
-            for n in range(90, 200)
+            for n in range(first, first + 100)
             if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists()
         )
         self.display = f":{number}"
