@@ -452,6 +452,8 @@ class Target:
 
     def _keep_credentials(self, reply: Message) -> None:
         """A fuzzed token rotation may replace our own credentials: carry on with the new ones."""
+        if getattr(reply, "credential", ""):  # a worker's rotated credential
+            self.worker = auth_metadata(reply.credential)  # type: ignore[attr-defined]
         token = getattr(reply, "token", "")
         if not token or reply.DESCRIPTOR.full_name != "deskfleet.v1.User":
             return
