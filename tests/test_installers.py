@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.harness import CoordinatorProcess, Xvfb, base_env, tail, wait_until
+from tests.harness import BIN, CoordinatorProcess, Xvfb, base_env, tail, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 LINUX = ROOT / "installers" / "linux"
@@ -335,6 +335,122 @@ def test_desktop_install_enrolls_runs_from_its_entry_point_and_uninstalls(
     assert shown["state"] == "active"  # uninstalling revoked nothing by itself
 
 
+def desktop_env(tmp_path: Path) -> dict[str, str]:
+    """A terminal's environment without a display, under a temporary HOME."""
+    env = {k: v for k, v in base_env(tmp_path).items() if not k.startswith("XDG_")}
+    env = {k: v for k, v in env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    return env | {"HOME": str(tmp_path / "home")}
+
+
+def test_a_missing_ca_file_is_refused_before_anything_is_installed(tmp_path: Path) -> None:
+    env = desktop_env(tmp_path)
+    prefix = tmp_path / "prefix"
+    missing = tmp_path / "nowhere" / "ca.pem"
+    done = sh(
+        *(LINUX / "install.sh", "--desktop", "--prefix", prefix, "--deps-from", DEPS),
+        *("--coordinator", "fleet.example:50051", "--token", "dfe_x", "--ca-file", missing),
+        env=env,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    # One line (as root, the desktop-as-root warning comes before it).
+    assert done.stderr.splitlines()[-1] == (
+        f"deskfleet install: --ca-file {missing}: no such file (the coordinator's ca.pem)"
+    )
+    assert not prefix.exists()
+
+
+@pytest.mark.slow
+def test_install_with_the_ca_file_enrolls_over_mutual_tls_and_the_unit_connects(
+    tmp_path: Path,
+) -> None:
+    """A TLS coordinator (as tests/test_tls.py makes one): --ca-file reaches enroll, which
+    keeps the CA and a client certificate in the state folder; the unit's own command then
+    connects over mutual TLS with no flag of its own."""
+    ca_dir = tmp_path / "ca"
+    made = subprocess.run(
+        [BIN / "deskfleet-coordinator", "ca", "init", "--dir", ca_dir],
+        capture_output=True,
+        text=True,
+        env=base_env(tmp_path),
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    ca_pem = ca_dir / "ca.pem"
+    serve_args = ("--tls-cert", str(ca_dir / "server.pem"), "--tls-key", str(ca_dir / "server.key"))
+    coordinator = CoordinatorProcess(
+        tmp_path / "coord", serve_args=(*serve_args, "--ca-dir", str(ca_dir)), ca_file=ca_pem
+    ).start()
+    try:
+        env = desktop_env(tmp_path)
+        home = Path(env["HOME"])
+        token = coordinator.create_token()
+        done = ok(
+            sh(
+                *(LINUX / "install.sh", "--desktop", "--deps-from", DEPS, "--no-start"),
+                *("--coordinator", coordinator.address, "--token", token, "--ca-file", ca_pem),
+                "--skip-doctor",
+                env=env,
+            )
+        )
+        assert re.search(r"enrolled as wkr_\S+ \(with a client certificate\)", done.stdout)
+        state = home / ".local/state/deskfleet"
+        assert (state / "ca.pem").read_bytes() == ca_pem.read_bytes()
+        assert (state / "client.pem").exists() and (state / "client.key").exists()
+        identity = json.loads((state / "worker.json").read_text())
+        assert identity["plaintext"] is False
+        assert identity["stream_coordinators"] == [f"127.0.0.1:{coordinator.worker_port}"]
+
+        # The service runs without --ca-file: enroll stored what it needs.
+        unit = home / ".config/systemd/user" / UNIT
+        argv = shlex.split(one(unit_entries(unit), "Service", "ExecStart"))
+        assert argv[1:] == ["run", "--state-dir", str(state)]
+        log = tmp_path / "worker.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [*argv, "--no-computer-use"], stdout=out, stderr=out, env=env, cwd=tmp_path
+            )
+        try:
+
+            def online() -> bool:
+                assert proc.poll() is None, tail(log)
+                rows = coordinator.status()["workers"]
+                return any(w["id"] == identity["worker_id"] and w["online"] for w in rows)
+
+            wait_until(online, 60, 0.2, "the installed worker online over mutual TLS")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+    finally:
+        coordinator.stop()
+
+
+@pytest.mark.slow
+def test_plaintext_beyond_loopback_is_refused_then_passed_through(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    """A coordinator list with one address beyond this machine: enroll refuses plaintext
+    without --plaintext (and the same command can be run again), and takes it with the flag.
+    The loopback address comes first, so the enrollment itself needs no network."""
+    env = desktop_env(tmp_path)
+    addresses = f"{coordinator.address},fleet.invalid:50051"
+    install = [LINUX / "install.sh", "--desktop", "--deps-from", DEPS, "--skip-doctor"]
+    install += ["--no-start", "--coordinator", addresses, "--token", coordinator.create_token()]
+    refused = sh(*install, env=env)
+    assert refused.returncode != 0
+    assert "refusing plaintext to fleet.invalid:50051" in refused.stderr
+    state = Path(env["HOME"]) / ".local/state/deskfleet"
+    assert not (state / "credential").exists()
+
+    done = ok(sh(*install, "--plaintext", env=env))  # the retry is not refused its prefix
+    assert "(in plaintext)" in done.stdout
+    assert "plaintext connection to fleet.invalid:50051" in done.stderr  # enroll's warning
+    identity = json.loads((state / "worker.json").read_text())
+    assert (identity["plaintext"], identity["coordinators"]) == (
+        True,
+        [coordinator.address, "fleet.invalid:50051"],
+    )
+
+
 def test_dry_run_stages_into_a_new_folder_and_says_where(
     tmp_path: Path, system_units: None
 ) -> None:
@@ -431,6 +547,9 @@ INSTALL_MUST_CONTAIN = {
     "creates the venv": r"@\('-m', 'venv', \$Venv\)",
     "installs with pip": r"'-m', 'pip', 'install'",
     "enrolls with the token": r"@\('enroll', '--coordinator', \$Coordinator, '--token', \$Token",
+    "passes the CA file to enroll": r"\$enrollArgs \+= @\('--ca-file', \$CaFile\)",
+    "passes plaintext to enroll": r"if \(\$Plaintext\) \{ \$enrollArgs \+= '--plaintext' \}",
+    "refuses a missing CA file": r"Test-Path -LiteralPath \$CaFile -PathType Leaf",
     "locks the state folder down": r"icacls\.exe.*'/inheritance:r'",
     "desktop: a task at logon": r"New-ScheduledTaskTrigger -AtLogOn -User \$user",
     "desktop: in the interactive session": r"-UserId \$user -LogonType Interactive",

@@ -16,6 +16,11 @@ usage: install.sh --coordinator HOST:PORT --token dfe_... [--desktop|--headless]
 
   --coordinator ADDR   the coordinator(s), HOST:PORT[,HOST:PORT...]
   --token TOKEN        an enrollment token (deskfleet tokens create); or --token-file FILE
+  --ca-file FILE       the coordinator's CA certificate (ca.pem, handed out with the token):
+                       enroll over TLS, with a client certificate for mutual TLS; enroll
+                       keeps a copy in the state folder (also DESKFLEET_CA_FILE)
+  --plaintext          enroll and run in plaintext with a coordinator beyond this machine
+                       (credentials cross the network unencrypted); loopback needs neither
   --headless           a research node: a hardened system service under its own user
                        (needs root); the default when no DISPLAY or WAYLAND_DISPLAY is set
   --desktop            the signed-in user's desktop: a systemd user service started in the
@@ -40,7 +45,8 @@ usage: install.sh --coordinator HOST:PORT --token dfe_... [--desktop|--headless]
 EOF
 }
 
-coordinator="" token="" token_file="" mode="" prefix="" state_dir="" name="" chromium=""
+coordinator="" token="" token_file="" ca_file="" plaintext=0 mode="" prefix="" state_dir="" name=""
+chromium=""
 wheel="" wheelhouse="" python="" deps_from="" destdir=${DESTDIR:-} dry_run=0 start=1 doctor=1
 labels=()
 while [ $# -gt 0 ]; do
@@ -48,6 +54,8 @@ while [ $# -gt 0 ]; do
     --coordinator) coordinator=$2; shift 2 ;;
     --token) token=$2; shift 2 ;;
     --token-file) token_file=$2; shift 2 ;;
+    --ca-file) ca_file=$2; shift 2 ;;
+    --plaintext) plaintext=1; shift ;;
     --desktop) mode=desktop; shift ;;
     --headless) mode=headless; shift ;;
     --prefix) prefix=$2; shift 2 ;;
@@ -111,6 +119,10 @@ venv=$prefix/venv
 manifest=$root$prefix/install.conf
 df_check_prefix "$prefix" "$root$prefix"
 
+if [ -n "$ca_file" ]; then
+  [ -e "$ca_file" ] || df_die "--ca-file $ca_file: no such file (the coordinator's ca.pem)"
+  { [ -f "$ca_file" ] && [ -r "$ca_file" ]; } || df_die "--ca-file $ca_file: not a readable file"
+fi
 if [ -n "$token_file" ]; then
   token=$(tr -d '[:space:]' <"$token_file")
 fi
@@ -284,20 +296,8 @@ fi
 mkdir -p "$root$state_dir"
 chmod 0700 "$root$state_dir"
 
-worker_bin=$root$venv/bin/deskfleet-worker
-if [ "$staging" = 1 ]; then
-  df_say "staging only: not enrolling (a credential belongs to one machine, never to a package)"
-elif [ "$enrolled" = 1 ]; then
-  df_say "$state_dir already holds an enrollment; keeping it (uninstall first to enroll anew)"
-else
-  enroll=("$worker_bin" enroll --coordinator "$coordinator" --token "$token" --state-dir "$state_dir")
-  [ -n "$name" ] && enroll+=(--name "$name")
-  "${enroll[@]}" ${labels[@]+"${labels[@]}"}
-fi
-if [ "$mode" = headless ] && [ "$staging" = 0 ]; then
-  chown -R "$service_user:$service_user" "$state_dir"
-fi
-
+# Written before enrolling: an enrollment that fails (a wrong token, a missing --ca-file)
+# can be retried with the same command, which would refuse a prefix without it.
 df_write "$manifest" 0644 <<EOF
 # What installers/linux/install.sh put on this machine; $prefix/uninstall.sh reads it.
 mode=$mode
@@ -309,6 +309,27 @@ sysusers=$sysusers
 service_user=$service_user
 user_created=${user_created:-no}
 EOF
+
+worker_bin=$root$venv/bin/deskfleet-worker
+if [ "$staging" = 1 ]; then
+  df_say "staging only: not enrolling (a credential belongs to one machine, never to a package)"
+elif [ "$enrolled" = 1 ]; then
+  df_say "$state_dir already holds an enrollment; keeping it (uninstall first to enroll anew)"
+  if [ -n "$ca_file" ] || [ "$plaintext" = 1 ]; then
+    df_warn "--ca-file and --plaintext apply at enrollment only: the kept enrollment is unchanged"
+  fi
+else
+  enroll=("$worker_bin" enroll --coordinator "$coordinator" --token "$token" --state-dir "$state_dir")
+  [ -n "$name" ] && enroll+=(--name "$name")
+  # enroll copies the CA into the state folder (and records --plaintext there): the service
+  # needs neither flag.
+  [ -n "$ca_file" ] && enroll+=(--ca-file "$ca_file")
+  [ "$plaintext" = 1 ] && enroll+=(--plaintext)
+  "${enroll[@]}" ${labels[@]+"${labels[@]}"}
+fi
+if [ "$mode" = headless ] && [ "$staging" = 0 ]; then
+  chown -R "$service_user:$service_user" "$state_dir"
+fi
 
 # --- start it ----------------------------------------------------------------------------------
 if [ "$staging" = 1 ]; then

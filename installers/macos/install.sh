@@ -17,6 +17,11 @@ usage: install.sh --coordinator HOST:PORT --token dfe_... [--desktop|--headless]
 
   --coordinator ADDR   the coordinator(s), HOST:PORT[,HOST:PORT...]
   --token TOKEN        an enrollment token (deskfleet tokens create); or --token-file FILE
+  --ca-file FILE       the coordinator's CA certificate (ca.pem, handed out with the token):
+                       enroll over TLS, with a client certificate for mutual TLS; enroll
+                       keeps a copy in the state folder (also DESKFLEET_CA_FILE)
+  --plaintext          enroll and run in plaintext with a coordinator beyond this machine
+                       (credentials cross the network unencrypted); loopback needs neither
   --desktop            a LaunchAgent in your GUI session: Computer Use and browser research
                        (run it as yourself, not with sudo); the default
   --headless           a LaunchDaemon at boot under its own user: browser research only
@@ -42,7 +47,8 @@ usage: install.sh --coordinator HOST:PORT --token dfe_... [--desktop|--headless]
 EOF
 }
 
-coordinator="" token="" token_file="" mode=desktop prefix="" state_dir="" name="" chromium=""
+coordinator="" token="" token_file="" ca_file="" plaintext=0 mode=desktop prefix="" state_dir=""
+name="" chromium=""
 wheel="" wheelhouse="" python="" deps_from="" destdir=${DESTDIR:-} dry_run=0 start=1 doctor=1
 service_user=_deskfleet
 labels=()
@@ -51,6 +57,8 @@ while [ $# -gt 0 ]; do
     --coordinator) coordinator=$2; shift 2 ;;
     --token) token=$2; shift 2 ;;
     --token-file) token_file=$2; shift 2 ;;
+    --ca-file) ca_file=$2; shift 2 ;;
+    --plaintext) plaintext=1; shift ;;
     --desktop) mode=desktop; shift ;;
     --headless) mode=headless; shift ;;
     --user) service_user=$2; shift 2 ;;
@@ -126,6 +134,10 @@ if [ -z "$chromium" ]; then
     "stays unavailable until you install one and run this again with --chromium PATH"
 fi
 
+if [ -n "$ca_file" ]; then
+  [ -e "$ca_file" ] || df_die "--ca-file $ca_file: no such file (the coordinator's ca.pem)"
+  { [ -f "$ca_file" ] && [ -r "$ca_file" ]; } || df_die "--ca-file $ca_file: not a readable file"
+fi
 if [ -n "$token_file" ]; then
   token=$(tr -d '[:space:]' <"$token_file")
 fi
@@ -222,20 +234,8 @@ PY
 # --- the state folder and the enrollment -------------------------------------------------------
 mkdir -p "$root$state_dir" "$root$log_dir"
 chmod 0700 "$root$state_dir"
-worker_bin=$root$venv/bin/deskfleet-worker
-if [ "$staging" = 1 ]; then
-  df_say "staging only: not enrolling (a credential belongs to one machine, never to a package)"
-elif [ "$enrolled" = 1 ]; then
-  df_say "$state_dir already holds an enrollment; keeping it (uninstall first to enroll anew)"
-else
-  enroll=("$worker_bin" enroll --coordinator "$coordinator" --token "$token" --state-dir "$state_dir")
-  [ -n "$name" ] && enroll+=(--name "$name")
-  "${enroll[@]}" ${labels[@]+"${labels[@]}"}
-fi
-if [ "$mode" = headless ] && [ "$staging" = 0 ]; then
-  chown -R "$service_user:$service_user" "$state_dir" "$log_dir"
-fi
-
+# Written before enrolling: an enrollment that fails (a wrong token, a missing --ca-file)
+# can be retried with the same command, which would refuse a prefix without it.
 df_write "$manifest" 0644 <<EOF
 # What installers/macos/install.sh put on this machine; $prefix/uninstall.sh reads it.
 mode=$mode
@@ -246,6 +246,27 @@ log_dir=$log_dir
 service_user=$service_user
 user_created=${user_created:-no}
 EOF
+
+worker_bin=$root$venv/bin/deskfleet-worker
+if [ "$staging" = 1 ]; then
+  df_say "staging only: not enrolling (a credential belongs to one machine, never to a package)"
+elif [ "$enrolled" = 1 ]; then
+  df_say "$state_dir already holds an enrollment; keeping it (uninstall first to enroll anew)"
+  if [ -n "$ca_file" ] || [ "$plaintext" = 1 ]; then
+    df_warn "--ca-file and --plaintext apply at enrollment only: the kept enrollment is unchanged"
+  fi
+else
+  enroll=("$worker_bin" enroll --coordinator "$coordinator" --token "$token" --state-dir "$state_dir")
+  [ -n "$name" ] && enroll+=(--name "$name")
+  # enroll copies the CA into the state folder (and records --plaintext there): the service
+  # needs neither flag.
+  [ -n "$ca_file" ] && enroll+=(--ca-file "$ca_file")
+  [ "$plaintext" = 1 ] && enroll+=(--plaintext)
+  "${enroll[@]}" ${labels[@]+"${labels[@]}"}
+fi
+if [ "$mode" = headless ] && [ "$staging" = 0 ]; then
+  chown -R "$service_user:$service_user" "$state_dir" "$log_dir"
+fi
 
 if [ "$staging" = 1 ]; then
   df_say "staged under $root (not loaded; doctor not run)"

@@ -15,7 +15,7 @@ program, does not). Run it from an elevated PowerShell.
 Running it again upgrades in place and keeps the enrollment. See docs/INSTALL-windows.md.
 
 .EXAMPLE
-powershell -ExecutionPolicy Bypass -File installers\windows\install.ps1 -Coordinator fleet.example:50051 -Token dfe_...
+powershell -ExecutionPolicy Bypass -File installers\windows\install.ps1 -Coordinator fleet.example:50051 -Token dfe_... -CaFile ca.pem
 #>
 [CmdletBinding()]
 param(
@@ -24,6 +24,12 @@ param(
     # An enrollment token (deskfleet tokens create); or -TokenFile
     [string]$Token = '',
     [string]$TokenFile = '',
+    # The coordinator's CA certificate (ca.pem, handed out with the token): enroll over TLS,
+    # with a client certificate for mutual TLS; enroll keeps a copy in the state folder
+    [string]$CaFile = '',
+    # Enroll and run in plaintext with a coordinator beyond this machine (credentials cross
+    # the network unencrypted); a loopback coordinator needs neither -CaFile nor -Plaintext
+    [switch]$Plaintext,
     [ValidateSet('Desktop', 'Headless')]
     [string]$Mode = 'Desktop',
     # Default: %LOCALAPPDATA%\Programs\deskfleet; headless: %ProgramFiles%\deskfleet
@@ -89,6 +95,11 @@ if ((Test-Path $Prefix) -and (Get-ChildItem -Force $Prefix | Select-Object -Firs
     Fail "$Prefix exists and holds something other than deskfleet: choose another -Prefix"
 }
 
+if ($CaFile) {
+    if (-not (Test-Path -LiteralPath $CaFile -PathType Leaf)) { Fail "-CaFile ${CaFile}: no such file (the coordinator's ca.pem)" }
+    # A full path: the worker does not start in PowerShell's current location.
+    $CaFile = (Resolve-Path -LiteralPath $CaFile).ProviderPath
+}
 if ($TokenFile) { $Token = (Get-Content -Raw $TokenFile).Trim() }
 $Enrolled = Test-Path (Join-Path $StateDir 'credential')
 if (-not $Enrolled) {
@@ -163,11 +174,28 @@ if ($Mode -eq 'Headless') {
 }
 Invoke-Checked 'icacls.exe' @($StateDir, '/inheritance:r', '/grant:r', '*S-1-5-18:(OI)(CI)F', '*S-1-5-32-544:(OI)(CI)F', $runAs, '/Q')
 
+# Written before enrolling: an enrollment that fails (a wrong token, a missing -CaFile) can be
+# retried with the same command, which would refuse a prefix without it.
+@{
+    mode     = $Mode
+    prefix   = $Prefix
+    stateDir = $StateDir
+    taskName = $TaskName
+    taskPath = $TaskPath
+} | ConvertTo-Json | Set-Content -Encoding UTF8 -Path $Manifest
+
 if ($Enrolled) {
     Say "$StateDir already holds an enrollment; keeping it (uninstall first to enroll anew)"
+    if ($CaFile -or $Plaintext) {
+        Write-Warning 'deskfleet install: -CaFile and -Plaintext apply at enrollment only: the kept enrollment is unchanged'
+    }
 } else {
     $enrollArgs = @('enroll', '--coordinator', $Coordinator, '--token', $Token, '--state-dir', $StateDir, '--name', $Name)
     foreach ($pair in $Label) { $enrollArgs += @('--label', $pair) }
+    # enroll copies the CA into the state folder (and records --plaintext there): the task's
+    # worker needs neither flag.
+    if ($CaFile) { $enrollArgs += @('--ca-file', $CaFile) }
+    if ($Plaintext) { $enrollArgs += '--plaintext' }
     Invoke-Checked $WorkerExe $enrollArgs
 }
 
@@ -214,14 +242,6 @@ if ($Mode -eq 'Headless') {
 Register-ScheduledTask -TaskName $TaskName -TaskPath $TaskPath -Action $action -Trigger $trigger `
     -Principal $principal -Settings $settings -Force `
     -Description 'deskfleet worker (installers\windows\install.ps1)' | Out-Null
-
-@{
-    mode     = $Mode
-    prefix   = $Prefix
-    stateDir = $StateDir
-    taskName = $TaskName
-    taskPath = $TaskPath
-} | ConvertTo-Json | Set-Content -Encoding UTF8 -Path $Manifest
 
 if ($NoStart) {
     Say 'installed; not started (-NoStart)'
