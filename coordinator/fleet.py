@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
 from coordinator import audit, capabilities
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
+
+if TYPE_CHECKING:
+    from coordinator.dispatch import Dispatcher
 from coordinator.store import Database
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import PresenceRow, WorkerRow
@@ -81,10 +85,13 @@ def view_of(worker: WorkerRow, presence: PresenceRow | None, now: float) -> Work
 
 
 class Fleet:
-    def __init__(self, db: Database, presence: Presence, auth: Authenticator) -> None:
+    def __init__(
+        self, db: Database, presence: Presence, auth: Authenticator, dispatcher: Dispatcher
+    ) -> None:
         self._db = db
         self._presence = presence
         self._auth = auth
+        self._dispatcher = dispatcher
 
     async def status(self) -> FleetStatus:
         """Counts of workers that can take work now, read from the shared store."""
@@ -125,6 +132,24 @@ class Fleet:
         await self._db.write(mark)
         self._auth.forget(worker_id)
         self._presence.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
+        return await self.get(worker_id)
+
+    async def rotate(self, worker_id: str, by: audit.Actor) -> WorkerView:
+        """Ask the worker to replace its credential: at once on its stream, wherever it is
+        connected, or in its next welcome."""
+        from coordinator.ledger import Context, Order, RotateOrder  # ledger imports this module
+
+        def mark(s: Session, ctx: Context) -> list[Order]:
+            worker = worker_queries.worker_by_id(s, worker_id)
+            if worker is None:
+                raise NotFoundError(f"no worker {worker_id!r}")
+            if worker.state == "revoked":
+                raise FailedPreconditionError(f"worker {worker_id} is revoked; enroll it again")
+            worker.rotation_requested = True
+            audit.record(s, by, "worker.rotate", worker_id, name=worker.name)
+            return [RotateOrder(worker_id)]
+
+        await self._dispatcher.run_unit(mark)
         return await self.get(worker_id)
 
     async def drain(self, worker_id: str, by: audit.Actor, *, draining: bool) -> WorkerView:

@@ -97,7 +97,14 @@ class KillPush:
     reason: str
 
 
-Order = DispatchOrder | CancelOrder | ReceiptVerdict | KillPush
+@dataclass(frozen=True)
+class RotateOrder:
+    """Ask a worker's stream to replace its credential (an admin's request)."""
+
+    worker_id: str
+
+
+Order = DispatchOrder | CancelOrder | ReceiptVerdict | KillPush | RotateOrder
 
 
 @dataclass(frozen=True)

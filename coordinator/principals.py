@@ -92,6 +92,8 @@ async def authenticate(db: Database, secret: str | None) -> Principal:
             raise AuthenticationError("unknown worker credential")
         if worker.state == "revoked":
             raise RevokedError(f"worker {worker.id} has been revoked")
+        if worker.previous_secret_hash and worker.secret_hash == digest:
+            await db.write(worker_queries.confirm_rotation, worker.id)
         return Principal(worker.id, worker.name, Role.WORKER)
     if kind is SecretKind.USER:
         row = await db.read(principal_queries.principal_by_hash, digest)
@@ -160,6 +162,27 @@ async def rotate_user(db: Database, by: audit.Actor, name: str) -> NewUser:
 
     await db.write(unit)
     return rotated[0]
+
+
+async def rotate_worker_credential(db: Database, worker: Principal) -> str:
+    """A new credential for the calling worker. Its current one keeps working until the new
+    one is first used, so a worker that dies before saving the new one is not locked out."""
+    secret = new_secret(SecretKind.WORKER, worker.id)
+
+    def unit(s: Session) -> None:
+        row = worker_queries.worker_by_id(s, worker.id)
+        if row is None or row.state == "revoked":
+            raise RevokedError(f"worker {worker.id} has been revoked")
+        # A previous credential still set means the last new one was never used: the worker
+        # is calling with that previous one, which must stay valid.
+        if not row.previous_secret_hash:
+            row.previous_secret_hash = row.secret_hash
+        row.secret_hash = secret_hash(secret)
+        row.rotation_requested = False
+        audit.record(s, audit.actor(worker), "worker.credential_rotated", worker.id)
+
+    await db.write(unit)
+    return secret
 
 
 async def has_admin_secret(db: Database, secret: str) -> bool:

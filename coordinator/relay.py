@@ -26,7 +26,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from coordinator.journal import JournalBus
-from coordinator.ledger import CancelOrder, DispatchOrder, KillPush, Order, ReceiptVerdict
+from coordinator.ledger import (
+    CancelOrder,
+    DispatchOrder,
+    KillPush,
+    Order,
+    ReceiptVerdict,
+    RotateOrder,
+)
 from coordinator.presence import Presence
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
@@ -49,6 +56,7 @@ _KINDS: dict[str, type[Any]] = {
     "cancel": CancelOrder,
     "verdict": ReceiptVerdict,
     "kill": KillPush,
+    "rotate": RotateOrder,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 

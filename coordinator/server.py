@@ -174,7 +174,7 @@ def create_server(
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(db, config, auth), server)
     fleet_pb2_grpc.add_FleetServiceServicer_to_server(
-        FleetServicer(Fleet(db, presence, auth)), server
+        FleetServicer(Fleet(db, presence, auth, dispatcher)), server
     )
     worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
         WorkerGatewayServicer(db, presence, dispatcher, config, kills, certificates, worker_port),

@@ -6,7 +6,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.harness import CoordinatorProcess, WorkerProcess
+import grpc
+
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
+from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
 
 
 def _audit(coordinator: CoordinatorProcess, *args: str) -> list[dict[str, Any]]:
@@ -138,3 +142,62 @@ def test_user_tokens_rotate_and_the_old_one_stops_working(
     assert coordinator.cli("whoami", token_file=other, check=False).returncode == 3
     actions = [(e["action"], e["detail"]["name"]) for e in _audit(coordinator)]
     assert actions[-2:] == [("user.rotate", "olga"), ("user.rotate", "oscar")]
+
+
+def _whoami_code(coordinator: CoordinatorProcess, credential: str) -> grpc.StatusCode:
+    with grpc.insecure_channel(coordinator.address) as channel:
+        try:
+            admin_pb2_grpc.AdminServiceStub(channel).WhoAmI(
+                admin_pb2.WhoAmIRequest(), metadata=auth_metadata(credential), timeout=10
+            )
+        except grpc.RpcError as exc:
+            return exc.code()  # type: ignore[attr-defined,no-any-return]
+    return grpc.StatusCode.OK
+
+
+def test_a_worker_credential_rotates_online_and_when_it_next_connects(
+    coordinator: CoordinatorProcess,
+) -> None:
+    worker = WorkerProcess(coordinator, "w").start()
+    try:
+        worker.wait_online()
+        file = worker.state_dir / "credential"
+        first = file.read_text().strip()
+        done = coordinator.cli("workers", "rotate", worker.worker_id)
+        assert "asked for a new credential" in done.stdout
+        second = wait_until(
+            lambda: (c := file.read_text().strip()) != first and c, 30, 0.1, "a new credential"
+        )
+        assert file.stat().st_mode & 0o777 == 0o600
+        worker.wait_online()
+        # The worker reconnected with the new credential, which retired the old one.
+        wait_until(
+            lambda: _whoami_code(coordinator, first) == grpc.StatusCode.UNAUTHENTICATED,
+            10,
+            0.2,
+            "the old credential refused",
+        )
+        assert _whoami_code(coordinator, second) == grpc.StatusCode.OK
+
+        # Offline: the request waits for the worker's next welcome.
+        worker.stop()
+        coordinator.cli("workers", "rotate", worker.worker_id)
+        assert file.read_text().strip() == second
+        worker.start()
+        third = wait_until(
+            lambda: (c := file.read_text().strip()) != second and c, 30, 0.1, "a third credential"
+        )
+        worker.wait_online()
+        time.sleep(1.0)
+        assert file.read_text().strip() == third  # asked once, rotated once
+        assert _whoami_code(coordinator, third) == grpc.StatusCode.OK
+    finally:
+        worker.stop()
+    entries = [(e["action"], e["actorRole"]) for e in _audit(coordinator)]
+    assert entries == [
+        ("token.create", "admin"),
+        ("worker.rotate", "admin"),
+        ("worker.credential_rotated", "worker"),
+        ("worker.rotate", "admin"),
+        ("worker.credential_rotated", "worker"),
+    ]

@@ -93,6 +93,10 @@ class WorkerTransport:
         self._metadata = auth_metadata(credential)
         self._lock = asyncio.Lock()
 
+    def use_credential(self, credential: str) -> None:
+        """The worker's credential after a rotation (renewals authenticate with it)."""
+        self._metadata = auth_metadata(credential)
+
     def _credentials(self, with_certificate: bool) -> grpc.ChannelCredentials | None:
         ca = self._state.read_bytes(CA)
         if ca is None:

@@ -296,6 +296,7 @@ async def _run(args: argparse.Namespace) -> None:
         actions=actions,
         guard=guard,
         transport=transport,
+        save_credential=state.save_credential,
     )
     task = asyncio.create_task(connection.run_forever())
     loop = asyncio.get_running_loop()

@@ -52,7 +52,9 @@ class WorkerConnection:
         actions: ActionExecutor,
         guard: InputGuard | None = None,
         transport: WorkerTransport | None = None,
+        save_credential: Callable[[str], None] | None = None,
     ) -> None:
+        self._save_credential = save_credential
         self._transport = transport
         self._guard = guard
         self._identity = identity
@@ -106,7 +108,8 @@ class WorkerConnection:
             else grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
         )
         async with channel:
-            call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self._metadata)
+            stub = worker_pb2_grpc.WorkerGatewayStub(channel)
+            call = stub.Connect(metadata=self._metadata)
             hello = worker_pb2.Hello(
                 advertisement=advertisement.to_proto(), held=self._actions.held()
             )
@@ -116,6 +119,8 @@ class WorkerConnection:
                 await _raise_status(call)
                 raise ConnectionLost("the stream ended before the welcome")
             welcome = first.welcome
+            if welcome.rotate_credential:
+                await self._rotate(stub)  # reconnects with the new credential
             self._backoff.reset()
             self.connected.set()
             caps = ", ".join(
@@ -148,7 +153,7 @@ class WorkerConnection:
             if self._transport is not None:
                 tasks.append(asyncio.create_task(self._transport.keep_renewed()))
             try:
-                await self._receive(call, welcome, outgoing)
+                await self._receive(call, welcome, outgoing, stub)
             finally:
                 if self._guard is not None:
                     self._guard.set_connected(False)  # input fails closed without a coordinator
@@ -180,8 +185,28 @@ class WorkerConnection:
             seq += 1
             outgoing.put_nowait(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(seq=seq)))
 
+    async def _rotate(self, stub: worker_pb2_grpc.WorkerGatewayStub) -> None:
+        """Take a new credential, save it, then reconnect with it (which retires the old one).
+
+        Saved before it is used: the coordinator keeps the old credential valid until the new
+        one is first used, so a crash at any point leaves a credential that works."""
+        reply = await stub.RotateCredential(
+            worker_pb2.RotateCredentialRequest(), metadata=self._metadata, timeout=30
+        )
+        if self._save_credential is not None:
+            await asyncio.to_thread(self._save_credential, reply.credential)
+        self._metadata = auth_metadata(reply.credential)
+        if self._transport is not None:
+            self._transport.use_credential(reply.credential)
+        log.info("credential rotated at the coordinator's request; reconnecting with it")
+        raise ConnectionLost("credential rotated")
+
     async def _receive(
-        self, call: Call, welcome: worker_pb2.Welcome, outgoing: asyncio.Queue[WorkerMessage]
+        self,
+        call: Call,
+        welcome: worker_pb2.Welcome,
+        outgoing: asyncio.Queue[WorkerMessage],
+        stub: worker_pb2_grpc.WorkerGatewayStub,
     ) -> None:
         # No message for a whole lease means the coordinator no longer sees us as online:
         # give the stream up and reconnect rather than wait on a half-dead connection.
@@ -202,6 +227,8 @@ class WorkerConnection:
                 self._actions.cancel(message.cancel)
             elif kind == "receipt_ack":
                 self._actions.acknowledge(message.receipt_ack)
+            elif kind == "rotate_credential":
+                await self._rotate(stub)
             elif kind == "kill":
                 if self._guard is not None:
                     self._guard.apply(_kill(message.kill), message.kill.engaged)

@@ -67,6 +67,10 @@ class StateDir:
         self._write(IDENTITY, json.dumps(asdict(identity), indent=2) + "\n", 0o644)
         self._write(CREDENTIAL, credential + "\n", 0o600)
 
+    def save_credential(self, credential: str) -> None:
+        """Replace the credential (after a rotation), atomically and readable by us only."""
+        self._write(CREDENTIAL, credential + "\n", 0o600)
+
     def load(self) -> tuple[WorkerIdentity, str]:
         if not self.enrolled:
             raise FailedPreconditionError(

@@ -253,6 +253,12 @@ def _parser() -> argparse.ArgumentParser:
         ("revoke", "RevokeWorker", "revoked", "disconnect the worker and refuse it from now on"),
         ("drain", "DrainWorker", "draining: no new work will reach it", "stop new work for it"),
         ("undrain", "UndrainWorker", "active again", "let new work reach it again"),
+        (
+            "rotate",
+            "RotateWorker",
+            "asked for a new credential (now if connected, else when it next connects)",
+            "replace the worker's credential; the old one stops once the new one is used",
+        ),
     ):
         leaf(workers, name, _worker_action(rpc, verb), help_text).add_argument("id")
     return p

@@ -48,6 +48,12 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
         by = audit.actor(current_principal())
         return worker_info(await self._fleet.revoke(_worker_id(request), by))
 
+    async def RotateWorker(
+        self, request: fleet_pb2.WorkerRef, context: Context
+    ) -> fleet_pb2.WorkerInfo:
+        by = audit.actor(current_principal())
+        return worker_info(await self._fleet.rotate(_worker_id(request), by))
+
     async def DrainWorker(
         self, request: fleet_pb2.WorkerRef, context: Context
     ) -> fleet_pb2.WorkerInfo:

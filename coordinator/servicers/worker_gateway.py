@@ -20,11 +20,14 @@ from coordinator.ledger import (
     IncomingReceipt,
     KillPush,
     ReceiptVerdict,
+    RotateOrder,
 )
 from coordinator.presence import Presence, WorkerSession
+from coordinator.principals import rotate_worker_credential
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
+from coordinator.store import workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
@@ -58,6 +61,8 @@ def _message(order: object) -> worker_pb2.CoordinatorMessage:
                 secrets=order.secrets,
             )
         )
+    if isinstance(order, RotateOrder):
+        return worker_pb2.CoordinatorMessage(rotate_credential=worker_pb2.RotateCredentialNow())
     if isinstance(order, KillPush):
         return worker_pb2.CoordinatorMessage(
             kill=worker_pb2.KillState(
@@ -130,6 +135,12 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             ca_pem=self._certificates.ca.pem if self._certificates is not None else "",
         )
 
+    async def RotateCredential(
+        self, request: worker_pb2.RotateCredentialRequest, context: Context
+    ) -> worker_pb2.RotateCredentialResponse:
+        secret = await rotate_worker_credential(self._db, current_principal())
+        return worker_pb2.RotateCredentialResponse(credential=secret)
+
     async def RenewCertificate(
         self, request: worker_pb2.RenewCertificateRequest, context: Context
     ) -> worker_pb2.Certificate:
@@ -167,6 +178,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         try:
             # Read after the session is open: a switch engaged from now on is pushed to it.
             kills = await self._kills.for_worker(worker.id)
+            row = await self._db.read(worker_queries.worker_by_id, worker.id)
             await context.write(
                 worker_pb2.CoordinatorMessage(
                     welcome=worker_pb2.Welcome(
@@ -175,6 +187,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         replica=self._config.replica,
                         heartbeat_interval_seconds=self._config.heartbeat_interval,
                         lease_ttl_seconds=self._config.lease_ttl,
+                        rotate_credential=row is not None and row.rotation_requested,
                         kills=[
                             worker_pb2.KillState(
                                 kill_id=k.id,

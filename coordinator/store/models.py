@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, LargeBinary, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -53,6 +53,11 @@ class WorkerRow(Base):
     enrolled_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     enrollment_token_id: Mapped[str] = mapped_column(String(64))
+    # Rotation: the old credential works until the new one is first used (see principals).
+    previous_secret_hash: Mapped[str] = mapped_column(
+        String(64), index=True, default="", server_default=""
+    )
+    rotation_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class PresenceRow(Base):

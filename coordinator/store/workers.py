@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, select, update
+from sqlalchemy import Table, bindparam, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import PresenceRow, WorkerCertificateRow, WorkerRow
@@ -17,9 +17,23 @@ def add_worker(s: Session, row: WorkerRow) -> None:
 
 
 def worker_by_hash(s: Session, secret_hash: str) -> WorkerRow | None:
+    """The worker with this credential, or with it as the previous one of a rotation that its
+    new credential has not yet confirmed."""
     return (
-        s.execute(select(WorkerRow).where(WorkerRow.secret_hash == secret_hash))
+        s.execute(
+            select(WorkerRow).where(
+                or_(
+                    WorkerRow.secret_hash == secret_hash,
+                    WorkerRow.previous_secret_hash == secret_hash,
+                )
+            )
+        )
     ).scalar_one_or_none()
+
+
+def confirm_rotation(s: Session, worker_id: str) -> None:
+    """The new credential was used: the previous one stops working."""
+    s.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(previous_secret_hash=""))
 
 
 def worker_by_id(s: Session, worker_id: str) -> WorkerRow | None:

@@ -65,6 +65,11 @@ class FleetServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.FromString,
                 _registered_method=True)
+        self.RotateWorker = channel.unary_unary(
+                '/deskfleet.v1.FleetService/RotateWorker',
+                request_serializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -109,6 +114,13 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RotateWorker(self, request, context):
+        """Ask the worker to replace its credential (now if connected, else when it next connects).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +151,11 @@ def add_FleetServiceServicer_to_server(servicer, server):
             ),
             'UndrainWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.UndrainWorker,
+                    request_deserializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.SerializeToString,
+            ),
+            'RotateWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateWorker,
                     request_deserializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.FromString,
                     response_serializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.SerializeToString,
             ),
@@ -304,6 +321,33 @@ class FleetService:
             request,
             target,
             '/deskfleet.v1.FleetService/UndrainWorker',
+            deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.SerializeToString,
+            deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.FleetService/RotateWorker',
             deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.SerializeToString,
             deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.FromString,
             options,

@@ -153,20 +153,36 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills")
+    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     KILLS_FIELD_NUMBER: _ClassVar[int]
+    ROTATE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     session_id: str
     replica: str
     heartbeat_interval_seconds: float
     lease_ttl_seconds: float
     kills: _containers.RepeatedCompositeFieldContainer[KillState]
-    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ...) -> None: ...
+    rotate_credential: bool
+    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ..., rotate_credential: _Optional[bool] = ...) -> None: ...
+
+class RotateCredentialNow(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RotateCredentialRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RotateCredentialResponse(_message.Message):
+    __slots__ = ("credential",)
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    credential: str
+    def __init__(self, credential: _Optional[str] = ...) -> None: ...
 
 class KillState(_message.Message):
     __slots__ = ("kill_id", "engaged", "scope", "target", "reason")
@@ -242,17 +258,19 @@ class CancelAction(_message.Message):
     def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel", "kill")
+    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel", "kill", "rotate_credential")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_ACK_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     KILL_FIELD_NUMBER: _ClassVar[int]
+    ROTATE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
     dispatch: Dispatch
     receipt_ack: ReceiptAck
     cancel: CancelAction
     kill: KillState
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ..., kill: _Optional[_Union[KillState, _Mapping]] = ...) -> None: ...
+    rotate_credential: RotateCredentialNow
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ..., kill: _Optional[_Union[KillState, _Mapping]] = ..., rotate_credential: _Optional[_Union[RotateCredentialNow, _Mapping]] = ...) -> None: ...

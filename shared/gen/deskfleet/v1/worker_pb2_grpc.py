@@ -45,6 +45,11 @@ class WorkerGatewayStub:
                 request_serializer=deskfleet_dot_v1_dot_worker__pb2.RenewCertificateRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_worker__pb2.Certificate.FromString,
                 _registered_method=True)
+        self.RotateCredential = channel.unary_unary(
+                '/deskfleet.v1.WorkerGateway/RotateCredential',
+                request_serializer=deskfleet_dot_v1_dot_worker__pb2.RotateCredentialRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_worker__pb2.RotateCredentialResponse.FromString,
+                _registered_method=True)
         self.Connect = channel.stream_stream(
                 '/deskfleet.v1.WorkerGateway/Connect',
                 request_serializer=deskfleet_dot_v1_dot_worker__pb2.WorkerMessage.SerializeToString,
@@ -64,6 +69,13 @@ class WorkerGatewayServicer:
 
     def RenewCertificate(self, request, context):
         """With the worker's credential (and, under mTLS, its current certificate).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateCredential(self, request, context):
+        """A new credential for the calling worker (when asked to, or on its own schedule).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -89,6 +101,11 @@ def add_WorkerGatewayServicer_to_server(servicer, server):
                     servicer.RenewCertificate,
                     request_deserializer=deskfleet_dot_v1_dot_worker__pb2.RenewCertificateRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_worker__pb2.Certificate.SerializeToString,
+            ),
+            'RotateCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateCredential,
+                    request_deserializer=deskfleet_dot_v1_dot_worker__pb2.RotateCredentialRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_worker__pb2.RotateCredentialResponse.SerializeToString,
             ),
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
@@ -151,6 +168,33 @@ class WorkerGateway:
             '/deskfleet.v1.WorkerGateway/RenewCertificate',
             deskfleet_dot_v1_dot_worker__pb2.RenewCertificateRequest.SerializeToString,
             deskfleet_dot_v1_dot_worker__pb2.Certificate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.WorkerGateway/RotateCredential',
+            deskfleet_dot_v1_dot_worker__pb2.RotateCredentialRequest.SerializeToString,
+            deskfleet_dot_v1_dot_worker__pb2.RotateCredentialResponse.FromString,
             options,
             channel_credentials,
             insecure,
