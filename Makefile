@@ -18,6 +18,7 @@ bench: setup
 	.venv/bin/python bench/fleet_status.py
 	.venv/bin/python bench/runs.py
 	.venv/bin/python bench/kill_switch.py
+	.venv/bin/python bench/replicas.py
 	.venv/bin/python bench/screenshot.py
 	.venv/bin/python bench/research.py
 	.venv/bin/python bench/goal.py
@@ -27,6 +28,7 @@ bench-quick: setup
 	.venv/bin/python bench/fleet_status.py --quick
 	.venv/bin/python bench/runs.py --quick
 	.venv/bin/python bench/kill_switch.py --quick
+	.venv/bin/python bench/replicas.py --quick
 	.venv/bin/python bench/screenshot.py --quick
 	.venv/bin/python bench/research.py --quick
 	.venv/bin/python bench/goal.py --quick
