@@ -12,7 +12,7 @@ from coordinator.desktop import ActResult, Desktop
 from coordinator.killswitch import KillSwitches, KillView
 from coordinator.scope import Region, Scope
 from coordinator.servicers.guard import current_principal
-from coordinator.servicers.runs import run_message
+from coordinator.servicers.runs import ID, run_message
 from coordinator.store.models import ApprovalRow
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2
@@ -23,8 +23,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _id(value: str, what: str) -> str:
-    if not value or len(value) > 64:
-        raise InvalidArgumentError(f"{what}: an id is required")
+    if not ID.fullmatch(value):
+        raise InvalidArgumentError(f"{what}: an id is required, not {value[:40]!r}")
     return value
 
 
@@ -177,6 +177,11 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
     ) -> desktop_pb2.ListApprovalsResponse:
         if not 0 <= request.limit <= 1000:
             raise InvalidArgumentError("limit: between 0 and 1000")
+        if (request.status and not request.status.isalpha()) or len(request.status) > 20:
+            raise InvalidArgumentError(
+                f"status: an approval status (pending, approved, denied, suspended, expired,"
+                f" ended), not {request.status[:40]!r}"
+            )
         rows = await self._desktop.approvals(
             current_principal(), request.status, request.limit or 50
         )

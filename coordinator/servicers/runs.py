@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
+from coordinator import ledger
 from coordinator.agent.loop import Goals
 from coordinator.recall import Recall
 from coordinator.research import ResearchRequest, research_plan
@@ -20,9 +22,23 @@ from shared.timestamps import to_timestamp
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-def _run_id(value: str) -> str:
-    if not value or len(value) > 64:
-        raise InvalidArgumentError("id: a run id is required (see `deskfleet runs list`)")
+# Ids are ours (`run_<ulid>`): anything else is refused before it reaches a query, where a NUL
+# is a store error on PostgreSQL rather than "not found".
+ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+RUN_STATUSES = (
+    *ledger.ACTIVE,
+    ledger.SUCCEEDED,
+    ledger.FAILED,
+    ledger.HAND_BACK_TO_HUMAN,
+    ledger.CANCELLED,
+)
+
+
+def _run_id(value: str, field: str = "id") -> str:
+    if not ID.fullmatch(value):
+        raise InvalidArgumentError(
+            f"{field}: a run id is required (see `deskfleet runs list`), not {value[:40]!r}"
+        )
     return value
 
 
@@ -161,6 +177,11 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         limit = request.limit or 50
         if not 0 < limit <= 1000:
             raise InvalidArgumentError("limit: between 1 and 1000")
+        if request.status and request.status not in RUN_STATUSES:
+            raise InvalidArgumentError(
+                f"status: one of {', '.join(RUN_STATUSES)} (or empty for all),"
+                f" not {request.status[:40]!r}"
+            )
         views = await self._runs.list(current_principal(), request.status, limit)
         return runs_pb2.ListRunsResponse(runs=[run_message(v) for v in views])
 
@@ -218,7 +239,11 @@ class JournalServicer(runs_pb2_grpc.JournalServiceServicer):
         self, request: runs_pb2.ReadEntryRequest, context: Context
     ) -> runs_pb2.ReadEntryResponse:
         page = await self._recall.read(
-            current_principal(), _run_id(request.run_id), request.seq, request.offset, request.limit
+            current_principal(),
+            _run_id(request.run_id, "run_id"),
+            request.seq,
+            request.offset,
+            request.limit,
         )
         return runs_pb2.ReadEntryResponse(
             run_id=page.run_id,
@@ -236,7 +261,7 @@ class JournalServicer(runs_pb2_grpc.JournalServiceServicer):
     ) -> runs_pb2.SearchJournalResponse:
         page = await self._recall.search(
             current_principal(),
-            _run_id(request.run_id),
+            _run_id(request.run_id, "run_id"),
             request.text,
             request.cursor,
             request.limit,
