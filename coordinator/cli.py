@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from coordinator.principals import NewUser, Role, create_user, has_admin_secret
+from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
 from coordinator.server import Coordinator
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database, SchemaError
@@ -45,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
         default=120.0,
         metavar="SECONDS",
         help="how often the recovery sweep resumes saved work (default 120)",
+    )
+    serve.add_argument(
+        "--auth-failures-per-minute",
+        type=int,
+        default=DEFAULT_AUTH_FAILURES,
+        metavar="N",
+        help="failed authentications one host may make per minute before its calls are"
+        f" refused for a while (default {DEFAULT_AUTH_FAILURES}; 0: no limit)",
     )
     serve.add_argument(
         "--relay-poll-interval",
@@ -239,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
             relay_poll_interval=args.relay_poll_interval,
+            auth_failures_per_minute=args.auth_failures_per_minute,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

@@ -307,6 +307,8 @@ def _validate_args(action: str, args_json: str) -> dict[str, Any]:
     if type(display) is not int or display < 0:
         raise InvalidArgumentError("args.display: an integer >= 0")
     scope.points_of(args)  # coordinates are integers, or the caller hears it now
+    if action == "key":
+        scope.check_keys(args.get("key"), "args.key")  # before an approval is even looked at
     return args
 
 

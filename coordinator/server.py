@@ -21,6 +21,7 @@ from coordinator.journal import JournalBus
 from coordinator.killswitch import KillSwitches
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
+from coordinator.ratelimit import FailureLimiter
 from coordinator.recall import Recall
 from coordinator.relay import Relay
 from coordinator.runs import Runs
@@ -160,7 +161,8 @@ def create_server(
     without one) and its health."""
     listeners = listeners or Transport(None)
     auth = Authenticator(db)
-    server = grpc.aio.server(interceptors=[GuardInterceptor(auth)], options=SERVER_OPTIONS)
+    guard = GuardInterceptor(auth, FailureLimiter(config.auth_failures_per_minute))
+    server = grpc.aio.server(interceptors=[guard], options=SERVER_OPTIONS)
     port = _bind(server, address, listeners.credentials)
     worker_port = (
         _bind(server, listeners.worker_address, listeners.worker_credentials)

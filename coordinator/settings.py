@@ -6,6 +6,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
+
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
@@ -19,6 +21,9 @@ class CoordinatorConfig:
     # Renewals are gathered and written in one statement per flush: one write per worker per
     # heartbeat would cost a commit each at fleet scale.
     lease_flush_interval: float = 0.25
+    # Failed authentications one host may make per minute before it is refused a while (0: no
+    # limit). Per replica.
+    auth_failures_per_minute: int = DEFAULT_AUTH_FAILURES
     # Each replica looks for orders other replicas left for its streams this often; on
     # PostgreSQL a notification wakes it sooner, so this only bounds a missed one.
     relay_poll_interval: float = 1.0

@@ -315,3 +315,27 @@ def test_repeated_bad_credentials_from_one_host_are_refused_for_a_while(
     assert refused.returncode == 1
     assert refused.stderr.startswith("deskfleet: too many failed authentications from")
     assert "failed to authenticate 30 times in 60 s" in coordinator.log.read_text()
+
+
+def test_the_failure_limit_is_a_serve_setting_and_zero_turns_it_off(tmp_path: Path) -> None:
+    strict = CoordinatorProcess(tmp_path / "strict", serve_args=("--auth-failures-per-minute", "2"))
+    off = CoordinatorProcess(tmp_path / "off", serve_args=("--auth-failures-per-minute", "0"))
+    try:
+        for coordinator, refused_after in ((strict.start(), 2), (off.start(), None)):
+            with grpc.insecure_channel(coordinator.address) as ch:
+                admin = admin_pb2_grpc.AdminServiceStub(ch)
+                codes = [
+                    _code(
+                        admin.WhoAmI,
+                        admin_pb2.WhoAmIRequest(),
+                        metadata=auth_metadata(f"dfu_x.guess{i}"),
+                    )[0]
+                    for i in range(5)
+                ]
+            expected = [grpc.StatusCode.UNAUTHENTICATED] * 5
+            if refused_after is not None:
+                expected[refused_after:] = [grpc.StatusCode.RESOURCE_EXHAUSTED] * 3
+            assert codes == expected
+    finally:
+        strict.stop()
+        off.stop()

@@ -211,7 +211,8 @@ def test_guidance_is_queued_delivered_at_a_boundary_and_limited(
     plan = write_plan(
         tmp_path / "plan.json",
         [
-            {"kind": "diag.sleep", "args": {"seconds": 1.5}, "idempotent": True},
+            # Long enough for two CLI calls to land while it runs, even on a loaded machine.
+            {"kind": "diag.sleep", "args": {"seconds": 5}, "idempotent": True},
             {"kind": "diag.echo", "args": {}, "idempotent": True},
         ],
     )

@@ -130,7 +130,7 @@ def list_runs(client: CoordinatorClient, args: argparse.Namespace) -> None:
     doc = render.as_dict(
         client.call(
             client.runs.ListRuns,
-            runs_pb2.ListRunsRequest(limit=args.limit, status=args.status or ""),
+            runs_pb2.ListRunsRequest(limit=args.limit, status=(args.status or "").upper()),
         )
     )
     if args.json:

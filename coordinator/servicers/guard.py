@@ -16,7 +16,7 @@ import grpc
 
 from coordinator import audit, authz
 from coordinator.principals import Authenticator, Principal
-from coordinator.ratelimit import DEFAULT_AUTH_FAILURES, FailureLimiter, host_of
+from coordinator.ratelimit import FailureLimiter, host_of
 from shared.credentials import METADATA_KEY, SCHEME
 from shared.errors import (
     ERROR_METADATA_KEY,
@@ -50,9 +50,9 @@ def _bearer(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, auth: Authenticator, limiter: FailureLimiter | None = None) -> None:
+    def __init__(self, auth: Authenticator, limiter: FailureLimiter) -> None:
         self._auth = auth
-        self._limiter = limiter or FailureLimiter(DEFAULT_AUTH_FAILURES)
+        self._limiter = limiter
 
     async def intercept_service(
         self,
