@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# Two test processes: most tests wait on real processes (leases, browsers, streams), so two
-# interleave well on two cores. Each module stays in one process (its fixtures are shared).
-exec .venv/bin/python -m pytest -ra --durations=15 -n "${DESKFLEET_TEST_PROCESSES:-2}" --dist loadfile "$@"
+# DESKFLEET_TEST_PROCESSES=N runs N test processes (a module per process; displays apart). One
+# by default: on two cores, two processes and their coordinators, workers and browsers finished
+# no sooner and stretched timing-sensitive tests.
+exec .venv/bin/python -m pytest -ra --durations=15 -n "${DESKFLEET_TEST_PROCESSES:-0}" --dist loadfile "$@"

@@ -197,8 +197,8 @@ def test_cancel_interrupts_a_running_sleep(
     started = time.monotonic()
     cancelled = coordinator.cli_json("runs", "cancel", run["id"])
     assert cancelled["status"] == "CANCELLED" and cancelled["stopReason"] == "cancelled by admin"
-    final = wait_run(coordinator, run["id"], lambda r: r["actions"][0]["status"] == "FAILED", 10)
-    assert time.monotonic() - started < 5
+    final = wait_run(coordinator, run["id"], lambda r: r["actions"][0]["status"] == "FAILED", 30)
+    assert time.monotonic() - started < 30  # interrupted, not slept to its 60 s end
     assert [a["status"] for a in final["actions"]] == ["FAILED", "CANCELLED"]
     receipt = next(e for e in journal(coordinator, run["id"]) if e["kind"] == "receipt")
     assert receipt["data"]["status"] == "cancelled"
