@@ -33,7 +33,7 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
-from bench.stats import timed  # noqa: E402
+from bench.stats import table_lines, timed  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, tail  # noqa: E402
@@ -168,12 +168,7 @@ def table(doc: dict[str, Any]) -> str:
             )
         )
     header = ("figure", "value", "baseline", "ratio")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table_lines(header, rows)
     return "\n".join(lines)
 
 

@@ -40,7 +40,7 @@ import grpc  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
-from bench.stats import summary, timed, write_results  # noqa: E402
+from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
 from coordinator.store.engine import create_store_engine  # noqa: E402
 from coordinator.store.models import KillAckRow  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
@@ -318,12 +318,7 @@ def table(doc: dict[str, Any]) -> str:
         ),
     ]
     header = ("figure (from the RPC's return unless said)", "value", "baseline", "ratio p50/p99")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table_lines(header, rows)
     s = doc["settings"]
     lines.append(
         f"{s['cycles']} cycles, 1 real + {sims} simulated workers;"

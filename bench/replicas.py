@@ -48,7 +48,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from bench.runs import Client, ingest  # noqa: E402
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
-from bench.stats import summary, timed, write_results  # noqa: E402
+from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
 from shared.gen.deskfleet.v1 import fleet_pb2, runs_pb2  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until  # noqa: E402
 
@@ -489,12 +489,7 @@ def table(doc: dict[str, Any]) -> str:
             )
         )
     header = ("figure", "value", "baseline", "ratio (p50 / p99)")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table_lines(header, rows)
     s = doc["settings"]
     lines.append(
         f"{s['round_trips']} round trips each (interleaved, after {s['warmup_round_trips']} each);"

@@ -32,7 +32,7 @@ import grpc  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
-from bench.stats import summary, timed  # noqa: E402
+from bench.stats import summary, table_lines, timed  # noqa: E402
 from coordinator.store.engine import create_store_engine  # noqa: E402
 from coordinator.store.models import ActionRow, ReceiptRow, RunRow  # noqa: E402
 from coordinator.store.schema import upgrade  # noqa: E402
@@ -254,11 +254,7 @@ def table(doc: dict[str, Any]) -> str:
         )
     )
     header = ("figure", "value", "baseline", "ratio")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table_lines(header, rows)
     return "\n".join(lines)
 
 

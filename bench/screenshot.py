@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from bench.stats import summary, write_results  # noqa: E402
+from bench.stats import summary, table_lines, write_results  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until  # noqa: E402
@@ -374,12 +374,7 @@ def table(doc: dict[str, Any]) -> str:
             "-",
         ),
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table_lines(header, rows)
     lines.append(
         f"screen: {doc['settings']['screen']}; {e2e['distinct_frames']} distinct of"
         f" {doc['settings']['frames']} frames"

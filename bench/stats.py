@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,17 @@ def timed(call: Callable[[], Any], n: int, warmup: int) -> dict[str, Any]:
         call()
         samples.append((time.perf_counter() - start) * 1000)
     return summary(samples)
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """An aligned text table: the header, a rule, then the rows."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return lines
 
 
 def write_results(doc: dict[str, Any], out: Path, as_json: bool, table: str) -> None:

@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 import grpc  # noqa: E402
 
-from bench.stats import summary, timed, write_results  # noqa: E402
+from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env  # noqa: E402
@@ -207,12 +207,7 @@ def table(doc: dict[str, Any]) -> str:
 
     header = ("transport", "WhoAmI/s", "vs plain", "warm channel", "new channel per call")
     rows = [row(name) for name in ("plaintext", "tls", "mtls")]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table_lines(header, rows)
     s = doc["settings"]
     lines.append(
         f"{s['warm_calls']} warm calls, {s['cold_calls']} cold, throughput with"

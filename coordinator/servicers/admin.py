@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 
 from coordinator import audit, enrollment
-from coordinator.principals import Authenticator, Role, create_user, rotate_user
+from coordinator.principals import Authenticator, NewUser, Role, create_user, rotate_user
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
@@ -61,13 +61,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         except ValueError as exc:
             raise InvalidArgumentError("role: must be owner or admin") from exc
         user = await create_user(self._db, request.name, role, audit.actor(current_principal()))
-        return admin_pb2.User(
-            id=user.principal.id,
-            name=user.principal.name,
-            role=user.principal.role.value,
-            token=user.secret,
-            created_at=to_timestamp(user.created_at),
-        )
+        return _user(user)
 
     async def RotateUser(
         self, request: admin_pb2.RotateUserRequest, context: Context
@@ -75,13 +69,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         user = await rotate_user(self._db, audit.actor(current_principal()), request.name)
         # The old secret stops at once here; other replicas remember successes for 2 s at most.
         self._auth.forget(user.principal.id)
-        return admin_pb2.User(
-            id=user.principal.id,
-            name=user.principal.name,
-            role=user.principal.role.value,
-            token=user.secret,
-            created_at=to_timestamp(user.created_at),
-        )
+        return _user(user)
 
     async def ListAudit(
         self, request: admin_pb2.ListAuditRequest, context: Context
@@ -113,3 +101,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.Principal(
             id=me.id, name=me.name, role=me.role.value, server_time=time.time()
         )
+
+
+def _user(user: NewUser) -> admin_pb2.User:
+    return admin_pb2.User(
+        id=user.principal.id,
+        name=user.principal.name,
+        role=user.principal.role.value,
+        token=user.secret,
+        created_at=to_timestamp(user.created_at),
+    )
