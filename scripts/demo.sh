@@ -140,5 +140,8 @@ step "13. revoke the worker: it is cut off at once"
 sleep 1
 tail -n 1 "$STATE/worker.log"
 "$BIN/deskfleet" status
+
+step "14. the audit log: every administrative act, who, when, from where"
+"$BIN/deskfleet" audit
 echo
 echo "demo finished; state removed"
