@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.orm import Session
 
 from coordinator import capabilities, journal, ledger
+from coordinator import timeline as timelines
 from coordinator.dispatch import Dispatcher
 from coordinator.journal import JournalBus
 from coordinator.ledger import CancelOrder, Context, Order
@@ -24,6 +25,7 @@ from coordinator.store import Database
 from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, GuidanceRow, JournalRow, RunRow
+from coordinator.timeline import Timeline
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -106,6 +108,7 @@ class RunView:
     actions: tuple[ActionRow, ...] = ()
     guidance_queued: int = 0
     artifacts: tuple[ArtifactRow, ...] = ()
+    timeline: Timeline | None = None
 
 
 @dataclass(frozen=True)
@@ -397,7 +400,7 @@ class Runs:
         await self._dispatcher.run_unit(unit)
         return created[0]
 
-    async def get(self, owner: Principal, run_id: str) -> RunView:
+    async def get(self, owner: Principal, run_id: str, *, with_timeline: bool = False) -> RunView:
         def unit(s: Session) -> RunView:
             run = owned_run(s, owner, run_id)
             guidance = run_queries.undelivered_guidance(s, run_id)
@@ -406,6 +409,8 @@ class Runs:
                 tuple(run_queries.actions_of(s, run_id)),
                 len(guidance),
                 tuple(desktop_queries.artifacts_of_run(s, run_id)),
+                # Read with the run, so its status and the timeline's agree.
+                timelines.of_run(s, run_id, time.time()) if with_timeline else None,
             )
 
         return await self._db.read(unit)

@@ -166,7 +166,87 @@ def run_detail(r: dict[str, Any]) -> str:
                 ],
             )
         )
+    if r.get("timeline"):
+        lines.append("")
+        lines += timeline_lines(r["timeline"])
     return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 120 else f"{value / 60:.1f} min"
+
+
+def _indented(text: str) -> list[str]:
+    return ["  " + line for line in text.splitlines()]
+
+
+def timeline_lines(t: dict[str, Any]) -> list[str]:
+    """Where the run has been and for how long: states, attempts, retries, recoveries."""
+    states = t.get("states", [])
+    if not states:
+        return ["timeline:   (the journal holds no submission)"]
+    if t["live"]:
+        now = states[-1]
+        why = f": {now['reason']}" if now.get("reason") else ""
+        head = (
+            f"timeline:   {_seconds(t['wallSeconds'])} so far; {now['state']} for"
+            f" {_seconds(now['seconds'])}{why}"
+        )
+    else:
+        head = (
+            f"timeline:   {_seconds(t['wallSeconds'])} from submission to {states[-1]['state']}"
+            f" ({_cell(t.get('submittedAt'))} to {_cell(t.get('endedAt'))})"
+        )
+    lines = [head]
+    lines += _indented(
+        table(
+            ["STATE", "ENTERED", "SECONDS", "WHY"],
+            [
+                [
+                    s["state"],
+                    s.get("enteredAt"),
+                    f"{s['seconds']:.2f}" if t["live"] or s.get("leftAt") else "(stopped)",
+                    s.get("reason") or s.get("cause"),
+                ]
+                for s in states
+            ],
+        )
+    )
+    if t.get("actions"):
+        lines.append("attempts:")
+        lines += _indented(
+            table(
+                ["#", "KIND", "ATTEMPT", "WORKER", "STATUS", "SECONDS", "ERROR"],
+                [
+                    [
+                        a["index"],
+                        a["kind"],
+                        a["attempt"],
+                        a.get("worker"),
+                        a["status"],
+                        f"{a['seconds']:.2f}",
+                        a.get("error"),
+                    ]
+                    for a in t["actions"]
+                ],
+            )
+        )
+    if t.get("retries"):
+        lines.append("retries:")
+        lines += [
+            f"  {rt['kind']} of action {rt['index']} after attempt {rt['attempt']}"
+            f" at {_cell(rt.get('at'))}: {rt['cause'] or '-'}"
+            for rt in t["retries"]
+        ]
+    for title, key in (("recoveries:", "recoveries"), ("events:", "events")):
+        if t.get(key):
+            lines.append(title)
+            lines += [
+                f"  {_cell(e.get('at'))}  {e['kind']}: {e.get('detail') or '-'}" for e in t[key]
+            ]
+    if not t["live"]:
+        lines.append(f"stop reason: {t.get('stopReason') or '-'}")
+    return lines
 
 
 def _artifact_cell(art: dict[str, Any]) -> str:

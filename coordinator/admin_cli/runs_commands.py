@@ -101,9 +101,24 @@ def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 def show(client: CoordinatorClient, args: argparse.Namespace) -> None:
     doc = render.as_dict(client.call(client.runs.GetRun, runs_pb2.RunRef(id=args.id)))
+    _timeline_nulls(doc.get("timeline"))
     if args.artifacts_dir:
         _save_artifacts(client, doc, Path(args.artifacts_dir))
     _print_run(doc, args.json)
+
+
+def _timeline_nulls(timeline: dict[str, Any] | None) -> None:
+    """Name the open ends (the current state, a live run's end) as null rather than leave
+    them out, so a program can tell "still open" from "not reported"."""
+    if timeline is None:
+        return
+    timeline.setdefault("endedAt", None)
+    timeline.setdefault("submittedAt", None)
+    for state in timeline.get("states", []):
+        state.setdefault("leftAt", None)
+    for attempt in timeline.get("actions", []):
+        attempt.setdefault("startedAt", None)
+        attempt.setdefault("finishedAt", None)
 
 
 EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp"}
@@ -370,7 +385,12 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(runs, "list", list_runs, "your runs, newest first")
     p.add_argument("--status", help="only runs in this state")
     p.add_argument("--limit", type=int, default=50)
-    p = leaf(runs, "show", show, "a run: state, stop or waiting reason, actions, receipts")
+    p = leaf(
+        runs,
+        "show",
+        show,
+        "a run: state, stop or waiting reason, actions, receipts, and its timeline",
+    )
     p.add_argument("id")
     p.add_argument(
         "--artifacts-dir",

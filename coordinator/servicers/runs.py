@@ -15,6 +15,7 @@ from coordinator.research import ResearchRequest, research_plan
 from coordinator.routing import RoutingPolicy
 from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
 from coordinator.servicers.guard import current_principal
+from coordinator.servicers.timeline import timeline_message
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from shared.timestamps import to_timestamp
@@ -72,6 +73,8 @@ def run_message(view: RunView) -> runs_pb2.Run:
         msg.waiting.CopyFrom(
             runs_pb2.WaitingReason(code=run.waiting_code, detail=run.waiting_detail)
         )
+    if view.timeline is not None:
+        msg.timeline.CopyFrom(timeline_message(view.timeline))
     for a in view.actions:
         msg.actions.append(
             runs_pb2.ActionInfo(
@@ -169,7 +172,8 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         return run_message(await self._runs.submit(me, plan))
 
     async def GetRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
-        return run_message(await self._runs.get(current_principal(), _run_id(request.id)))
+        view = await self._runs.get(current_principal(), _run_id(request.id), with_timeline=True)
+        return run_message(view)
 
     async def ListRuns(
         self, request: runs_pb2.ListRunsRequest, context: Context

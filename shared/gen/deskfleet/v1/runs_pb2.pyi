@@ -123,7 +123,7 @@ class WaitingReason(_message.Message):
     def __init__(self, code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued")
+    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +141,7 @@ class Run(_message.Message):
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     GUIDANCE_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    TIMELINE_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     title: str
@@ -158,7 +159,112 @@ class Run(_message.Message):
     trace_id: str
     actions: _containers.RepeatedCompositeFieldContainer[ActionInfo]
     guidance_queued: int
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ...) -> None: ...
+    timeline: RunTimeline
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ...) -> None: ...
+
+class RunTimeline(_message.Message):
+    __slots__ = ("states", "actions", "retries", "recoveries", "events", "stop_reason", "wall_seconds", "submitted_at", "ended_at", "live", "as_of")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    RECOVERIES_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedCompositeFieldContainer[TimelineState]
+    actions: _containers.RepeatedCompositeFieldContainer[TimelineAttempt]
+    retries: _containers.RepeatedCompositeFieldContainer[TimelineRetry]
+    recoveries: _containers.RepeatedCompositeFieldContainer[TimelineEvent]
+    events: _containers.RepeatedCompositeFieldContainer[TimelineEvent]
+    stop_reason: str
+    wall_seconds: float
+    submitted_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    live: bool
+    as_of: _timestamp_pb2.Timestamp
+    def __init__(self, states: _Optional[_Iterable[_Union[TimelineState, _Mapping]]] = ..., actions: _Optional[_Iterable[_Union[TimelineAttempt, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[TimelineRetry, _Mapping]]] = ..., recoveries: _Optional[_Iterable[_Union[TimelineEvent, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[TimelineEvent, _Mapping]]] = ..., stop_reason: _Optional[str] = ..., wall_seconds: _Optional[float] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., live: _Optional[bool] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class TimelineState(_message.Message):
+    __slots__ = ("state", "entered_at", "left_at", "seconds", "reason", "cause", "seq")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ENTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEFT_AT_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    entered_at: _timestamp_pb2.Timestamp
+    left_at: _timestamp_pb2.Timestamp
+    seconds: float
+    reason: str
+    cause: str
+    seq: int
+    def __init__(self, state: _Optional[str] = ..., entered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., left_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., seconds: _Optional[float] = ..., reason: _Optional[str] = ..., cause: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class TimelineAttempt(_message.Message):
+    __slots__ = ("id", "index", "kind", "worker", "attempt", "attempt_id", "status", "dispatched_at", "started_at", "finished_at", "seconds", "error", "receipt_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    index: int
+    kind: str
+    worker: str
+    attempt: int
+    attempt_id: str
+    status: str
+    dispatched_at: _timestamp_pb2.Timestamp
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    seconds: float
+    error: str
+    receipt_id: str
+    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., worker: _Optional[str] = ..., attempt: _Optional[int] = ..., attempt_id: _Optional[str] = ..., status: _Optional[str] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., seconds: _Optional[float] = ..., error: _Optional[str] = ..., receipt_id: _Optional[str] = ...) -> None: ...
+
+class TimelineRetry(_message.Message):
+    __slots__ = ("action_id", "index", "attempt", "cause", "at", "kind")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    index: int
+    attempt: int
+    cause: str
+    at: _timestamp_pb2.Timestamp
+    kind: str
+    def __init__(self, action_id: _Optional[str] = ..., index: _Optional[int] = ..., attempt: _Optional[int] = ..., cause: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class TimelineEvent(_message.Message):
+    __slots__ = ("at", "kind", "detail", "action_id", "seq")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    kind: str
+    detail: str
+    action_id: str
+    seq: int
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., detail: _Optional[str] = ..., action_id: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class RunRef(_message.Message):
     __slots__ = ("id",)
