@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let browser actions reach loopback and private addresses",
     )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics over HTTP at /metrics there (port 0: any free);"
+        " default: none",
+    )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
     serve.add_argument(
@@ -202,6 +208,13 @@ async def _serve(config: CoordinatorConfig) -> None:
             f" {worker_host}:{coordinator.worker_port}",
             flush=True,
         )
+    if config.metrics_listen:
+        metrics_host = config.metrics_listen.rsplit(":", 1)[0]
+        print(
+            f"deskfleet-coordinator {config.replica} metrics on"
+            f" {metrics_host}:{coordinator.metrics.port}",
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -260,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             worker_listen=args.worker_listen,
             worker_cert_days=args.worker_cert_days,
             plaintext=args.plaintext,
+            metrics_listen=args.metrics_listen,
             **({"replica": args.replica} if args.replica else {}),
         )
         asyncio.run(_serve(config))

@@ -22,6 +22,7 @@ from coordinator.ledger import (
     IncomingReceipt,
     Order,
 )
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.presence import Presence
 from coordinator.relay import Relay
 from coordinator.settings import CoordinatorConfig
@@ -53,7 +54,9 @@ class Dispatcher:
         bus: JournalBus,
         config: CoordinatorConfig,
         relay: Relay,
+        metrics: CoordinatorMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or CoordinatorMetrics(config.replica)
         self._db = db
         self._presence = presence
         self._bus = bus
@@ -103,11 +106,13 @@ class Dispatcher:
             return self._relay.route(s, unit(s, ctx), ctx.touched, here)
 
         orders = await self._db.write(with_relay, ctx)
+        self.metrics.observe(ctx.notes)
         self.deliver(orders, ctx.touched)
 
     def deliver(self, orders: Iterable[Order], touched: Iterable[str] = ()) -> None:
         for order in orders:
             if isinstance(order, DispatchOrder):
+                self.metrics.dispatched(order.ready_at)
                 self._arm_timeout(order)
             elif isinstance(order, ledger.ReceiptVerdict) and order.accepted:
                 self._disarm(order.action_id, order.attempt_id)
@@ -208,11 +213,19 @@ class Dispatcher:
             if leases_due:
                 for action in run_queries.expired_in_flight(s, ctx.now):
                     orders += outcomes.expire(
-                        s, action, "its claimant stopped responding (lease expired)", ctx
+                        s,
+                        action,
+                        "its claimant stopped responding (lease expired)",
+                        ctx,
+                        recovery="sweep",
                     )
                 for action in run_queries.overdue_in_flight(s, ctx.now, ctx.lease_ttl):
                     orders += outcomes.expire(
-                        s, action, f"timed out after {action.timeout_seconds:g} s", ctx
+                        s,
+                        action,
+                        f"timed out after {action.timeout_seconds:g} s",
+                        ctx,
+                        recovery="sweep",
                     )
             for run in run_queries.runs_in(s, ledger.ACTIVE):
                 locked = run_queries.run_for_update(s, run.id)

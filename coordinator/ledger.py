@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from coordinator import journal
 from coordinator.fleet import WorkerView, view_of
+from coordinator.metrics import Notes
 from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
@@ -64,6 +65,7 @@ class DispatchOrder:
     args_json: str
     idempotent: bool
     timeout_seconds: float
+    ready_at: float = 0.0  # when the action could first run: for the dispatch latency metric
     # Values of {{secret:NAME}} references, for the worker only: never journaled or stored.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -149,6 +151,7 @@ class Context:
     max_attempts: int
     now: float = field(default_factory=time.time)
     touched: set[str] = field(default_factory=set)  # runs whose journal grew
+    notes: Notes = field(default_factory=Notes)  # for the metrics, once committed
     # The fleet as this transaction sees it, read once however many actions it routes.
     _views: list[WorkerView] | None = None
     _busy: dict[str, int] | None = None
@@ -157,6 +160,7 @@ class Context:
         """Forget what an earlier try of the transaction read (it was rolled back)."""
         self._views = self._busy = None
         self.now = time.time()
+        self.notes = Notes()
 
     def fleet(self, s: Session) -> list[WorkerView]:
         if self._views is None:
@@ -195,6 +199,7 @@ def set_status(
         *waiting,
     ):
         return
+    ctx.notes.state_change(s, run, status, stop_reason, waiting[0], ctx.now)
     run.status, run.stop_reason = status, stop_reason
     run.waiting_code, run.waiting_detail = waiting
     record(
@@ -266,6 +271,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     room = min(run.limits["max_actions"], run.estimate_actions) - run.attempts_used
     orders: list[Order] = []
     skipped = False
+    ready = max([run.created_at, *(a.finished_at or 0.0 for a in actions if a.stage < stage)])
     for action in pending[: max(room, 0)]:
         route = ROUTE_HOOKS.get(run.kind, _plain_route)
         worker, code, detail = route(s, run, action, ctx)
@@ -283,7 +289,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
                     cause=f"no route for {label(action)}",
                 )
             break
-        orders.append(claim(s, run, action, worker, ctx))
+        orders.append(claim(s, run, action, worker, ctx, max(ready, action.finished_at or 0.0)))
     if orders:
         set_status(s, run, ctx, RUNNING)
     if skipped:  # the stage may be over now, or hooks may have added units
@@ -326,7 +332,14 @@ def new_action(
     )
 
 
-def claim(s: Session, run: RunRow, action: ActionRow, worker_id: str, ctx: Context) -> Order:
+def claim(
+    s: Session,
+    run: RunRow,
+    action: ActionRow,
+    worker_id: str,
+    ctx: Context,
+    ready_at: float | None = None,
+) -> Order:
     action.attempt_id = new_id("att")
     action.epoch += 1
     action.attempts += 1
@@ -362,6 +375,7 @@ def claim(s: Session, run: RunRow, action: ActionRow, worker_id: str, ctx: Conte
         action.args,
         action.idempotent,
         action.timeout_seconds,
+        ctx.now if ready_at is None else ready_at,
     )
 
 

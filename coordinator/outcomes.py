@@ -52,6 +52,7 @@ from shared.receipts import (
 
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
     """Put the action back in line (its next claim gets a new epoch) and move the run on."""
+    ctx.notes.retried(action.kind, action.status, cause)
     action.status = PENDING
     record(s, run, ctx, "action.retry", action=action.id, cause=cause, attempts=action.attempts)
     return advance(s, run, ctx)
@@ -113,6 +114,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     """Record a worker's receipt if its claim is current; then move the run on."""
 
     def verdict(accepted: bool, reason: str = "") -> ReceiptVerdict:
+        ctx.notes.receipt(accepted, reason)
         return ReceiptVerdict(
             receipt.worker_id, receipt.action_id, receipt.attempt_id, accepted, reason
         )
@@ -184,6 +186,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     action.error = "" if succeeded else (receipt.error or receipt.status)
     action.receipt_id = row.id
     action.lease_expires_at = None
+    ctx.notes.finished(action.kind, receipt.status, ctx.now - (action.dispatched_at or ctx.now))
     entry: dict[str, Any] = {
         "action": action.id,
         "attempt": action.attempt_id,
@@ -277,7 +280,8 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
     by_action = {h.action_id: h for h in held}
     orders: list[Order] = []
     current: set[tuple[str, str]] = set()
-    for action in run_queries.in_flight_of_worker(s, worker_id):
+    in_flight = run_queries.in_flight_of_worker(s, worker_id)
+    for action in in_flight:
         run = run_queries.run_for_update(s, action.run_id)
         assert run is not None
         h = by_action.get(action.id)
@@ -306,6 +310,7 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
             orders += advance(s, run, ctx)
         else:
             orders += outcome_unknown(s, run, action, "the worker no longer knows the attempt", ctx)
+    ctx.notes.recovered("reconnect", [a.status for a in in_flight])
     for action in run_queries.unknown_of_worker(s, worker_id):
         # The ledger gave up on an attempt that the worker still runs: the outcome will be
         # known after all, so take the attempt back instead of cancelling it.
@@ -317,6 +322,7 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
         current.add((h.action_id, h.attempt_id))
         action.status = STARTED
         action.lease_expires_at = ctx.now + ctx.lease_ttl
+        ctx.notes.recovered("reconnect", [action.status])
         record(
             s,
             run,
@@ -341,11 +347,17 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
     return orders
 
 
-def expire(s: Session, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
-    """Finalize an attempt whose lease or timeout ran out, if it is still the current one."""
+def expire(
+    s: Session, action: ActionRow, cause: str, ctx: Context, *, recovery: str = ""
+) -> list[Order]:
+    """Finalize an attempt whose lease or timeout ran out, if it is still the current one;
+    `recovery` names the recovery path that found it, for the metrics."""
     run = run_queries.run_for_update(s, action.run_id)
     assert run is not None
     s.refresh(action)
     if action.status not in IN_FLIGHT:
         return []
-    return outcome_unknown(s, run, action, cause, ctx)
+    orders = outcome_unknown(s, run, action, cause, ctx)
+    if recovery:
+        ctx.notes.recovered(recovery, [action.status])
+    return orders

@@ -19,6 +19,7 @@ from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
 from coordinator.journal import JournalBus
 from coordinator.killswitch import KillSwitches
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 from coordinator.ratelimit import FailureLimiter
@@ -216,6 +217,7 @@ class Coordinator:
         self.config = config
         self.port = 0
         self.worker_port = 0  # the listener that requires client certificates, if any
+        self.metrics = CoordinatorMetrics(config.replica)
         self._db: Database | None = None
         self._presence: Presence | None = None
         self._dispatcher: Dispatcher | None = None
@@ -227,13 +229,19 @@ class Coordinator:
 
     async def start(self) -> int:
         listeners = transport(self.config)  # first: a refused configuration opens nothing
+        if self.config.metrics_listen:  # a taken port, too, stops the start before anything
+            self.metrics.serve(self.config.metrics_listen)
         self._db = Database(self.config.db_url)
+        self._db.on_error = self.metrics.store_error
         await self._db.check_schema(head_revision())
         self._presence = Presence(self._db, self.config)
         await self._presence.__aenter__()
         bus = JournalBus()
         self._relay = Relay(self._db, self._presence, bus, self.config)
-        self._dispatcher = Dispatcher(self._db, self._presence, bus, self.config, self._relay)
+        self._dispatcher = Dispatcher(
+            self._db, self._presence, bus, self.config, self._relay, self.metrics
+        )
+        self.metrics.watch(self._db, self._presence)
         self._kills = KillSwitches(self._db, self._dispatcher)
         await self._kills.__aenter__()
         self._server, (self.port, self.worker_port), self._health, self._goals = create_server(
@@ -278,6 +286,7 @@ class Coordinator:
         if self._relay is not None:
             await self._relay.aclose()
             self._relay = None
+        self.metrics.close()
         if self._presence is not None:
             await self._presence.aclose()
             self._presence = None

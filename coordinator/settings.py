@@ -49,3 +49,4 @@ class CoordinatorConfig:
     worker_listen: str | None = None  # None: the --listen host, its port + 1 (or any, for 0)
     worker_cert_days: float = 30.0  # short: a stolen key is only good until the next renewal
     plaintext: bool = False  # the operator accepts plaintext on a non-loopback address
+    metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None: none

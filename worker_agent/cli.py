@@ -38,6 +38,7 @@ from worker_agent.executor import ActionExecutor
 from worker_agent.hotkey import DEFAULT_HOTKEY
 from worker_agent.hotkey import listen as listen_for_hotkey
 from worker_agent.input_guard import InputGuard
+from worker_agent.metrics import WorkerMetrics
 from worker_agent.research_app import ResearchApps, parse_apps
 from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
 
@@ -80,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         "--chromium",
         default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
+    )
+    run.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics over HTTP at /metrics there (port 0: any free);"
+        " default: none",
     )
     run.add_argument(
         "--no-computer-use",
@@ -250,6 +257,11 @@ def _enroll(args: argparse.Namespace) -> str:
 async def _run(args: argparse.Namespace) -> None:
     state = StateDir(args.state_dir)
     identity, credential = state.load()
+    metrics = WorkerMetrics()
+    if args.metrics_listen:  # before connecting: a taken port stops the worker at once
+        port = metrics.serve(args.metrics_listen)
+        host = args.metrics_listen.rsplit(":", 1)[0]
+        logging.getLogger("deskfleet.worker").info("metrics on %s:%d", host, port)
     transport = None
     if state.tls:
         transport = WorkerTransport(state, identity, credential)
@@ -289,6 +301,7 @@ async def _run(args: argparse.Namespace) -> None:
         else:
             log_.info("kill hotkey %s engages the local kill switch", args.kill_hotkey)
     actions = ActionExecutor(ActionLog(args.state_dir / "actions"), registry, guard=guard)
+    actions.observe = metrics.finished
     connection = WorkerConnection(
         identity,
         credential,
@@ -298,6 +311,7 @@ async def _run(args: argparse.Namespace) -> None:
         transport=transport,
         save_credential=state.save_credential,
     )
+    metrics.watch(connection)
     task = asyncio.create_task(connection.run_forever())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -307,6 +321,7 @@ async def _run(args: argparse.Namespace) -> None:
     except asyncio.CancelledError:
         logging.getLogger("deskfleet.worker").info("stopped")
     finally:
+        metrics.close()
         actions.close()
         await asyncio.to_thread(browser.close)
         if visible is not None:

@@ -63,6 +63,7 @@ class WorkerConnection:
         self._backoff = backoff or Backoff()
         self._actions = actions
         self.connected = asyncio.Event()
+        self.sessions = 0  # streams welcomed so far: the metrics count reconnects
 
     async def run_forever(self) -> None:
         """Connect, serve, reconnect. Returns never; raises when the credential is refused."""
@@ -123,6 +124,7 @@ class WorkerConnection:
                 await self._rotate(stub)  # reconnects with the new credential
             self._backoff.reset()
             self.connected.set()
+            self.sessions += 1
             caps = ", ".join(
                 f"{c.name}: {'yes' if c.available else 'no (' + c.reason + ')'}"
                 for c in advertisement.capabilities

@@ -81,6 +81,8 @@ class ActionExecutor:
         self._running: dict[tuple[str, str], Attempt] = {}
         self._sink: Sink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Told of each attempt over (kind, status, artifact bytes): the worker's metrics.
+        self.observe: Callable[[str, str, int], None] = lambda kind, status, size: None
 
     def attach(self, sink: Sink | None) -> None:
         """Where messages go from now on (the current stream), or None while disconnected."""
@@ -189,6 +191,7 @@ class ActionExecutor:
             finished_at=now,
         )
         self._emit(worker_pb2.WorkerMessage(receipt=receipt))
+        self.observe(d.kind, REFUSED, 0)
 
     def _stored_receipt(self, action_id: str, attempt_id: str) -> ReceiptRecord | None:
         try:
@@ -288,6 +291,11 @@ class ActionExecutor:
         if self._running.get(attempt.key) is attempt:
             del self._running[attempt.key]
         self._emit(worker_pb2.WorkerMessage(receipt=receipt.to_proto()))
+        self.observe(attempt.dispatch.kind, receipt.status, _size(attempt))
+
+
+def _size(attempt: Attempt) -> int:
+    return sum(len(a.data) for a in attempt.ctx.artifacts)
 
 
 def _no_input() -> str:

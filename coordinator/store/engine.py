@@ -131,6 +131,8 @@ class Database:
             )
         self._write_sessions = sessionmaker(self._writer, expire_on_commit=False)
         self._read_sessions = sessionmaker(self._reader, expire_on_commit=False)
+        # Told the kind of each store error ("conflict", "unavailable"): the metrics count them.
+        self.on_error: Callable[[str], None] = _ignore
 
     async def write(
         self, unit: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
@@ -170,7 +172,7 @@ class Database:
         **kwargs: P.kwargs,
     ) -> T:
         def in_thread() -> T:
-            with _store_errors(), sessions() as session, session.begin():
+            with _store_errors(self.on_error), sessions() as session, session.begin():
                 return unit(session, *args, **kwargs)
 
         loop = asyncio.get_running_loop()
@@ -204,15 +206,20 @@ class Database:
 
 
 @contextmanager
-def _store_errors() -> Iterator[None]:
+def _store_errors(on_error: Callable[[str], None]) -> Iterator[None]:
     try:
         yield
     except IntegrityError:
         raise
     except (DBAPIError, PoolTimeoutError, OSError) as exc:
+        on_error("conflict" if isinstance(exc, DBAPIError) and _retryable(exc) else "unavailable")
         raise StoreUnavailableError(
             f"the coordinator's store is unavailable: {_reason(exc)}"
         ) from exc
+
+
+def _ignore(kind: str) -> None:
+    pass
 
 
 def _retryable(exc: DBAPIError) -> bool:

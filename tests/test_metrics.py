@@ -1,0 +1,273 @@
+"""Prometheus metrics: a scripted scenario against a real coordinator and worker, scraped over
+HTTP and parsed as the text format, with the exact counts the scenario must produce."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.harness import (
+    BIN,
+    CoordinatorProcess,
+    WorkerProcess,
+    base_env,
+    submit,
+    tail,
+    wait_run,
+    wait_until,
+    write_plan,
+)
+
+METRICS = ("--metrics-listen", "127.0.0.1:0")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """A sample's value; 0 when absent (a counter nobody incremented has no child yet)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def labelled(samples: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels: v for (n, labels), v in samples.items() if n == name and v}
+
+
+def coordinator_metrics_port(coordinator: CoordinatorProcess) -> int:
+    # Printed right after the "listening on" line the harness reads.
+    assert coordinator.proc is not None and coordinator.proc.stdout is not None
+    line = coordinator.proc.stdout.readline().strip()
+    assert " metrics on " in line, line
+    return int(line.rsplit(":", 1)[1])
+
+
+def worker_metrics_port(worker: WorkerProcess) -> int:
+    def logged() -> int | None:
+        found = re.findall(r"metrics on 127\.0\.0\.1:(\d+)", worker.log.read_text())
+        return int(found[-1]) if found else None
+
+    port: int = wait_until(logged, 30, 0.1, "the worker's metrics line")
+    return port
+
+
+@pytest.fixture
+def metered(tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    proc = CoordinatorProcess(tmp_path / "coord", serve_args=METRICS).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_scripted_scenario_gives_exact_counts_on_both_endpoints(
+    metered: CoordinatorProcess, tmp_path: Path
+) -> None:
+    coordinator = metered
+    c_port = coordinator_metrics_port(coordinator)
+    worker = WorkerProcess(coordinator, "w", extra_args=(*METRICS, "--no-computer-use")).start()
+    try:
+        worker.wait_online()
+        w_port = worker_metrics_port(worker)
+        _scenario(coordinator, worker, c_port, w_port, tmp_path)
+    finally:
+        worker.stop()
+
+
+def _scenario(
+    coordinator: CoordinatorProcess,
+    worker: WorkerProcess,
+    c_port: int,
+    w_port: int,
+    tmp_path: Path,
+) -> None:
+    # Two echoes, then an action that fails once and succeeds on its retry.
+    ok = submit(
+        coordinator,
+        write_plan(
+            tmp_path / "ok.json",
+            [
+                {"kind": "diag.echo", "args": {"value": 1}, "idempotent": True},
+                {"kind": "diag.echo", "args": {"value": 2}, "idempotent": True},
+                {"kind": "diag.fail", "args": {"fail_attempts": 1}, "idempotent": True},
+            ],
+        ),
+        wait=True,
+    )
+    assert ok["status"] == "SUCCEEDED"
+    # An action that always fails: three attempts (two retries), then the run stops.
+    failed = submit(
+        coordinator,
+        write_plan(
+            tmp_path / "fail.json",
+            [{"kind": "diag.fail", "args": {"message": "no"}, "idempotent": True}],
+        ),
+        wait=True,
+    )
+    assert failed["status"] == "FAILED"
+    coordinator.cli_json("kill", "engage", "--worker", worker.worker_id, "--reason", "metrics")
+
+    c = scrape(c_port)
+    assert labelled(c, "deskfleet_actions_total") == {
+        frozenset({("kind", "diag.echo"), ("status", "succeeded")}): 2,
+        frozenset({("kind", "diag.fail"), ("status", "failed")}): 4,
+        frozenset({("kind", "diag.fail"), ("status", "succeeded")}): 1,
+    }
+    assert labelled(c, "deskfleet_receipts_total") == {frozenset({("verdict", "accepted")}): 7}
+    assert labelled(c, "deskfleet_retries_total") == {
+        frozenset({("kind", "diag.fail"), ("cause", "action_failed")}): 3
+    }
+    assert labelled(c, "deskfleet_handbacks_total") == {
+        frozenset({("kind", "plan"), ("state", "FAILED"), ("reason", "action_failed")}): 1
+    }
+    assert value(c, "deskfleet_dispatch_latency_seconds_count") == 7
+    assert value(c, "deskfleet_action_duration_seconds_count", kind="diag.echo") == 2
+    assert value(c, "deskfleet_action_duration_seconds_count", kind="diag.fail") == 5
+    # Both runs spent their whole life RUNNING, counted when they left it.
+    assert set(labelled(c, "deskfleet_run_state_seconds_total")) == {
+        frozenset({("kind", "plan"), ("state", "RUNNING")})
+    }
+    assert labelled(c, "deskfleet_runs") == {
+        frozenset({("state", "SUCCEEDED")}): 1,
+        frozenset({("state", "FAILED")}): 1,
+    }
+    assert value(c, "deskfleet_workers_online", capability="headless", replica="r1") == 1
+    assert value(c, "deskfleet_workers_online", capability="computer_use", replica="r1") == 0
+    assert value(c, "deskfleet_worker_streams", replica="r1") == 1
+    assert value(c, "deskfleet_kill_switches_engaged", scope="worker") == 1
+    assert value(c, "deskfleet_kill_switches_engaged", scope="fleet") == 0
+    assert value(c, "deskfleet_approvals_waiting") == 0
+    assert value(c, "deskfleet_store_up") == 1
+    assert labelled(c, "deskfleet_recovery_attempts_total") == {}
+    assert labelled(c, "deskfleet_store_errors_total") == {}
+
+    w = scrape(w_port)
+    assert labelled(w, "deskfleet_worker_actions_total") == {
+        frozenset({("kind", "diag.echo"), ("status", "succeeded")}): 2,
+        frozenset({("kind", "diag.fail"), ("status", "failed")}): 4,
+        frozenset({("kind", "diag.fail"), ("status", "succeeded")}): 1,
+    }
+    assert value(w, "deskfleet_worker_connected") == 1
+    assert value(w, "deskfleet_worker_reconnects_total") == 0
+    assert labelled(w, "deskfleet_worker_screenshot_bytes_total") == {}
+    assert labelled(w, "deskfleet_worker_browser_pages_total") == {}
+
+    # A coordinator restart under a running attempt: the new process counts the worker's
+    # reconnect reconciliation as a recovery that kept the attempt, and the worker a reconnect.
+    coordinator.cli("kill", "release", "--worker", worker.worker_id, "--reason", "done")
+    slow = submit(
+        coordinator,
+        write_plan(
+            tmp_path / "slow.json",
+            [{"kind": "diag.sleep", "args": {"seconds": 3}, "idempotent": True}],
+        ),
+    )
+    wait_run(coordinator, slow["id"], lambda r: r["actions"][0]["status"] == "STARTED")
+    port = coordinator.port
+    coordinator.stop()
+    coordinator.start(port=port)
+    c_port = coordinator_metrics_port(coordinator)
+    run = wait_run(coordinator, slow["id"], lambda r: r["status"] == "SUCCEEDED")
+    assert [a["attempts"] for a in run["actions"]] == [1]
+    c = scrape(c_port)
+    assert labelled(c, "deskfleet_recovery_attempts_total") == {
+        frozenset({("path", "reconnect")}): 1
+    }
+    assert labelled(c, "deskfleet_recovery_successes_total") == {
+        frozenset({("path", "reconnect")}): 1
+    }
+    assert labelled(c, "deskfleet_actions_total") == {
+        frozenset({("kind", "diag.sleep"), ("status", "succeeded")}): 1
+    }
+    assert labelled(c, "deskfleet_retries_total") == {}
+    # The new process found when the run entered RUNNING in the store, before the sleep.
+    assert value(c, "deskfleet_run_state_seconds_total", kind="plan", state="RUNNING") >= 2.9
+    w = scrape(w_port)
+    assert value(w, "deskfleet_worker_reconnects_total") == 1
+    assert value(w, "deskfleet_worker_connected") == 1
+
+
+def _serve(workdir: Path, db_url: str, listen: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            BIN / "deskfleet-coordinator",
+            "serve",
+            "--db",
+            db_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            listen,
+        ],
+        capture_output=True,
+        text=True,
+        env=base_env(workdir),
+        timeout=60,
+    )
+
+
+def test_a_taken_or_malformed_metrics_address_stops_the_coordinator_with_one_line(
+    tmp_path: Path, taken_port: int
+) -> None:
+    proc = CoordinatorProcess(tmp_path / "coord")
+    proc.init()
+    done = _serve(proc.workdir, proc.db_url, f"127.0.0.1:{taken_port}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"deskfleet-coordinator: cannot serve metrics on 127.0.0.1:{taken_port}:"
+        " Address already in use"
+    )
+    assert "listening on" not in done.stdout
+    for bad in ("nonsense", "127.0.0.1:http", "127.0.0.1:70000"):
+        done = _serve(proc.workdir, proc.db_url, bad)
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"deskfleet-coordinator: --metrics-listen: expected HOST:PORT, not {bad!r}"
+        )
+        assert "Traceback" not in done.stderr
+
+
+def test_a_taken_metrics_port_stops_the_worker_with_one_line(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], taken_port: int
+) -> None:
+    worker = workers("w", start=False)
+    assert worker.enroll().returncode == 0
+    done = subprocess.run(
+        [
+            BIN / "deskfleet-worker",
+            "run",
+            "--state-dir",
+            str(worker.state_dir),
+            "--metrics-listen",
+            f"127.0.0.1:{taken_port}",
+        ],
+        capture_output=True,
+        text=True,
+        env=worker.env(),
+        timeout=60,
+    )
+    assert done.returncode == 1, tail(worker.log)
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"deskfleet-worker: cannot serve metrics on 127.0.0.1:{taken_port}: Address already in use"
+    )
+    assert "Traceback" not in done.stderr
