@@ -1,8 +1,8 @@
 """Kill switch latency: Engage returning -> every worker acknowledged, beside a unary RPC.
 
   fleet      one real `deskfleet-worker run` plus S simulated workers (bench/simulated_workers.py,
-             one process, real WorkerGateway streams) that apply each push and answer kill_ack
-             at once, noting when the push arrived
+             processes of up to 500, real WorkerGateway streams) that apply each push and
+             answer kill_ack at once, noting when the push arrived
   figure     over C engage/release cycles of a fleet kill switch (KillSwitchService, admin):
                push reached all   Engage returned -> the last simulated worker got the push
                                   (wall clock in both processes, same machine)
@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from bench.simulated_workers import SimulatorProcess  # noqa: E402
+from bench.simulated_workers import SimulatedFleet  # noqa: E402
 from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
 from coordinator.store.engine import create_store_engine  # noqa: E402
 from coordinator.store.models import KillAckRow  # noqa: E402
@@ -126,7 +126,7 @@ def status_acked(
 
 
 def cycle(
-    client: Client, sim: SimulatorProcess, total: int, index: int, pause: float
+    client: Client, sim: SimulatedFleet, total: int, index: int, pause: float
 ) -> dict[str, Any]:
     """One engage then one release; ms from each RPC's return (and call) to push and acks."""
     out: dict[str, Any] = {}
@@ -205,18 +205,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             Path(tmp) / "coord", heartbeat=HEARTBEAT, lease=LEASE, sweep=60.0
         )
         worker = WorkerProcess(coordinator, "bench-real")
-        sim: SimulatorProcess | None = None
+        sim: SimulatedFleet | None = None
         client: Client | None = None
         try:
             coordinator.start()
             client = Client(coordinator)
             worker.start().wait_online(90)
-            sim = SimulatorProcess(
-                coordinator.address, coordinator.admin_token_file, simulated, Path(tmp) / "sim.log"
+            sim = SimulatedFleet(
+                coordinator.address, coordinator.admin_token_file, Path(tmp) / "sims"
             )
-            spawned = time.perf_counter()
-            timings = sim.wait_ready(180)
-            ready_s = time.perf_counter() - spawned
+            ready_s = sim.grow(simulated, timeout=180)
+            timings = {k: max(t.get(k, 0.0) for t in sim.timings) for k in ("enroll", "connect")}
             c = client
             wait_until(lambda: c.online() >= total, 60, 0.2, f"{total} workers online")
             baseline = timed(client.whoami, n_base, warmup=50)
@@ -225,8 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             samples = [cycle(client, sim, total, i, args.poll_ms / 1000) for i in range(cycles)]
             if worker.proc is not None and worker.proc.poll() is not None:
                 raise RuntimeError(f"the real worker exited: {tail(worker.log, 3)}")
-            if sim.proc.poll() is not None:
-                raise RuntimeError("the simulator exited during the measurement")
+            sim.check()
         finally:
             if sim is not None:
                 sim.stop()

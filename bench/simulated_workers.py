@@ -1,6 +1,6 @@
 """K simulated workers in one process, speaking the real WorkerGateway protocol.
 
-Usage: simulated_workers.py --coordinator ADDR --admin-token-file PATH --count K
+Usage: simulated_workers.py --coordinator ADDR --admin-token-file PATH --count K [--reconnect]
 
 Creates one enrollment token with K uses, enrolls K workers concurrently, opens K Connect
 streams from one event loop (Hello, then heartbeats at the welcome interval, reading acks),
@@ -9,7 +9,10 @@ Timing lines (`TIMING enroll=... connect=...`) come before READY for the caller 
 Kill switch pushes are applied and acknowledged (`kill_ack`) at once, as a worker does; once a
 change has reached all K streams, one line `KILL ID ENGAGED first=T median=T last=T` gives the
 wall-clock (time.time()) arrival times. SimulatorProcess is the parent side of that protocol,
-used by bench/fleet_status.py, bench/runs.py and bench/kill_switch.py.
+used by bench/fleet_status.py, bench/runs.py and bench/kill_switch.py; SimulatedFleet starts
+several of them in waves, for fleets larger than one process should hold (bench/recovery.py).
+With --reconnect a stream that ends is opened again after the worker's own backoff, as a real
+worker does (bench/recovery.py kills the coordinator under them); without it, it is fatal.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import grpc  # noqa: E402
 
 from shared.advertisement import Advertisement, Capability  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, worker_pb2, worker_pb2_grpc  # noqa: E402  # noqa: E402
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, worker_pb2, worker_pb2_grpc  # noqa: E402
+from worker_agent.backoff import Backoff  # noqa: E402
 
 # Same keepalives as the real worker; a local subchannel pool gives every simulated worker its
 # own TCP connection, as K separate machines would have (channels otherwise share one).
@@ -106,9 +110,16 @@ class SimulatedWorker:
     """One stream: Hello, Welcome, then heartbeats and acks until cancelled."""
 
     def __init__(
-        self, index: int, address: str, credential: str, arrivals: KillArrivals | None = None
+        self,
+        index: int,
+        address: str,
+        credential: str,
+        arrivals: KillArrivals | None = None,
+        reconnect: bool = False,
     ) -> None:
         self.index = index
+        self.reconnect = reconnect
+        self.connects = 0
         self.address = address
         self.metadata = auth_metadata(credential)
         self.welcomed = asyncio.Event()
@@ -119,6 +130,20 @@ class SimulatedWorker:
         self.writing = asyncio.Lock()
 
     async def run(self) -> None:
+        """One stream; with `reconnect`, a new one after each end, paced like a real worker."""
+        backoff = Backoff()
+        while True:
+            welcomed_before = self.connects
+            try:
+                await self._stream()
+            except (grpc.aio.AioRpcError, RuntimeError, TimeoutError):
+                if not self.reconnect:
+                    raise
+            if self.connects > welcomed_before:  # a stream that was welcome starts over
+                backoff.reset()
+            await asyncio.sleep(backoff.next_delay())
+
+    async def _stream(self) -> None:
         async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
             call = worker_pb2_grpc.WorkerGatewayStub(channel).Connect(metadata=self.metadata)
             try:
@@ -136,6 +161,7 @@ class SimulatedWorker:
                 for kill in first.welcome.kills:
                     async with self.writing:
                         await call.write(_kill_ack(kill))
+                self.connects += 1
                 self.welcomed.set()
                 beats = asyncio.create_task(self._heartbeats(call, first.welcome))
                 try:
@@ -227,7 +253,10 @@ async def main_async(args: argparse.Namespace, admin_token: str) -> None:
     credentials = await enroll_all(args.coordinator, admin_token, args.count)
     enrolled = time.perf_counter()
     arrivals = KillArrivals(args.count, lambda line: print(line, flush=True))
-    workers = [SimulatedWorker(i, args.coordinator, c, arrivals) for i, c in enumerate(credentials)]
+    workers = [
+        SimulatedWorker(i, args.coordinator, c, arrivals, args.reconnect)
+        for i, c in enumerate(credentials)
+    ]
     tasks = [asyncio.create_task(w.run(), name=f"sim-{w.index}") for w in workers]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -262,7 +291,9 @@ async def main_async(args: argparse.Namespace, admin_token: str) -> None:
 class SimulatorProcess:
     """This script as a child process of the bench; stopped by closing its stdin."""
 
-    def __init__(self, address: str, admin_token_file: Path, count: int, log: Path) -> None:
+    def __init__(
+        self, address: str, admin_token_file: Path, count: int, log: Path, reconnect: bool = False
+    ) -> None:
         self.count = count
         self.log = log
         self._log_file = log.open("w")
@@ -276,6 +307,7 @@ class SimulatorProcess:
                 str(admin_token_file),
                 "--count",
                 str(count),
+                *(["--reconnect"] if reconnect else []),
             ],
             # Unbuffered bytes: a buffered reader could swallow READY behind the select().
             stdin=subprocess.PIPE,
@@ -347,6 +379,84 @@ class SimulatorProcess:
         self._log_file.close()
 
 
+class SimulatedFleet:
+    """`total` simulated workers over several simulator processes of at most `size` each,
+    started `wave` processes at a time: thousands of Hellos at once leave some streams
+    without a Welcome for longer than WELCOME_TIMEOUT on a two-core machine."""
+
+    SIZE, WAVE = 500, 2
+
+    def __init__(
+        self,
+        address: str,
+        admin_token_file: Path,
+        logs: Path,
+        *,
+        size: int = SIZE,
+        wave: int = WAVE,
+        reconnect: bool = False,
+    ) -> None:
+        self.address = address
+        self.admin_token_file = admin_token_file
+        self.logs = logs
+        self.size = size
+        self.wave = wave
+        self.reconnect = reconnect
+        self.sims: list[SimulatorProcess] = []
+        self.timings: list[dict[str, float]] = []
+
+    @property
+    def count(self) -> int:
+        return sum(sim.count for sim in self.sims)
+
+    def grow(self, total: int, timeout: float) -> float:
+        """Add processes until `total` workers are welcome; returns the seconds it took."""
+        started = time.perf_counter()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        while (missing := total - self.count) > 0:
+            wave: list[SimulatorProcess] = []
+            for _ in range(self.wave):
+                count = min(self.size, missing - sum(sim.count for sim in wave))
+                if count <= 0:
+                    break
+                log = self.logs / f"simulator-{len(self.sims) + len(wave)}.log"
+                wave.append(
+                    SimulatorProcess(
+                        self.address, self.admin_token_file, count, log, self.reconnect
+                    )
+                )
+            self.sims += wave  # before waiting, so that stop() ends them whatever happens
+            self.timings += [sim.wait_ready(timeout) for sim in wave]
+        return time.perf_counter() - started
+
+    def wait_kill(self, kill_id: str, engaged: bool, timeout: float) -> dict[str, float]:
+        """Block until the change reached every stream of every process: the first and last
+        arrival times over the fleet, and the median of the processes' medians."""
+        deadline = time.monotonic() + timeout
+        marks = [
+            sim.wait_kill(kill_id, engaged, max(0.0, deadline - time.monotonic()))
+            for sim in self.sims
+        ]
+        return {
+            "first": min(m["first"] for m in marks),
+            "median": statistics.median(m["median"] for m in marks),
+            "last": max(m["last"] for m in marks),
+        }
+
+    def check(self) -> None:
+        """Raises when a simulator process has exited (its counts would no longer hold)."""
+        for sim in self.sims:
+            if sim.proc.poll() is not None:
+                raise RuntimeError(
+                    f"a simulator (K={sim.count}) exited {sim.proc.returncode}:"
+                    f" {_last_line(sim.log)}"
+                )
+
+    def stop(self) -> None:
+        for sim in self.sims:
+            sim.stop()
+
+
 def _last_line(path: Path) -> str:
     lines = path.read_text(errors="replace").strip().splitlines()
     return lines[-1] if lines else "(no output)"
@@ -357,6 +467,9 @@ def main() -> int:
     parser.add_argument("--coordinator", required=True, help="HOST:PORT")
     parser.add_argument("--admin-token-file", required=True)
     parser.add_argument("--count", type=int, required=True)
+    parser.add_argument(
+        "--reconnect", action="store_true", help="open a stream again when it ends, with backoff"
+    )
     args = parser.parse_args()
     if args.count < 1:
         parser.error("--count must be at least 1")

@@ -1,0 +1,271 @@
+"""The suite's benchmarks: each SPEC §6 figure, from the script that measures it, beside its
+baseline. A group runs one script (in quick or full mode) and turns its document into figure
+entries (bench/figures.py); bench/suite.py runs each group in a process of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from bench.figures import figure
+
+Group = Callable[[bool], list[dict[str, Any]]]
+
+FLEET_FULL = (1000, 5000, 10000)
+FLEET_QUICK = (300,)
+KILL_SWITCH_WORKERS = {False: 1000, True: 200}  # real + simulated; SPEC: at 1k workers
+
+
+def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
+    from bench import runs
+
+    doc = runs.run(argparse.Namespace(quick=quick))
+    echo = doc["baselines"]["raw_two_hop_echo"]
+    raw = doc["baselines"]["raw_batched_insert"]
+    out = []
+    for key, who in (
+        ("round_trip_real_worker", "real worker"),
+        ("round_trip_simulated_worker", "simulated worker"),
+    ):
+        trip = doc["figures"][key]
+        for stat in ("p50", "p99"):
+            out.append(
+                figure(
+                    "round_trip",
+                    f"no-op action round trip {stat}, {who}",
+                    trip[f"{stat}_ms"],
+                    "ms",
+                    baseline=(f"raw grpc.aio two-hop echo {stat}", echo[f"{stat}_ms"]),
+                    params={"samples": trip["n"], "path": "SubmitRun + WaitRun, durable receipt"},
+                )
+            )
+    ingest = doc["figures"]["ingest_50_workers"]
+    out.append(
+        figure(
+            "ingest",
+            "receipts made durable per second, 50 simulated workers",
+            ingest["receipts_per_s"],
+            "/s",
+            better="higher",
+            baseline=("raw SQLAlchemy batched insert of equal rows", raw["rows_per_s"]),
+            params={
+                "receipts": ingest["receipts"],
+                "runs": ingest["runs"],
+                "baseline_rows": raw["rows"],
+                "baseline_batch": raw["batch"],
+                "store": doc["store"],
+            },
+        )
+    )
+    return out
+
+
+def fleet_scale(quick: bool) -> list[dict[str, Any]]:
+    from bench import fleet_status
+
+    doc = fleet_status.run(list(FLEET_QUICK if quick else FLEET_FULL), quick)
+    out = []
+    settings = doc["settings"]
+    for s in doc["steps"]:
+        k = s["k"]
+        params = {
+            "simulated_workers": k,
+            "simulator_processes": s["simulator_processes"],
+            "heartbeat_s": settings["heartbeat_s"],
+            "lease_s": settings["lease_s"],
+            "store": settings["store"],
+            "grow_s": round(s["grow_s"], 2),
+        }
+        out += [
+            figure(
+                "fleet_scale",
+                f"connected simulated workers, K={k}",
+                s["headless_online"],
+                "workers",
+                better="higher",
+                params=params,
+            ),
+            figure(
+                "fleet_scale",
+                f"GetWorkerStatus p99, K={k}",
+                s["status"]["p99_ms"],
+                "ms",
+                baseline=("gRPC health Check p99, same K", s["health"]["p99_ms"]),
+                params={**params, "p50_ms": s["status"]["p50_ms"], "samples": s["status"]["n"]},
+            ),
+            figure(
+                "fleet_scale",
+                f"coordinator RSS, K={k}",
+                s["rss_mib"],
+                "MiB",
+                params={**params, "rss_with_no_workers_mib": round(doc["idle"]["rss_mib"], 1)},
+            ),
+            figure(
+                "fleet_scale",
+                f"coordinator CPU holding K={k} (heartbeats only)",
+                s["cpu_percent_of_one_core"],
+                "% of a core",
+                params={**params, "window_s": round(s["hold_s"], 1)},
+            ),
+        ]
+    return out
+
+
+def kill_switch(quick: bool) -> list[dict[str, Any]]:
+    from bench import kill_switch as bench
+
+    total = KILL_SWITCH_WORKERS[quick]
+    doc = bench.run(
+        argparse.Namespace(quick=quick, simulated=total - 1, cycles=0, poll_ms=bench.POLL_MS)
+    )
+    f, base, s = doc["figures"], doc["baseline"], doc["settings"]
+    acked = f["engage_coordinator_got_all_acks"]
+    params = {
+        "workers": total,
+        "real_workers": 1,
+        "cycles": s["cycles"],
+        "from": "Engage returning, to the coordinator reading the last worker's ack",
+        "push_reached_all_p99_ms": f["engage_push_all"]["p99_ms"],
+        "status_shows_all_acked_p99_ms": f["engage_status_all"]["p99_ms"],
+    }
+    return [
+        figure(
+            "kill_switch",
+            f"kill switch engage -> all {total} acknowledged {stat}",
+            acked[f"{stat}_ms"],
+            "ms",
+            baseline=(f"WhoAmI unary round trip {stat}", base[f"{stat}_ms"]),
+            params=params,
+        )
+        for stat in ("p50", "p99")
+    ]
+
+
+def screenshot(quick: bool) -> list[dict[str, Any]]:
+    from bench import screenshot as bench
+
+    doc = bench.run(argparse.Namespace(quick=quick))
+    e2e, raw, s = doc["figure"], doc["baseline"], doc["settings"]
+    params = {
+        "frames": s["frames"],
+        "resolution": s["resolution"],
+        "encoding": s["encoding"],
+        "screen": s["screen"],
+        "path": "DesktopService.Act(screenshot) + GetArtifact, one at a time",
+    }
+    return [
+        figure(
+            "screenshot",
+            "screenshot action end to end, frames/s",
+            e2e["fps"],
+            "frames/s",
+            better="higher",
+            baseline=("raw mss grab + the same encode, one process", raw["fps"]),
+            params=params,
+        ),
+        figure(
+            "screenshot",
+            "screenshot action end to end p50",
+            e2e["p50_ms"],
+            "ms",
+            baseline=("raw mss grab + the same encode p50", raw["p50_ms"]),
+            params=params,
+        ),
+    ]
+
+
+def research(quick: bool) -> list[dict[str, Any]]:
+    from bench import research as bench
+
+    doc = bench.run(argparse.Namespace(quick=quick, workers=1))
+    fig, base = doc["figure"], doc["baseline"]
+    return [
+        figure(
+            "research",
+            "research pages fetched and extracted per second, 1 worker",
+            fig["pages_per_s"],
+            "pages/s",
+            better="higher",
+            baseline=("naive sequential Playwright goto + inner_text", base["pages_per_s"]),
+            params={"pages": fig["pages"], "runs": fig["runs"], "site": "local test site"},
+        )
+    ]
+
+
+def recovery(quick: bool) -> list[dict[str, Any]]:
+    from bench import recovery as bench
+
+    doc = bench.run(quick)
+    marks, s = doc["seconds_after_kill"], doc["settings"]
+    params = {
+        **s,
+        "coordinator_up_s": round(marks["coordinator_up"], 2),
+        "runs_interrupted": doc["runs_interrupted"],
+    }
+    workers = s["real_workers"] + s["simulated_workers"]
+    return [
+        figure(
+            "recovery",
+            f"coordinator SIGKILL -> all {workers} workers reconnected",
+            marks["reconnected"],
+            "s",
+            params=params,
+        ),
+        figure(
+            "recovery",
+            f"coordinator SIGKILL -> all {doc['runs_interrupted']} interrupted runs resumed",
+            marks["resumed"],
+            "s",
+            params=params,
+        ),
+        figure(
+            "recovery",
+            f"coordinator SIGKILL -> all {s['runs']} runs completed",
+            marks["completed"],
+            "s",
+            params=params,
+        ),
+    ]
+
+
+def journal_search(quick: bool) -> list[dict[str, Any]]:
+    from bench import journal_search as bench
+
+    doc = bench.run(quick)
+    entries = doc["store"]["entries"]
+    params = {
+        **doc["settings"],
+        "entries": entries,
+        "entries_per_run": doc["store"]["entries_per_run"],
+        "fill_s": round(doc["store"]["seconds"], 1),
+        "database_mib": doc["store"]["database_mib"],
+    }
+    return [
+        figure(
+            "journal_search",
+            f"journal search p99 over {entries:,} entries, {label} word",
+            result["p99_ms"],
+            "ms",
+            params={
+                **params,
+                "word": result["word"],
+                "p50_ms": result["p50_ms"],
+                "matches_mean": result["matches_mean"],
+            },
+        )
+        for label, result in doc["searches"].items()
+    ]
+
+
+# In the order they run: the cheapest first, so that a developer sees figures soon.
+GROUPS: dict[str, Group] = {
+    "round_trip": round_trip_and_ingest,
+    "journal_search": journal_search,
+    "fleet_scale": fleet_scale,
+    "kill_switch": kill_switch,
+    "recovery": recovery,
+    "screenshot": screenshot,
+    "research": research,
+}

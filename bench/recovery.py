@@ -1,0 +1,152 @@
+"""Recovery: the coordinator killed with SIGKILL mid-work, then everything running again.
+
+  fleet     W real `deskfleet-worker run` processes and S simulated workers that reconnect as
+            a real worker does (bench/simulated_workers.py --reconnect, in their own processes)
+  work      R runs of A no-op actions each (diag.echo, idempotent), submitted before the kill;
+            the coordinator is killed once a tenth of the actions have receipts
+  restart   a new coordinator process at once, on the same store and the same port
+  figures   seconds from the SIGKILL to:
+              coordinator up          the new process listens
+              workers reconnected     every worker holds a new lease (its lease_expires_at is
+                                      later than any lease the killed process could have given)
+              runs resumed            every run that was not finished has a new receipt (its
+                                      count of succeeded actions above the first read after
+                                      the restart)
+              runs completed          every run SUCCEEDED
+There is no baseline: the figures are absolute. They include the workers' reconnection
+backoff (up to 0.5 s, doubling per failed attempt) and a real worker measuring its
+capabilities again on connecting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.runs import Client  # noqa: E402
+from bench.simulated_workers import SimulatedFleet  # noqa: E402
+from shared.gen.deskfleet.v1 import fleet_pb2, runs_pb2  # noqa: E402
+from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until  # noqa: E402
+
+HEARTBEAT, LEASE = 5.0, 15.0  # the coordinator's defaults
+TIMEOUT = 180.0
+POLL = 0.1
+
+
+def sizes(quick: bool) -> dict[str, int]:
+    if quick:
+        return {"real_workers": 1, "simulated_workers": 100, "runs": 10, "actions_per_run": 50}
+    return {"real_workers": 2, "simulated_workers": 1000, "runs": 40, "actions_per_run": 100}
+
+
+def _runs(client: Client, ids: set[str]) -> dict[str, runs_pb2.Run]:
+    listed = client.runs.ListRuns(
+        runs_pb2.ListRunsRequest(limit=1000), metadata=client.metadata, timeout=30
+    )
+    return {r.id: r for r in listed.runs if r.id in ids}
+
+
+def _reconnected(client: Client, since: float) -> int:
+    """Workers holding a lease that only a stream opened after `since` can have given."""
+    status = client.fleet.GetWorkerStatus(
+        fleet_pb2.GetWorkerStatusRequest(), metadata=client.metadata, timeout=30
+    )
+    return sum(
+        1
+        for w in status.workers
+        if w.online and w.lease_expires_at.ToMicroseconds() / 1e6 > since + LEASE
+    )
+
+
+def run(quick: bool) -> dict[str, Any]:
+    size = sizes(quick)
+    total_workers = size["real_workers"] + size["simulated_workers"]
+    with (
+        tempfile.TemporaryDirectory(prefix="deskfleet-bench-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        coordinator = CoordinatorProcess(
+            Path(tmp) / "coord", heartbeat=HEARTBEAT, lease=LEASE, sweep=1.0
+        )
+        stack.callback(coordinator.stop)
+        coordinator.start()
+        client = Client(coordinator)
+        stack.callback(client.channel.close)
+        workers = [WorkerProcess(coordinator, f"real-{i}") for i in range(size["real_workers"])]
+        for w in workers:
+            stack.callback(w.stop)
+            w.start()
+        for w in workers:
+            w.wait_online(90)
+        fleet = SimulatedFleet(
+            coordinator.address, coordinator.admin_token_file, Path(tmp) / "sims", reconnect=True
+        )
+        stack.callback(fleet.stop)
+        fleet.grow(size["simulated_workers"], timeout=180)
+        wait_until(
+            lambda: client.online() >= total_workers, 60, 0.2, f"{total_workers} workers online"
+        )
+
+        ids = {client.submit(size["actions_per_run"]) for _ in range(size["runs"])}
+        actions = size["runs"] * size["actions_per_run"]
+        wait_until(
+            lambda: sum(r.actions_succeeded for r in _runs(client, ids).values()) >= actions // 10,
+            120,
+            0.05,
+            "a tenth of the actions to succeed",
+        )
+        killed = time.time()
+        assert coordinator.proc is not None
+        coordinator.kill()
+        coordinator.start(port=coordinator.port)
+        marks: dict[str, float] = {"coordinator_up": time.time() - killed}
+        # A new channel: the old one may sit in its reconnection backoff after the kill.
+        client = Client(coordinator)
+        stack.callback(client.channel.close)
+        first = _runs(client, ids)
+        done_at_kill = sum(1 for r in first.values() if r.status == "SUCCEEDED")
+        waiting = {i: r.actions_succeeded for i, r in first.items() if r.status != "SUCCEEDED"}
+        deadline = time.monotonic() + TIMEOUT
+        while len(marks) < 4:
+            if time.monotonic() > deadline:
+                missing = [m for m in ("reconnected", "resumed", "completed") if m not in marks]
+                raise TimeoutError(f"no {', '.join(missing)} {TIMEOUT:.0f} s after the kill")
+            now = time.time()
+            if "reconnected" not in marks and _reconnected(client, killed) >= total_workers:
+                marks["reconnected"] = now - killed
+            current = _runs(client, ids)
+            bad = [r for r in current.values() if r.status in ("FAILED", "CANCELLED")]
+            if bad:
+                raise RuntimeError(f"run {bad[0].id} ended {bad[0].status}: {bad[0].stop_reason}")
+            if "resumed" not in marks and all(
+                current[i].actions_succeeded > n or current[i].status == "SUCCEEDED"
+                for i, n in waiting.items()
+            ):
+                marks["resumed"] = now - killed
+            if "completed" not in marks and all(r.status == "SUCCEEDED" for r in current.values()):
+                marks["completed"] = now - killed
+            time.sleep(POLL)
+        for w in workers:
+            if w.proc is not None and w.proc.poll() is not None:
+                raise RuntimeError(f"worker {w.name} exited: {tail(w.log, 3)}")
+        fleet.check()
+    return {
+        "settings": {
+            **size,
+            "heartbeat_s": HEARTBEAT,
+            "lease_s": LEASE,
+            "store": "sqlite",
+            "kill": "SIGKILL once a tenth of the actions had receipts",
+        },
+        "runs_finished_before_the_kill": done_at_kill,
+        "runs_interrupted": len(waiting),
+        "seconds_after_kill": marks,
+    }
