@@ -18,7 +18,7 @@ from coordinator.store import Database, SchemaError
 from coordinator.store.engine import sqlite_path
 from coordinator.store.schema import upgrade
 from coordinator.tls import DEFAULT_HOSTS, DEFAULT_SERVER_DAYS, DEFAULT_WORKER_DAYS, init_ca
-from shared import __version__
+from shared import __version__, logs, tracing
 from shared.errors import AlreadyExistsError, DeskfleetError
 from shared.ids import new_id
 
@@ -132,6 +132,18 @@ def _parser() -> argparse.ArgumentParser:
         help="accept serving without TLS on a non-loopback address (loopback needs no flag)",
     )
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="json",
+        help="json: one JSON object per line with the run, action, worker and trace ids (default)",
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="HOST:PORT",
+        help="export trace spans over OTLP/gRPC (wins over OTEL_EXPORTER_OTLP_ENDPOINT;"
+        " default: no export)",
+    )
 
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)
@@ -245,11 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                 _write_secret(token_file, user.secret)
                 print(f"{note}; admin credential for {user.principal.name} written to {token_file}")
             return 0
-        logging.basicConfig(
-            level=args.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
+        endpoint = tracing.resolve_endpoint(args.otlp_endpoint)
+        logs.configure(args.log_level, args.log_format)
         if args.heartbeat_interval <= 0 or args.lease_ttl <= args.heartbeat_interval:
             raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
         if args.worker_cert_days <= 0:
@@ -276,7 +285,13 @@ def main(argv: list[str] | None = None) -> int:
             metrics_listen=args.metrics_listen,
             **({"replica": args.replica} if args.replica else {}),
         )
-        asyncio.run(_serve(config))
+        spans = tracing.Tracing(
+            tracing.COORDINATOR, {"service.instance.id": config.replica}, endpoint
+        ).start()
+        try:
+            asyncio.run(_serve(config))
+        finally:
+            spans.shutdown()
         return 0
     except (DeskfleetError, SchemaError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from coordinator import ledger, outcomes
+from coordinator.attempt_spans import AttemptSpans
 from coordinator.journal import JournalBus
 from coordinator.ledger import (
     Context,
@@ -29,6 +30,7 @@ from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import runs as run_queries
 from shared.errors import DeskfleetError
+from shared.logs import log_context
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class Dispatcher:
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._started = time.monotonic()
+        self._spans = AttemptSpans()
 
     async def __aenter__(self) -> Dispatcher:
         self._tasks = [
@@ -86,6 +89,7 @@ class Dispatcher:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self._spans.close()
 
     def context(self) -> Context:
         return Context(
@@ -113,9 +117,23 @@ class Dispatcher:
         for order in orders:
             if isinstance(order, DispatchOrder):
                 self.metrics.dispatched(order.ready_at)
+                order = self._spans.dispatched(order)
                 self._arm_timeout(order)
-            elif isinstance(order, ledger.ReceiptVerdict) and order.accepted:
-                self._disarm(order.action_id, order.attempt_id)
+                if log.isEnabledFor(logging.DEBUG):
+                    with log_context(
+                        run_id=order.run_id,
+                        action_id=order.action_id,
+                        attempt_id=order.attempt_id,
+                        worker_id=order.worker_id,
+                        trace_id=order.trace_id,
+                    ):
+                        log.debug("dispatching attempt %s of %s", order.attempt, order.kind)
+            elif isinstance(order, ledger.ReceiptVerdict):
+                if order.accepted:
+                    self._disarm(order.action_id, order.attempt_id)
+                self._spans.finished(
+                    order.action_id, order.attempt_id, ok=order.accepted, detail=order.reason
+                )
             if not self._presence.send(order.worker_id, order) and isinstance(order, DispatchOrder):
                 # The stream went away after the claim (or is on a replica that stopped): the
                 # worker's reconnect, or the lease, reconciles this attempt; nothing is lost.
@@ -180,6 +198,7 @@ class Dispatcher:
     async def _finalize_timeout(self, order: DispatchOrder) -> None:
         self._timers.pop((order.action_id, order.attempt_id), None)
         cause = f"timed out after {order.timeout_seconds:g} s"
+        self._spans.finished(order.action_id, order.attempt_id, ok=False, detail=cause)
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             action = run_queries.action(s, order.action_id)

@@ -68,6 +68,9 @@ class DispatchOrder:
     ready_at: float = 0.0  # when the action could first run: for the dispatch latency metric
     # Values of {{secret:NAME}} references, for the worker only: never journaled or stored.
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    trace_id: str = ""  # the run's
+    # The attempt's span, set by the replica that sends the order down the worker's stream.
+    traceparent: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ class IncomingReceipt:
     started_at: float
     finished_at: float
     artifacts: tuple[IncomingArtifact, ...] = ()
+    traceparent: str = ""  # the worker's span of the attempt
 
 
 @dataclass(frozen=True)
@@ -376,6 +380,7 @@ def claim(
         action.idempotent,
         action.timeout_seconds,
         ctx.now if ready_at is None else ready_at,
+        trace_id=run.trace_id,
     )
 
 

@@ -48,6 +48,7 @@ from shared.receipts import (
     decode_result,
     encode_result,
 )
+from shared.tracing import TraceParent
 
 
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
@@ -149,6 +150,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         result = decode_result(receipt.result_json) if receipt.result_json else None
     except ValueError:
         return [verdict(False, "the result is not valid JSON")]
+    traced = TraceParent.parse(receipt.traceparent) if receipt.traceparent else None
     body = encode_result(
         {
             "action": action.id,
@@ -163,6 +165,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
             "started_at": receipt.started_at,
             "finished_at": receipt.finished_at,
             "fingerprint": action.fingerprint,
+            **({"traceparent": traced.header()} if traced is not None else {}),
         }
     )
     row = ReceiptRow(
@@ -176,6 +179,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         body=body,
         sha256=content_hash(body),
         created_at=ctx.now,
+        traceparent=traced.header() if traced is not None else "",
     )
     s.add(row)
     _keep_artifacts(s, run, receipt, result, ctx)
@@ -196,6 +200,10 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         "sha256": row.sha256,
         "error": receipt.error,
     }
+    if traced is not None:
+        # The worker's own span of the attempt, to find its side of the trace from here.
+        entry["traceId"] = traced.trace_id
+        entry["spanId"] = traced.span_id
     result_text = encode_result(result)
     if len(result_text) > ARCHIVE_OVER:
         entry["result_preview"] = result_text[:PREVIEW_CHARS]

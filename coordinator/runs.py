@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +27,7 @@ from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, GuidanceRow, JournalRow, RunRow
 from coordinator.timeline import Timeline
+from shared import tracing
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -109,6 +111,7 @@ class RunView:
     guidance_queued: int = 0
     artifacts: tuple[ArtifactRow, ...] = ()
     timeline: Timeline | None = None
+    receipt_traces: Mapping[str, str] = dataclasses.field(default_factory=dict)  # id -> W3C
 
 
 @dataclass(frozen=True)
@@ -411,6 +414,7 @@ class Runs:
                 tuple(desktop_queries.artifacts_of_run(s, run_id)),
                 # Read with the run, so its status and the timeline's agree.
                 timelines.of_run(s, run_id, time.time()) if with_timeline else None,
+                run_queries.receipt_traces(s, run_id),
             )
 
         return await self._db.read(unit)
@@ -604,7 +608,13 @@ def new_run(
     now: float,
     status: str = ledger.RUNNING,
 ) -> RunRow:
-    """A fresh run row with its budgets at their starting values."""
+    """A fresh run row with its budgets at their starting values.
+
+    The run's trace is the caller's when the RPC came with one (the CLI always sends one).
+    """
+    caller = tracing.current()
+    trace_id = caller.trace_id if caller is not None else secrets.token_hex(16)
+    tracing.record_run(run_id, kind, trace_id)
     return RunRow(
         id=run_id,
         owner_id=owner_id,
@@ -623,7 +633,7 @@ def new_run(
         attempts_used=0,
         last_seq=0,
         last_hash="",
-        trace_id=secrets.token_hex(16),
+        trace_id=trace_id,
         created_at=now,
         updated_at=now,
         kind=kind,

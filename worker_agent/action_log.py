@@ -43,6 +43,7 @@ class StartedRecord:
     run_id: str
     kind: str
     started_at: float
+    traceparent: str = ""  # this worker's span of the attempt (W3C), to find it in a trace
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StartedRecord:
@@ -53,6 +54,7 @@ class StartedRecord:
             str(data["run_id"]),
             str(data["kind"]),
             float(data.get("started_at", 0.0)),
+            str(data.get("traceparent", "")),
         )
 
 
@@ -93,6 +95,7 @@ class ReceiptRecord:
     started_at: float
     finished_at: float
     artifacts: tuple[StoredArtifact, ...] = ()
+    traceparent: str = ""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReceiptRecord:
@@ -108,6 +111,7 @@ class ReceiptRecord:
             float(data["started_at"]),
             float(data["finished_at"]),
             artifacts,
+            str(data.get("traceparent", "")),
         )
 
     def to_proto(self) -> worker_pb2.Receipt:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from shared import __version__
+from shared import __version__, logs, tracing
 from shared.errors import (
     AuthenticationError,
     DeskfleetError,
@@ -112,6 +112,18 @@ def _parser() -> argparse.ArgumentParser:
         help="accept plaintext to a coordinator beyond this machine (loopback needs no flag)",
     )
     run.add_argument("--log-level", default="INFO")
+    run.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="json",
+        help="json: one JSON object per line with the run, action, worker and trace ids (default)",
+    )
+    run.add_argument(
+        "--otlp-endpoint",
+        metavar="HOST:PORT",
+        help="export trace spans over OTLP/gRPC (wins over OTEL_EXPORTER_OTLP_ENDPOINT;"
+        " default: no export)",
+    )
 
     kill = sub.add_parser(
         "kill",
@@ -262,6 +274,10 @@ async def _run(args: argparse.Namespace) -> None:
         port = metrics.serve(args.metrics_listen)
         host = args.metrics_listen.rsplit(":", 1)[0]
         logging.getLogger("deskfleet.worker").info("metrics on %s:%d", host, port)
+    logs.add_static(worker_id=identity.worker_id)
+    spans = tracing.Tracing(
+        tracing.WORKER, {"service.instance.id": identity.worker_id}, args.otlp_endpoint
+    ).start()
     transport = None
     if state.tls:
         transport = WorkerTransport(state, identity, credential)
@@ -326,6 +342,8 @@ async def _run(args: argparse.Namespace) -> None:
         await asyncio.to_thread(browser.close)
         if visible is not None:
             await asyncio.to_thread(visible.close)
+        # Last: spans of attempts cancelled above are ended by now, and exported.
+        await asyncio.to_thread(spans.shutdown)
 
 
 def _kill(args: argparse.Namespace) -> str:
@@ -370,11 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "kill":
             print(_kill(args))
             return 0
-        logging.basicConfig(
-            level=args.log_level.upper(),
-            stream=sys.stderr,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        args.otlp_endpoint = tracing.resolve_endpoint(args.otlp_endpoint)
+        logs.configure(args.log_level, args.log_format)
         asyncio.run(_run(args))
         return 0
     except (AuthenticationError, PermissionDeniedError) as exc:

@@ -16,9 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from opentelemetry.trace import SpanKind, StatusCode
+
+from shared import tracing
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2
+from shared.logs import log_context
 from shared.receipts import safe_text
+from shared.tracing import TraceParent
 from worker_agent.action_log import (
     ActionLog,
     ReceiptRecord,
@@ -30,6 +35,7 @@ from worker_agent.actions import (
     CANCELLED,
     FAILED,
     REFUSED,
+    SUCCEEDED,
     ActionContext,
     ActionRefused,
     ActionRegistry,
@@ -189,6 +195,7 @@ class ActionExecutor:
             error=safe_text(reason),
             started_at=now,
             finished_at=now,
+            traceparent=d.traceparent,
         )
         self._emit(worker_pb2.WorkerMessage(receipt=receipt))
         self.observe(d.kind, REFUSED, 0)
@@ -204,9 +211,35 @@ class ActionExecutor:
             self._sink(message)
 
     def _execute(self, attempt: Attempt) -> None:
-        """Pool thread: record the start, act, record the receipt; hand both to the loop."""
+        """Pool thread: the attempt in its own span (child of the coordinator's) and log ids."""
+        d = attempt.dispatch
+        parent = TraceParent.parse(d.traceparent) if d.traceparent else None
+        with (
+            tracing.tracer().start_as_current_span(
+                f"action {d.kind}",
+                context=parent.context() if parent is not None else None,
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    "deskfleet.run.id": d.run_id,
+                    "deskfleet.action.id": d.action_id,
+                    "deskfleet.action.kind": d.kind,
+                    "deskfleet.attempt.id": d.attempt_id,
+                    "deskfleet.attempt.number": d.attempt,
+                },
+            ) as span,
+            log_context(run_id=d.run_id, action_id=d.action_id, attempt_id=d.attempt_id),
+        ):
+            own = tracing.of_span(span)
+            status = self._act(attempt, own.header() if own is not None else d.traceparent)
+            span.set_attribute("deskfleet.outcome", status)
+            if status != SUCCEEDED:
+                span.set_status(StatusCode.ERROR)
+
+    def _act(self, attempt: Attempt, traceparent: str) -> str:
+        """Record the start, act, record the receipt; hand both to the loop. The status."""
         d = attempt.dispatch
         started_at = time.time()
+        status = FAILED
         try:
             if attempt.ctx.cancelled.is_set():
                 outcome = Outcome(CANCELLED, error="ActionCancelled: cancelled before it started")
@@ -214,7 +247,13 @@ class ActionExecutor:
                 try:
                     self.log.begin(
                         StartedRecord(
-                            d.action_id, d.attempt_id, d.epoch, d.run_id, d.kind, started_at
+                            d.action_id,
+                            d.attempt_id,
+                            d.epoch,
+                            d.run_id,
+                            d.kind,
+                            started_at,
+                            traceparent,
                         )
                     )
                 except OSError as exc:
@@ -241,6 +280,7 @@ class ActionExecutor:
                 started_at,
                 time.time(),
                 artifacts,
+                traceparent,
             )
             try:
                 self.log.finish(receipt)
@@ -248,8 +288,10 @@ class ActionExecutor:
                 log.error("could not record the receipt of %s: %s", d.action_id, exc)
             log.info("attempt %s of %s %s", d.attempt_id, d.action_id, outcome.status)
             self._to_loop(self._on_finished, attempt, receipt)
+            status = outcome.status
         except Exception:  # a pool swallows exceptions; this one is a defect worth seeing
             log.exception("attempt %s of %s broke down", d.attempt_id, d.action_id)
+        return status
 
     def _keep_artifacts(self, attempt: Attempt) -> tuple[StoredArtifact, ...]:
         kept = []

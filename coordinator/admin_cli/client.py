@@ -18,15 +18,24 @@ from shared.gen.deskfleet.v1 import (
     runs_pb2_grpc,
     worker_pb2_grpc,
 )
+from shared.tracing import METADATA_KEY, TraceParent
 from shared.transport import is_loopback, plaintext_warning
 
 Response = TypeVar("Response")
 
 
 class CoordinatorClient:
-    def __init__(self, config: ClientConfig, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        timeout: float = 10.0,
+        traceparent: TraceParent | None = None,
+    ) -> None:
         self.config = config
         self.timeout = timeout
+        # One trace per command: every call of it carries the same parent span.
+        self._trace = ((METADATA_KEY, (traceparent or TraceParent.new()).header()),)
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         ca = config.read_ca()
         if ca is not None:
@@ -56,7 +65,7 @@ class CoordinatorClient:
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         if self._metadata is None:
-            self._metadata = auth_metadata(self.config.read_token())
+            self._metadata = auth_metadata(self.config.read_token()) + self._trace
         return self._metadata
 
     def call(
@@ -67,7 +76,7 @@ class CoordinatorClient:
         authenticated: bool = True,
         timeout: float | None = None,
     ) -> Response:
-        metadata = self.metadata() if authenticated else ()
+        metadata = self.metadata() if authenticated else self._trace
         try:
             return method(request, metadata=metadata, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:

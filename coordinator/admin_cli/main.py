@@ -13,7 +13,7 @@ from pathlib import Path
 
 from coordinator.admin_cli import desktop_commands, render, runs_commands
 from coordinator.admin_cli.client import CoordinatorClient
-from shared import __version__
+from shared import __version__, tracing
 from shared.config import ClientConfig, parse_duration
 from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import admin_pb2, fleet_pb2
@@ -282,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         config = ClientConfig.resolve(args.coordinator, args.token_file, args.ca_file)
         if args.timeout <= 0:
             raise InvalidArgumentError("--timeout must be positive")
-        with CoordinatorClient(config, timeout=args.timeout) as client:
+        command = getattr(args.run, "__name__", "command").strip("_").replace("_", " ")
+        with (
+            tracing.command_span(f"deskfleet {command}") as trace,
+            CoordinatorClient(config, timeout=args.timeout, traceparent=trace) as client,
+        ):
             args.run(client, args)
         return 0
     except DeskfleetError as exc:

@@ -17,6 +17,7 @@ import grpc
 from coordinator import audit, authz
 from coordinator.principals import Authenticator, Principal
 from coordinator.ratelimit import FailureLimiter, host_of
+from shared import tracing
 from shared.credentials import METADATA_KEY, SCHEME
 from shared.errors import (
     ERROR_METADATA_KEY,
@@ -49,6 +50,13 @@ def _bearer(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     return None
 
 
+def _traceparent(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == tracing.METADATA_KEY and isinstance(value, str):
+            return value
+    return ""
+
+
 class GuardInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, auth: Authenticator, limiter: FailureLimiter) -> None:
         self._auth = auth
@@ -77,6 +85,13 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             raise TypeError(f"{method}: client-streaming RPCs are not guarded")
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if handler.stream_stream is not None:
+                # A worker's stream lives for hours: its actions have spans of their own.
+                return await checked(request, context)
+            with tracing.server_span(method, _traceparent(context)):
+                return await checked(request, context)
+
+        async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             host = host_of(context.peer() or "")
             try:
                 self._limiter.check(host)

@@ -93,6 +93,7 @@ def run_message(view: RunView) -> runs_pb2.Run:
                 finished_at=to_timestamp(a.finished_at),
                 error=a.error,
                 receipt_id=a.receipt_id,
+                receipt_traceparent=view.receipt_traces.get(a.receipt_id, ""),
                 artifacts=[
                     runs_pb2.ArtifactRef(
                         sha256=art.sha256, media_type=art.media_type, size=art.size, role=art.role

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 import grpc
@@ -31,8 +32,12 @@ from coordinator.store import workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.logs import log_context
+from shared.tracing import TraceParent
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT = 10.0
 # Initial metadata of Enroll: the port of the listener that takes worker streams with client
@@ -59,6 +64,7 @@ def _message(order: object) -> worker_pb2.CoordinatorMessage:
                 idempotent=order.idempotent,
                 timeout_seconds=order.timeout_seconds,
                 secrets=order.secrets,
+                traceparent=order.traceparent,
             )
         )
     if isinstance(order, RotateOrder):
@@ -266,8 +272,19 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                             IncomingArtifact(a.sha256, a.media_type, a.data, a.width, a.height)
                             for a in r.artifacts
                         ),
+                        r.traceparent,
                     )
                 )
+                if log.isEnabledFor(logging.DEBUG):
+                    parent = TraceParent.parse(r.traceparent)
+                    with log_context(
+                        run_id=r.run_id,
+                        action_id=r.action_id,
+                        attempt_id=r.attempt_id,
+                        worker_id=session.worker_id,
+                        trace_id=parent.trace_id if parent is not None else "",
+                    ):
+                        log.debug("receipt %s of attempt %s", r.status, r.attempt_id)
             elif kind == "kill_ack":
                 ack = message.kill_ack
                 self._kills.on_ack(session.worker_id, ack.kill_id, ack.engaged)

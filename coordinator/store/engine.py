@@ -8,6 +8,7 @@ transaction costs one hop off the event loop, where an async driver pays a hop p
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import logging
 import random
@@ -176,7 +177,8 @@ class Database:
                 return unit(session, *args, **kwargs)
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(pool, in_thread)
+        # The caller's context goes along: a unit sees the RPC's trace (a new run adopts it).
+        return await loop.run_in_executor(pool, contextvars.copy_context().run, in_thread)
 
     async def check_schema(self, expected_revision: str) -> None:
         """Fail with SchemaError unless the store was initialised at `expected_revision`."""

@@ -148,6 +148,8 @@ class ReceiptRow(Base):
     body: Mapped[str] = mapped_column(Text)
     sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Float)
+    # The worker's span of the attempt (W3C traceparent); empty from workers that sent none.
+    traceparent: Mapped[str] = mapped_column(String(64), server_default="", default="")
 
 
 class JournalRow(Base):

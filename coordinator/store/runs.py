@@ -210,3 +210,13 @@ def unknown_of_worker(s: Session, worker_id: str) -> Sequence[ActionRow]:
         .scalars()
         .all()
     )
+
+
+def receipt_traces(s: Session, run_id: str) -> dict[str, str]:
+    """The traceparent of each receipt of the run that has one, by receipt id."""
+    rows = s.execute(
+        select(ReceiptRow.id, ReceiptRow.traceparent).where(
+            ReceiptRow.run_id == run_id, ReceiptRow.traceparent != ""
+        )
+    )
+    return {receipt_id: traceparent for receipt_id, traceparent in rows}

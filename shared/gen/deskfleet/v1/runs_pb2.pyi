@@ -65,7 +65,7 @@ class SubmitRunRequest(_message.Message):
     def __init__(self, actions: _Optional[_Iterable[_Union[PlannedAction, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., title: _Optional[str] = ...) -> None: ...
 
 class ActionInfo(_message.Message):
-    __slots__ = ("id", "index", "kind", "intent", "fingerprint", "idempotent", "status", "worker_id", "attempt_id", "epoch", "attempts", "dispatched_at", "finished_at", "error", "receipt_id", "route_json", "artifacts")
+    __slots__ = ("id", "index", "kind", "intent", "fingerprint", "idempotent", "status", "worker_id", "attempt_id", "epoch", "attempts", "dispatched_at", "finished_at", "error", "receipt_id", "route_json", "artifacts", "receipt_traceparent")
     ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class ActionInfo(_message.Message):
     RECEIPT_ID_FIELD_NUMBER: _ClassVar[int]
     ROUTE_JSON_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     id: str
     index: int
     kind: str
@@ -100,7 +101,8 @@ class ActionInfo(_message.Message):
     receipt_id: str
     route_json: str
     artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactRef]
-    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., intent: _Optional[str] = ..., fingerprint: _Optional[str] = ..., idempotent: _Optional[bool] = ..., status: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempts: _Optional[int] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., receipt_id: _Optional[str] = ..., route_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ...) -> None: ...
+    receipt_traceparent: str
+    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., intent: _Optional[str] = ..., fingerprint: _Optional[str] = ..., idempotent: _Optional[bool] = ..., status: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempts: _Optional[int] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., receipt_id: _Optional[str] = ..., route_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., receipt_traceparent: _Optional[str] = ...) -> None: ...
 
 class ArtifactRef(_message.Message):
     __slots__ = ("sha256", "media_type", "size", "role")

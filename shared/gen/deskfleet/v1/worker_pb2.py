@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from shared.gen.deskfleet.v1 import fleet_pb2 as deskfleet_dot_v1_dot_fleet__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64\x65skfleet/v1/worker.proto\x12\x0c\x64\x65skfleet.v1\x1a\x18\x64\x65skfleet/v1/fleet.proto\"\xa5\x01\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x37\n\x06labels\x18\x03 \x03(\x0b\x32\'.deskfleet.v1.EnrollRequest.LabelsEntry\x12\x0f\n\x07\x63sr_pem\x18\x04 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"~\n\x0e\x45nrollResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ncredential\x18\x02 \x01(\t\x12\x1c\n\x14\x61llowed_capabilities\x18\x03 \x03(\t\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61_pem\x18\x05 \x01(\t\"*\n\x17RenewCertificateRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\t\"I\n\x0b\x43\x65rtificate\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x01 \x01(\t\x12\x0e\n\x06\x63\x61_pem\x18\x02 \x01(\t\x12\x11\n\tnot_after\x18\x03 \x01(\x01\"Q\n\nHeldAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\r\n\x05state\x18\x04 \x01(\t\"c\n\x05Hello\x12\x32\n\radvertisement\x18\x01 \x01(\x0b\x32\x1b.deskfleet.v1.Advertisement\x12&\n\x04held\x18\x02 \x03(\x0b\x32\x18.deskfleet.v1.HeldAction\"\x18\n\tHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"E\n\rActionStarted\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\xde\x01\n\x07Receipt\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x13\n\x0bresult_json\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x12\n\nstarted_at\x18\x08 \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\t \x01(\x01\x12\x30\n\tartifacts\x18\n \x03(\x0b\x32\x1d.deskfleet.v1.ReceiptArtifact\"b\n\x0fReceiptArtifact\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nmedia_type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\"+\n\x07KillAck\x12\x0f\n\x07kill_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65ngaged\x18\x02 \x01(\x08\"\xf0\x01\n\rWorkerMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.deskfleet.v1.HelloH\x00\x12,\n\theartbeat\x18\x02 \x01(\x0b\x32\x17.deskfleet.v1.HeartbeatH\x00\x12.\n\x07started\x18\x03 \x01(\x0b\x32\x1b.deskfleet.v1.ActionStartedH\x00\x12(\n\x07receipt\x18\x04 \x01(\x0b\x32\x15.deskfleet.v1.ReceiptH\x00\x12)\n\x08kill_ack\x18\x05 \x01(\x0b\x32\x15.deskfleet.v1.KillAckH\x00\x42\x06\n\x04\x62ody\"\xc3\x01\n\x07Welcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\"\n\x1aheartbeat_interval_seconds\x18\x04 \x01(\x01\x12\x19\n\x11lease_ttl_seconds\x18\x05 \x01(\x01\x12&\n\x05kills\x18\x06 \x03(\x0b\x32\x17.deskfleet.v1.KillState\x12\x19\n\x11rotate_credential\x18\x07 \x01(\x08\"\x15\n\x13RotateCredentialNow\"\x19\n\x17RotateCredentialRequest\".\n\x18RotateCredentialResponse\x12\x12\n\ncredential\x18\x01 \x01(\t\"\\\n\tKillState\x12\x0f\n\x07kill_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65ngaged\x18\x02 \x01(\x08\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x1b\n\x0cHeartbeatAck\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"\x95\x02\n\x08\x44ispatch\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x11\n\targs_json\x18\x07 \x01(\t\x12\x12\n\nidempotent\x18\x08 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\x01\x12\x34\n\x07secrets\x18\n \x03(\x0b\x32#.deskfleet.v1.Dispatch.SecretsEntry\x1a.\n\x0cSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"U\n\nReceiptAck\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"E\n\x0c\x43\x61ncelAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xef\x02\n\x12\x43oordinatorMessage\x12(\n\x07welcome\x18\x01 \x01(\x0b\x32\x15.deskfleet.v1.WelcomeH\x00\x12\x33\n\rheartbeat_ack\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.HeartbeatAckH\x00\x12*\n\x08\x64ispatch\x18\x03 \x01(\x0b\x32\x16.deskfleet.v1.DispatchH\x00\x12/\n\x0breceipt_ack\x18\x04 \x01(\x0b\x32\x18.deskfleet.v1.ReceiptAckH\x00\x12,\n\x06\x63\x61ncel\x18\x05 \x01(\x0b\x32\x1a.deskfleet.v1.CancelActionH\x00\x12\'\n\x04kill\x18\x06 \x01(\x0b\x32\x17.deskfleet.v1.KillStateH\x00\x12>\n\x11rotate_credential\x18\x07 \x01(\x0b\x32!.deskfleet.v1.RotateCredentialNowH\x00\x42\x06\n\x04\x62ody2\xdb\x02\n\rWorkerGateway\x12\x43\n\x06\x45nroll\x12\x1b.deskfleet.v1.EnrollRequest\x1a\x1c.deskfleet.v1.EnrollResponse\x12T\n\x10RenewCertificate\x12%.deskfleet.v1.RenewCertificateRequest\x1a\x19.deskfleet.v1.Certificate\x12\x61\n\x10RotateCredential\x12%.deskfleet.v1.RotateCredentialRequest\x1a&.deskfleet.v1.RotateCredentialResponse\x12L\n\x07\x43onnect\x12\x1b.deskfleet.v1.WorkerMessage\x1a .deskfleet.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64\x65skfleet/v1/worker.proto\x12\x0c\x64\x65skfleet.v1\x1a\x18\x64\x65skfleet/v1/fleet.proto\"\xa5\x01\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x37\n\x06labels\x18\x03 \x03(\x0b\x32\'.deskfleet.v1.EnrollRequest.LabelsEntry\x12\x0f\n\x07\x63sr_pem\x18\x04 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"~\n\x0e\x45nrollResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ncredential\x18\x02 \x01(\t\x12\x1c\n\x14\x61llowed_capabilities\x18\x03 \x03(\t\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61_pem\x18\x05 \x01(\t\"*\n\x17RenewCertificateRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\t\"I\n\x0b\x43\x65rtificate\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x01 \x01(\t\x12\x0e\n\x06\x63\x61_pem\x18\x02 \x01(\t\x12\x11\n\tnot_after\x18\x03 \x01(\x01\"Q\n\nHeldAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\r\n\x05state\x18\x04 \x01(\t\"c\n\x05Hello\x12\x32\n\radvertisement\x18\x01 \x01(\x0b\x32\x1b.deskfleet.v1.Advertisement\x12&\n\x04held\x18\x02 \x03(\x0b\x32\x18.deskfleet.v1.HeldAction\"\x18\n\tHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"E\n\rActionStarted\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\xf3\x01\n\x07Receipt\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x13\n\x0bresult_json\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x12\n\nstarted_at\x18\x08 \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\t \x01(\x01\x12\x30\n\tartifacts\x18\n \x03(\x0b\x32\x1d.deskfleet.v1.ReceiptArtifact\x12\x13\n\x0btraceparent\x18\x0b \x01(\t\"b\n\x0fReceiptArtifact\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nmedia_type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\"+\n\x07KillAck\x12\x0f\n\x07kill_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65ngaged\x18\x02 \x01(\x08\"\xf0\x01\n\rWorkerMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.deskfleet.v1.HelloH\x00\x12,\n\theartbeat\x18\x02 \x01(\x0b\x32\x17.deskfleet.v1.HeartbeatH\x00\x12.\n\x07started\x18\x03 \x01(\x0b\x32\x1b.deskfleet.v1.ActionStartedH\x00\x12(\n\x07receipt\x18\x04 \x01(\x0b\x32\x15.deskfleet.v1.ReceiptH\x00\x12)\n\x08kill_ack\x18\x05 \x01(\x0b\x32\x15.deskfleet.v1.KillAckH\x00\x42\x06\n\x04\x62ody\"\xc3\x01\n\x07Welcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\"\n\x1aheartbeat_interval_seconds\x18\x04 \x01(\x01\x12\x19\n\x11lease_ttl_seconds\x18\x05 \x01(\x01\x12&\n\x05kills\x18\x06 \x03(\x0b\x32\x17.deskfleet.v1.KillState\x12\x19\n\x11rotate_credential\x18\x07 \x01(\x08\"\x15\n\x13RotateCredentialNow\"\x19\n\x17RotateCredentialRequest\".\n\x18RotateCredentialResponse\x12\x12\n\ncredential\x18\x01 \x01(\t\"\\\n\tKillState\x12\x0f\n\x07kill_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65ngaged\x18\x02 \x01(\x08\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x1b\n\x0cHeartbeatAck\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"\xaa\x02\n\x08\x44ispatch\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x11\n\targs_json\x18\x07 \x01(\t\x12\x12\n\nidempotent\x18\x08 \x01(\x08\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\x01\x12\x34\n\x07secrets\x18\n \x03(\x0b\x32#.deskfleet.v1.Dispatch.SecretsEntry\x12\x13\n\x0btraceparent\x18\x0b \x01(\t\x1a.\n\x0cSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"U\n\nReceiptAck\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"E\n\x0c\x43\x61ncelAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xef\x02\n\x12\x43oordinatorMessage\x12(\n\x07welcome\x18\x01 \x01(\x0b\x32\x15.deskfleet.v1.WelcomeH\x00\x12\x33\n\rheartbeat_ack\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.HeartbeatAckH\x00\x12*\n\x08\x64ispatch\x18\x03 \x01(\x0b\x32\x16.deskfleet.v1.DispatchH\x00\x12/\n\x0breceipt_ack\x18\x04 \x01(\x0b\x32\x18.deskfleet.v1.ReceiptAckH\x00\x12,\n\x06\x63\x61ncel\x18\x05 \x01(\x0b\x32\x1a.deskfleet.v1.CancelActionH\x00\x12\'\n\x04kill\x18\x06 \x01(\x0b\x32\x17.deskfleet.v1.KillStateH\x00\x12>\n\x11rotate_credential\x18\x07 \x01(\x0b\x32!.deskfleet.v1.RotateCredentialNowH\x00\x42\x06\n\x04\x62ody2\xdb\x02\n\rWorkerGateway\x12\x43\n\x06\x45nroll\x12\x1b.deskfleet.v1.EnrollRequest\x1a\x1c.deskfleet.v1.EnrollResponse\x12T\n\x10RenewCertificate\x12%.deskfleet.v1.RenewCertificateRequest\x1a\x19.deskfleet.v1.Certificate\x12\x61\n\x10RotateCredential\x12%.deskfleet.v1.RotateCredentialRequest\x1a&.deskfleet.v1.RotateCredentialResponse\x12L\n\x07\x43onnect\x12\x1b.deskfleet.v1.WorkerMessage\x1a .deskfleet.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -55,35 +55,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACTIONSTARTED']._serialized_start=694
   _globals['_ACTIONSTARTED']._serialized_end=763
   _globals['_RECEIPT']._serialized_start=766
-  _globals['_RECEIPT']._serialized_end=988
-  _globals['_RECEIPTARTIFACT']._serialized_start=990
-  _globals['_RECEIPTARTIFACT']._serialized_end=1088
-  _globals['_KILLACK']._serialized_start=1090
-  _globals['_KILLACK']._serialized_end=1133
-  _globals['_WORKERMESSAGE']._serialized_start=1136
-  _globals['_WORKERMESSAGE']._serialized_end=1376
-  _globals['_WELCOME']._serialized_start=1379
-  _globals['_WELCOME']._serialized_end=1574
-  _globals['_ROTATECREDENTIALNOW']._serialized_start=1576
-  _globals['_ROTATECREDENTIALNOW']._serialized_end=1597
-  _globals['_ROTATECREDENTIALREQUEST']._serialized_start=1599
-  _globals['_ROTATECREDENTIALREQUEST']._serialized_end=1624
-  _globals['_ROTATECREDENTIALRESPONSE']._serialized_start=1626
-  _globals['_ROTATECREDENTIALRESPONSE']._serialized_end=1672
-  _globals['_KILLSTATE']._serialized_start=1674
-  _globals['_KILLSTATE']._serialized_end=1766
-  _globals['_HEARTBEATACK']._serialized_start=1768
-  _globals['_HEARTBEATACK']._serialized_end=1795
-  _globals['_DISPATCH']._serialized_start=1798
-  _globals['_DISPATCH']._serialized_end=2075
-  _globals['_DISPATCH_SECRETSENTRY']._serialized_start=2029
-  _globals['_DISPATCH_SECRETSENTRY']._serialized_end=2075
-  _globals['_RECEIPTACK']._serialized_start=2077
-  _globals['_RECEIPTACK']._serialized_end=2162
-  _globals['_CANCELACTION']._serialized_start=2164
-  _globals['_CANCELACTION']._serialized_end=2233
-  _globals['_COORDINATORMESSAGE']._serialized_start=2236
-  _globals['_COORDINATORMESSAGE']._serialized_end=2603
-  _globals['_WORKERGATEWAY']._serialized_start=2606
-  _globals['_WORKERGATEWAY']._serialized_end=2953
+  _globals['_RECEIPT']._serialized_end=1009
+  _globals['_RECEIPTARTIFACT']._serialized_start=1011
+  _globals['_RECEIPTARTIFACT']._serialized_end=1109
+  _globals['_KILLACK']._serialized_start=1111
+  _globals['_KILLACK']._serialized_end=1154
+  _globals['_WORKERMESSAGE']._serialized_start=1157
+  _globals['_WORKERMESSAGE']._serialized_end=1397
+  _globals['_WELCOME']._serialized_start=1400
+  _globals['_WELCOME']._serialized_end=1595
+  _globals['_ROTATECREDENTIALNOW']._serialized_start=1597
+  _globals['_ROTATECREDENTIALNOW']._serialized_end=1618
+  _globals['_ROTATECREDENTIALREQUEST']._serialized_start=1620
+  _globals['_ROTATECREDENTIALREQUEST']._serialized_end=1645
+  _globals['_ROTATECREDENTIALRESPONSE']._serialized_start=1647
+  _globals['_ROTATECREDENTIALRESPONSE']._serialized_end=1693
+  _globals['_KILLSTATE']._serialized_start=1695
+  _globals['_KILLSTATE']._serialized_end=1787
+  _globals['_HEARTBEATACK']._serialized_start=1789
+  _globals['_HEARTBEATACK']._serialized_end=1816
+  _globals['_DISPATCH']._serialized_start=1819
+  _globals['_DISPATCH']._serialized_end=2117
+  _globals['_DISPATCH_SECRETSENTRY']._serialized_start=2071
+  _globals['_DISPATCH_SECRETSENTRY']._serialized_end=2117
+  _globals['_RECEIPTACK']._serialized_start=2119
+  _globals['_RECEIPTACK']._serialized_end=2204
+  _globals['_CANCELACTION']._serialized_start=2206
+  _globals['_CANCELACTION']._serialized_end=2275
+  _globals['_COORDINATORMESSAGE']._serialized_start=2278
+  _globals['_COORDINATORMESSAGE']._serialized_end=2645
+  _globals['_WORKERGATEWAY']._serialized_start=2648
+  _globals['_WORKERGATEWAY']._serialized_end=2995
 # @@protoc_insertion_point(module_scope)

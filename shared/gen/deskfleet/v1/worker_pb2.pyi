@@ -93,7 +93,7 @@ class ActionStarted(_message.Message):
     def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Receipt(_message.Message):
-    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "status", "result_json", "error", "started_at", "finished_at", "artifacts")
+    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "status", "result_json", "error", "started_at", "finished_at", "artifacts", "traceparent")
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class Receipt(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     run_id: str
     attempt_id: str
@@ -114,7 +115,8 @@ class Receipt(_message.Message):
     started_at: float
     finished_at: float
     artifacts: _containers.RepeatedCompositeFieldContainer[ReceiptArtifact]
-    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., status: _Optional[str] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., artifacts: _Optional[_Iterable[_Union[ReceiptArtifact, _Mapping]]] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., status: _Optional[str] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., artifacts: _Optional[_Iterable[_Union[ReceiptArtifact, _Mapping]]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class ReceiptArtifact(_message.Message):
     __slots__ = ("sha256", "media_type", "data", "width", "height")
@@ -205,7 +207,7 @@ class HeartbeatAck(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class Dispatch(_message.Message):
-    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "attempt", "kind", "args_json", "idempotent", "timeout_seconds", "secrets")
+    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "attempt", "kind", "args_json", "idempotent", "timeout_seconds", "secrets", "traceparent")
     class SecretsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +225,7 @@ class Dispatch(_message.Message):
     IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SECRETS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     run_id: str
     attempt_id: str
@@ -233,7 +236,8 @@ class Dispatch(_message.Message):
     idempotent: bool
     timeout_seconds: float
     secrets: _containers.ScalarMap[str, str]
-    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., timeout_seconds: _Optional[float] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., timeout_seconds: _Optional[float] = ..., secrets: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class ReceiptAck(_message.Message):
     __slots__ = ("action_id", "attempt_id", "accepted", "reason")
