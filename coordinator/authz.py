@@ -16,6 +16,8 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.AdminService/WhoAmI": ANY_PRINCIPAL,
     "/deskfleet.v1.AdminService/ListAudit": ADMIN,
     "/deskfleet.v1.AdminService/RotateUser": PEOPLE,
+    # Owners see their own runs' part of it; admins the whole fleet.
+    "/deskfleet.v1.AdminService/GetFleetActivity": PEOPLE,
     "/deskfleet.v1.FleetService/GetWorkerStatus": PEOPLE,
     "/deskfleet.v1.FleetService/ListWorkers": ADMIN,
     "/deskfleet.v1.FleetService/GetWorker": ADMIN,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from coordinator.admin_cli import desktop_commands, render, runs_commands
+from coordinator.admin_cli import desktop_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
 from shared import __version__, tracing
 from shared.config import ClientConfig, parse_duration
@@ -242,6 +242,7 @@ def _parser() -> argparse.ArgumentParser:
 
     runs_commands.add_parsers(sub, leaf)
     desktop_commands.add_parsers(sub, leaf)
+    top.add_parser(sub, leaf)
 
     workers = sub.add_parser("workers", help="enrolled workers").add_subparsers(
         dest="sub", required=True, metavar="ACTION"

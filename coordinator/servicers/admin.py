@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from coordinator import audit, enrollment
+from coordinator import activity, audit, enrollment
 from coordinator.principals import Authenticator, NewUser, Role, create_user, rotate_user
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
@@ -91,6 +91,28 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 for r in rows
             ],
             more=more,
+        )
+
+    async def GetFleetActivity(
+        self, request: admin_pb2.FleetActivityRequest, context: Context
+    ) -> admin_pb2.FleetActivity:
+        now = await activity.read(self._db, current_principal())
+        return admin_pb2.FleetActivity(
+            actions=[
+                admin_pb2.WorkerActivity(
+                    worker_id=a.worker_id,
+                    run_id=a.run_id,
+                    action_id=a.action_id,
+                    index=a.index,
+                    kind=a.kind,
+                    status=a.status,
+                    attempt=a.attempt,
+                    since=to_timestamp(a.since),
+                )
+                for a in now.attempts
+            ],
+            runs_by_state=now.runs_by_status,
+            fleet_wide=now.fleet_wide,
         )
 
     async def WhoAmI(

@@ -114,3 +114,44 @@ class AuditEntries(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
     more: bool
     def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class FleetActivityRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerActivity(_message.Message):
+    __slots__ = ("worker_id", "run_id", "action_id", "index", "kind", "status", "attempt", "since")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    run_id: str
+    action_id: str
+    index: int
+    kind: str
+    status: str
+    attempt: int
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, worker_id: _Optional[str] = ..., run_id: _Optional[str] = ..., action_id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class FleetActivity(_message.Message):
+    __slots__ = ("actions", "runs_by_state", "fleet_wide")
+    class RunsByStateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_BY_STATE_FIELD_NUMBER: _ClassVar[int]
+    FLEET_WIDE_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedCompositeFieldContainer[WorkerActivity]
+    runs_by_state: _containers.ScalarMap[str, int]
+    fleet_wide: bool
+    def __init__(self, actions: _Optional[_Iterable[_Union[WorkerActivity, _Mapping]]] = ..., runs_by_state: _Optional[_Mapping[str, int]] = ..., fleet_wide: _Optional[bool] = ...) -> None: ...

@@ -59,6 +59,11 @@ class AdminServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_admin__pb2.ListAuditRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_admin__pb2.AuditEntries.FromString,
                 _registered_method=True)
+        self.GetFleetActivity = channel.unary_unary(
+                '/deskfleet.v1.AdminService/GetFleetActivity',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivityRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivity.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -95,6 +100,12 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetFleetActivity(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -122,6 +133,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListAudit,
                     request_deserializer=deskfleet_dot_v1_dot_admin__pb2.ListAuditRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_admin__pb2.AuditEntries.SerializeToString,
+            ),
+            'GetFleetActivity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFleetActivity,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivityRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivity.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -259,6 +275,33 @@ class AdminService:
             '/deskfleet.v1.AdminService/ListAudit',
             deskfleet_dot_v1_dot_admin__pb2.ListAuditRequest.SerializeToString,
             deskfleet_dot_v1_dot_admin__pb2.AuditEntries.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFleetActivity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/GetFleetActivity',
+            deskfleet_dot_v1_dot_admin__pb2.FleetActivityRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.FleetActivity.FromString,
             options,
             channel_credentials,
             insecure,
