@@ -137,7 +137,6 @@ class _Attempt:
 
 @dataclass
 class _Builder:
-    now: float
     states: list[StateSpan] = field(default_factory=list)
     provisional: bool = True
     submitted_at: float | None = None
@@ -347,7 +346,7 @@ def _apply(b: _Builder, e: JournalEntry) -> None:
 
 def build(events: Iterable[JournalEntry], now: float) -> Timeline:
     """The timeline of one run from its journal events (in sequence order), as of `now`."""
-    b = _Builder(now)
+    b = _Builder()
     for e in sorted(events, key=lambda e: e.seq):
         _apply(b, e)
     if b.submitted_at is None or not b.states:
