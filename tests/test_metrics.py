@@ -4,6 +4,7 @@ HTTP and parsed as the text format, with the exact counts the scenario must prod
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import subprocess
 import urllib.request
@@ -80,6 +81,7 @@ def taken_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_a_scripted_scenario_gives_exact_counts_on_both_endpoints(
     metered: CoordinatorProcess, tmp_path: Path
 ) -> None:
@@ -126,6 +128,10 @@ def _scenario(
     )
     assert failed["status"] == "FAILED"
     coordinator.cli_json("kill", "engage", "--worker", worker.worker_id, "--reason", "metrics")
+    # A desktop run left waiting for its approval (the desktop need not be online to ask).
+    desk = WorkerProcess(coordinator, "desk")
+    assert desk.enroll().returncode == 0
+    coordinator.cli_json("desktop", "request", "--worker", desk.worker_id, "--action=screenshot")
 
     c = scrape(c_port)
     assert labelled(c, "deskfleet_actions_total") == {
@@ -138,25 +144,33 @@ def _scenario(
         frozenset({("kind", "diag.fail"), ("cause", "action_failed")}): 3
     }
     assert labelled(c, "deskfleet_handbacks_total") == {
-        frozenset({("kind", "plan"), ("state", "FAILED"), ("reason", "action_failed")}): 1
+        frozenset({("kind", "plan"), ("state", "FAILED"), ("reason", "action_failed")}): 1,
+        frozenset(
+            {("kind", "desktop"), ("state", "WAITING_FOR_AUTHORITY"), ("reason", "needs_approval")}
+        ): 1,
     }
     assert value(c, "deskfleet_dispatch_latency_seconds_count") == 7
     assert value(c, "deskfleet_action_duration_seconds_count", kind="diag.echo") == 2
     assert value(c, "deskfleet_action_duration_seconds_count", kind="diag.fail") == 5
-    # Both runs spent their whole life RUNNING, counted when they left it.
-    assert set(labelled(c, "deskfleet_run_state_seconds_total")) == {
-        frozenset({("kind", "plan"), ("state", "RUNNING")})
+    # Both plans spent their whole life RUNNING, counted when they left it; nothing has left
+    # a final state.
+    seconds = labelled(c, "deskfleet_run_state_seconds_total")
+    assert seconds[frozenset({("kind", "plan"), ("state", "RUNNING")})] > 0
+    assert not {state for labels in seconds for key, state in labels if key == "state"} & {
+        "SUCCEEDED",
+        "FAILED",
     }
     assert labelled(c, "deskfleet_runs") == {
         frozenset({("state", "SUCCEEDED")}): 1,
         frozenset({("state", "FAILED")}): 1,
+        frozenset({("state", "WAITING_FOR_AUTHORITY")}): 1,
     }
     assert value(c, "deskfleet_workers_online", capability="headless", replica="r1") == 1
     assert value(c, "deskfleet_workers_online", capability="computer_use", replica="r1") == 0
     assert value(c, "deskfleet_worker_streams", replica="r1") == 1
     assert value(c, "deskfleet_kill_switches_engaged", scope="worker") == 1
     assert value(c, "deskfleet_kill_switches_engaged", scope="fleet") == 0
-    assert value(c, "deskfleet_approvals_waiting") == 0
+    assert value(c, "deskfleet_approvals_waiting") == 1
     assert value(c, "deskfleet_store_up") == 1
     assert labelled(c, "deskfleet_recovery_attempts_total") == {}
     assert labelled(c, "deskfleet_store_errors_total") == {}
@@ -271,3 +285,48 @@ def test_a_taken_metrics_port_stops_the_worker_with_one_line(
         f"deskfleet-worker: cannot serve metrics on 127.0.0.1:{taken_port}: Address already in use"
     )
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_replicas_on_one_store_each_count_their_own_streams_and_work(
+    tmp_path: Path, pg_url: str
+) -> None:
+    a = CoordinatorProcess(tmp_path / "a", pg_url, replica="a", serve_args=METRICS)
+    a.init()
+    b = CoordinatorProcess(tmp_path / "b", pg_url, replica="b", serve_args=METRICS)
+    b.workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(a.admin_token_file, b.admin_token_file)  # one store, one admin
+    worker = WorkerProcess(a, "w", extra_args=("--no-computer-use",))
+    try:
+        a_port = coordinator_metrics_port(a.start())
+        b_port = coordinator_metrics_port(b.start())
+        worker.start().wait_online()
+        # Submitted through b, run by a's worker: b decides, a sends and records the receipt.
+        run = submit(
+            b,
+            write_plan(
+                tmp_path / "one.json",
+                [{"kind": "diag.echo", "args": {"value": 1}, "idempotent": True}],
+            ),
+            wait=True,
+        )
+        assert run["status"] == "SUCCEEDED"
+        on_a, on_b = scrape(a_port), scrape(b_port)
+    finally:
+        worker.stop()
+        a.stop()
+        b.stop()
+    assert value(on_a, "deskfleet_workers_online", capability="headless", replica="a") == 1
+    assert value(on_b, "deskfleet_workers_online", capability="headless", replica="b") == 0
+    assert value(on_a, "deskfleet_worker_streams", replica="a") == 1
+    assert value(on_b, "deskfleet_worker_streams", replica="b") == 0
+    # The store's state is the same from either replica.
+    for samples in (on_a, on_b):
+        assert labelled(samples, "deskfleet_runs") == {frozenset({("state", "SUCCEEDED")}): 1}
+    assert labelled(on_a, "deskfleet_actions_total") == {
+        frozenset({("kind", "diag.echo"), ("status", "succeeded")}): 1
+    }
+    assert labelled(on_b, "deskfleet_actions_total") == {}
+    assert value(on_a, "deskfleet_dispatch_latency_seconds_count") == 1
+    assert value(on_b, "deskfleet_dispatch_latency_seconds_count") == 0
