@@ -19,6 +19,8 @@ from types import MappingProxyType
 
 from opentelemetry import trace
 
+from shared.errors import InvalidArgumentError
+
 FORMATS = ("json", "text")
 # The order of the ids on a line; any other field follows.
 ID_FIELDS = ("run_id", "action_id", "attempt_id", "worker_id", "trace_id", "span_id")
@@ -95,8 +97,13 @@ def configure(level: str, fmt: str, static: Mapping[str, str] | None = None) -> 
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+    try:
+        root.setLevel(level.upper())
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"--log-level: {level[:40]!r} is not a level (DEBUG, INFO, WARNING, ERROR)"
+        ) from exc
     root.addHandler(handler)
-    root.setLevel(level.upper())
 
 
 def add_static(**fields: str) -> None:

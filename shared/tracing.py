@@ -39,6 +39,7 @@ METADATA_KEY = "traceparent"  # gRPC metadata keys are lower case
 COORDINATOR = "deskfleet-coordinator"
 WORKER = "deskfleet-worker"
 CLI = "deskfleet-cli"
+CLI_EXPORT_TIMEOUT = 2.0  # seconds
 
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _ENDPOINT = re.compile(r"(?:(https?)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})/?")
@@ -192,7 +193,8 @@ def command_span(name: str, environ: Mapping[str, str] | None = None) -> Iterato
     if endpoint is None:
         yield outer.child() if outer is not None else TraceParent.new()
         return
-    spans = Tracing(CLI, {}, endpoint).start()
+    # A collector that is down must not hold every command up for the default 10 s.
+    spans = Tracing(CLI, {}, endpoint, export_timeout=CLI_EXPORT_TIMEOUT).start()
     try:
         with tracer().start_as_current_span(
             name,
@@ -228,10 +230,16 @@ class Tracing:
     """This process's TracerProvider: set up once, flushed and shut down on exit."""
 
     def __init__(
-        self, service: str, attributes: Mapping[str, str], endpoint: str | None = None
+        self,
+        service: str,
+        attributes: Mapping[str, str],
+        endpoint: str | None = None,
+        *,
+        export_timeout: float | None = None,
     ) -> None:
         self.service = service
         self.endpoint = endpoint
+        self._export_timeout = export_timeout
         self._attributes = dict(attributes)
         self._provider: TracerProvider | None = None
 
@@ -248,7 +256,11 @@ class Tracing:
             secure = self.endpoint.startswith("https://")
             target = re.sub(r"^https?://", "", self.endpoint)
             provider.add_span_processor(
-                BatchSpanProcessor(OTLPSpanExporter(endpoint=target, insecure=not secure))
+                BatchSpanProcessor(
+                    OTLPSpanExporter(
+                        endpoint=target, insecure=not secure, timeout=self._export_timeout
+                    )
+                )
             )
         trace.set_tracer_provider(provider)
         self._provider = provider

@@ -123,6 +123,7 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
+@pytest.mark.slow
 def test_the_callers_trace_is_the_runs_down_to_the_workers_receipt(
     coordinator: CoordinatorProcess,
     workers: Callable[..., WorkerProcess],
@@ -165,25 +166,17 @@ def test_the_callers_trace_is_the_runs_down_to_the_workers_receipt(
         TraceParent(trace_id, span_id) for span_id in span_ids
     }
 
-
-def test_a_run_without_a_callers_trace_gets_one_of_its_own(
-    coordinator: CoordinatorProcess,
-    workers: Callable[..., WorkerProcess],
-    tmp_path: Path,
-) -> None:
-    workers("w").wait_online()
-    plan = write_plan(tmp_path / "plan.json", [{"kind": "diag.echo", "args": {"value": 1}}])
-    first = submit(coordinator, plan)
-    second = submit(coordinator, plan)
-    for run in (first, second):
-        done = wait_run(coordinator, run["id"], lambda r: r["status"] == "SUCCEEDED")
-        parsed = TraceParent.parse(f"00-{done['traceId']}-{'1' * 16}-01")
-        assert parsed is not None
-        receipt = next(e for e in journal(coordinator, run["id"]) if e["kind"] == "receipt")
-        assert receipt["data"]["traceId"] == done["traceId"]
-    assert first["traceId"] != second["traceId"]
+    # Without TRACEPARENT each command starts a trace of its own, and a run made by one has it.
+    plan = write_plan(tmp_path / "plan2.json", [{"kind": "diag.echo", "args": {"value": 1}}])
+    other = submit(coordinator, plan)
+    assert TraceParent.parse(f"00-{other['traceId']}-{outer_span}-01") is not None
+    assert other["traceId"] != trace_id
+    wait_run(coordinator, other["id"], lambda r: r["status"] == "SUCCEEDED")
+    (receipt,) = [e for e in journal(coordinator, other["id"]) if e["kind"] == "receipt"]
+    assert receipt["data"]["traceId"] == other["traceId"]
 
 
+@pytest.mark.slow
 def test_spans_leave_the_cli_the_coordinator_and_the_worker_as_one_trace(
     collector: Collector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -234,6 +227,7 @@ def test_spans_leave_the_cli_the_coordinator_and_the_worker_as_one_trace(
     assert command.service == "deskfleet-cli" and command.parent_id == outer_span
 
 
+@pytest.mark.slow
 def test_logs_are_json_lines_with_the_ids_of_the_action(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -275,7 +269,7 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
 
 
-@pytest.mark.parametrize("value", ["nonsense", "127.0.0.1:99999", "ftp://host:4317"])
+@pytest.mark.parametrize("value", ["nonsense", "ftp://host:99999"])
 def test_a_bad_otlp_endpoint_is_one_clear_line(tmp_path: Path, value: str) -> None:
     env = base_env(tmp_path)
     serve = _run(
@@ -309,6 +303,20 @@ def test_a_bad_otlp_endpoint_is_one_clear_line(tmp_path: Path, value: str) -> No
             " (HOST:PORT or http://HOST:PORT, port 1-65535)"
         ]
     assert not (tmp_path / "fleet.db").exists()  # refused before anything was opened
+
+
+def test_an_unknown_log_level_is_one_clear_line(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    for prog, argv in (
+        ("deskfleet-coordinator", ["serve", "--db", db, "--log-level", "LOUD"]),
+        ("deskfleet-worker", ["run", "--state-dir", str(tmp_path / "s"), "--log-level", "LOUD"]),
+    ):
+        done = _run([str(BIN / prog), *argv], env)
+        assert done.returncode == 1
+        assert done.stderr.splitlines() == [
+            f"{prog}: --log-level: 'LOUD' is not a level (DEBUG, INFO, WARNING, ERROR)"
+        ]
 
 
 def test_the_cli_refuses_a_malformed_traceparent_or_endpoint_in_its_environment(
