@@ -19,6 +19,7 @@ from tests.harness import (
     BIN,
     CoordinatorProcess,
     WorkerProcess,
+    Xvfb,
     base_env,
     submit,
     tail,
@@ -331,6 +332,51 @@ def test_replicas_on_one_store_each_count_their_own_streams_and_work(
     assert labelled(on_b, "deskfleet_actions_total") == {}
     assert value(on_a, "deskfleet_dispatch_latency_seconds_count") == 1
     assert value(on_b, "deskfleet_dispatch_latency_seconds_count") == 0
+
+
+@pytest.mark.slow
+@pytest.mark.display
+def test_the_worker_counts_desktop_screenshot_bytes_and_browser_pages(
+    metered: CoordinatorProcess, xvfb: Xvfb, site: str, tmp_path: Path
+) -> None:
+    coordinator = metered
+    worker = WorkerProcess(coordinator, "desk", display_env=xvfb.env, extra_args=METRICS).start()
+    try:
+        worker.wait_online()
+        w_port = worker_metrics_port(worker)
+        fetches = [
+            {
+                "kind": "browser.fetch",
+                "args": {"url": f"{site}{path}"},
+                "idempotent": True,
+                "route": {"capability": "headless"},
+            }
+            for path in ("/varn/north-light.html", "/varn/lens.html")
+        ]
+        run = submit(coordinator, write_plan(tmp_path / "fetch.json", fetches), wait=True)
+        assert run["status"] == "SUCCEEDED", run["stopReason"]
+        desktop = coordinator.cli_json(
+            "desktop", "request", "--worker", worker.worker_id, "--action=screenshot"
+        )
+        [approval] = coordinator.cli_json("approvals", "list")["approvals"]
+        assert approval["runId"] == desktop["id"]
+        coordinator.cli("approvals", "approve", approval["id"])
+        shot = tmp_path / "shot.png"
+        coordinator.cli("desktop", "act", desktop["id"], "screenshot", "--out", str(shot))
+        w = scrape(w_port)
+    finally:
+        worker.stop()
+    assert labelled(w, "deskfleet_worker_actions_total") == {
+        frozenset({("kind", "browser.fetch"), ("status", "succeeded")}): 2,
+        frozenset({("kind", "desktop.screenshot"), ("status", "succeeded")}): 1,
+    }
+    assert labelled(w, "deskfleet_worker_browser_pages_total") == {
+        frozenset({("status", "succeeded")}): 2
+    }
+    # Exactly the bytes the coordinator stored for the screenshot and handed back.
+    assert labelled(w, "deskfleet_worker_screenshot_bytes_total") == {
+        frozenset({("kind", "desktop.screenshot")}): shot.stat().st_size
+    }
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,8 @@ class WorkerMetrics:
         )
         self.screenshot_bytes = Counter(
             "deskfleet_worker_screenshot_bytes",
-            "Bytes of screenshots (receipt artifacts) this worker captured, by action kind",
+            "Bytes of screenshots sent as receipt artifacts (desktop screenshots), by action"
+            " kind; browser.screenshot images travel inside the result and are not counted",
             ["kind"],
             registry=r,
         )
