@@ -43,7 +43,7 @@ POLL = 0.1
 
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
-        return {"real_workers": 1, "simulated_workers": 100, "runs": 10, "actions_per_run": 50}
+        return {"real_workers": 1, "simulated_workers": 50, "runs": 6, "actions_per_run": 30}
     return {"real_workers": 2, "simulated_workers": 1000, "runs": 40, "actions_per_run": 100}
 
 

@@ -87,7 +87,7 @@ def research(coordinator: CoordinatorProcess, urls: list[str]) -> dict[str, floa
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     server, site = start()
-    count = 20 if args.quick else 40
+    count = 10 if args.quick else 40
     urls = [f"{site}/varn/notes/{i}.html" for i in range(count)]
     # A research run takes at most 20 sources: the 40 pages go as two runs back to back.
     batches = [urls[i : i + 20] for i in range(0, count, 20)]

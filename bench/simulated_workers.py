@@ -139,6 +139,14 @@ class SimulatedWorker:
             except (grpc.aio.AioRpcError, RuntimeError, TimeoutError):
                 if not self.reconnect:
                     raise
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # we are being stopped
+                # grpc.aio raises CancelledError for a call that gRPC itself cancelled (a
+                # keepalive ping unanswered by a saturated coordinator, say): the stream ended.
+                if not self.reconnect:
+                    raise RuntimeError(f"sim-{self.index}: the stream was cancelled") from None
             if self.connects > welcomed_before:  # a stream that was welcome starts over
                 backoff.reset()
             await asyncio.sleep(backoff.next_delay())
@@ -478,7 +486,7 @@ def main() -> int:
     except grpc.aio.AioRpcError as exc:
         print(f"simulated_workers: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
-    except Exception as exc:  # one line for the bench to show
+    except (Exception, asyncio.CancelledError) as exc:  # one line for the bench to show
         print(f"simulated_workers: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0

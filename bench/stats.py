@@ -41,6 +41,22 @@ def timed(call: Callable[[], Any], n: int, warmup: int) -> dict[str, Any]:
     return summary(samples)
 
 
+def timed_within(
+    call: Callable[[], Any], n: int, seconds: float, warmup: int, least: int = 3
+) -> dict[str, Any]:
+    """As `timed`, but stops after `seconds` once `least` samples are in: for calls that take
+    seconds each at scale. `n` in the result says how many were taken."""
+    for _ in range(warmup):
+        call()
+    samples: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while len(samples) < n and (len(samples) < least or time.perf_counter() < deadline):
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return summary(samples)
+
+
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """An aligned text table: the header, a rule, then the rows."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

@@ -177,6 +177,7 @@ def main() -> int:
     parser.add_argument(
         "--doc", type=Path, help="the markdown page to render (full mode: docs/BENCHMARKS.md)"
     )
+    parser.add_argument("--no-doc", action="store_true", help="render no markdown page")
     parser.add_argument("--group", help=argparse.SUPPRESS)  # the child side of run_group
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -188,7 +189,7 @@ def main() -> int:
     if unknown := [n for n in names if n not in GROUPS]:
         parser.error(f"--only: no group {unknown[0]!r} (groups: {', '.join(GROUPS)})")
     out = args.out or RESULTS / ("quick.json" if args.quick else "latest.json")
-    page = args.doc or (None if args.quick else DOC)
+    page = None if args.no_doc else args.doc or (None if args.quick else DOC)
     try:
         doc = run_suite(names, args.quick)
     except KeyboardInterrupt:
