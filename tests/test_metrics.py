@@ -379,6 +379,52 @@ def test_the_worker_counts_desktop_screenshot_bytes_and_browser_pages(
     }
 
 
+def _connections(db: str, allowed: bool) -> None:
+    import psycopg
+
+    from tests.conftest import PG_ADMIN_URL
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
+        if not allowed:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (db,)
+            )
+
+
+@pytest.mark.postgres
+def test_a_store_outage_is_counted_and_scrapes_say_the_store_is_down(
+    tmp_path: Path, pg_url: str
+) -> None:
+    coordinator = CoordinatorProcess(tmp_path / "coord", pg_url, serve_args=METRICS).start()
+    db = pg_url.rsplit("/", 1)[1]
+    try:
+        port = coordinator_metrics_port(coordinator)
+        before = scrape(port)
+        assert value(before, "deskfleet_store_up") == 1
+        assert labelled(before, "deskfleet_store_errors_total") == {}
+        _connections(db, allowed=False)
+        try:
+
+            def without_store() -> Samples | None:
+                samples = scrape(port)
+                return samples if value(samples, "deskfleet_store_up") == 0 else None
+
+            wait_until(without_store, 30, 0.5, "a scrape without the store")
+            # That scrape's own read failed (counted after its counters were read), and the
+            # sweep's writes fail too: the count shows on the next scrape, never a conflict.
+            down = scrape(port)
+            assert value(down, "deskfleet_store_errors_total", kind="unavailable") >= 1
+            assert value(down, "deskfleet_store_errors_total", kind="conflict") == 0
+        finally:
+            _connections(db, allowed=True)
+        wait_until(
+            lambda: value(scrape(port), "deskfleet_store_up") == 1, 30, 0.5, "the store back"
+        )
+    finally:
+        coordinator.stop()
+
+
 @pytest.mark.parametrize(
     ("status", "stop_reason", "waiting_code", "reason"),
     [
