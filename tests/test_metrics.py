@@ -188,36 +188,41 @@ def _scenario(
     assert labelled(w, "deskfleet_worker_screenshot_bytes_total") == {}
     assert labelled(w, "deskfleet_worker_browser_pages_total") == {}
 
-    # A coordinator restart under a running attempt: the new process counts the worker's
-    # reconnect reconciliation as a recovery that kept the attempt, and the worker a reconnect.
+    # The coordinator dies under a running attempt. The new process recovers it once: the
+    # worker's reconnect reconciliation keeps it (the usual case), or, when the worker comes
+    # back after the sweep's grace on a loaded machine, the sweep expires and retries it.
     coordinator.cli("kill", "release", "--worker", worker.worker_id, "--reason", "done")
     slow = submit(
         coordinator,
         write_plan(
             tmp_path / "slow.json",
-            [{"kind": "diag.sleep", "args": {"seconds": 3}, "idempotent": True}],
+            [{"kind": "diag.sleep", "args": {"seconds": 5}, "idempotent": True}],
         ),
     )
     wait_run(coordinator, slow["id"], lambda r: r["actions"][0]["status"] == "STARTED")
     port = coordinator.port
-    coordinator.stop()
+    coordinator.kill()  # not stop: a graceful stop could still take the receipt
     coordinator.start(port=port)
     c_port = coordinator_metrics_port(coordinator)
     run = wait_run(coordinator, slow["id"], lambda r: r["status"] == "SUCCEEDED")
-    assert [a["attempts"] for a in run["actions"]] == [1]
     c = scrape(c_port)
-    assert labelled(c, "deskfleet_recovery_attempts_total") == {
-        frozenset({("path", "reconnect")}): 1
-    }
-    assert labelled(c, "deskfleet_recovery_successes_total") == {
-        frozenset({("path", "reconnect")}): 1
-    }
+    recoveries = labelled(c, "deskfleet_recovery_attempts_total")
+    assert labelled(c, "deskfleet_recovery_successes_total") == recoveries
+    [(path, count)] = [(dict(labels)["path"], n) for labels, n in recoveries.items()]
+    assert count == 1
+    retries = labelled(c, "deskfleet_retries_total")
+    if path == "reconnect":
+        assert [a["attempts"] for a in run["actions"]] == [1]
+        assert retries == {}
+    else:
+        assert path == "sweep"
+        assert retries == {frozenset({("kind", "diag.sleep"), ("cause", "lease_expired")}): 1}
     assert labelled(c, "deskfleet_actions_total") == {
         frozenset({("kind", "diag.sleep"), ("status", "succeeded")}): 1
     }
-    assert labelled(c, "deskfleet_retries_total") == {}
-    # The new process found when the run entered RUNNING in the store, before the sleep.
-    assert value(c, "deskfleet_run_state_seconds_total", kind="plan", state="RUNNING") >= 2.9
+    # The new process found in the store when the run entered its state, before the sleep.
+    seconds = labelled(c, "deskfleet_run_state_seconds_total")
+    assert sum(seconds.values()) >= 4.9
     w = scrape(w_port)
     assert value(w, "deskfleet_worker_reconnects_total") == 1
     assert value(w, "deskfleet_worker_connected") == 1
