@@ -27,8 +27,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -51,6 +52,7 @@ CHANNEL_OPTIONS = [
     ("grpc.use_local_subchannel_pool", 1),
 ]
 WELCOME_TIMEOUT = 30.0
+T = TypeVar("T")
 
 
 def advertisement(index: int) -> Advertisement:
@@ -67,24 +69,51 @@ def advertisement(index: int) -> Advertisement:
     )
 
 
+# A saturated coordinator (thousands of streams on two cores) may drop a call: enrollment
+# tries again, with the calls in flight bounded so that it does not add to the burst.
+TRANSIENT = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
+ENROLL_ATTEMPTS, ENROLL_IN_FLIGHT = 5, 100
+
+
 async def enroll_all(address: str, admin_token: str, count: int) -> list[str]:
-    """One K-use token, then K concurrent Enroll calls; returns the worker credentials."""
+    """One token, then K concurrent Enroll calls; returns the worker credentials. The token has
+    twice K uses: a retried Enroll whose first reply was lost has used one already."""
     async with grpc.aio.insecure_channel(address) as channel:
-        token = await admin_pb2_grpc.AdminServiceStub(channel).CreateEnrollmentToken(
-            admin_pb2.CreateEnrollmentTokenRequest(uses=count), metadata=auth_metadata(admin_token)
-        )
-        gateway = worker_pb2_grpc.WorkerGatewayStub(channel)
-        replies = await asyncio.gather(
-            *(
-                gateway.Enroll(
-                    worker_pb2.EnrollRequest(
-                        token=token.token, name=f"sim-{i}", labels={"bench": "simulated"}
-                    )
-                )
-                for i in range(count)
+        token = await _retried(
+            lambda: admin_pb2_grpc.AdminServiceStub(channel).CreateEnrollmentToken(
+                admin_pb2.CreateEnrollmentTokenRequest(uses=2 * count),
+                metadata=auth_metadata(admin_token),
+                timeout=60,
             )
         )
-    return [r.credential for r in replies]
+        gateway = worker_pb2_grpc.WorkerGatewayStub(channel)
+        slots = asyncio.Semaphore(ENROLL_IN_FLIGHT)
+
+        async def enroll(i: int) -> str:
+            request = worker_pb2.EnrollRequest(
+                token=token.token, name=f"sim-{i}", labels={"bench": "simulated"}
+            )
+            async with slots:
+                reply = await _retried(lambda: gateway.Enroll(request, timeout=60))
+            return str(reply.credential)
+
+        return list(await asyncio.gather(*(enroll(i) for i in range(count))))
+
+
+async def _retried(call: Callable[[], Awaitable[T]]) -> T:
+    for attempt in range(ENROLL_ATTEMPTS):
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in TRANSIENT or attempt == ENROLL_ATTEMPTS - 1:
+                raise
+        await asyncio.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 class KillArrivals:
