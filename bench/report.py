@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,37 @@ def _cell(text: str) -> str:
 
 
 def _params(params: dict[str, Any]) -> str:
-    return "; ".join(f"{k}={v}" for k, v in params.items())
+    def shown(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return "; ".join(f"{k}={shown(v)}" for k, v in params.items())
 
 
-def render(doc: dict[str, Any], json_path: str = "bench/results/latest.json") -> str:
-    """The markdown page for `doc` (a suite document that bench/validate.py accepts)."""
+def settings_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """Per group, the settings its figures share, then what each figure adds."""
+    lines: list[str] = []
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        if entry.get("error") is None:
+            by_group.setdefault(entry["group"], []).append(entry)
+    for group, members in by_group.items():
+        first = members[0]["params"]
+        common = {k: v for k, v in first.items() if all(m["params"].get(k) == v for m in members)}
+        lines.append(f"- **{group}**: {_cell(_params(common)) or '-'}")
+        for m in members:
+            extra = {k: v for k, v in m["params"].items() if k not in common}
+            if extra:
+                lines.append(f"  - {_cell(m['name'])}: {_cell(_params(extra))}")
+    return lines
+
+
+def render(
+    doc: dict[str, Any],
+    source: str = "bench/results/latest.json",
+    link: str = "../bench/results/latest.json",
+) -> str:
+    """The markdown page for `doc` (a suite document that bench/validate.py accepts), saying
+    it comes from `source` (linked as `link`, relative to the page)."""
     m, load = doc["machine"], doc["load_average"]
     git = doc.get("git", {})
     commit = git.get("commit", "unknown")
@@ -55,7 +82,7 @@ def render(doc: dict[str, Any], json_path: str = "bench/results/latest.json") ->
         "# Benchmarks",
         "",
         "Rendered by `make bench` (bench/suite.py) from"
-        f" [`{json_path}`]({json_path}); do not edit by hand.",
+        f" [`{source}`]({link}); do not edit by hand.",
         "",
         f"- date: {doc['date']}",
         f"- command: `{doc['command']}` ({doc['mode']} mode, {doc['duration_s']:.0f} s)",
@@ -71,17 +98,7 @@ def render(doc: dict[str, Any], json_path: str = "bench/results/latest.json") ->
     for entry, row in zip(doc["figures"], figures.rows(doc["figures"]), strict=True):
         better = entry.get("better", "") if entry.get("error") is None else ""
         lines.append("| " + " | ".join(_cell(c) for c in (*row, better)) + " |")
-    lines += ["", "## Sizes and settings", ""]
-    seen: set[str] = set()
-    for entry in doc["figures"]:
-        if entry.get("error") is not None or not entry.get("params"):
-            continue
-        text = _params(entry["params"])
-        if text in seen:
-            continue
-        seen.add(text)
-        lines.append(f"- {entry['name']}: {_cell(text)}")
-    lines += ["", HOW_TO_READ]
+    lines += ["", "## Sizes and settings", "", *settings_lines(doc["figures"]), "", HOW_TO_READ]
     return "\n".join(lines)
 
 
@@ -100,11 +117,12 @@ def main() -> int:
     if found := problems(doc):
         print(f"bench report: {source}: {found[0]}", file=sys.stderr)
         return 1
-    text = render(doc, str(source))
     if len(sys.argv) == 3:
-        Path(sys.argv[2]).write_text(text)
+        page = Path(sys.argv[2])
+        text = render(doc, str(source), os.path.relpath(source, page.parent))
+        page.write_text(text)
     else:
-        print(text)
+        print(render(doc, str(source), str(source)))
     return 0
 
 

@@ -203,7 +203,7 @@ def main() -> int:
     if page is not None:
         from bench.report import render
 
-        page.write_text(render(doc, os.path.relpath(out, page.parent)))
+        page.write_text(render(doc, os.path.relpath(out, ROOT), os.path.relpath(out, page.parent)))
         print(f"rendered {os.path.relpath(page)}")
     failed = [n for n, g in doc["groups"].items() if not g["ok"]]
     if failed:

@@ -167,7 +167,8 @@ def test_the_page_shows_the_machine_date_command_and_every_figure() -> None:
         "| coordinator SIGKILL -> all 101 workers reconnected | 12.5 s | - | - | lower |",
         "| screenshot (failed) | ERROR: TimeoutError: no chromium window | - | - |  |",
     ]
-    assert "- no-op action round trip p50, real worker: samples=50" in page
+    assert "- **round_trip**: samples=50" in page
+    assert "[`bench/results/latest.json`](../bench/results/latest.json)" in page
     assert "## How to read this" in page
 
 
