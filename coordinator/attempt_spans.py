@@ -35,11 +35,9 @@ class AttemptSpans:
             context=parent.context() if parent is not None else None,
             kind=SpanKind.PRODUCER,
             attributes={
-                "deskfleet.run.id": order.run_id,
-                "deskfleet.action.id": order.action_id,
-                "deskfleet.action.kind": order.kind,
-                "deskfleet.attempt.id": order.attempt_id,
-                "deskfleet.attempt.number": order.attempt,
+                **tracing.attempt_attributes(
+                    order.run_id, order.action_id, order.kind, order.attempt_id, order.attempt
+                ),
                 "deskfleet.attempt.epoch": order.epoch,
                 "deskfleet.worker.id": order.worker_id,
             },

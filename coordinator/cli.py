@@ -18,7 +18,7 @@ from coordinator.store import Database, SchemaError
 from coordinator.store.engine import sqlite_path
 from coordinator.store.schema import upgrade
 from coordinator.tls import DEFAULT_HOSTS, DEFAULT_SERVER_DAYS, DEFAULT_WORKER_DAYS, init_ca
-from shared import __version__, logs, tracing
+from shared import __version__, logs, telemetry_options, tracing
 from shared.errors import AlreadyExistsError, DeskfleetError
 from shared.ids import new_id
 
@@ -97,12 +97,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let browser actions reach loopback and private addresses",
     )
-    serve.add_argument(
-        "--metrics-listen",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics over HTTP at /metrics there (port 0: any free);"
-        " default: none",
-    )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
     serve.add_argument(
@@ -131,19 +125,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept serving without TLS on a non-loopback address (loopback needs no flag)",
     )
-    serve.add_argument("--log-level", default="INFO")
-    serve.add_argument(
-        "--log-format",
-        choices=logs.FORMATS,
-        default="json",
-        help="json: one JSON object per line with the run, action, worker and trace ids (default)",
-    )
-    serve.add_argument(
-        "--otlp-endpoint",
-        metavar="HOST:PORT",
-        help="export trace spans over OTLP/gRPC (wins over OTEL_EXPORTER_OTLP_ENDPOINT;"
-        " default: no export)",
-    )
+    telemetry_options.add_to(serve)
 
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)

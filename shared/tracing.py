@@ -137,6 +137,19 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer(_TRACER)
 
 
+def attempt_attributes(
+    run_id: str, action_id: str, kind: str, attempt_id: str, attempt: int
+) -> dict[str, str | int]:
+    """The attributes both sides put on an attempt's span, so either span can be found by them."""
+    return {
+        "deskfleet.run.id": run_id,
+        "deskfleet.action.id": action_id,
+        "deskfleet.action.kind": kind,
+        "deskfleet.attempt.id": attempt_id,
+        "deskfleet.attempt.number": attempt,
+    }
+
+
 def record_run(run_id: str, kind: str, trace_id: str) -> None:
     """Emit the run's span (an instant, at creation), child of the caller's span if any."""
     caller = current()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from shared import __version__, logs, tracing
+from shared import __version__, logs, telemetry_options, tracing
 from shared.errors import (
     AuthenticationError,
     DeskfleetError,
@@ -83,12 +83,6 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
     )
     run.add_argument(
-        "--metrics-listen",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics over HTTP at /metrics there (port 0: any free);"
-        " default: none",
-    )
-    run.add_argument(
         "--no-computer-use",
         action="store_true",
         help="never offer desktop control, whatever this machine can do",
@@ -111,19 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept plaintext to a coordinator beyond this machine (loopback needs no flag)",
     )
-    run.add_argument("--log-level", default="INFO")
-    run.add_argument(
-        "--log-format",
-        choices=logs.FORMATS,
-        default="json",
-        help="json: one JSON object per line with the run, action, worker and trace ids (default)",
-    )
-    run.add_argument(
-        "--otlp-endpoint",
-        metavar="HOST:PORT",
-        help="export trace spans over OTLP/gRPC (wins over OTEL_EXPORTER_OTLP_ENDPOINT;"
-        " default: no export)",
-    )
+    telemetry_options.add_to(run)
 
     kill = sub.add_parser(
         "kill",

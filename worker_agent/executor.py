@@ -219,13 +219,9 @@ class ActionExecutor:
                 f"action {d.kind}",
                 context=parent.context() if parent is not None else None,
                 kind=SpanKind.CONSUMER,
-                attributes={
-                    "deskfleet.run.id": d.run_id,
-                    "deskfleet.action.id": d.action_id,
-                    "deskfleet.action.kind": d.kind,
-                    "deskfleet.attempt.id": d.attempt_id,
-                    "deskfleet.attempt.number": d.attempt,
-                },
+                attributes=tracing.attempt_attributes(
+                    d.run_id, d.action_id, d.kind, d.attempt_id, d.attempt
+                ),
             ) as span,
             log_context(run_id=d.run_id, action_id=d.action_id, attempt_id=d.attempt_id),
         ):
