@@ -16,6 +16,7 @@ Group = Callable[[bool], list[dict[str, Any]]]
 FLEET_FULL = (1000, 5000, 10000)
 FLEET_QUICK = (300,)
 KILL_SWITCH_WORKERS = {False: 1000, True: 200}  # real + simulated; SPEC: at 1k workers
+KILL_SWITCH_CYCLES = {False: 30, True: 5}
 
 
 def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
@@ -120,7 +121,12 @@ def kill_switch(quick: bool) -> list[dict[str, Any]]:
 
     total = KILL_SWITCH_WORKERS[quick]
     doc = bench.run(
-        argparse.Namespace(quick=quick, simulated=total - 1, cycles=0, poll_ms=bench.POLL_MS)
+        argparse.Namespace(
+            quick=quick,
+            simulated=total - 1,
+            cycles=KILL_SWITCH_CYCLES[quick],
+            poll_ms=bench.POLL_MS,
+        )
     )
     f, base, s = doc["figures"], doc["baseline"], doc["settings"]
     acked = f["engage_coordinator_got_all_acks"]

@@ -44,7 +44,7 @@ POLL = 0.1
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
         return {"real_workers": 1, "simulated_workers": 50, "runs": 6, "actions_per_run": 30}
-    return {"real_workers": 2, "simulated_workers": 1000, "runs": 40, "actions_per_run": 100}
+    return {"real_workers": 2, "simulated_workers": 1000, "runs": 20, "actions_per_run": 100}
 
 
 def _runs(client: Client, ids: set[str]) -> dict[str, runs_pb2.Run]:

@@ -77,7 +77,7 @@ TRANSIENT = (
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 )
-ENROLL_ATTEMPTS, ENROLL_IN_FLIGHT = 5, 100
+ENROLL_PATIENCE, ENROLL_IN_FLIGHT = 180.0, 100  # seconds of retrying; calls at once
 
 
 async def enroll_all(address: str, admin_token: str, count: int) -> list[str]:
@@ -106,14 +106,19 @@ async def enroll_all(address: str, admin_token: str, count: int) -> list[str]:
 
 
 async def _retried(call: Callable[[], Awaitable[T]]) -> T:
-    for attempt in range(ENROLL_ATTEMPTS):
+    """The call, again after each transient failure (backoff up to 10 s) for ENROLL_PATIENCE."""
+    deadline = time.monotonic() + ENROLL_PATIENCE
+    attempt = 0
+    while True:
         try:
             return await call()
         except grpc.aio.AioRpcError as exc:
-            if exc.code() not in TRANSIENT or attempt == ENROLL_ATTEMPTS - 1:
-                raise
-        await asyncio.sleep(0.5 * 2**attempt)
-    raise AssertionError("unreachable")
+            if exc.code() not in TRANSIENT or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"enrolling: {exc.code().name}: {exc.details()} (after {attempt + 1} tries)"
+                ) from exc
+        await asyncio.sleep(min(10.0, 0.5 * 2**attempt))
+        attempt += 1
 
 
 class KillArrivals:
