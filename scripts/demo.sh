@@ -20,12 +20,12 @@ step "1. create the store and an admin credential"
 
 step "2. start the coordinator (private networks allowed: the demo's web site is local)"
 "$BIN/deskfleet-coordinator" serve --db "sqlite:///$STATE/fleet.db" --listen 127.0.0.1:0 \
-  --heartbeat-interval 1 --lease-ttl 4 --allow-private-networks \
+  --heartbeat-interval 1 --lease-ttl 4 --allow-private-networks --metrics-listen 127.0.0.1:0 \
   >"$STATE/serve.out" 2>"$STATE/coordinator.log" &
 pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$STATE/serve.out" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "metrics on" "$STATE/serve.out" 2>/dev/null && break; sleep 0.1; done
 cat "$STATE/serve.out"
-export DESKFLEET_COORDINATOR=$(grep -o '127.0.0.1:[0-9]*' "$STATE/serve.out")
+export DESKFLEET_COORDINATOR=$(grep -o 'listening on [0-9.:]*' "$STATE/serve.out" | cut -d' ' -f3)
 export DESKFLEET_TOKEN_FILE=$STATE/admin.token
 
 WORKER_ENV=()
@@ -131,17 +131,25 @@ if [ ${#WORKER_ENV[@]} -gt 0 ]; then
   "$BIN/deskfleet" runs show "$DESK_RUN"
 fi
 
-step "12. a used token is refused"
+step "12. where things stand: the fleet (deskfleet top) and a few of the coordinator's metrics"
+"$BIN/deskfleet" top --once
+METRICS=$(grep -o 'metrics on [0-9.:]*' "$STATE/serve.out" | cut -d' ' -f3)
+"$BIN/python" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "http://$METRICS/metrics" \
+  | grep -E '^deskfleet_(actions_total|run_state_seconds_total|retries_total|workers_online|approvals_waiting)' \
+  | head -n 20
+
+step "13. a used token is refused"
 "$BIN/deskfleet-worker" enroll --coordinator "$DESKFLEET_COORDINATOR" --token "$TOKEN" \
   --state-dir "$STATE/worker2" || echo "(refused, as it should be)"
 
-step "13. revoke the worker: it is cut off at once"
+step "14. revoke the worker: it is cut off at once"
 "$BIN/deskfleet" workers revoke "$WORKER_ID"
 sleep 1
 tail -n 1 "$STATE/worker.log"
 "$BIN/deskfleet" status
 
-step "14. the audit log: every administrative act, who, when, from where"
+step "15. the audit log: every administrative act, who, when, from where"
 "$BIN/deskfleet" audit
 echo
 echo "demo finished; state removed"
