@@ -107,6 +107,10 @@ async def test_research_returns_the_evidence(
         assert evidence == {url: [FACTS["/varn/keepers.html"] + "."]}
         run = await call_json(session, "run_status", run_id=doc["runId"])
         assert run["id"] == doc["runId"] and run["report"] == doc["report"]
+        # Where the run spent its time, without every attempt a second time.
+        assert set(run["timeline"]) == {"states", "retries", "stopReason", "wallSeconds"}
+        assert run["timeline"]["stopReason"] == run["stopReason"]
+        assert [s["state"] for s in run["timeline"]["states"]][-1] == "SUCCEEDED"
 
 
 async def test_desktop_request_approve_act_and_recall(

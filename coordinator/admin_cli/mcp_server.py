@@ -45,6 +45,9 @@ INSTRUCTIONS = (
     "credential; recall a run's journal with journal_search and journal_read."
 )
 
+# The parts of a run's timeline an agent gets from run_status.
+MCP_TIMELINE = ("states", "retries", "stopReason", "wallSeconds")
+
 
 def _text(doc: Any) -> TextContent:
     return TextContent(type="text", text=doc if isinstance(doc, str) else json.dumps(doc))
@@ -171,6 +174,11 @@ class FleetTools:
         c = self.client
         run = c.call(c.runs.GetRun, runs_pb2.RunRef(id=run_id))
         doc = render.as_dict(run)
+        # An agent's context is scarce: keep where the run waited and why, not every attempt
+        # again (the actions above already carry their receipts).
+        timeline = doc.get("timeline")
+        if isinstance(timeline, dict):
+            doc["timeline"] = {k: timeline[k] for k in MCP_TIMELINE if k in timeline}
         if run.title.startswith("research: ") and run.status not in ACTIVE:
             doc["report"] = _report(c, run.id)
         return CallToolResult(content=[_text(doc)])
