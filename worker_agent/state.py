@@ -8,11 +8,11 @@ key (`client.key`, 0600), its last certificate request (`client.csr`) and its ce
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from shared.errors import FailedPreconditionError, InvalidArgumentError
+from shared.files import replace_atomically
 
 IDENTITY = "worker.json"
 CREDENTIAL = "credential"
@@ -85,14 +85,4 @@ class StateDir:
             raise InvalidArgumentError(f"{self.path} is damaged ({exc}); enroll again") from exc
 
     def _write(self, name: str, text: str, mode: int) -> None:
-        # Write to a temporary file created with its final mode, then rename: a crash never
-        # leaves a half-written credential, and it is never readable by others.
-        tmp = self.path / f".{name}.tmp"
-        tmp.unlink(missing_ok=True)  # a leftover may carry another mode
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, self.path / name)
+        replace_atomically(self.path / name, text, mode)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from coordinator.admin_cli.client import CoordinatorClient
 from shared import __version__, tracing
 from shared.config import ClientConfig, parse_duration
 from shared.errors import DeskfleetError, InvalidArgumentError
+from shared.files import replace_atomically
 from shared.gen.deskfleet.v1 import admin_pb2, fleet_pb2
 
 Command = Callable[[CoordinatorClient, argparse.Namespace], None]
@@ -67,7 +67,7 @@ def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
     user = client.call(client.admin.RotateUser, admin_pb2.RotateUserRequest(name=args.name))
     doc = render.as_dict(user)
     if args.save:
-        _replace_secret(args.save, doc["token"])
+        replace_atomically(args.save, doc["token"] + "\n")
     if args.json:
         render.print_json({**doc, "token": "" if args.save else doc["token"]})
         return
@@ -76,17 +76,6 @@ def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
         print(f"saved to {args.save}")
     else:
         print(doc["token"])
-
-
-def _replace_secret(path: Path, secret: str) -> None:
-    """Write a credential file atomically, readable by its owner only."""
-    tmp = path.with_name(f".{path.name}.new")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _whoami(client: CoordinatorClient, args: argparse.Namespace) -> None:
