@@ -78,7 +78,7 @@ KINDS = ("action.dispatched", "action.started", "action.succeeded", "receipt.rec
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
         return {"entries": 20_000, "runs": 10, "searches_per_query": 40}
-    return {"entries": 1_000_000, "runs": 100, "searches_per_query": 200}
+    return {"entries": 1_000_000, "runs": 100, "searches_per_query": 100}
 
 
 def _event(rng: random.Random, run: int, seq: int) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import contextlib
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +38,14 @@ from shared.gen.deskfleet.v1 import fleet_pb2, runs_pb2  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until  # noqa: E402
 
 HEARTBEAT, LEASE = 5.0, 15.0  # the coordinator's defaults
-TIMEOUT = 180.0
+TIMEOUT = 300.0
 POLL = 0.1
 
 
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
         return {"real_workers": 1, "simulated_workers": 50, "runs": 6, "actions_per_run": 30}
-    return {"real_workers": 2, "simulated_workers": 1000, "runs": 20, "actions_per_run": 100}
+    return {"real_workers": 2, "simulated_workers": 500, "runs": 20, "actions_per_run": 30}
 
 
 def _runs(client: Client, ids: set[str]) -> dict[str, runs_pb2.Run]:
@@ -64,6 +65,27 @@ def _reconnected(client: Client, since: float) -> int:
         for w in status.workers
         if w.online and w.lease_expires_at.ToMicroseconds() / 1e6 > since + LEASE
     )
+
+
+def _stuck(
+    marks: dict[str, float],
+    back: int,
+    total: int,
+    runs: dict[str, runs_pb2.Run],
+    workers: list[WorkerProcess],
+) -> str:
+    """Why recovery did not finish: what came back, what did not, and any worker that died."""
+    missing = [m for m in ("reconnected", "resumed", "completed") if m not in marks]
+    states = Counter(r.status for r in runs.values())
+    said = [
+        f"no {', '.join(missing)} {TIMEOUT:.0f} s after the kill:",
+        f"{back}/{total} workers reconnected,",
+        "runs " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())),
+    ]
+    for w in workers:
+        if w.proc is not None and w.proc.poll() is not None:
+            said.append(f"; worker {w.name} exited {w.proc.returncode}: {tail(w.log, 1)}")
+    return " ".join(said)
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -116,13 +138,13 @@ def run(quick: bool) -> dict[str, Any]:
         waiting = {i: r.actions_succeeded for i, r in first.items() if r.status != "SUCCEEDED"}
         deadline = time.monotonic() + TIMEOUT
         while len(marks) < 4:
-            if time.monotonic() > deadline:
-                missing = [m for m in ("reconnected", "resumed", "completed") if m not in marks]
-                raise TimeoutError(f"no {', '.join(missing)} {TIMEOUT:.0f} s after the kill")
             now = time.time()
-            if "reconnected" not in marks and _reconnected(client, killed) >= total_workers:
+            back = _reconnected(client, killed)
+            if "reconnected" not in marks and back >= total_workers:
                 marks["reconnected"] = now - killed
             current = _runs(client, ids)
+            if time.monotonic() > deadline:
+                raise TimeoutError(_stuck(marks, back, total_workers, current, workers))
             bad = [r for r in current.values() if r.status in ("FAILED", "CANCELLED")]
             if bad:
                 raise RuntimeError(f"run {bad[0].id} ended {bad[0].status}: {bad[0].stop_reason}")

@@ -259,7 +259,7 @@ def table(doc: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    n = 30 if args.quick else 300
+    n = 30 if args.quick else 200
     with tempfile.TemporaryDirectory() as tmp:
         coordinator = CoordinatorProcess(
             Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=60.0
@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sim.wait_ready(60)
             wait_until(lambda: client.online() >= 50, 30, 0.05, "50 simulated workers online")
             simulated = round_trips(client, n)
-            flow = ingest(client, 30 if args.quick else 100, 20 if args.quick else 40)
+            flow = ingest(client, 30 if args.quick else 50, 20 if args.quick else 40)
         finally:
             if sim is not None:
                 sim.stop()

@@ -272,7 +272,7 @@ def end_to_end(desk: Desk, n: int, warmup: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    n, warmup = (30, 5) if args.quick else (300, 10)
+    n, warmup = (30, 5) if args.quick else (150, 10)
     if not Xvfb.available():
         raise RuntimeError("Xvfb and xauth are not installed (apt-get install xvfb xauth)")
     with tempfile.TemporaryDirectory(prefix="deskfleet-bench-") as tmp:
@@ -386,7 +386,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="30 frames instead of 300")
+    parser.add_argument("--quick", action="store_true", help="30 frames instead of 150")
     parser.add_argument("--json", action="store_true", help="print the JSON document, no table")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "screenshot.json")
     args = parser.parse_args()
