@@ -16,7 +16,7 @@ Group = Callable[[bool], list[dict[str, Any]]]
 FLEET_FULL = (1000, 5000, 10000)
 FLEET_QUICK = (300,)
 KILL_SWITCH_WORKERS = {False: 1000, True: 200}  # real + simulated; SPEC: at 1k workers
-KILL_SWITCH_CYCLES = {False: 20, True: 5}
+KILL_SWITCH_CYCLES = {False: 10, True: 5}
 
 
 def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
