@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -31,14 +32,7 @@ def summary(samples_ms: list[float]) -> dict[str, Any]:
 
 def timed(call: Callable[[], Any], n: int, warmup: int) -> dict[str, Any]:
     """p50/p99 in ms of n sequential calls; warm-up calls (not counted) settle the connection."""
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - start) * 1000)
-    return summary(samples)
+    return timed_within(call, n, math.inf, warmup)
 
 
 def timed_within(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import ipaddress
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from shared.errors import AuthenticationError, FailedPreconditionError, InvalidArgumentError
+from shared.files import replace_atomically
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
@@ -97,19 +97,6 @@ def certificate_request(key: ec.EllipticCurvePrivateKey, common_name: str) -> st
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or "deskfleet-worker")])
     csr = x509.CertificateSigningRequestBuilder().subject_name(name).sign(key, hashes.SHA256())
     return csr.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def write_file(path: Path, data: bytes, mode: int) -> None:
-    """Write through a temporary file created with its final mode, then rename: a reader
-    never sees half a certificate, and a key is never readable by others, even for an instant."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -188,8 +175,8 @@ class CertificateAuthority:
         return cls(cert, key)
 
     def save(self, directory: Path) -> None:
-        write_file(directory / CA_KEY, private_key_pem(self._key), 0o600)
-        write_file(directory / CA_CERT, self.pem.encode(), 0o644)
+        replace_atomically(directory / CA_KEY, private_key_pem(self._key), 0o600)
+        replace_atomically(directory / CA_CERT, self.pem.encode(), 0o644)
 
     def issue(
         self,
@@ -326,8 +313,8 @@ def init_ca(directory: Path, hosts: Sequence[str], days: int) -> list[str]:
         not_after=now + dt.timedelta(days=days),
         hosts=hosts,
     )
-    write_file(directory / SERVER_KEY, private_key_pem(key), 0o600)
-    write_file(server_pem, issued.pem.encode(), 0o644)
+    replace_atomically(directory / SERVER_KEY, private_key_pem(key), 0o600)
+    replace_atomically(server_pem, issued.pem.encode(), 0o644)
     lines.append(
         f"server certificate written: {server_pem} for {', '.join(hosts)}, valid {days} days"
     )

@@ -1,4 +1,4 @@
-"""Writing the files that hold credentials and keys."""
+"""Writing the files that hold credentials, keys and certificates."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import os
 from pathlib import Path
 
 
-def replace_atomically(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write `text` to a temporary file created with its final mode, then rename it over `path`:
-    a crash never leaves a half-written credential, and it is never readable by others."""
+def replace_atomically(path: Path, data: str | bytes, mode: int = 0o600) -> None:
+    """Write through a temporary file created with its final mode, then rename it over `path`:
+    a reader never sees half a file, and a secret is never readable by others, even for an
+    instant."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.unlink(missing_ok=True)  # a leftover may carry another mode
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
         fh.flush()
         os.fsync(fh.fileno())
     os.chmod(tmp, mode)  # the umask may have narrowed what os.open asked for

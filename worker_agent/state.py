@@ -52,7 +52,7 @@ class StateDir:
     def write(self, name: str, text: str, mode: int = 0o644) -> None:
         """Replace one file atomically (certificates, the CA, the key with mode 0600)."""
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._write(name, text, mode)
+        replace_atomically(self.path / name, text, mode)
 
     def read_bytes(self, name: str) -> bytes | None:
         try:
@@ -64,12 +64,14 @@ class StateDir:
 
     def save(self, identity: WorkerIdentity, credential: str) -> None:
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._write(IDENTITY, json.dumps(asdict(identity), indent=2) + "\n", 0o644)
-        self._write(CREDENTIAL, credential + "\n", 0o600)
+        replace_atomically(
+            self.path / IDENTITY, json.dumps(asdict(identity), indent=2) + "\n", 0o644
+        )
+        replace_atomically(self.path / CREDENTIAL, credential + "\n", 0o600)
 
     def save_credential(self, credential: str) -> None:
         """Replace the credential (after a rotation), atomically and readable by us only."""
-        self._write(CREDENTIAL, credential + "\n", 0o600)
+        replace_atomically(self.path / CREDENTIAL, credential + "\n", 0o600)
 
     def load(self) -> tuple[WorkerIdentity, str]:
         if not self.enrolled:
@@ -83,6 +85,3 @@ class StateDir:
             return WorkerIdentity(**data), credential
         except (OSError, ValueError, TypeError) as exc:
             raise InvalidArgumentError(f"{self.path} is damaged ({exc}); enroll again") from exc
-
-    def _write(self, name: str, text: str, mode: int) -> None:
-        replace_atomically(self.path / name, text, mode)
