@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import ledger, outcomes
+from coordinator import ledger, outcomes, slots
 from coordinator.attempt_spans import AttemptSpans
 from coordinator.journal import JournalBus
 from coordinator.ledger import (
@@ -100,14 +100,18 @@ class Dispatcher:
     async def run_unit(self, unit: Callable[[Session, Context], list[Order]]) -> None:
         """Run a ledger transaction, then send what it decided and wake the run's watchers.
 
-        Orders for streams on other replicas are handed to the relay inside the transaction.
+        Every unit ends by giving free worker slots to the runs in line (`slots.serve`), so
+        that a slot freed or a run queued in it is acted on in the same transaction. Orders for
+        streams on other replicas are handed to the relay inside the transaction.
         """
         ctx = self.context()
         here = self._presence.connected_ids()
 
         def with_relay(s: Session, ctx: Context) -> list[Order]:
             ctx.reset()
-            return self._relay.route(s, unit(s, ctx), ctx.touched, here)
+            orders = unit(s, ctx)
+            orders += slots.serve(s, ctx)
+            return self._relay.route(s, orders, ctx.touched, here)
 
         orders = await self._db.write(with_relay, ctx)
         self.metrics.observe(ctx.notes)
@@ -149,11 +153,20 @@ class Dispatcher:
         self._inbox.put_nowait(started)
 
     async def on_connect(self, worker_id: str, held: Sequence[Held]) -> None:
-        """Reconcile the worker's attempts, then give waiting runs a chance to use it."""
+        """Reconcile the worker's attempts, then give runs in line a chance to use it."""
 
         def unit(s: Session, ctx: Context) -> list[Order]:
-            orders = outcomes.reconcile_worker(s, worker_id, held, ctx)
-            return orders + _advance_waiting(s, ctx)
+            ctx.capacity_changed = True
+            return outcomes.reconcile_worker(s, worker_id, held, ctx)
+
+        await self.run_unit(unit)
+
+    async def capacity_added(self) -> None:
+        """A worker can take work again (undrained): serve the runs in line."""
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            ctx.capacity_changed = True
+            return []
 
         await self.run_unit(unit)
 
@@ -270,15 +283,5 @@ def _apply_batch(
                 )
             else:
                 orders += outcomes.apply_receipt(s, item, ctx)
-        # Receipts free workers: runs that waited for one may go on now.
-        orders += _advance_waiting(s, ctx)
-    return orders
-
-
-def _advance_waiting(s: Session, ctx: Context) -> list[Order]:
-    orders: list[Order] = []
-    for run in run_queries.runs_in(s, (ledger.WAITING_FOR_ENVIRONMENT,)):
-        locked = run_queries.run_for_update(s, run.id)
-        if locked is not None:
-            orders += ledger.advance(s, locked, ctx)
+        # The slots these receipts freed go to the runs in line (`run_unit` ends with that).
     return orders

@@ -164,4 +164,7 @@ class Fleet:
             audit.record(s, by, action, worker_id, name=worker.name)
 
         await self._db.write(mark)
+        if not draining:
+            # Its slots are free again: runs in line take them now, not at the next sweep.
+            await self._dispatcher.capacity_added()
         return await self.get(worker_id)

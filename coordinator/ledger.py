@@ -33,6 +33,7 @@ HAND_BACK_TO_HUMAN = "HAND_BACK_TO_HUMAN"
 CANCELLED = "CANCELLED"
 ACTIVE = (RUNNING, WAITING_FOR_ENVIRONMENT, WAITING_FOR_AUTHORITY)
 NEEDS_APPROVAL = "needs_approval"
+WORKERS_BUSY = "workers_busy"  # eligible workers are online, every slot of theirs in use
 STOPPED_FOR_A_PERSON = (FAILED, HAND_BACK_TO_HUMAN)
 
 # Action states.
@@ -156,15 +157,27 @@ class Context:
     now: float = field(default_factory=time.time)
     touched: set[str] = field(default_factory=set)  # runs whose journal grew
     notes: Notes = field(default_factory=Notes)  # for the metrics, once committed
+    # Runs this transaction put in line for a worker slot (insertion-ordered): each is tried
+    # at least once, so that its state says why it waits.
+    queued: dict[str, None] = field(default_factory=dict)
+    # A slot was freed or a worker came (back): runs in line may go on now.
+    capacity_changed: bool = False
     # The fleet as this transaction sees it, read once however many actions it routes.
     _views: list[WorkerView] | None = None
+    # Attempts in flight per worker, kept true through this transaction's own changes (`move`).
     _busy: dict[str, int] | None = None
+    _serving: set[str] = field(default_factory=set)  # online and active: their slots count
+    _free: int = 0
+    _positions: int = 0
 
     def reset(self) -> None:
         """Forget what an earlier try of the transaction read (it was rolled back)."""
         self._views = self._busy = None
         self.now = time.time()
         self.notes = Notes()
+        self.queued = {}
+        self.capacity_changed = False
+        self._positions = 0
 
     def fleet(self, s: Session) -> list[WorkerView]:
         if self._views is None:
@@ -178,8 +191,38 @@ class Context:
 
     def busy(self, s: Session) -> dict[str, int]:
         if self._busy is None:
+            # The ledger's own changes must be in the count: a batch runs without autoflush,
+            # and a receipt it applied would otherwise still count as a slot in use.
+            s.flush()
             self._busy = run_queries.in_flight_counts(s, sorted(self.online(s)))
+            self._serving = {v.id for v in self.fleet(s) if v.online and v.state == "active"}
+            self._free = sum(self._room(w) for w in self._serving)
         return self._busy
+
+    def free_slots(self, s: Session) -> int:
+        """Free slots on online, active workers (any capability): 0 means no run can start."""
+        self.busy(s)
+        return self._free
+
+    def next_position(self) -> float:
+        """A place at the back of the line, after every place given out before."""
+        self._positions += 1
+        return self.now + self._positions * 1e-6
+
+    def _room(self, worker_id: str) -> int:
+        assert self._busy is not None
+        return max(0, MAX_PER_WORKER - self._busy.get(worker_id, 0))
+
+    def slot_changed(self, worker_id: str, delta: int) -> None:
+        """An attempt took (+1) or left (-1) a slot of this worker."""
+        if delta < 0:
+            self.capacity_changed = True
+        if self._busy is None or not worker_id:
+            return
+        before = self._room(worker_id)
+        self._busy[worker_id] = max(0, self._busy.get(worker_id, 0) + delta)
+        if worker_id in self._serving:
+            self._free += self._room(worker_id) - before
 
 
 def record(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> int:
@@ -204,6 +247,8 @@ def set_status(
     ):
         return
     ctx.notes.state_change(s, run, status, stop_reason, waiting[0], ctx.now)
+    if status not in ACTIVE:
+        run.queued_at = None  # a stopped run leaves the line
     run.status, run.stop_reason = status, stop_reason
     run.waiting_code, run.waiting_detail = waiting
     record(
@@ -220,6 +265,24 @@ def set_status(
 
 def label(action: ActionRow) -> str:
     return f"action {action.idx} ({action.kind}, {action.id})"
+
+
+def move(action: ActionRow, status: str, ctx: Context) -> None:
+    """Change an action's status; an attempt leaving or entering flight frees or takes its
+    worker's slot in the transaction's count, so that the slot is given out at once."""
+    was, now = action.status in IN_FLIGHT, status in IN_FLIGHT
+    action.status = status
+    if was and not now:
+        ctx.slot_changed(action.worker_id, -1)
+    elif now and not was:
+        ctx.slot_changed(action.worker_id, +1)
+
+
+def queue(run: RunRow, ctx: Context) -> None:
+    """Put the run in line for a worker slot; a run already in line keeps its place."""
+    if run.queued_at is None:
+        run.queued_at = ctx.next_position()
+    ctx.queued[run.id] = None
 
 
 # ---------------------------------------------------------------------------------- advancing
@@ -246,13 +309,18 @@ ADVANCE_HOOKS: dict[str, AdvanceHook] = {}
 FAILURE_HOOKS: dict[str, FailureHook] = {}
 
 
-def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
-    """Move the run on: finish it, wait, or dispatch the pending work units of its stage."""
-    if run.status not in ACTIVE:
-        return []
-    own = ADVANCE_HOOKS.get(run.kind)
-    if own is not None:
-        return own(s, run, ctx)
+@dataclass(frozen=True)
+class Stage:
+    """The run's current stage: the units that can be dispatched now, and what came before."""
+
+    pending: list[ActionRow]
+    in_flight: int
+    ready_at: float  # when the stage could start: for the dispatch latency metric
+
+
+def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
+    """The run's current stage if it has units to dispatch; otherwise finish or stop the run
+    when that is due, and None."""
     actions = run_queries.actions_of(s, run.id)
     unfinished = [a for a in actions if a.status not in DONE]
     if not unfinished:
@@ -260,30 +328,58 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
         if hook is not None:
             hook(s, run, actions, ctx)
         set_status(s, run, ctx, SUCCEEDED, stop_reason="completed: every action succeeded")
-        return []
+        return None
     stage = min(a.stage for a in unfinished)
     current = [a for a in unfinished if a.stage == stage]
     stuck = next((a for a in current if a.status not in (PENDING, *IN_FLIGHT)), None)
     if stuck is not None:  # an UNKNOWN or FAILED unit left in an active run: stop safely
         set_status(s, run, ctx, FAILED, stop_reason=f"{label(stuck)} is {stuck.status.lower()}")
-        return []
+        return None
     pending = [a for a in current if a.status == PENDING]
-    in_flight = len(current) - len(pending)
-    if not pending or _budget_stop(s, run, ctx):
+    if not pending:
+        return None
+    ready = max([run.created_at, *(a.finished_at or 0.0 for a in actions if a.stage < stage)])
+    return Stage(pending, len(current) - len(pending), ready)
+
+
+def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
+    """Move the run on: finish it, stop it at a limit, or put it in line for worker slots.
+
+    Slots are given out by `slots.serve` at the end of the transaction, oldest place in line
+    first, so that a run whose receipt just came in does not take the slot it freed ahead of
+    runs that have waited longer.
+    """
+    if run.status not in ACTIVE:
+        return []
+    own = ADVANCE_HOOKS.get(run.kind)
+    if own is not None:
+        return own(s, run, ctx)
+    if open_stage(s, run, ctx) is None or _budget_stop(s, run, ctx):
+        run.queued_at = None
         return []
     _deliver_guidance(s, run, ctx)
-    room = min(run.limits["max_actions"], run.estimate_actions) - run.attempts_used
-    orders: list[Order] = []
+    queue(run, ctx)
+    return []
+
+
+def dispatch_one(s: Session, run: RunRow, ctx: Context) -> tuple[list[Order], bool]:
+    """Dispatch one pending unit of the run's stage, if a worker can take it: the run's turn
+    in line. Returns the orders and whether the run still has units waiting for a slot."""
+    if run.status not in ACTIVE:
+        return [], False
+    stage = open_stage(s, run, ctx)
+    if stage is None or _budget_stop(s, run, ctx):
+        run.queued_at = None
+        return [], False
+    route = ROUTE_HOOKS.get(run.kind, _plain_route)
     skipped = False
-    ready = max([run.created_at, *(a.finished_at or 0.0 for a in actions if a.stage < stage)])
-    for action in pending[: max(room, 0)]:
-        route = ROUTE_HOOKS.get(run.kind, _plain_route)
+    for action in stage.pending:
         worker, code, detail = route(s, run, action, ctx)
         if code == SKIPPED:
             skipped = True
             continue
         if worker is None:
-            if not orders and not in_flight:
+            if not stage.in_flight:
                 set_status(
                     s,
                     run,
@@ -292,13 +388,14 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
                     waiting=(code, detail),
                     cause=f"no route for {label(action)}",
                 )
-            break
-        orders.append(claim(s, run, action, worker, ctx, max(ready, action.finished_at or 0.0)))
-    if orders:
+            if skipped:  # hooks may have finished the stage or added units: look again
+                return dispatch_one(s, run, ctx)
+            return [], True
+        order = claim(s, run, action, worker, ctx, max(stage.ready_at, action.finished_at or 0.0))
         set_status(s, run, ctx, RUNNING)
-    if skipped:  # the stage may be over now, or hooks may have added units
-        return orders + advance(s, run, ctx)
-    return orders
+        return [order], True
+    # Every pending unit was skipped: the stage may be over now, or hooks may have added units.
+    return dispatch_one(s, run, ctx) if skipped else ([], False)
 
 
 def new_action(
@@ -347,8 +444,8 @@ def claim(
     action.attempt_id = new_id("att")
     action.epoch += 1
     action.attempts += 1
-    action.status = DISPATCHED
     action.worker_id = worker_id
+    move(action, DISPATCHED, ctx)
     action.dispatched_at = ctx.now
     action.lease_expires_at = ctx.now + ctx.lease_ttl
     action.error = ""
@@ -514,12 +611,19 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
         if wanted_worker:
             needs.insert(0, f"worker {wanted_worker}")
         what = " and ".join(needs) or "any worker"
+        if eligible:
+            return (
+                None,
+                WORKERS_BUSY,
+                f"needs {what}: all {len(eligible)} eligible worker(s) are busy"
+                f" ({MAX_PER_WORKER} attempts each); in line for the next free slot",
+            )
         online = sum(v.online for v in views)
         return (
             None,
             "no_eligible_worker",
             f"needs {what}: none online and eligible ({online} online)",
         )
+    # The claim takes the slot (`move`), so that a route that is not used takes nothing.
     best = min(here, key=lambda v: (busy.get(v.id, 0), v.id))
-    busy[best.id] = busy.get(best.id, 0) + 1
     return best.id, "", ""

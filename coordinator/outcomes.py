@@ -34,6 +34,7 @@ from coordinator.ledger import (
     ReceiptVerdict,
     advance,
     label,
+    move,
     record,
     set_status,
 )
@@ -54,7 +55,7 @@ from shared.tracing import TraceParent
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
     """Put the action back in line (its next claim gets a new epoch) and move the run on."""
     ctx.notes.retried(action.kind, action.status, cause)
-    action.status = PENDING
+    move(action, PENDING, ctx)
     record(s, run, ctx, "action.retry", action=action.id, cause=cause, attempts=action.attempts)
     return advance(s, run, ctx)
 
@@ -66,7 +67,7 @@ def outcome_unknown(
     orders: list[Order] = []
     if action.worker_id and action.status in IN_FLIGHT:
         orders.append(CancelOrder(action.worker_id, action.id, action.attempt_id, cause))
-    action.status = UNKNOWN
+    move(action, UNKNOWN, ctx)
     action.error = cause
     action.lease_expires_at = None
     record(
@@ -185,7 +186,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     _keep_artifacts(s, run, receipt, result, ctx)
     was_unknown = action.status == UNKNOWN
     succeeded = receipt.status == "succeeded"
-    action.status = "SUCCEEDED" if succeeded else "FAILED"
+    move(action, "SUCCEEDED" if succeeded else "FAILED", ctx)
     action.finished_at = ctx.now
     action.error = "" if succeeded else (receipt.error or receipt.status)
     action.receipt_id = row.id
@@ -277,7 +278,7 @@ def apply_started(
         return []
     run = run_queries.run_for_update(s, action.run_id)
     assert run is not None
-    action.status = STARTED
+    move(action, STARTED, ctx)
     action.lease_expires_at = ctx.now + ctx.lease_ttl
     record(s, run, ctx, "action.started", action=action.id, attempt=attempt_id, worker=worker_id)
     return []
@@ -304,7 +305,7 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
             continue
         if action.status == DISPATCHED:
             # The worker never recorded this attempt, so it never acted on it: send it again.
-            action.status = PENDING
+            move(action, PENDING, ctx)
             action.lease_expires_at = None
             record(
                 s,
@@ -328,7 +329,7 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
         run = run_queries.run_for_update(s, action.run_id)
         assert run is not None
         current.add((h.action_id, h.attempt_id))
-        action.status = STARTED
+        move(action, STARTED, ctx)
         action.lease_expires_at = ctx.now + ctx.lease_ttl
         ctx.notes.recovered("reconnect", [action.status])
         record(

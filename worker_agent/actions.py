@@ -181,13 +181,19 @@ def diag_sleep(args: dict[str, Any], ctx: ActionContext) -> Any:
 
 
 def diag_fail(args: dict[str, Any], ctx: ActionContext) -> Any:
-    """Fail while `attempt <= fail_attempts` (absent or null: always), then succeed."""
+    """Fail while `attempt <= fail_attempts` (absent or null: always), then succeed; with
+    `seconds`, only after sleeping that long (interruptibly), like a task that fails late."""
     message = args.get("message", "failed on request")
     fail_attempts = args.get("fail_attempts")
+    seconds = args.get("seconds", 0)
     if not isinstance(message, str):
         raise ActionFailed(f"diag.fail: 'message' must be a string, not {_json_type(message)}")
     if fail_attempts is not None and (type(fail_attempts) is not int or fail_attempts < 0):
         raise ActionFailed("diag.fail: 'fail_attempts' must be an integer >= 0 or null")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds >= 0:
+        raise ActionFailed(f"diag.fail: 'seconds' must be a number >= 0, not {seconds!r}")
+    if ctx.cancelled.wait(timeout=float(seconds)) if seconds else False:
+        raise ActionCancelled("cancelled while waiting to fail")
     if fail_attempts is None or ctx.attempt <= fail_attempts:
         raise ActionFailed(message)
     return {"recovered_after": ctx.attempt - 1}

@@ -102,6 +102,9 @@ class RunRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(32), server_default="plan", default="plan")
     spec: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}", default=dict)
+    # The run's place in line for a worker slot while it has units no worker has taken yet
+    # (oldest first); NULL when it waits for nothing of the kind.
+    queued_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True, default=None)
 
 
 class ActionRow(Base):

@@ -37,6 +37,19 @@ def runs_in(s: Session, statuses: Sequence[str]) -> Sequence[RunRow]:
     return s.execute(select(RunRow).where(RunRow.status.in_(statuses))).scalars().all()
 
 
+def queued_run_ids(s: Session) -> Sequence[str]:
+    """Runs in line for a worker slot, oldest place first (an index scan)."""
+    return (
+        s.execute(
+            select(RunRow.id)
+            .where(RunRow.queued_at.is_not(None))
+            .order_by(RunRow.queued_at, RunRow.id)
+        )
+        .scalars()
+        .all()
+    )
+
+
 def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
     return (
         s.execute(select(ActionRow).where(ActionRow.run_id == run_id).order_by(ActionRow.idx))

@@ -1,0 +1,61 @@
+"""The line of runs waiting for worker slots, and the rule that gives slots out.
+
+Every ledger transaction ends here (`Dispatcher.run_unit`). A run with units no worker has
+taken yet holds a place in line (`runs.queued_at`, indexed); `ledger.advance` only puts it
+there. When the transaction freed a slot (a receipt, a failure, a timeout, a cancelled attempt's
+receipt, a worker reconnecting), added capacity (a worker connecting or undrained) or queued
+runs, the free slots are given out in the same transaction:
+
+- **Oldest place first, one unit per turn.** The run at the front dispatches one unit and, if
+  it has more waiting, goes to the back of the line. A run whose receipt just arrived is put
+  at the back too, so it cannot take the slot it freed ahead of runs that waited longer: one
+  owner's 1,000-unit run and another's 1-unit run take turns.
+- **A run never waits while a slot it could use is free.** Slot counts come from the store
+  (after the transaction's own changes are flushed) and follow every status change made in the
+  transaction (`ledger.move`), so a batch of receipts frees its slots before the line is
+  served.
+- Runs this transaction queued are tried even when no slot is free, so that their state says
+  why they wait; the rest of the line is only walked while slots are free.
+
+Cost: one indexed read of the line per serving transaction, and one stage read per run tried.
+A run that cannot use the free slots (other labels or capability) is looked at each time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sqlalchemy.orm import Session
+
+from coordinator import ledger
+from coordinator.ledger import Context, Order
+from coordinator.store import runs as run_queries
+
+
+def serve(s: Session, ctx: Context) -> list[Order]:
+    """Give the free worker slots to the runs in line, oldest place first, one unit a turn."""
+    if not ctx.queued and not ctx.capacity_changed:
+        return []
+    s.flush()  # places given in this transaction must be in the line read below
+    line = deque(run_queries.queued_run_ids(s))
+    must_try = set(ctx.queued)
+    orders: list[Order] = []
+    while line:
+        run_id = line.popleft()
+        fresh = run_id in must_try
+        must_try.discard(run_id)
+        if not fresh and ctx.free_slots(s) <= 0:
+            if not must_try:
+                break
+            continue
+        run = run_queries.run_for_update(s, run_id)
+        if run is None or run.queued_at is None:
+            continue
+        sent, more = ledger.dispatch_one(s, run, ctx)
+        orders += sent
+        if not more:
+            run.queued_at = None
+        elif sent:  # served: to the back of the line
+            run.queued_at = ctx.next_position()
+            line.append(run_id)
+    return orders

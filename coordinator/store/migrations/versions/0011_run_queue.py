@@ -1,0 +1,22 @@
+"""Each run's place in line for a worker slot: waiting runs are served oldest first, and the
+line is read through an index instead of scanning every waiting run."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011_run_queue"
+down_revision = "0010_receipt_trace"
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("queued_at", sa.Float(), nullable=True))
+        batch.create_index("ix_runs_queued_at", ["queued_at"])
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_index("ix_runs_queued_at")
+        batch.drop_column("queued_at")
