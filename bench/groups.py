@@ -63,6 +63,44 @@ def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+def many_runs(quick: bool) -> list[dict[str, Any]]:
+    from bench import many_runs as bench
+
+    doc = bench.run(quick)
+    params = {
+        "runs": doc["runs"],
+        "actions_per_run": doc["actions_per_run"],
+        "workers": doc["workers"],
+        "slots": doc["slots"],
+        "store": doc["store"],
+    }
+    return [
+        figure(
+            "many_runs",
+            f"actions/s, {doc['runs']} concurrent runs on {doc['slots']} worker slots",
+            doc["concurrent"]["actions_per_s"],
+            "/s",
+            better="higher",
+            baseline=("the same actions in one sequential run", doc["sequential"]["actions_per_s"]),
+            params=params,
+        ),
+        figure(
+            "many_runs",
+            "longest time a slot stood free while a run waited",
+            doc["longest_idle_gap_s"],
+            "s",
+            params=params | {"goal": "< 1 s"},
+        ),
+        figure(
+            "many_runs",
+            "most actions one run got ahead of another (fairness)",
+            doc["max_spread_actions"],
+            "actions",
+            params=params | {"rule": "oldest place in line first, one unit a turn"},
+        ),
+    ]
+
+
 def fleet_scale(quick: bool) -> list[dict[str, Any]]:
     from bench import fleet_status
 
@@ -270,6 +308,7 @@ def journal_search(quick: bool) -> list[dict[str, Any]]:
 # In the order they run: SPEC §6's.
 GROUPS: dict[str, Group] = {
     "round_trip": round_trip_and_ingest,
+    "many_runs": many_runs,
     "fleet_scale": fleet_scale,
     "kill_switch": kill_switch,
     "screenshot": screenshot,

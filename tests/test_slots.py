@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
+from bench.many_runs import idle_gap, spread, steps_of
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc, runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
@@ -163,53 +164,6 @@ def _sleeps(n: int, seconds: float = 60.0) -> list[runs_pb2.SubmitRunRequest]:
 # ------------------------------------------------------------------ more runs than slots
 
 
-def _idle_gaps(actions: list[tuple[str, int, float, float]], created: dict[str, float]) -> float:
-    """The longest time during which a slot was free while some run waited for one.
-
-    A run waits from its submission to its first dispatch, and from each receipt to its next
-    dispatch; `actions` are (run, index, dispatched_at, finished_at) of single-attempt runs.
-    """
-    events: list[tuple[float, int, int]] = []  # (time, d_in_flight, d_waiting)
-    by_run: dict[str, list[tuple[int, float, float]]] = {}
-    for run_id, idx, dispatched, finished in actions:
-        by_run.setdefault(run_id, []).append((idx, dispatched, finished))
-        events += [(dispatched, +1, 0), (finished, -1, 0)]
-    for run_id, steps in by_run.items():
-        steps.sort()
-        ready = created[run_id]
-        for _, dispatched, finished in steps:
-            events += [(ready, 0, +1), (dispatched, 0, -1)]
-            ready = finished
-    # At one instant, a dispatch ends a wait before anything else counts.
-    events.sort(key=lambda e: (e[0], -e[1], e[2]))
-    in_flight = waiting = 0
-    longest, since = 0.0, None
-    for at, d_flight, d_wait in events:
-        in_flight += d_flight
-        waiting += d_wait
-        idle = in_flight < SLOTS and waiting > 0
-        if idle and since is None:
-            since = at
-        elif not idle and since is not None:
-            longest, since = max(longest, at - since), None
-    return longest
-
-
-def _spread(actions: list[tuple[str, int, float, float]], runs: int) -> int:
-    """The largest difference in dispatched actions between two unfinished runs, over time."""
-    done: dict[str, int] = {}
-    total: dict[str, int] = {}
-    for run_id, *_ in actions:
-        total[run_id] = total.get(run_id, 0) + 1
-    worst = 0
-    for run_id, _, _, _ in sorted(actions, key=lambda a: a[2]):
-        done[run_id] = done.get(run_id, 0) + 1
-        open_counts = [done.get(r, 0) for r in total if done.get(r, 0) < total[r]]
-        if len(open_counts) == runs:  # while every run still has work: the fair phase
-            worst = max(worst, max(open_counts) - min(open_counts))
-    return worst
-
-
 async def test_forty_runs_on_eight_slots_all_finish_fairly_without_idle_slots(
     fleet: Fleet,
 ) -> None:
@@ -221,26 +175,16 @@ async def test_forty_runs_on_eight_slots_all_finish_fairly_without_idle_slots(
         finished = await asyncio.gather(*(client.wait(run_id, 240) for run_id in ids))
     stuck = [(r.id, r.status, r.waiting.detail) for r in finished if r.status != "SUCCEEDED"]
     assert not stuck
-    marks = ",".join("?" * runs)
-    actions = [
-        (str(r), int(i), float(d), float(f))
-        for r, i, d, f in fleet.query(
-            "SELECT run_id, idx, dispatched_at, finished_at FROM actions"
-            f" WHERE run_id IN ({marks})",
-            *ids,
-        )
-    ]
-    assert len(actions) == runs * per_run
-    created = {
-        str(r): float(c)
-        for r, c in fleet.query(f"SELECT id, created_at FROM runs WHERE id IN ({marks})", *ids)
-    }
+    steps, created = steps_of(fleet.db, list(ids))
+    assert len(steps) == runs * per_run
     # The rule: a run never waits while a slot is free (one second of slack for the machine).
-    assert _idle_gaps(actions, created) < 1.0
+    gap = idle_gap(steps, created, SLOTS)
+    assert gap < 1.0, f"a slot stood free for {gap:.2f} s while a run waited"
     # Oldest place first, one unit a turn: while all 40 have work left, no run gets ahead of
     # another by more than a few actions (first come, first served would let the first eight
     # finish all 25 before the others start).
-    assert _spread(actions, runs) <= 3
+    ahead = spread(steps)
+    assert ahead <= 3, f"a run got {ahead} actions ahead of another"
 
 
 # ------------------------------------------------------------------ each wake-up source

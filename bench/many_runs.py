@@ -1,0 +1,193 @@
+"""Many more concurrent runs than worker slots: actions per second, and whether a slot ever
+stood idle while a run waited for one.
+
+  figure     R runs of N diag.echo actions submitted at once (SubmitRun x R, then WaitRun on
+             each) on 2 real workers (8 slots): actions/s, the longest time a slot stood free
+             while a run waited, and how far one run got ahead of another
+  baseline   the same R x N actions as one sequential run on the same fleet, in the same run
+
+Usage: python -m bench.many_runs [--quick] [--out bench/results/many_runs.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
+from tests.harness import CoordinatorProcess, WorkerProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOTS = 8  # 2 workers x coordinator/ledger.py MAX_PER_WORKER
+TERMINAL = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
+
+# (run, index, dispatched_at, finished_at) of one attempt each
+Step = tuple[str, int, float, float]
+
+
+def idle_gap(steps: list[Step], created: dict[str, float], slots: int = SLOTS) -> float:
+    """The longest time during which a slot was free while some run waited for one.
+
+    A run waits from its submission to its first dispatch, and from each receipt to its next
+    dispatch (single-attempt runs of sequential actions).
+    """
+    events: list[tuple[float, int, int]] = []  # (time, d_in_flight, d_waiting)
+    by_run: dict[str, list[tuple[int, float, float]]] = {}
+    for run_id, idx, dispatched, finished in steps:
+        by_run.setdefault(run_id, []).append((idx, dispatched, finished))
+        events += [(dispatched, +1, 0), (finished, -1, 0)]
+    for run_id, mine in by_run.items():
+        ready = created[run_id]
+        for _, dispatched, finished in sorted(mine):
+            events += [(ready, 0, +1), (dispatched, 0, -1)]
+            ready = finished
+    # At one instant, a dispatch ends a wait before a free slot is counted.
+    events.sort(key=lambda e: (e[0], -e[1], e[2]))
+    in_flight = waiting = 0
+    longest, since = 0.0, None
+    for at, d_flight, d_wait in events:
+        in_flight += d_flight
+        waiting += d_wait
+        idle = in_flight < slots and waiting > 0
+        if idle and since is None:
+            since = at
+        elif not idle and since is not None:
+            longest, since = max(longest, at - since), None
+    return longest
+
+
+def spread(steps: list[Step]) -> int:
+    """How many actions one run got ahead of another, at worst, while every run had work."""
+    total: dict[str, int] = {}
+    for run_id, *_ in steps:
+        total[run_id] = total.get(run_id, 0) + 1
+    done = dict.fromkeys(total, 0)
+    worst = 0
+    for run_id, *_ in sorted(steps, key=lambda s: s[2]):
+        done[run_id] += 1
+        if any(done[r] >= total[r] for r in total):
+            break  # a run has finished: the fair phase is over
+        worst = max(worst, max(done.values()) - min(done.values()))
+    return worst
+
+
+def steps_of(db: Path, run_ids: list[str]) -> tuple[list[Step], dict[str, float]]:
+    marks = ",".join("?" * len(run_ids))
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        steps = [
+            (str(r), int(i), float(d), float(f))
+            for r, i, d, f in conn.execute(
+                "SELECT run_id, idx, dispatched_at, finished_at FROM actions"
+                f" WHERE run_id IN ({marks})",
+                run_ids,
+            )
+        ]
+        created = {
+            str(r): float(c)
+            for r, c in conn.execute(
+                f"SELECT id, created_at FROM runs WHERE id IN ({marks})", run_ids
+            )
+        }
+    return steps, created
+
+
+def echoes(n: int) -> runs_pb2.SubmitRunRequest:
+    return runs_pb2.SubmitRunRequest(
+        actions=[
+            runs_pb2.PlannedAction(kind="diag.echo", args_json=json.dumps(i), idempotent=True)
+            for i in range(n)
+        ],
+        limits=runs_pb2.Limits(max_actions=n),
+    )
+
+
+async def submit_and_wait(
+    address: str, token: str, requests: list[runs_pb2.SubmitRunRequest]
+) -> tuple[list[str], float]:
+    """Submit every run at once, wait for all; (run ids, seconds from first submit to last end)."""
+    md = auth_metadata(token)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = runs_pb2_grpc.RunServiceStub(channel)
+
+        async def one(request: runs_pb2.SubmitRunRequest) -> tuple[str, str]:
+            run = await stub.SubmitRun(request, metadata=md, timeout=60)
+            while run.status not in TERMINAL:
+                run = await stub.WaitRun(
+                    runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=30), metadata=md, timeout=60
+                )
+            return str(run.id), str(run.status)
+
+        start = time.perf_counter()
+        done = await asyncio.gather(*(one(r) for r in requests))
+        elapsed = time.perf_counter() - start
+    if failed := [(i, s) for i, s in done if s != "SUCCEEDED"]:
+        raise RuntimeError(f"{len(failed)} run(s) did not succeed, e.g. {failed[0]}")
+    return [i for i, _ in done], elapsed
+
+
+def run(quick: bool) -> dict[str, Any]:
+    runs, per_run = (40, 5) if quick else (40, 50)
+    actions = runs * per_run
+    with tempfile.TemporaryDirectory() as tmp:
+        coordinator = CoordinatorProcess(Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=600.0)
+        coordinator.start()
+        workers = [WorkerProcess(coordinator, f"w{i}") for i in range(2)]
+        try:
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.wait_online(60)
+            token = coordinator.admin_token_file.read_text().strip()
+            db = Path(coordinator.db_url.removeprefix("sqlite:///"))
+            # Warm-up: both workers have taken work once.
+            asyncio.run(submit_and_wait(coordinator.address, token, [echoes(4)] * 4))
+            _, sequential_s = asyncio.run(
+                submit_and_wait(coordinator.address, token, [echoes(actions)])
+            )
+            ids, concurrent_s = asyncio.run(
+                submit_and_wait(coordinator.address, token, [echoes(per_run)] * runs)
+            )
+            steps, created = steps_of(db, ids)
+        finally:
+            for w in workers:
+                w.stop()
+            coordinator.stop()
+    return {
+        "runs": runs,
+        "actions_per_run": per_run,
+        "workers": 2,
+        "slots": SLOTS,
+        "store": "sqlite",
+        "concurrent": {"seconds": concurrent_s, "actions_per_s": actions / concurrent_s},
+        "sequential": {"seconds": sequential_s, "actions_per_s": actions / sequential_s},
+        "longest_idle_gap_s": idle_gap(steps, created),
+        "max_spread_actions": spread(steps),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "many_runs.json")
+    args = parser.parse_args()
+    doc = run(args.quick)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
