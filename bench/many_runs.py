@@ -104,7 +104,9 @@ def steps_of(db: Path, run_ids: list[str]) -> tuple[list[Step], dict[str, float]
 def echoes(n: int) -> runs_pb2.SubmitRunRequest:
     return runs_pb2.SubmitRunRequest(
         actions=[
-            runs_pb2.PlannedAction(kind="diag.echo", args_json=json.dumps(i), idempotent=True)
+            runs_pb2.PlannedAction(
+                kind="diag.echo", args_json=json.dumps({"value": i}), idempotent=True
+            )
             for i in range(n)
         ],
         limits=runs_pb2.Limits(max_actions=n),
@@ -182,7 +184,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "many_runs.json")
     args = parser.parse_args()
-    doc = run(args.quick)
+    try:
+        doc = run(args.quick)
+    except (RuntimeError, TimeoutError, grpc.RpcError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"many_runs bench: {type(exc).__name__}: {first}", file=sys.stderr)
+        return 1
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
