@@ -93,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
         help="routing policy (JSON); default: headless workers, then a desktop with approval",
     )
     serve.add_argument(
+        "--scripted-models-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="offer `scripted:NAME` models: replayed JSON scripts, plain file names in DIR"
+        " (tests, demos; default: none)",
+    )
+    serve.add_argument(
         "--allow-private-networks",
         action="store_true",
         help="let browser actions reach loopback and private addresses",
@@ -245,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
         if args.worker_cert_days <= 0:
             raise DeskfleetError("--worker-cert-days must be positive")
+        if args.scripted_models_dir is not None and not args.scripted_models_dir.is_dir():
+            raise DeskfleetError("--scripted-models-dir must name a directory")
         config = CoordinatorConfig(
             db_url=args.db,
             listen=args.listen,
@@ -258,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             goal_question_wait=args.goal_question_wait,
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,
+            scripted_models_dir=args.scripted_models_dir,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             ca_dir=args.ca_dir,

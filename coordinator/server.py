@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator import routing
+from coordinator.agent import providers
 from coordinator.agent.loop import Goals
 from coordinator.agent.tools import FleetTools
 from coordinator.certificates import WorkerCertificates
@@ -191,6 +193,7 @@ def create_server(
         db,
         dispatcher,
         FleetTools(db, runs, desktop, recall, policy),
+        functools.partial(providers.open_model, scripts_dir=config.scripted_models_dir),
         context_budget=config.goal_context_budget,
         model_timeout=config.goal_model_timeout,
         question_wait=config.goal_question_wait,
