@@ -86,6 +86,7 @@ class CoordinatorProcess:
         workdir.mkdir(parents=True, exist_ok=True)
         self.db_url = db_url or f"sqlite:///{workdir / 'fleet.db'}"
         self.admin_token_file = workdir / "admin.token"
+        self.secrets_key_file = workdir / "secrets.key"  # replicas of one store share it
         # `scripted:NAME` models: the scripts this coordinator offers (see script()).
         self.scripts_dir = scripts_dir or workdir / "scripts"
         self.scripts_dir.mkdir(parents=True, exist_ok=True)
@@ -117,6 +118,8 @@ class CoordinatorProcess:
                 self.db_url,
                 "--admin-token-file",
                 self.admin_token_file,
+                "--secrets-key-file",
+                self.secrets_key_file,
             ],
             check=True,
             capture_output=True,
@@ -150,6 +153,8 @@ class CoordinatorProcess:
                 *(["--policy", str(self.policy)] if self.policy else []),
                 "--scripted-models-dir",
                 str(self.scripts_dir),
+                "--secrets-key-file",
+                str(self.secrets_key_file),
                 *self.serve_args,
             ],
             stdout=subprocess.PIPE,

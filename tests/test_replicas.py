@@ -62,6 +62,7 @@ def _replicas(tmp_path: Path, url: str, **kw: Any) -> tuple[CoordinatorProcess, 
     b = CoordinatorProcess(tmp_path / "b", url, replica="b", **kw)
     b.workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(a.admin_token_file, b.admin_token_file)  # one store, one admin
+    shutil.copy(a.secrets_key_file, b.secrets_key_file)  # and one secrets key
     return a.start(), b.start()
 
 
