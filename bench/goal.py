@@ -35,16 +35,13 @@ from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run  # noqa
 
 
 def _goal(coordinator: CoordinatorProcess, work: Path, steps: int) -> list[dict[str, Any]]:
-    script = work / f"script-{coordinator.workdir.name}.json"
     calls = [
         {"tool_calls": [{"name": "recall", "arguments": {"seq": 2, "offset": (i * 997) % 16000}}]}
         for i in range(steps - 1)
     ]
-    script.write_text(json.dumps({"steps": [*calls, {"text": "done", "tool_calls": []}]}))
+    model = coordinator.script("bench.json", [*calls, {"text": "done", "tool_calls": []}])
     text = "".join(f"fact {i}: the north light burns {i} hours. " for i in range(520))[:20_000]
-    run = coordinator.cli_json(
-        "goal", text, "--model", f"scripted:{script}", "--max-steps", str(steps + 5)
-    )
+    run = coordinator.cli_json("goal", text, "--model", model, "--max-steps", str(steps + 5))
     done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 600)
     if done["status"] != "SUCCEEDED":
         raise SystemExit(f"the goal did not succeed: {done['stopReason']}")

@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from coordinator.store import Database
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import WorkerCertificateRow
 from coordinator.tls import CertificateAuthority, IssuedCertificate
-from shared.errors import AuthenticationError
+from shared.errors import AuthenticationError, FailedPreconditionError
 
 # The gRPC auth-context property holding the peer's certificate (PEM) on a TLS connection.
 PEER_CERT_PROPERTY = "x509_pem_cert"
@@ -50,8 +51,11 @@ class WorkerCertificates:
         """Sign without recording (enrollment records it in its own transaction)."""
         return self.ca.sign_request(csr_pem, worker_id, self._days)
 
-    async def check(self, worker_id: str, peer_pem: bytes | None) -> IssuedCertificate:
-        """The peer's certificate, if it is this worker's newest one from our CA and valid now."""
+    async def check(
+        self, worker_id: str, peer_pem: bytes | None, *, renewing: bool = False
+    ) -> IssuedCertificate:
+        """The peer's certificate, if it is this worker's newest one from our CA and valid now.
+        `renewing`: a replaced certificate is a renewal that came second (FailedPrecondition)."""
         if peer_pem is None:
             raise AuthenticationError(
                 "worker streams need the worker's client certificate: this is the coordinator's"
@@ -72,6 +76,8 @@ class WorkerCertificates:
         row, state = found
         if state == "revoked":
             raise AuthenticationError(f"worker {worker_id} has been revoked; its certificates too")
+        if row.superseded_at is not None and renewing:
+            raise FailedPreconditionError(_ALREADY_RENEWED.format(issued.serial, worker_id))
         if row.superseded_at is not None:
             raise AuthenticationError(
                 f"the client certificate (serial {issued.serial}) of worker {worker_id} was"
@@ -88,19 +94,44 @@ class WorkerCertificates:
         certificate, or a new one once its last has expired (it was away too long): then the
         credential alone vouches for it, as it did at enrollment.
         """
-        if peer_pem is not None:
-            await self.check(worker_id, peer_pem)
-        else:
+        presented = (
+            await self.check(worker_id, peer_pem, renewing=True) if peer_pem is not None else None
+        )
+        if presented is None:
             current = await self._db.read(worker_queries.current_certificate, worker_id)
-            if current is not None and current.not_after > time.time():
-                raise AuthenticationError(
-                    f"worker {worker_id} holds a valid certificate until"
-                    f" {_iso(current.not_after)}: renew with it, on the worker port"
-                )
+            _renewable_without_certificate(worker_id, current)
         issued = self.sign(worker_id, csr_pem)
 
         def record(s: Session) -> None:
+            # Under the worker row's lock: of renewals racing with one certificate, the first
+            # replaces it and the others find it already replaced.
+            worker = worker_queries.worker_for_update(s, worker_id)
+            if worker is None or worker.state == "revoked":
+                raise AuthenticationError(f"worker {worker_id} has been revoked")
+            current = worker_queries.current_certificate(s, worker_id)
+            if presented is None:
+                _renewable_without_certificate(worker_id, current)
+            elif current is None or current.fingerprint != presented.fingerprint:
+                raise FailedPreconditionError(_ALREADY_RENEWED.format(presented.serial, worker_id))
             worker_queries.record_certificate(s, row_for(worker_id, issued, time.time()))
 
-        await self._db.write(record)
+        try:
+            await self._db.write(record)
+        except IntegrityError as exc:  # the one-current index: another renewal won
+            serial = presented.serial if presented is not None else "(none)"
+            raise FailedPreconditionError(_ALREADY_RENEWED.format(serial, worker_id)) from exc
         return issued
+
+
+_ALREADY_RENEWED = (
+    "the client certificate (serial {}) of worker {} was already renewed by another request;"
+    " use the newest certificate"
+)
+
+
+def _renewable_without_certificate(worker_id: str, current: WorkerCertificateRow | None) -> None:
+    if current is not None and current.not_after > time.time():
+        raise AuthenticationError(
+            f"worker {worker_id} holds a valid certificate until"
+            f" {_iso(current.not_after)}: renew with it, on the worker port"
+        )

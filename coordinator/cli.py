@@ -10,8 +10,10 @@ import signal
 import sys
 from pathlib import Path
 
+from coordinator import secret_box
 from coordinator.principals import NewUser, Role, create_user, has_admin_secret
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
+from coordinator.secret_box import KEY_FILE_NAME, SecretBox
 from coordinator.server import Coordinator
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database, SchemaError
@@ -33,9 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         "--db", required=True, help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
     )
     init.add_argument("--admin-token-file", required=True, type=Path)
+    _key_file_option(init)
 
     serve = sub.add_parser("serve", help="serve the API")
     serve.add_argument("--db", required=True)
+    _key_file_option(serve)
     serve.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")
     serve.add_argument("--replica", default=None, help="this replica's name (default: hostname)")
     serve.add_argument("--heartbeat-interval", type=float, default=5.0, metavar="SECONDS")
@@ -93,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
         help="routing policy (JSON); default: headless workers, then a desktop with approval",
     )
     serve.add_argument(
+        "--scripted-models-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="offer `scripted:NAME` models: replayed JSON scripts, plain file names in DIR"
+        " (tests, demos; default: none)",
+    )
+    serve.add_argument(
         "--allow-private-networks",
         action="store_true",
         help="let browser actions reach loopback and private addresses",
@@ -127,6 +139,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     telemetry_options.add_to(serve)
 
+    rotate = sub.add_parser(
+        "rotate-secrets-key",
+        help="seal every stored secret under a new key (stop the replicas first; give each the"
+        " new key file before starting it again)",
+    )
+    rotate.add_argument("--db", required=True)
+    _key_file_option(rotate)
+
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)
     ca_init = ca_sub.add_parser(
@@ -148,6 +168,48 @@ def _parser() -> argparse.ArgumentParser:
         help=f"validity of the server certificate (default {DEFAULT_SERVER_DAYS})",
     )
     return p
+
+
+def _key_file_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--secrets-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the key that seals secret values (mode 0600, outside the database; every replica"
+        f" needs the same; default: {KEY_FILE_NAME} next to a SQLite database, none with"
+        " PostgreSQL)",
+    )
+
+
+def _key_file(args: argparse.Namespace) -> Path | None:
+    if args.secrets_key_file is not None:
+        path: Path = args.secrets_key_file
+        return path
+    db_path = sqlite_path(args.db)
+    return db_path.parent / KEY_FILE_NAME if db_path is not None else None
+
+
+async def _seal(db_url: str, key_file: Path, *, rotate: bool) -> int:
+    """Seal stored plaintext values (or, rotating, every value) with the key file's first key."""
+    db = Database(db_url)
+    try:
+        box = SecretBox.load(key_file)
+        count = await db.write(secret_box.seal_all, box, plaintext_only=not rotate)
+        await db.checkpoint()
+        return count
+    finally:
+        await db.close()
+
+
+def _rotate(db_url: str, key_file: Path) -> int:
+    """A new first key; every value sealed under it; then the older keys dropped. Stopped at
+    any point, the file still opens every stored value, and running it again finishes."""
+    old = SecretBox.load(key_file)
+    new = secret_box.new_key()
+    secret_box.write_keys(key_file, (new, *old.keys))
+    count = asyncio.run(_seal(db_url, key_file, rotate=True))
+    secret_box.write_keys(key_file, (new,))
+    return count
 
 
 async def _init(
@@ -219,6 +281,9 @@ async def _serve(config: CoordinatorConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Everything the coordinator creates (the SQLite database and its -wal/-shm, keys, tokens,
+    # directories) is for its own user alone.
+    os.umask(0o077)
     args = _parser().parse_args(argv)
     prog = "deskfleet-coordinator"
     try:
@@ -238,6 +303,26 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 _write_secret(token_file, user.secret)
                 print(f"{note}; admin credential for {user.principal.name} written to {token_file}")
+            key_file = _key_file(args)
+            if key_file is None:
+                print("no secrets key: give --secrets-key-file to init and serve to store secrets")
+                return 0
+            made = secret_box.create_key_file(key_file)
+            sealed = asyncio.run(_seal(args.db, key_file, rotate=False))
+            print(
+                f"secrets key {'written to' if made else 'kept in'} {key_file}"
+                + (f"; {sealed} stored secret value(s) sealed with it" if sealed else "")
+            )
+            return 0
+        if args.command == "rotate-secrets-key":
+            key_file = _key_file(args)
+            if key_file is None:
+                raise DeskfleetError("--secrets-key-file: required with PostgreSQL")
+            count = _rotate(args.db, key_file)
+            print(
+                f"secrets key in {key_file} replaced; {count} stored secret value(s) sealed"
+                " with the new key: give every replica this file before starting it again"
+            )
             return 0
         endpoint = tracing.resolve_endpoint(args.otlp_endpoint)
         logs.configure(args.log_level, args.log_format)
@@ -245,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
         if args.worker_cert_days <= 0:
             raise DeskfleetError("--worker-cert-days must be positive")
+        if args.scripted_models_dir is not None and not args.scripted_models_dir.is_dir():
+            raise DeskfleetError("--scripted-models-dir must name a directory")
         config = CoordinatorConfig(
             db_url=args.db,
             listen=args.listen,
@@ -258,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             goal_question_wait=args.goal_question_wait,
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,
+            scripted_models_dir=args.scripted_models_dir,
+            secrets_key_file=_key_file(args),
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             ca_dir=args.ca_dir,

@@ -25,6 +25,7 @@ from coordinator.ledger import Context, DispatchOrder, Order
 from coordinator.principals import Principal, Role
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.scope import Refusal, Scope
+from coordinator.secret_box import NO_KEY, SecretBox
 from coordinator.store import Database
 from coordinator.store import desktop as queries
 from coordinator.store import principals as principal_queries
@@ -271,7 +272,9 @@ def _display_size(s: Session, worker_id: str, index: int) -> tuple[int, int] | N
     return None
 
 
-def _secrets(s: Session, owner_id: str, args: dict[str, Any]) -> tuple[dict[str, str], str]:
+def _secrets(
+    s: Session, box: SecretBox | None, owner_id: str, args: dict[str, Any]
+) -> tuple[dict[str, str], str]:
     text = args.get("text")
     if not isinstance(text, str):
         return {}, ""
@@ -280,7 +283,9 @@ def _secrets(s: Session, owner_id: str, args: dict[str, Any]) -> tuple[dict[str,
         row: SecretRow | None = queries.secret(s, owner_id, name)
         if row is None:
             return {}, name
-        values[name] = row.value
+        if box is None:
+            raise FailedPreconditionError(NO_KEY)
+        values[name] = box.open(owner_id, name, row.value)
     return values, ""
 
 
@@ -376,7 +381,14 @@ def _worker_scope(granted: Scope, approval: ApprovalRow, now: float) -> dict[str
 class Desktop:
     """Desktop runs, approvals, actions, artifacts and secrets, as people use them."""
 
-    def __init__(self, db: Database, dispatcher: Dispatcher, bus: JournalBus) -> None:
+    def __init__(
+        self,
+        db: Database,
+        dispatcher: Dispatcher,
+        bus: JournalBus,
+        box: SecretBox | None = None,
+    ) -> None:
+        self._box = box  # None: the coordinator has no secrets key, secrets are unavailable
         self._db = db
         self._dispatcher = dispatcher
         self._bus = bus
@@ -621,7 +633,7 @@ class Desktop:
             suspend(s, run, approval, why, "reapproval_needed", ctx)
             ask_again(s, run, approval, why, ctx)
             return Refusal("reapproval_needed", f"{why}; approve the run again"), None
-        values, missing = _secrets(s, run.owner_id, args)
+        values, missing = _secrets(s, self._box, run.owner_id, args)
         if missing:
             return Refusal(
                 "unknown_secret", f"no secret named {missing!r} is stored for the owner"
@@ -709,6 +721,9 @@ class Desktop:
             raise InvalidArgumentError("name: 1-100 letters, digits, '_', '.', '-'")
         if not value or len(value) > MAX_TEXT or "\x00" in value:
             raise InvalidArgumentError(f"value: 1-{MAX_TEXT} characters, no NUL")
+        if self._box is None:
+            raise FailedPreconditionError(NO_KEY)
+        box = self._box
         stored: list[SecretRow] = []
         by = audit.actor(who)
 
@@ -726,7 +741,8 @@ class Desktop:
             if row is None:
                 row = SecretRow(owner_id=owner_id, name=name)
                 s.add(row)
-            row.value, row.updated_at, row.updated_by = value, time.time(), who.id
+            row.value = box.seal(owner_id, name, value)
+            row.updated_at, row.updated_by = time.time(), who.id
             audit.record(s, by, "secret.set", f"{owner_id}/{name}")  # the name, never the value
             s.flush()
             stored.append(row)

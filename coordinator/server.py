@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from coordinator import routing
+from coordinator import routing, secret_box
+from coordinator.agent import providers
 from coordinator.agent.loop import Goals
 from coordinator.agent.tools import FleetTools
 from coordinator.certificates import WorkerCertificates
@@ -26,6 +28,7 @@ from coordinator.ratelimit import FailureLimiter
 from coordinator.recall import Recall
 from coordinator.relay import Relay
 from coordinator.runs import Runs
+from coordinator.secret_box import SecretBox
 from coordinator.servicers.admin import AdminServicer
 from coordinator.servicers.desktop import ApprovalServicer, DesktopServicer, KillSwitchServicer
 from coordinator.servicers.fleet import FleetServicer
@@ -157,6 +160,7 @@ def create_server(
     kills: KillSwitches,
     relay: Relay,
     listeners: Transport | None = None,
+    box: SecretBox | None = None,
 ) -> tuple[grpc.aio.Server, tuple[int, int], health.aio.HealthServicer, Goals]:
     """Build (not start) the server; returns it, the bound ports (the worker listener's is 0
     without one) and its health."""
@@ -185,12 +189,13 @@ def create_server(
     )
     runs = Runs(db, dispatcher, bus, config.allow_private_networks)
     policy = routing.load(config.policy_file)
-    desktop = Desktop(db, dispatcher, bus)
+    desktop = Desktop(db, dispatcher, bus, box)
     recall = Recall(db)
     goals = Goals(
         db,
         dispatcher,
         FleetTools(db, runs, desktop, recall, policy),
+        functools.partial(providers.open_model, scripts_dir=config.scripted_models_dir),
         context_budget=config.goal_context_budget,
         model_timeout=config.goal_model_timeout,
         question_wait=config.goal_question_wait,
@@ -234,6 +239,7 @@ class Coordinator:
         self._db = Database(self.config.db_url)
         self._db.on_error = self.metrics.store_error
         await self._db.check_schema(head_revision())
+        box = await self._secret_box(self._db)
         self._presence = Presence(self._db, self.config)
         await self._presence.__aenter__()
         bus = JournalBus()
@@ -254,6 +260,7 @@ class Coordinator:
             self._kills,
             self._relay,
             listeners,
+            box,
         )
         await self._relay.__aenter__()  # first: it refuses a second replica of the same name
         await self._server.start()
@@ -262,6 +269,24 @@ class Coordinator:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
+
+    async def _secret_box(self, db: Database) -> SecretBox | None:
+        """The key that seals secrets; stored plaintext values are sealed with it now."""
+        path = self.config.secrets_key_file
+        if path is None or not path.exists():
+            plaintext = await db.read(secret_box.count_plaintext)
+            log.warning(
+                "no secrets key%s: secrets cannot be stored or typed%s",
+                f" at {path}" if path else "",
+                f"; {plaintext} stored value(s) are still plaintext" if plaintext else "",
+            )
+            return None
+        box = SecretBox.load(path)
+        sealed = await db.write(secret_box.seal_all, box, plaintext_only=True)
+        if sealed:
+            await db.checkpoint()
+            log.info("sealed %d stored secret value(s) with the secrets key", sealed)
+        return box
 
     async def wait(self) -> None:
         assert self._server is not None

@@ -35,6 +35,10 @@ class CoordinatorConfig:
     # Research and browser actions may reach loopback and private addresses (tests, demo).
     allow_private_networks: bool = False
     policy_file: Path | None = None  # the routing policy; None: the documented default
+    # Where `scripted:NAME` models come from (plain names only); None: no scripted models.
+    scripted_models_dir: Path | None = None
+    # Seals secret values at rest (coordinator/secret_box.py); None or missing: no secrets.
+    secrets_key_file: Path | None = None
     # Estimated tokens a goal's working set may reach before results are archived (seed 000).
     goal_context_budget: int = 20_000
     goal_model_timeout: float = 120.0  # a whole model call; past it, one retry

@@ -18,10 +18,11 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 step "1. create the store and an admin credential"
 "$BIN/deskfleet-coordinator" init --db "sqlite:///$STATE/fleet.db" --admin-token-file "$STATE/admin.token"
 
+mkdir -p "$STATE/scripts"
 step "2. start the coordinator (private networks allowed: the demo's web site is local)"
 "$BIN/deskfleet-coordinator" serve --db "sqlite:///$STATE/fleet.db" --listen 127.0.0.1:0 \
   --heartbeat-interval 1 --lease-ttl 4 --allow-private-networks --metrics-listen 127.0.0.1:0 \
-  >"$STATE/serve.out" 2>"$STATE/coordinator.log" &
+  --scripted-models-dir "$STATE/scripts" >"$STATE/serve.out" 2>"$STATE/coordinator.log" &
 pids+=($!)
 for _ in $(seq 100); do grep -q "metrics on" "$STATE/serve.out" 2>/dev/null && break; sleep 0.1; done
 cat "$STATE/serve.out"
@@ -97,7 +98,7 @@ echo "local site: $SITE (the lighthouses of the Isle of Varn)"
   --url "$SITE/files/report.pdf" --url "$SITE/challenge" --wait | sed -n '/^evidence/,$p'
 
 step "10. a goal: a scripted model (no model service is reached) uses the fleet's tools"
-cat >"$STATE/goal-script.json" <<SCRIPT
+cat >"$STATE/scripts/goal-script.json" <<SCRIPT
 {"steps": [
   {"text": "I will read the site's page on the north light.",
    "tool_calls": [{"name": "research", "arguments": {"query": "when was the north light first lit",
@@ -106,7 +107,7 @@ cat >"$STATE/goal-script.json" <<SCRIPT
   {"text": "The north light was first lit as the research report says; its receipt is in the journal."}
 ]}
 SCRIPT
-"$BIN/deskfleet" goal "when was the north light first lit?" --model "scripted:$STATE/goal-script.json" --wait --json >"$STATE/goal.json"
+"$BIN/deskfleet" goal "when was the north light first lit?" --model "scripted:goal-script.json" --wait --json >"$STATE/goal.json"
 GOAL_ID=$("$BIN/python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$STATE/goal.json")
 "$BIN/deskfleet" runs show "$GOAL_ID"
 "$BIN/deskfleet" runs watch "$GOAL_ID" --no-follow | grep -E "goal\.|run\.state" || true

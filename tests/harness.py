@@ -74,6 +74,7 @@ class CoordinatorProcess:
         policy: Path | None = None,
         serve_args: tuple[str, ...] = (),
         ca_file: Path | None = None,
+        scripts_dir: Path | None = None,
     ) -> None:
         self.ca_file = ca_file  # the CLI and enrolling workers use TLS verified by this CA
         self.worker_port = 0  # with --ca-dir: the listener for worker streams (mTLS)
@@ -85,6 +86,10 @@ class CoordinatorProcess:
         workdir.mkdir(parents=True, exist_ok=True)
         self.db_url = db_url or f"sqlite:///{workdir / 'fleet.db'}"
         self.admin_token_file = workdir / "admin.token"
+        self.secrets_key_file = workdir / "secrets.key"  # replicas of one store share it
+        # `scripted:NAME` models: the scripts this coordinator offers (see script()).
+        self.scripts_dir = scripts_dir or workdir / "scripts"
+        self.scripts_dir.mkdir(parents=True, exist_ok=True)
         self.heartbeat = heartbeat
         self.lease = lease
         self.replica = replica
@@ -113,6 +118,8 @@ class CoordinatorProcess:
                 self.db_url,
                 "--admin-token-file",
                 self.admin_token_file,
+                "--secrets-key-file",
+                self.secrets_key_file,
             ],
             check=True,
             capture_output=True,
@@ -144,6 +151,10 @@ class CoordinatorProcess:
                 str(self.sweep),
                 *(["--allow-private-networks"] if self.allow_private_networks else []),
                 *(["--policy", str(self.policy)] if self.policy else []),
+                "--scripted-models-dir",
+                str(self.scripts_dir),
+                "--secrets-key-file",
+                str(self.secrets_key_file),
                 *self.serve_args,
             ],
             stdout=subprocess.PIPE,
@@ -192,6 +203,11 @@ class CoordinatorProcess:
             self.proc.kill()
             self.proc.wait()
         self._close_files()
+
+    def script(self, name: str, steps: list[dict[str, Any]]) -> str:
+        """Offer a scripted model (providers/scripted.py) with these steps; its model spec."""
+        (self.scripts_dir / name).write_text(json.dumps({"steps": steps}))
+        return f"scripted:{name}"
 
     def cli(
         self,

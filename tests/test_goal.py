@@ -7,19 +7,24 @@ person's approval.
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from coordinator.agent.providers.scripted import NO_SUCH_SCRIPT
 from scripts.local_site.server import FACTS
 from tests.desktop_site import FIELD, DesktopSite
 from tests.harness import (
+    BIN,
     STOPPED,
     CoordinatorProcess,
     WorkerProcess,
     Xvfb,
+    base_env,
     journal,
     wait_run,
     wait_until,
@@ -28,11 +33,6 @@ from tests.harness import (
 pytestmark = pytest.mark.slow
 
 TEXT = "Lit in 1868, says the journal"
-
-
-def _script(path: Path, steps: list[dict[str, Any]]) -> str:
-    path.write_text(json.dumps({"steps": steps}))
-    return f"scripted:{path}"
 
 
 def _computer(action: str, **args: Any) -> dict[str, Any]:
@@ -74,8 +74,8 @@ def test_a_scripted_goal_researches_then_fills_the_form_after_approval(
     tmp_path: Path,
 ) -> None:
     x, y, w, h = FIELD
-    model = _script(
-        tmp_path / "script.json",
+    model = coordinator.script(
+        "script.json",
         [
             {
                 "text": "First, what does the site say?",
@@ -129,8 +129,8 @@ def test_a_scripted_goal_researches_then_fills_the_form_after_approval(
 def test_a_kill_switch_stops_a_goal(
     coordinator: CoordinatorProcess, desk: WorkerProcess, tmp_path: Path
 ) -> None:
-    model = _script(
-        tmp_path / "script.json",
+    model = coordinator.script(
+        "script.json",
         [{"tool_calls": [_computer("screenshot")]}]
         + [{"tool_calls": [_computer("wait", seconds=0.5 + i / 100)]} for i in range(40)],
     )
@@ -148,7 +148,7 @@ def test_a_stuck_goal_stops_and_a_missing_key_is_refused_at_submit(
     coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
     recall = {"name": "recall", "arguments": {}}  # fails at once: neither text nor seq
-    model = _script(tmp_path / "script.json", [{"tool_calls": [recall]}] * 5)
+    model = coordinator.script("script.json", [{"tool_calls": [recall]}] * 5)
     goal = coordinator.cli_json("goal", "recall nothing, again and again", "--model", model)
     done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 60)
     assert done["status"] == "HAND_BACK_TO_HUMAN"
@@ -160,6 +160,36 @@ def test_a_stuck_goal_stops_and_a_missing_key_is_refused_at_submit(
 
     refused = coordinator.cli("goal", "x", "--model", "anthropic:claude-x", check=False)
     assert refused.returncode != 0 and "ANTHROPIC_API_KEY" in refused.stderr
+
+
+def test_an_owner_cannot_make_the_coordinator_read_its_files_or_stall(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    token = tmp_path / "olga.token"
+    token.write_text(coordinator.cli_json("users", "create", "olga")["token"])
+    (coordinator.scripts_dir / "notjson.json").write_text("{" + " " * 232 + "x")
+    (coordinator.scripts_dir / "sub").mkdir()
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"steps": [{"text": "hi"}]}))
+    goal = [str(BIN / "deskfleet"), "goal", "read a file", "--model", "scripted:/dev/zero"]
+    env = {
+        **base_env(coordinator.workdir),
+        "DESKFLEET_COORDINATOR": coordinator.address,
+        "DESKFLEET_TOKEN_FILE": str(token),
+    }
+    reading = subprocess.Popen(goal, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    assert coordinator.cli_json("whoami", token_file=token)["name"] == "olga"
+    assert time.monotonic() - started < 3.0  # the loop was never blocked by a read
+    _, err = reading.communicate(timeout=30)
+    answers = {(reading.returncode, err.decode().strip())}
+    for name in (str(outside), "../outside.json", "sub", "missing.json", "notjson.json"):
+        done = coordinator.cli(
+            "goal", "read a file", "--model", f"scripted:{name}", token_file=token, check=False
+        )
+        answers.add((done.returncode, done.stderr.strip()))
+    assert answers == {(2, f"deskfleet: model: {NO_SUCH_SCRIPT}")}  # INVALID_ARGUMENT, one text
+    coordinator.cli("goal", "x", "--model", coordinator.script("ok.json", []), token_file=token)
 
 
 @pytest.fixture
@@ -181,8 +211,8 @@ def test_a_model_time_out_is_retried_once_and_a_second_hands_back(
     quick_goals: CoordinatorProcess, tmp_path: Path
 ) -> None:
     recall = {"name": "recall", "arguments": {"text": "north"}}
-    model = _script(
-        tmp_path / "once.json",
+    model = quick_goals.script(
+        "once.json",
         [{"sleep": 5}, {"tool_calls": [recall]}, {"text": "finished", "tool_calls": []}],
     )
     goal = quick_goals.cli_json("goal", "find the north light", "--model", model)
@@ -192,7 +222,7 @@ def test_a_model_time_out_is_retried_once_and_a_second_hands_back(
     # The finished tool exchange was kept across the retry: the last call saw its result.
     assert len(_events(quick_goals, goal["id"], "goal.tool_result")) == 1
 
-    model = _script(tmp_path / "twice.json", [{"sleep": 5}, {"sleep": 5}])
+    model = quick_goals.script("twice.json", [{"sleep": 5}, {"sleep": 5}])
     goal = quick_goals.cli_json("goal", "never answered", "--model", model)
     done = wait_run(quick_goals, goal["id"], lambda r: r["status"] in STOPPED, 30)
     assert done["status"] == "HAND_BACK_TO_HUMAN"
@@ -208,7 +238,7 @@ def test_guidance_reaches_the_next_model_call_and_a_late_answer_joins_later(
         {"sleep": 0.3, "tool_calls": [{"name": "recall", "arguments": {"text": f"w{i}"}}]}
         for i in range(12)
     ]
-    model = _script(tmp_path / "ask.json", [*steps, {"text": "done", "tool_calls": []}])
+    model = quick_goals.script("ask.json", [*steps, {"text": "done", "tool_calls": []}])
     goal = quick_goals.cli_json("goal", "ask, then keep going", "--model", model)
     # The optional question waits 1 s, then the work goes on without an answer.
     wait_until(
@@ -233,7 +263,7 @@ def test_a_goal_cut_by_a_coordinator_restart_continues_on_retry_from_its_journal
         {"sleep": 0.4, "tool_calls": [{"name": "recall", "arguments": {"text": f"step {i}"}}]}
         for i in range(30)
     ]
-    model = _script(tmp_path / "long.json", [*steps, {"text": "all done", "tool_calls": []}])
+    model = coordinator.script("long.json", [*steps, {"text": "all done", "tool_calls": []}])
     goal = coordinator.cli_json("goal", "a long goal", "--model", model)
     wait_until(
         lambda: len(_events(coordinator, goal["id"], "goal.tool_result")) >= 3, 30, 0.1, "3 steps"

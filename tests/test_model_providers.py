@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from coordinator.agent.conversation import (
     Message,
     ModelConfigError,
     ModelError,
+    ModelSpecError,
     ModelTimeout,
     TextPart,
     ToolCall,
@@ -43,7 +45,7 @@ from coordinator.agent.providers import (
 )
 from coordinator.agent.providers.anthropic import from_anthropic_action, to_anthropic_action
 from coordinator.agent.providers.openai_responses import from_openai_action
-from coordinator.agent.providers.scripted import parse_script
+from coordinator.agent.providers.scripted import NO_SUCH_SCRIPT, parse_script
 from coordinator.agent.providers.wire import UNPARSED
 from coordinator.agent.tokens import IMAGE_TOKENS, estimate_tokens
 
@@ -190,16 +192,66 @@ def test_openai_chat_needs_a_key_only_for_openai_itself(provider: FakeProvider) 
         open_model("openai-chat:gpt-4o", env={})
 
 
-def test_scripted_spec_loads_and_checks_the_file(tmp_path: Path) -> None:
-    good = tmp_path / "script.json"
-    good.write_text(json.dumps({"steps": [{"text": "hi"}]}))
-    assert open_model(f"scripted:{good}", env={}).name == "scripted:script.json"
-    with pytest.raises(ModelConfigError, match="cannot read"):
-        open_model(f"scripted:{tmp_path / 'missing.json'}", env={})
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"steps": [{"tool_calls": [{"arguments": {}}]}]}))
-    with pytest.raises(ModelConfigError, match="step 1: each tool call needs a name"):
-        open_model(f"scripted:{bad}", env={})
+def test_scripted_spec_loads_a_plain_name_from_the_operators_directory(tmp_path: Path) -> None:
+    (tmp_path / "script.json").write_text(json.dumps({"steps": [{"text": "hi"}]}))
+    model = open_model("scripted:script.json", env={}, scripts_dir=tmp_path)
+    assert model.name == "scripted:script.json"
+    with pytest.raises(ModelSpecError, match="offers no scripted models"):
+        open_model("scripted:script.json", env={})  # the operator set no directory
+
+
+def _refusals(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A scripts directory and what an owner might try against it."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "notjson.json").write_text("{" + " " * 232 + "x")
+    (scripts / "bad.json").write_text(json.dumps({"steps": [{"tool_calls": [{}]}]}))
+    (scripts / "huge.json").write_text(json.dumps({"steps": [{"text": "x" * (1 << 20)}]}))
+    (scripts / "sub").mkdir()
+    (scripts / "zero").symlink_to("/dev/zero")
+    (scripts / "passwd").symlink_to("/etc/passwd")
+    os.mkfifo(scripts / "fifo")
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"steps": [{"text": "hi"}]}))
+    names = [
+        "/dev/zero",
+        str(outside),  # an absolute path to a valid script
+        "../outside.json",
+        "sub",  # a directory
+        "missing.json",
+        "notjson.json",
+        "bad.json",
+        "huge.json",  # past the size cap
+        "zero",
+        "passwd",  # symlinks are not followed
+        "fifo",  # would block a plain open()
+        "..",
+        "sub/../notjson.json",
+        "a\\b",
+    ]
+    return scripts, names
+
+
+def test_every_unusable_script_is_refused_with_one_message_that_names_nothing(
+    tmp_path: Path,
+) -> None:
+    scripts, names = _refusals(tmp_path)
+    messages = set()
+    for name in names:
+        started = time.monotonic()
+        with pytest.raises(ModelSpecError) as caught:
+            open_model(f"scripted:{name}", env={}, scripts_dir=scripts)
+        assert time.monotonic() - started < 1.0, name
+        messages.add(str(caught.value))
+    assert messages == {NO_SUCH_SCRIPT}
+    for leak in (str(tmp_path), "No such file", "Is a directory", "JSON", "char", "Errno"):
+        assert leak not in NO_SUCH_SCRIPT
+
+
+def test_a_malformed_or_unknown_spec_is_the_callers_mistake() -> None:
+    for spec in ("claude", "gemini:pro", "scripted:", "x:" + "y" * 400, "scripted:a\x1b[2J"):
+        with pytest.raises(ModelSpecError):
+            open_model(spec, env={}, scripts_dir=Path("/nonexistent"))
 
 
 # --- Anthropic ------------------------------------------------------------------------------
@@ -738,7 +790,7 @@ def test_scripted_replays_records_and_runs_out(tmp_path: Path) -> None:
             }
         )
     )
-    model = open_model(f"scripted:{script}", env={})
+    model = open_model("scripted:goal.json", env={}, scripts_dir=tmp_path)
     assert isinstance(model, ScriptedModel)
     first = model.complete(SYSTEM, CONVERSATION[:1], TOOLS, timeout=5)
     assert first.text == "Researching."

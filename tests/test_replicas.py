@@ -56,11 +56,13 @@ class Pair:
 
 
 def _replicas(tmp_path: Path, url: str, **kw: Any) -> tuple[CoordinatorProcess, CoordinatorProcess]:
+    kw.setdefault("scripts_dir", tmp_path / "scripts")  # a goal may move to the other one
     a = CoordinatorProcess(tmp_path / "a", url, replica="a", **kw)
     a.init()
     b = CoordinatorProcess(tmp_path / "b", url, replica="b", **kw)
     b.workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(a.admin_token_file, b.admin_token_file)  # one store, one admin
+    shutil.copy(a.secrets_key_file, b.secrets_key_file)  # and one secrets key
     return a.start(), b.start()
 
 
@@ -174,19 +176,14 @@ def test_a_replica_killed_mid_run_its_worker_moves_and_the_run_finishes_once(
     assert pair.b.cli_json("journal", "verify", run["id"])["ok"] is True
 
 
-def _script(path: Path, steps: list[dict[str, Any]]) -> str:
-    path.write_text(json.dumps({"steps": steps}))
-    return f"scripted:{path}"
-
-
 def test_an_approval_answered_on_b_unblocks_a_goal_waiting_on_a(
     pair: Pair, xvfb: Xvfb, tmp_path: Path
 ) -> None:
     desk = pair.worker(pair.b, "desk", display_env=xvfb.env)
     _online(pair.a, desk)
     shot = {"name": "computer", "arguments": {"action": "screenshot"}}
-    model = _script(
-        tmp_path / "script.json",
+    model = pair.a.script(
+        "script.json",
         [{"tool_calls": [shot]}, {"text": "seen", "tool_calls": []}],
     )
     goal = pair.a.cli_json(
@@ -212,7 +209,7 @@ def test_a_goal_of_a_replica_that_died_is_adopted_and_finishes_without_repeating
         {"sleep": 0.3, "tool_calls": [{"name": "recall", "arguments": {"text": f"step {i}"}}]}
         for i in range(20)
     ]
-    model = _script(tmp_path / "long.json", [*steps, {"text": "all done", "tool_calls": []}])
+    model = pair.a.script("long.json", [*steps, {"text": "all done", "tool_calls": []}])
     goal = pair.a.cli_json("goal", "a long goal", "--model", model)
 
     def results() -> list[dict[str, Any]]:

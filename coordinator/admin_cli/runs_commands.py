@@ -345,7 +345,8 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         "--model",
         required=True,
         metavar="PROVIDER:MODEL",
-        help="anthropic:MODEL, openai:MODEL, openai-chat:MODEL or scripted:PATH",
+        help="anthropic:MODEL, openai:MODEL, openai-chat:MODEL or scripted:NAME (a script"
+        " the operator offers)",
     )
     p.add_argument("--max-steps", type=int, default=0, help="model calls at most (default 50)")
     p.add_argument(

@@ -101,6 +101,11 @@ class ModelConfigError(ModelError):
     """A provider is not configured (no key, unknown provider): said at submit time."""
 
 
+class ModelSpecError(ModelConfigError):
+    """The caller named a model this coordinator does not offer (malformed, unknown provider,
+    no such script): the caller's mistake, where ModelConfigError is the operator's."""
+
+
 class Model(Protocol):
     """One model behind one provider."""
 

@@ -35,6 +35,7 @@ from coordinator.agent.conversation import (
     Model,
     ModelConfigError,
     ModelError,
+    ModelSpecError,
     ModelTimeout,
     ModelTurn,
     TextPart,
@@ -150,8 +151,11 @@ class Goals:
         if not 0 <= max_steps <= MAX_STEPS:
             raise InvalidArgumentError(f"max_steps: between 1 and {MAX_STEPS}")
         try:
-            model = self._open_model(model_spec)  # a missing key is said now, not mid-run
-        except ModelConfigError as exc:
+            # Off the loop: opening a model may read the operator's script file.
+            model = await asyncio.to_thread(self._open_model, model_spec)
+        except ModelSpecError as exc:
+            raise InvalidArgumentError(f"model: {exc}") from exc
+        except ModelConfigError as exc:  # a missing key is said now, not mid-run
             raise FailedPreconditionError(f"model {model_spec!r}: {exc}") from exc
         run_id = new_id("run")
         now = time.time()
@@ -535,7 +539,7 @@ class Goals:
         who = Principal(owner.id, owner.name, Role(owner.role))
         spec = run.spec
         try:
-            model = self._open_model(spec["model"])
+            model = await asyncio.to_thread(self._open_model, spec["model"])
         except ModelConfigError as exc:
             await self._status(
                 Goal(GoalState(run.id, who, ""), model=None, model_spec="", text="", max_steps=0),  # type: ignore[arg-type]

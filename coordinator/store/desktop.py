@@ -195,6 +195,11 @@ def secret(s: Session, owner_id: str, name: str) -> SecretRow | None:
     return s.get(SecretRow, (owner_id, name))
 
 
+def all_secrets(s: Session, *, lock: bool = False) -> Sequence[SecretRow]:
+    query = select(SecretRow).order_by(SecretRow.owner_id, SecretRow.name)
+    return s.execute(query.with_for_update() if lock else query).scalars().all()
+
+
 def artifacts_of_run(s: Session, run_id: str) -> Sequence[ArtifactRow]:
     return (
         s.execute(

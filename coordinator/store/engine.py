@@ -100,6 +100,9 @@ def create_store_engine(url: str, *, immediate: bool = True, pool_size: int = 5)
             "synchronous=NORMAL",
             "busy_timeout=5000",
             "foreign_keys=ON",
+            # A replaced or deleted value (a secret stored before sealing existed) is
+            # overwritten, not left readable in a free page of the file.
+            "secure_delete=ON",
         ):
             dbapi_conn.execute(f"PRAGMA {pragma}")
 
@@ -198,6 +201,21 @@ class Database:
                 f"the store's schema is at revision {found}, this coordinator needs "
                 f"{expected_revision}; run `deskfleet-coordinator init` to upgrade it"
             )
+
+    async def checkpoint(self) -> None:
+        """SQLite: copy the WAL into the database file and empty it, so that page images from
+        before a change (secrets sealed a moment ago) leave the files. PostgreSQL: nothing."""
+        if self.dialect is not Dialect.SQLITE:
+            return
+
+        def run() -> None:
+            raw = self._writer.raw_connection()
+            try:
+                raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[union-attr]
+            finally:
+                raw.close()
+
+        await asyncio.get_running_loop().run_in_executor(self._write_pool, run)
 
     async def close(self) -> None:
         """Release threads and connections; safe to call twice."""

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, LargeBinary, String, Text, false
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    false,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -320,6 +332,16 @@ class WorkerCertificateRow(Base):
     worker (`superseded_at` empty) opens a stream: an older copy is refused after renewal."""
 
     __tablename__ = "worker_certificates"
+    # At most one current certificate per worker, whatever races past the row lock.
+    __table_args__ = (
+        Index(
+            "worker_certificates_one_current",
+            "worker_id",
+            unique=True,
+            sqlite_where=text("superseded_at IS NULL"),
+            postgresql_where=text("superseded_at IS NULL"),
+        ),
+    )
 
     fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the DER
     serial: Mapped[str] = mapped_column(String(64))

@@ -40,6 +40,13 @@ def worker_by_id(s: Session, worker_id: str) -> WorkerRow | None:
     return s.get(WorkerRow, worker_id)
 
 
+def worker_for_update(s: Session, worker_id: str) -> WorkerRow | None:
+    """The worker row, locked for this transaction: its certificates are about to change."""
+    return s.execute(
+        select(WorkerRow).where(WorkerRow.id == worker_id).with_for_update()
+    ).scalar_one_or_none()
+
+
 def workers_with_presence(
     s: Session, *, include_revoked: bool, worker_id: str | None = None
 ) -> Sequence[tuple[WorkerRow, PresenceRow | None]]:
@@ -117,7 +124,8 @@ def revoked_among(s: Session, worker_ids: Sequence[str]) -> list[str]:
 
 
 def record_certificate(s: Session, row: WorkerCertificateRow) -> None:
-    """Store a newly signed certificate as the worker's newest; older ones stop opening streams."""
+    """Store a newly signed certificate as the worker's newest; older ones stop opening streams.
+    The caller holds the worker row's lock (worker_for_update) or has just created the worker."""
     s.execute(
         update(WorkerCertificateRow)
         .where(

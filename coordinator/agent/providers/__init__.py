@@ -9,19 +9,24 @@
     openai-chat:MODEL  any OpenAI-compatible chat-completions server, computer as a function
                        OPENAI_BASE_URL, OPENAI_API_KEY — the key is optional when the base URL
                        is not api.openai.com: local servers (llama.cpp, vLLM, Ollama) take none
-    scripted:PATH      replays the JSON script at PATH (providers/scripted.py): tests, demos
+    scripted:NAME      replays the JSON script NAME from the operator's scripts directory
+                       (serve --scripted-models-dir; providers/scripted.py): tests, demos
 
-Opening a model checks its configuration and calls nothing: a missing key or an unknown
-provider is a ModelConfigError at submit time, never a surprise on the first step.
+Opening a model checks its configuration and calls nothing: a missing key is a
+ModelConfigError at submit time, never a surprise on the first step; a model the caller names
+that is not offered (malformed, unknown provider, no such script) is a ModelSpecError. Keys,
+base URLs and the scripts directory are the operator's: nothing a caller sends picks an
+endpoint or a file. Opening a scripted model reads a file: call open_model off the event loop.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from urllib.parse import urlsplit
 
-from coordinator.agent.conversation import Model, ModelConfigError
+from coordinator.agent.conversation import Model, ModelConfigError, ModelSpecError
 from coordinator.agent.providers.anthropic import AnthropicModel
 from coordinator.agent.providers.openai_chat import OpenAIChatModel
 from coordinator.agent.providers.openai_responses import OpenAIResponsesModel
@@ -41,13 +46,16 @@ __all__ = [
 ]
 
 
-def open_model(spec: str, env: Mapping[str, str] = os.environ) -> Model:
-    """The model named by `PROVIDER:MODEL`, configured from `env`; nothing is called yet."""
+def open_model(
+    spec: str, env: Mapping[str, str] = os.environ, *, scripts_dir: Path | None = None
+) -> Model:
+    """The model named by `PROVIDER:MODEL`, configured from `env` (and `scripts_dir` for
+    scripted models); nothing is called yet."""
     provider, sep, model = spec.partition(":")
     provider, model = provider.strip(), model.strip()
-    if not sep or not model:
-        raise ModelConfigError(
-            f"model {spec!r}: expected PROVIDER:MODEL with PROVIDER one of {', '.join(PROVIDERS)}"
+    if not sep or not model or len(spec) > 300 or not spec.isprintable():
+        raise ModelSpecError(
+            f"{spec[:80]!r}: expected PROVIDER:MODEL with PROVIDER one of {', '.join(PROVIDERS)}"
         )
     if provider == "anthropic":
         return AnthropicModel(
@@ -71,9 +79,10 @@ def open_model(spec: str, env: Mapping[str, str] = os.environ) -> Model:
             )
         return OpenAIChatModel(model, base_url=base_url, api_key=key)
     if provider == "scripted":
-        return ScriptedModel.from_file(model)
-    raise ModelConfigError(
-        f"model {spec!r}: unknown provider {provider!r} (expected one of {', '.join(PROVIDERS)})"
+        return ScriptedModel.from_directory(scripts_dir, model)
+    raise ModelSpecError(
+        f"{spec[:80]!r}: unknown provider {provider[:40]!r}"
+        f" (expected one of {', '.join(PROVIDERS)})"
     )
 
 

@@ -1,6 +1,12 @@
 """A model that replays a JSON script: for tests and the offline demo, no network at all.
 
-The script (`scripted:PATH`) is a JSON object:
+The script (`scripted:NAME`) is a JSON object in the directory the operator named with
+`serve --scripted-models-dir DIR`; NAME is a plain file name in it (letters, digits, '.', '_',
+'-'; no path, no '..'). Only a regular file of at most MAX_SCRIPT_BYTES is read, without
+following a symlink, and every refusal says the same thing: what an owner sends never makes
+the coordinator reveal anything about its files. The detail goes to the coordinator's log.
+
+The script is a JSON object:
 
     {"steps": [
         {"text": "Looking it up.",
@@ -26,7 +32,12 @@ with the turns' text.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
+import re
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -38,6 +49,7 @@ from coordinator.agent.conversation import (
     Message,
     ModelConfigError,
     ModelError,
+    ModelSpecError,
     ModelTimeout,
     ModelTurn,
     ToolCall,
@@ -46,8 +58,18 @@ from coordinator.agent.conversation import (
 )
 from coordinator.agent.tokens import CHARS_PER_TOKEN, estimate_tokens
 
+log = logging.getLogger(__name__)
+
 FINISHED = "script finished"
 STOPS = ("tool_use", "end", "max_tokens", "refusal")
+MAX_SCRIPT_BYTES = 1 << 20
+SCRIPT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# One answer for every refusal: which files exist, and what they hold, stays the operator's.
+NO_SUCH_SCRIPT = (
+    "scripted: no script of that name is offered here (a plain file name from the"
+    " coordinator's scripted models directory)"
+)
+NOT_OFFERED = "scripted: this coordinator offers no scripted models"
 
 
 @dataclass(frozen=True)
@@ -80,16 +102,19 @@ class ScriptedModel:
         self.requests: list[ScriptedRequest] = []
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptedModel:
-        """Load and check a script; ModelConfigError names what is wrong."""
-        path = Path(path)
+    def from_directory(cls, directory: Path | None, name: str) -> ScriptedModel:
+        """The script NAME in the operator's `directory`; ModelSpecError (always the same
+        message) when there is none to use. Blocking: call it off the event loop."""
+        if directory is None:
+            raise ModelSpecError(NOT_OFFERED)
+        if not SCRIPT_NAME.fullmatch(name) or ".." in name:
+            log.warning("scripted model refused: %r is not a plain file name", name[:200])
+            raise ModelSpecError(NO_SUCH_SCRIPT)
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ModelConfigError(f"scripted: cannot read {path}: {exc.strerror}") from exc
-        except ValueError as exc:
-            raise ModelConfigError(f"scripted: {path} is not JSON: {exc}") from exc
-        return cls(parse_script(doc, str(path)), name=path.name)
+            return cls(parse_script(json.loads(_read_script(directory / name)), name), name=name)
+        except (OSError, ValueError, ModelConfigError) as exc:
+            log.warning("scripted model %r refused: %s", name, exc)
+            raise ModelSpecError(NO_SUCH_SCRIPT) from None
 
     @property
     def name(self) -> str:
@@ -143,6 +168,20 @@ class ScriptedModel:
         stop = step.stop or ("tool_use" if calls else "end")
         output = step.text + json.dumps([c.arguments for c in calls])
         return ModelTurn(step.text, calls, stop, _usage(input_tokens, output))
+
+
+def _read_script(path: Path) -> str:
+    """The text of a regular file of at most MAX_SCRIPT_BYTES (no symlink, FIFO or device)."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: no symlink out.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        data = fh.read(MAX_SCRIPT_BYTES + 1)
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_SCRIPT_BYTES} bytes")
+    return data.decode("utf-8")
 
 
 def parse_script(doc: object, where: str = "script") -> list[Step]:
