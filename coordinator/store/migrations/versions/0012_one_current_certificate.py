@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0099_coord_hardening"
-down_revision = "0010_receipt_trace"
+revision = "0012_one_current_certificate"
+down_revision = "0011_run_queue"
 
 CURRENT = sa.text("superseded_at IS NULL")
 
