@@ -36,6 +36,7 @@ from shared.errors import (
 )
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result
+from shared.text import refuse_control
 
 MAX_ACTIONS_PER_PLAN = 1000
 MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
@@ -132,15 +133,10 @@ class Event:
         )
 
 
-def _no_nul(field: str, text: str) -> None:
-    # Arguments and results travel as escaped JSON; free text is stored as text, and
-    # PostgreSQL text cannot hold NUL.
-    if "\x00" in text:
-        raise InvalidArgumentError(f"{field}: must not contain NUL characters")
-
-
 def _text(field: str, text: str, limit: int) -> None:
-    _no_nul(field, text)
+    # Free text is shown to people in terminals (shared/text.py) and stored as text, which on
+    # PostgreSQL cannot hold NUL: one line, no control or bidi-override characters.
+    refuse_control(field, text)
     if len(text) > limit:
         raise InvalidArgumentError(f"{field}: at most {limit} characters (this is {len(text)})")
 
@@ -518,7 +514,7 @@ class Runs:
         """Queue a person's message for the run's next safe boundary (SPEC §4.8)."""
         if not text.strip():
             raise InvalidArgumentError("text: guidance must not be empty")
-        _no_nul("text", text)
+        refuse_control("text", text, multiline=True)
         if len(text) > GUIDANCE_CHARS:
             raise InvalidArgumentError(
                 f"text: guidance is at most {GUIDANCE_CHARS} characters (this is {len(text)})"
