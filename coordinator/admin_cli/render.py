@@ -41,10 +41,6 @@ class VisibleWriter(io.TextIOBase):
     def fileno(self) -> int:
         return self.raw.fileno()
 
-    @property
-    def encoding(self) -> str:
-        return self.raw.encoding
-
 
 def as_dict(message: Message) -> dict[str, Any]:
     return MessageToDict(message, always_print_fields_with_no_presence=True)
