@@ -27,7 +27,7 @@ from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, GuidanceRow, JournalRow, RunRow
 from coordinator.timeline import Timeline
-from shared import tracing
+from shared import action_kinds, tracing
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -182,6 +182,10 @@ def _validate(plan: Plan) -> dict[str, Any]:
                 f"actions[{i}].kind: 1-100 letters, digits, '_', '.', ':', '-' (got"
                 f" {action.kind[:40]!r})"
             )
+        # Unknown kinds and arguments are refused here, not on a worker later.
+        action_kinds.check_args(
+            f"actions[{i}]", action.kind, action.args, by_coordinator=plan.kind != "plan"
+        )
         _text(f"actions[{i}].intent", action.intent, MAX_INTENT_CHARS)
         if len(encode_result(action.args)) > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
@@ -289,6 +293,24 @@ def _browser_args_checked(field: str, kind: str, args: dict[str, Any]) -> None:
         _policy_checked(f"{field}.policy", args["policy"])
 
 
+def _apps_offered(s: Session, ctx: Context, actions: Sequence[PlannedAction]) -> None:
+    """Every research app a plan names is offered by an enrolled worker (online or not: a run
+    for an app only an offline worker offers waits for it, and says so)."""
+    offered = {
+        app
+        for view in ctx.fleet(s)
+        if view.state != "revoked"
+        for app in view.advertisement.research_apps
+    }
+    for i, action in enumerate(actions):
+        if action.kind == action_kinds.APP_RESEARCH and action.args["app"] not in offered:
+            apps = ", ".join(sorted(offered)) or "none"
+            raise InvalidArgumentError(
+                f"actions[{i}].args.app: no enrolled worker offers app"
+                f" {str(action.args['app'])[:64]!r} (offered: {apps})"
+            )
+
+
 def with_network_policy(
     action: PlannedAction, allow_private: bool, field: str = "args"
 ) -> PlannedAction:
@@ -344,6 +366,8 @@ class Runs:
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             created.clear()
+            if plan.kind == "plan":  # research runs journal an absent app as a failed branch
+                _apps_offered(s, ctx, plan.actions)
             run = new_run(
                 run_id,
                 owner.id,
