@@ -49,6 +49,7 @@ from shared.errors import (
 )
 from shared.ids import new_id
 from shared.receipts import artifact_refs, content_hash, decode_result, encode_result
+from shared.text import refuse_control
 
 KIND = "desktop"
 PENDING, APPROVED, DENIED, SUSPENDED, EXPIRED = (
@@ -396,10 +397,10 @@ class Desktop:
     async def request(
         self, who: Principal, worker_id: str, asked: Scope, title: str, reason: str
     ) -> RunView:
-        if len(reason) > 2000 or len(title) > 500 or "\x00" in reason + title:
-            raise InvalidArgumentError(
-                "reason, title: text without NUL, at most 2000/500 characters"
-            )
+        if len(reason) > 2000 or len(title) > 500:
+            raise InvalidArgumentError("reason, title: at most 2000/500 characters")
+        refuse_control("title", title)
+        refuse_control("reason", reason)
         run_id = new_id("run")
         now = time.time()
         created: list[RunView] = []
@@ -483,6 +484,9 @@ class Desktop:
         reason: str,
     ) -> ApprovalRow:
         """Approve (with `grant`, narrowing what was asked) or deny (grant None)."""
+        if len(reason) > 2000:
+            raise InvalidArgumentError("reason: at most 2000 characters")
+        refuse_control("reason", reason)
         answered: list[ApprovalRow] = []
         by = audit.actor(who)
 

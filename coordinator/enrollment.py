@@ -17,6 +17,7 @@ from coordinator.store.models import EnrollmentTokenRow, WorkerRow
 from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
 from shared.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
 from shared.ids import new_id
+from shared.text import refuse_control
 from shared.timestamps import iso
 
 MAX_TTL = 30 * 24 * 3600.0
@@ -88,6 +89,8 @@ def _check_labels(labels: dict[str, str]) -> None:
                 f"labels: keys must be 1-{MAX_LABEL_TEXT} characters and values at most"
                 f" {MAX_LABEL_TEXT}"
             )
+        refuse_control("labels key", key)
+        refuse_control(f"labels[{key!r}]", value)
 
 
 async def enroll(
@@ -109,6 +112,7 @@ async def enroll(
     name = name.strip()
     if not name or len(name) > 200:
         raise InvalidArgumentError("name: must be 1-200 characters")
+    refuse_control("name", name)
     _check_labels(labels)
     now = time.time()
     worker_id = new_id("wkr")

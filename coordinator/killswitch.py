@@ -28,6 +28,7 @@ from coordinator.store import workers as worker_queries
 from coordinator.store.models import KillSwitchRow, RunRow
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, PermissionDeniedError
 from shared.ids import new_id
+from shared.text import refuse_control
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,9 @@ class KillSwitches:
         self, who: Principal, peer: str, *, worker_id: str, run_id: str, reason: str
     ) -> KillView:
         reason = reason.strip()
-        if not reason or len(reason) > MAX_REASON or "\x00" in reason:
+        if not reason or len(reason) > MAX_REASON:
             raise InvalidArgumentError(f"reason: say why, in 1-{MAX_REASON} characters")
+        refuse_control("reason", reason)
         if worker_id and run_id:
             raise InvalidArgumentError("name a worker or a run, not both")
         scope = RUN if run_id else WORKER if worker_id else FLEET
@@ -184,8 +186,9 @@ class KillSwitches:
             raise InvalidArgumentError(
                 "name exactly one of: a kill switch id, --worker, --run, --fleet"
             )
-        if len(reason) > MAX_REASON or "\x00" in reason:
+        if len(reason) > MAX_REASON:
             raise InvalidArgumentError(f"reason: at most {MAX_REASON} characters")
+        refuse_control("reason", reason)
         pushes: list[KillPush] = []
         released: list[KillSwitchRow] = []
         by = audit.actor(who)

@@ -20,8 +20,9 @@ from coordinator.metrics import Notes
 from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
+from shared.action_kinds import APP_RESEARCH
 from shared.ids import new_id
-from shared.receipts import encode_result, fingerprint
+from shared.receipts import decode_result, encode_result, fingerprint
 
 # Run states (SPEC §3).
 RUNNING = "RUNNING"
@@ -580,6 +581,8 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
     wanted_worker = route.get("worker") or ""
     labels: dict[str, str] = route.get("labels") or {}
     capability = route.get("capability") or ""
+    # A research app is offered by the workers that advertise it, not by every worker.
+    app = str(decode_result(action.args).get("app", "")) if action.kind == APP_RESEARCH else ""
     views = ctx.fleet(s)
     if wanted_worker:
         view = next((v for v in views if v.id == wanted_worker), None)
@@ -599,6 +602,7 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
         and v.state == "active"
         and _labels_match(v, labels)
         and (not capability or v.offers(capability))
+        and (not app or app in v.advertisement.research_apps)
     ]
     busy = ctx.busy(s)
     here = [v for v in eligible if busy.get(v.id, 0) < MAX_PER_WORKER]
@@ -608,6 +612,8 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
             needs.append(f"capability {capability}")
         if labels:
             needs.append("labels " + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+        if app:
+            needs.append(f"research app {app}")
         if wanted_worker:
             needs.insert(0, f"worker {wanted_worker}")
         what = " and ".join(needs) or "any worker"

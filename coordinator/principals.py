@@ -24,6 +24,7 @@ from shared.errors import (
     RevokedError,
 )
 from shared.ids import new_id
+from shared.text import refuse_control
 
 
 class Role(enum.StrEnum):
@@ -115,6 +116,7 @@ async def create_user(
     name = name.strip()
     if not name or len(name) > MAX_NAME:
         raise InvalidArgumentError(f"name: must be 1-{MAX_NAME} characters")
+    refuse_control("name", name)
     if role is Role.WORKER:
         raise InvalidArgumentError("role: must be owner or admin (workers enroll with a token)")
     user_id = new_id("usr")
@@ -141,6 +143,7 @@ async def rotate_user(db: Database, by: audit.Actor, name: str) -> NewUser:
     who = by.principal
     if len(name) > MAX_NAME:
         raise InvalidArgumentError(f"name: at most {MAX_NAME} characters")
+    refuse_control("name", name)
     rotated: list[NewUser] = []
 
     def unit(s: Session) -> None:

@@ -118,6 +118,8 @@ class Recall:
     ) -> SearchPage:
         if not query:
             raise InvalidArgumentError("text: search for at least one character")
+        if "\x00" in query:  # refused by name, as in every other text field: not "0 matches"
+            raise InvalidArgumentError("text: must not contain NUL characters")
         limit = limit or 10
         if not 0 < limit <= 100:
             raise InvalidArgumentError("limit: between 1 and 100 matches")

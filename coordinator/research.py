@@ -41,6 +41,7 @@ from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
 from shared.errors import InvalidArgumentError
 from shared.receipts import decode_result
+from shared.text import refuse_control
 
 __all__ = ["ResearchRequest", "excerpts", "research_plan"]
 
@@ -72,8 +73,7 @@ def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None 
     query = request.query.strip()
     if not query or len(query) > 500:
         raise InvalidArgumentError("query: 1-500 characters")
-    if "\x00" in query:
-        raise InvalidArgumentError("query: must not contain NUL characters")
+    refuse_control("query", query)
     if not 1 <= request.max_sources <= MAX_SOURCES:
         raise InvalidArgumentError(f"max_sources: between 1 and {MAX_SOURCES}")
     if request.search_url:

@@ -27,7 +27,7 @@ from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, GuidanceRow, JournalRow, RunRow
 from coordinator.timeline import Timeline
-from shared import tracing
+from shared import action_kinds, tracing
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -36,6 +36,7 @@ from shared.errors import (
 )
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result
+from shared.text import refuse_control
 
 MAX_ACTIONS_PER_PLAN = 1000
 MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
@@ -132,15 +133,10 @@ class Event:
         )
 
 
-def _no_nul(field: str, text: str) -> None:
-    # Arguments and results travel as escaped JSON; free text is stored as text, and
-    # PostgreSQL text cannot hold NUL.
-    if "\x00" in text:
-        raise InvalidArgumentError(f"{field}: must not contain NUL characters")
-
-
 def _text(field: str, text: str, limit: int) -> None:
-    _no_nul(field, text)
+    # Free text is shown to people in terminals (shared/text.py) and stored as text, which on
+    # PostgreSQL cannot hold NUL: one line, no control or bidi-override characters.
+    refuse_control(field, text)
     if len(text) > limit:
         raise InvalidArgumentError(f"{field}: at most {limit} characters (this is {len(text)})")
 
@@ -186,6 +182,10 @@ def _validate(plan: Plan) -> dict[str, Any]:
                 f"actions[{i}].kind: 1-100 letters, digits, '_', '.', ':', '-' (got"
                 f" {action.kind[:40]!r})"
             )
+        # Unknown kinds and arguments are refused here, not on a worker later.
+        action_kinds.check_args(
+            f"actions[{i}]", action.kind, action.args, by_coordinator=plan.kind != "plan"
+        )
         _text(f"actions[{i}].intent", action.intent, MAX_INTENT_CHARS)
         if len(encode_result(action.args)) > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
@@ -293,6 +293,24 @@ def _browser_args_checked(field: str, kind: str, args: dict[str, Any]) -> None:
         _policy_checked(f"{field}.policy", args["policy"])
 
 
+def _apps_offered(s: Session, ctx: Context, actions: Sequence[PlannedAction]) -> None:
+    """Every research app a plan names is offered by an enrolled worker (online or not: a run
+    for an app only an offline worker offers waits for it, and says so)."""
+    offered = {
+        app
+        for view in ctx.fleet(s)
+        if view.state != "revoked"
+        for app in view.advertisement.research_apps
+    }
+    for i, action in enumerate(actions):
+        if action.kind == action_kinds.APP_RESEARCH and action.args["app"] not in offered:
+            apps = ", ".join(sorted(offered)) or "none"
+            raise InvalidArgumentError(
+                f"actions[{i}].args.app: no enrolled worker offers app"
+                f" {str(action.args['app'])[:64]!r} (offered: {apps})"
+            )
+
+
 def with_network_policy(
     action: PlannedAction, allow_private: bool, field: str = "args"
 ) -> PlannedAction:
@@ -348,6 +366,8 @@ class Runs:
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             created.clear()
+            if plan.kind == "plan":  # research runs journal an absent app as a failed branch
+                _apps_offered(s, ctx, plan.actions)
             run = new_run(
                 run_id,
                 owner.id,
@@ -518,7 +538,7 @@ class Runs:
         """Queue a person's message for the run's next safe boundary (SPEC §4.8)."""
         if not text.strip():
             raise InvalidArgumentError("text: guidance must not be empty")
-        _no_nul("text", text)
+        refuse_control("text", text, multiline=True)
         if len(text) > GUIDANCE_CHARS:
             raise InvalidArgumentError(
                 f"text: guidance is at most {GUIDANCE_CHARS} characters (this is {len(text)})"

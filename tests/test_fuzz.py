@@ -506,7 +506,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             # so that a fuzzed revocation cannot take it away.
             t.worker = auth_metadata(enroll[1].credential)
             plan = runs_pb2.SubmitRunRequest(
-                actions=[runs_pb2.PlannedAction(kind="diag.echo", args_json='{"v": 1}')]
+                actions=[runs_pb2.PlannedAction(kind="diag.echo", args_json='{"value": 1}')]
             )
             # Real ids among the random ones, so that requests get past "not found" checks.
             t.pool += [t.unary("RunService", "SubmitRun", plan, m).id for m in (t.admin, t.owner)]

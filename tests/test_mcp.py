@@ -155,3 +155,45 @@ async def test_desktop_request_approve_act_and_recall(
         entry = await call_json(session, "journal_read", run_id=run_id, seq=seq)
         assert entry["runId"] == run_id and entry["seq"] == seq
         assert receipt["receiptId"] in entry["text"]
+
+
+async def test_out_of_range_numbers_and_nul_are_one_sentence_tool_errors(
+    coordinator: CoordinatorProcess,
+) -> None:
+    worker = WorkerProcess(coordinator, "desk")
+    assert worker.enroll().returncode == 0
+    run_id = coordinator.cli_json(
+        "desktop", "request", "--worker", worker.worker_id, "--action=screenshot"
+    )["id"]
+    cases = [
+        ("journal_read", {"run_id": run_id, "seq": 2**70}, "seq: a whole number from 1 to"),
+        ("journal_read", {"run_id": run_id, "seq": 1, "offset": -1}, "offset: a whole number"),
+        ("journal_read", {"run_id": run_id, "seq": 0}, "seq: a whole number from 1 to"),
+        ("desktop_request",
+         {"worker": worker.worker_id, "actions": ["screenshot"], "max_actions": 2**62},
+         "max_actions: a whole number from 1 to 2147483647"),
+        ("desktop_request",
+         {"worker": worker.worker_id, "actions": ["screenshot"], "ttl_seconds": 1e300},
+         "ttl_seconds: a number of seconds above 0"),
+        ("desktop_request",  # in range for the field, past what the coordinator allows
+         {"worker": worker.worker_id, "actions": ["screenshot"], "ttl_seconds": 1e6},
+         "scope.ttl: between 0 and 86400 seconds"),
+        ("research", {"query": "x", "max_sources": 2**40}, "max_sources: a whole number"),
+        ("desktop_act", {"run_id": run_id, "action": "mouse_move", "x": 2**70, "y": 1},
+         "x: a whole number"),
+        ("desktop_act", {"run_id": run_id, "action": "wait", "seconds": 1e300},
+         "seconds: from 0 to"),
+        ("journal_search", {"run_id": run_id, "text": "a\x00b"},
+         "text: must not contain NUL characters"),
+    ]  # fmt: skip
+    async with mcp_session(coordinator) as session:
+        for tool, arguments, expected in cases:
+            result = await session.call_tool(tool, arguments)
+            text = text_of(result)
+            assert result.is_error, (tool, arguments, text)
+            assert text.startswith(expected), (tool, text)
+            assert "\n" not in text and "Error executing tool" not in text, text
+        ok = await call_json(session, "journal_read", run_id=run_id, seq=1)
+        assert ok["seq"] == 1
+    log = (coordinator.workdir / "mcp.log").read_text()
+    assert "Traceback" not in log, log

@@ -284,7 +284,7 @@ def test_the_estimate_extends_three_times_then_hands_back_and_never_passes_the_l
     workers("w").wait_online()
     plan = write_plan(
         tmp_path / "plan.json",
-        [{"kind": "diag.echo", "args": {"i": i}, "idempotent": True} for i in range(6)],
+        [{"kind": "diag.echo", "args": {"value": i}, "idempotent": True} for i in range(6)],
         limits={"max_actions": 8, "estimate_actions": 1},
     )
     run = submit(coordinator, plan, wait=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -268,6 +269,23 @@ def _exit_code(exc: DeskfleetError) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # What the coordinator, workers and web pages wrote reaches a terminal only with its
+    # control characters spelled out. `mcp` speaks JSON-RPC on stdio; `top` draws its frames
+    # with escape sequences of its own and spells out the text in them itself.
+    streams = sys.stdout, sys.stderr
+    if args.run is not _mcp:
+        sys.stderr = render.VisibleWriter(sys.stderr)
+        if args.run is not top.top:
+            sys.stdout = render.VisibleWriter(sys.stdout)
+    try:
+        return _run(args)
+    finally:
+        with contextlib.suppress(OSError):  # a reader that went away is not our error
+            sys.stdout.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         config = ClientConfig.resolve(args.coordinator, args.token_file, args.ca_file)
         if args.timeout <= 0:

@@ -3,12 +3,18 @@
 Every tool is a call to the coordinator's RPCs under the caller's own credential, so what an
 agent does through it is authorized, limited and journaled exactly like the CLI's commands.
 Coordinator errors come back as tool errors (`isError`) carrying their one-line reason.
+
+Each argument is checked as the RPC field it feeds is (the field's integer width, finite
+numbers, positive where the RPC needs it) before a request is built, so a value the RPC cannot
+carry is a one-sentence tool error, never a failure inside the server. The bounds are in the
+tools' schemas for the agent to read; the checks here give the error.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -21,7 +27,7 @@ from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.runs_commands import ACTIVE, _report
 from shared import __version__
-from shared.errors import DeskfleetError
+from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 
 DesktopAction = Literal[
@@ -47,6 +53,37 @@ INSTRUCTIONS = (
 
 # The parts of a run's timeline an agent gets from run_status.
 MCP_TIMELINE = ("states", "retries", "stopReason", "wallSeconds")
+INT32_MAX = 2**31 - 1  # the width of the RPC fields the integer arguments feed
+# Coordinates and distances travel in a desktop action's JSON arguments: the coordinator
+# bounds them by the screen; this only keeps them numbers a JSON reader on the way can hold.
+COORDINATE_MAX = 2**53
+SECONDS_MAX = 1e9
+
+
+def whole(name: str, value: int, low: int, high: int = INT32_MAX) -> int:
+    """`value` if it is a whole number in [low, high]; else a one-sentence InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:20]}..."
+        raise InvalidArgumentError(f"{name}: a whole number from {low} to {high}, not {shown}")
+    return value
+
+
+def seconds(name: str, value: float, high: float = SECONDS_MAX) -> float:
+    """`value` if it is a finite number of seconds above 0 and at most `high`."""
+    # NaN passes no comparison: it is refused by isfinite, before any comparison.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{name}: a number of seconds")
+    if not math.isfinite(value) or not 0 < value <= high:
+        raise InvalidArgumentError(f"{name}: a number of seconds above 0 and at most {high:g}")
+    return float(value)
+
+
+def _bounds(description: str, low: float, high: float | None = None) -> Any:
+    """A schema that states the bounds the tool checks (see the module docstring)."""
+    extra: dict[str, Any] = {"minimum": low}
+    if high is not None:
+        extra["maximum"] = high
+    return Field(description=description, json_schema_extra=extra)
 
 
 def _text(doc: Any) -> TextContent:
@@ -72,6 +109,7 @@ class FleetTools:
         self, query: str, urls: list[str] | None, max_sources: int, wait: bool
     ) -> CallToolResult:
         c = self.client
+        max_sources = whole("max_sources", max_sources, 0)
         run = c.call(
             c.runs.StartResearch,
             runs_pb2.ResearchRequest(query=query, urls=urls or [], max_sources=max_sources),
@@ -102,6 +140,10 @@ class FleetTools:
         reason: str | None,
     ) -> CallToolResult:
         c = self.client
+        if ttl_seconds is not None:
+            ttl_seconds = seconds("ttl_seconds", ttl_seconds)
+        if max_actions is not None:
+            max_actions = whole("max_actions", max_actions, 1)
         scope = desktop_pb2.DesktopScope(
             actions=actions, ttl_seconds=ttl_seconds or 0, max_actions=max_actions or 0
         )
@@ -165,6 +207,7 @@ class FleetTools:
 
     def journal_read(self, run_id: str, seq: int, offset: int) -> CallToolResult:
         c = self.client
+        seq, offset = whole("seq", seq, 1), whole("offset", offset, 0)
         page = c.call(
             c.journal.ReadEntry, runs_pb2.ReadEntryRequest(run_id=run_id, seq=seq, offset=offset)
         )
@@ -182,6 +225,14 @@ class FleetTools:
         if run.title.startswith("research: ") and run.status not in ACTIVE:
             doc["report"] = _report(c, run.id)
         return CallToolResult(content=[_text(doc)])
+
+
+def _wait_checked(value: float) -> None:
+    # `wait` takes 0 seconds too (a no-op): only the number itself is checked here.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgumentError("seconds: a finite number")
+    if not 0 <= value <= SECONDS_MAX:
+        raise InvalidArgumentError(f"seconds: from 0 to {SECONDS_MAX:g}")
 
 
 async def _off_loop(body: Callable[[], CallToolResult]) -> CallToolResult:
@@ -210,7 +261,7 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         urls: Annotated[
             list[str] | None, Field(description="fetch these sources instead of searching")
         ] = None,
-        max_sources: Annotated[int, Field(ge=0, description="sources to read (0 = 5)")] = 0,
+        max_sources: Annotated[int, _bounds("sources to read (0 = 5)", 0, INT32_MAX)] = 0,
         wait: Annotated[bool, Field(description="wait for the evidence report")] = True,
     ) -> CallToolResult:
         """Research on headless browsers: sources with the sentences that match, by receipt."""
@@ -221,10 +272,10 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         worker: Annotated[str, Field(description="the worker id of the desktop")],
         actions: Annotated[list[DesktopAction], Field(description="the actions to ask for")],
         ttl_seconds: Annotated[
-            float | None, Field(gt=0, description="how long, once approved (default 600)")
+            float | None, _bounds("how long, once approved (default 600)", 0, SECONDS_MAX)
         ] = None,
         max_actions: Annotated[
-            int | None, Field(gt=0, description="actions allowed (default 100)")
+            int | None, _bounds("actions allowed (default 100)", 1, INT32_MAX)
         ] = None,
         reason: Annotated[str | None, Field(description="why, shown to the approver")] = None,
     ) -> CallToolResult:
@@ -249,11 +300,23 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         dy: int | None = None,
         seconds: Annotated[float | None, Field(description="for wait")] = None,
         space_width: Annotated[
-            int | None, Field(gt=0, description="coordinates and screenshots in this space")
+            int | None, _bounds("coordinates and screenshots in this space", 1, INT32_MAX)
         ] = None,
-        space_height: Annotated[int | None, Field(gt=0)] = None,
+        space_height: Annotated[int | None, _bounds("see space_width", 1, INT32_MAX)] = None,
     ) -> CallToolResult:
         """One action in an approved desktop run; returns its receipt (and the screenshot)."""
+        try:
+            for name, number in (("x", x), ("y", y), ("to_x", to_x), ("to_y", to_y),
+                                 ("dx", dx), ("dy", dy)):  # fmt: skip
+                if number is not None:
+                    whole(name, number, -COORDINATE_MAX, COORDINATE_MAX)
+            if seconds is not None:
+                _wait_checked(seconds)
+            for name, size in (("space_width", space_width), ("space_height", space_height)):
+                if size is not None:
+                    whole(name, size, 1)
+        except InvalidArgumentError as exc:
+            return _error(exc.message)
         args: dict[str, Any] = {
             name: value
             for name, value in (
@@ -285,8 +348,8 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
     @server.tool()
     async def journal_read(
         run_id: RunId,
-        seq: Annotated[int, Field(ge=1, description="the journal entry's sequence number")],
-        offset: Annotated[int, Field(ge=0, description="character offset into it")] = 0,
+        seq: Annotated[int, _bounds("the journal entry's sequence number", 1, INT32_MAX)],
+        offset: Annotated[int, _bounds("character offset into it", 0, INT32_MAX)] = 0,
     ) -> CallToolResult:
         """A page of one journal entry's original text (exact; nextOffset -1 at the end)."""
         return await _off_loop(lambda: tools.journal_read(run_id, seq, offset))

@@ -1,16 +1,45 @@
-"""Output for people (aligned tables) and for programs (exactly one JSON document)."""
+"""Output for people (aligned tables) and for programs (exactly one JSON document).
+
+Text for people never carries a raw control character: table cells spell out every control
+and bidi-override character (shared/text.py), and `VisibleWriter` does the same for whatever
+else a command prints (keeping line breaks and tabs). JSON output is unchanged by it: the
+encoder already writes those characters as `\\u` escapes.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
+
+from shared.text import visible
+
+
+class VisibleWriter(io.TextIOBase):
+    """A text stream that spells out control characters before they reach the terminal."""
+
+    def __init__(self, raw: TextIO) -> None:
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        self.raw.write(visible(text, multiline=True))
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
 
 
 def as_dict(message: Message) -> dict[str, Any]:
@@ -18,7 +47,8 @@ def as_dict(message: Message) -> dict[str, Any]:
 
 
 def print_json(document: Any) -> None:
-    json.dump(document, sys.stdout, indent=2, sort_keys=False)
+    # ensure_ascii (the default) is what keeps control characters out of the terminal here.
+    json.dump(document, sys.stdout, indent=2, sort_keys=False, ensure_ascii=True)
     sys.stdout.write("\n")
 
 
@@ -33,6 +63,10 @@ _FRACTION = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.\d+Z$")
 
 
 def _cell(value: Any) -> str:
+    return visible(_cell_text(value))
+
+
+def _cell_text(value: Any) -> str:
     if value is None or value == "":
         return "-"
     if isinstance(value, str) and (match := _FRACTION.match(value)):

@@ -23,6 +23,7 @@ from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import admin_pb2, desktop_pb2, fleet_pb2
+from shared.text import visible
 
 RUN_STATES = (
     "RUNNING",
@@ -120,8 +121,25 @@ def _kill_line(doc: dict[str, Any]) -> Text:
     return Text("kill switch: ENGAGED: " + "; ".join(parts), style="bold red")
 
 
+def _shown(value: Any) -> Any:
+    """The snapshot with control characters spelled out in every string (shared/text.py)."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
+
+
+def _row(table: Table, *cells: str, style: str = "") -> None:
+    # Text cells: what a worker or an owner wrote is shown as it is, never read as markup.
+    table.add_row(*(Text(c) for c in cells), style=style)
+
+
 def frame(doc: dict[str, Any], note: str = "") -> RenderableType:
     """One screen of `top`."""
+    doc, note = _shown(doc), visible(note)
     head = Text(f"deskfleet top  {doc['coordinator']}  {doc['at']}", style="bold")
     online = Text(
         f"headless online: {doc['headlessOnline']}    computer use online:"
@@ -133,7 +151,8 @@ def frame(doc: dict[str, Any], note: str = "") -> RenderableType:
         workers.add_column(column, no_wrap=True)
     workers.add_column("CURRENT ACTION", overflow="fold")
     for w in doc["workers"]:
-        workers.add_row(
+        _row(
+            workers,
             w["id"],
             w["name"],
             w["state"],
@@ -147,7 +166,7 @@ def frame(doc: dict[str, Any], note: str = "") -> RenderableType:
     runs.add_column("STATE", no_wrap=True)
     runs.add_column("RUNS", justify="right")
     for state, count in doc["runsByState"].items():
-        runs.add_row(state, str(count), style="dim" if not count else "")
+        _row(runs, state, str(count), style="dim" if not count else "")
     parts: list[RenderableType] = [head, online, _kill_line(doc)]
     parts.append(Text(f"approvals waiting: {doc['approvalsWaiting']}"))
     parts += [workers, runs]
@@ -156,8 +175,13 @@ def frame(doc: dict[str, Any], note: str = "") -> RenderableType:
         for column in ("ID", "RUN", "WORKER", "REASON", "REQUESTED"):
             waiting.add_column(column, no_wrap=column != "REASON")
         for a in doc["approvals"]:
-            waiting.add_row(
-                a["id"], a["runId"], a["workerId"], a.get("reason") or "-", a.get("requestedAt")
+            _row(
+                waiting,
+                a["id"],
+                a["runId"],
+                a["workerId"],
+                a.get("reason") or "-",
+                a.get("requestedAt") or "-",
             )
         parts.append(waiting)
     if note:

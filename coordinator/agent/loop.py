@@ -55,6 +55,7 @@ from coordinator.store.models import PrincipalRow, RunRow
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.ids import new_id
 from shared.receipts import content_sha256
+from shared.text import refuse_control
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,9 @@ class Goals:
         self, who: Principal, text: str, desktop: str, model_spec: str, max_steps: int
     ) -> RunView:
         text = text.strip()
-        if not text or len(text) > 20_000 or "\x00" in text:
+        if not text or len(text) > 20_000:
             raise InvalidArgumentError("text: the goal, 1-20000 characters")
+        refuse_control("text", text, multiline=True)
         if not 0 <= max_steps <= MAX_STEPS:
             raise InvalidArgumentError(f"max_steps: between 1 and {MAX_STEPS}")
         try:

@@ -1,0 +1,91 @@
+"""Plan action kinds and their arguments (shared/action_kinds.py): refused at submit, and the
+contract agrees with what a worker registers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shared.action_kinds import KINDS, check_args
+from shared.errors import InvalidArgumentError
+from tests.harness import CoordinatorProcess, WorkerProcess, wait_run, write_plan
+from worker_agent.actions import default_registry
+from worker_agent.browser.actions import BrowserActions
+from worker_agent.browser.service import BrowserService
+from worker_agent.research_app import ResearchApps
+
+
+def test_the_contract_names_every_plan_kind_a_worker_registers() -> None:
+    registry = default_registry()
+    BrowserActions(BrowserService("/usr/bin/chromium")).register(registry)
+    ResearchApps({}).register(registry)
+    assert set(registry.kinds()) == set(KINDS)
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "expected"),
+    [
+        ("no.such.kind", {}, "actions[0].kind: unknown kind 'no.such.kind' (plan actions: "),
+        ("diag.echo", {"text": "hi"},
+         "actions[0].args.text: not an argument of diag.echo (diag.echo takes: value (any))"),
+        ("diag.sleep", {}, "actions[0].args.seconds: required (diag.sleep takes: seconds"),
+        ("diag.sleep", {"seconds": "1"}, "actions[0].args.seconds: must be a number >= 0"),
+        ("diag.sleep", {"seconds": -1}, "actions[0].args.seconds: must be a number >= 0"),
+        ("diag.fail", {"fail_attempts": 1.5}, "actions[0].args.fail_attempts: must be an integer"),
+        ("diag.append", {"path": "/tmp/x", "line": 3}, "actions[0].args.line: must be a string"),
+        ("browser.fetch", {"url": "http://a", "visible": True},
+         "actions[0].args.visible: set by the coordinator only of browser.fetch"),
+        ("app.research", {"app": "x"}, "actions[0].args.query: required (app.research takes: "),
+    ],
+)  # fmt: skip
+def test_each_way_a_plan_action_is_wrong_is_named(kind: str, args: dict, expected: str) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        check_args("actions[0]", kind, args)
+    assert caught.value.message.startswith(expected), caught.value.message
+
+
+def test_what_the_coordinator_and_the_tests_send_fits() -> None:
+    check_args("a", "diag.echo", {})
+    check_args("a", "diag.echo", {"value": None})
+    check_args("a", "diag.fail", {"message": "m", "fail_attempts": None})
+    check_args("a", "browser.fetch", {"url": "http://a", "visible": True}, by_coordinator=True)
+    check_args(
+        "a", "app.research",
+        {"app": "n", "route": "r", "query": "q", "max_sources": 5, "timeout": 120.0},
+    )  # fmt: skip
+
+
+def test_unknown_kinds_and_arguments_are_refused_at_submit(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    for i, (action, expected) in enumerate(
+        [
+            ({"kind": "no.such.kind", "args": {}}, "actions[0].kind: unknown kind 'no.such.kind'"),
+            ({"kind": "diag.echo", "args": {"text": "hi"}},
+             "actions[0].args.text: not an argument of diag.echo (diag.echo takes: value"),
+            ({"kind": "diag.sleep", "args": {"seconds": "soon"}},
+             "actions[0].args.seconds: must be a number >= 0"),
+            ({"kind": "app.research", "args": {"app": "notes", "query": "q"}},
+             "actions[0].args.app: no enrolled worker offers app 'notes' (offered: none)"),
+        ]
+    ):  # fmt: skip
+        plan = write_plan(tmp_path / f"bad{i}.json", [action])
+        done = coordinator.cli("runs", "submit", str(plan), check=False)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"deskfleet: {expected}"), done.stderr
+        assert done.stderr.count("\n") == 1
+    assert coordinator.cli_json("runs", "list")["runs"] == []  # nothing was written
+
+    # An app only an offline worker offers: the run is accepted and waits, naming the app.
+    apps = workers("apps", extra_args=("--research-app", "notes=/bin/cat"))
+    apps.wait_online()
+    apps.stop()
+    plan = write_plan(
+        tmp_path / "app.json",
+        [{"kind": "app.research", "args": {"app": "notes", "query": "q"}, "idempotent": True}],
+    )
+    run = coordinator.cli_json("runs", "submit", str(plan))
+    waiting = wait_run(coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_ENVIRONMENT")
+    assert "research app notes" in waiting["waiting"]["detail"], waiting
