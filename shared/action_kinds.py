@@ -48,7 +48,11 @@ KINDS: dict[str, Kind] = {
     "diag.echo": Kind({"value": Arg(ANY, nullable=True)}),
     "diag.sleep": Kind({"seconds": Arg(NUMBER, required=True, minimum=0)}),
     "diag.fail": Kind(
-        {"message": Arg(STRING), "fail_attempts": Arg(INTEGER, nullable=True, minimum=0)}
+        {
+            "message": Arg(STRING),
+            "fail_attempts": Arg(INTEGER, nullable=True, minimum=0),
+            "seconds": Arg(NUMBER, minimum=0),
+        }
     ),
     "diag.append": Kind({"path": Arg(STRING, required=True), "line": Arg(STRING, required=True)}),
     "browser.fetch": Kind(
