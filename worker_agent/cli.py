@@ -40,6 +40,7 @@ from worker_agent.hotkey import listen as listen_for_hotkey
 from worker_agent.input_guard import InputGuard
 from worker_agent.metrics import WorkerMetrics
 from worker_agent.research_app import ResearchApps, parse_apps
+from worker_agent.scratch import ScratchDir
 from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
 
 EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
@@ -279,7 +280,7 @@ async def _run(args: argparse.Namespace) -> None:
     )
     # The browser starts with the first browser action, not with the worker.
     browser = BrowserService(args.chromium)
-    registry = default_registry()
+    registry = default_registry(ScratchDir.of(args.state_dir))
     # The research fallback's visible browser, on this desktop's display, started on first use.
     visible = None if args.no_computer_use else BrowserService(args.chromium, visible=True)
     BrowserActions(browser, visible).register(registry)
