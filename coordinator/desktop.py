@@ -642,6 +642,12 @@ class Desktop:
             return Refusal(
                 "unknown_secret", f"no secret named {missing!r} is stored for the owner"
             ), None
+        if action == "type":
+            # A secret's value is typed as it is: a newline in it presses Return all the same.
+            # The refusal never says which secret, or where in it.
+            for value in values.values():
+                if refusal := scope.keys_in_text(granted, value, "a secret 'text' refers to"):
+                    return refusal, None
         approval.session_id = session
         sent = dict(args, scope=_worker_scope(granted, approval, ctx.now))
         approval.actions_used += 1

@@ -252,6 +252,35 @@ def check_keys(value: object, field: str = "key") -> str:
     return value
 
 
+def control_character(text: str) -> tuple[int, str] | None:
+    """The first control character (C0, DEL or C1) in `text` and its index, or None.
+
+    Typed, these press keys (a newline is Return, a tab is Tab): `type` text that holds one
+    needs `key` in the approved actions as well as `type`.
+    """
+    for index, ch in enumerate(text):
+        code = ord(ch)
+        if code < 0x20 or 0x7F <= code <= 0x9F:
+            return index, ch
+    return None
+
+
+def keys_in_text(scope: Scope, text: object, what: str = "'text'") -> Refusal | None:
+    """out_of_scope if `text` would press keys that the scope does not approve."""
+    if "key" in scope.actions or not isinstance(text, str):
+        return None
+    found = control_character(text)
+    if found is None:
+        return None
+    index, ch = found
+    where = f" (U+{ord(ch):04X} at index {index})" if what == "'text'" else ""
+    return Refusal(
+        "out_of_scope",
+        f"{what} has a control character{where}, which presses a key: typing it needs key in"
+        f" the approved actions ({', '.join(scope.actions)})",
+    )
+
+
 def to_real(point: tuple[int, int], space: object, display: tuple[int, int]) -> tuple[int, int]:
     """Map a point given in a scaled space onto the display's real pixels."""
     if space is None or space == {}:
@@ -286,6 +315,8 @@ def check(
         return Refusal(
             "out_of_scope", f"{action} is not in the approved actions ({', '.join(scope.actions)})"
         )
+    if action == "type" and (refusal := keys_in_text(scope, args.get("text"))):
+        return refusal
     display = args.get("display", 0)
     if display not in scope.displays:
         return Refusal("out_of_scope", f"display {display} is not approved")

@@ -72,7 +72,7 @@ cat >"$STATE/plan.json" <<PLAN
 {"title": "demo plan",
  "actions": [
   {"kind": "diag.echo",   "args": {"value": "hello from the fleet"}, "idempotent": true},
-  {"kind": "diag.append", "args": {"path": "$STATE/effects.txt", "line": "written exactly once"}},
+  {"kind": "diag.append", "args": {"name": "effects.txt", "line": "written exactly once"}},
   {"kind": "diag.sleep",  "args": {"seconds": 0.2}, "idempotent": true}
  ]}
 PLAN
@@ -84,7 +84,7 @@ echo "the journal (every transition, dispatch and receipt, hash-chained):"
 "$BIN/deskfleet" runs watch "$RUN_ID" --no-follow
 echo
 "$BIN/deskfleet" journal verify "$RUN_ID"
-echo "effects file: $(cat "$STATE/effects.txt")"
+echo "effects file (in the worker's scratch directory): $(cat "$STATE/worker/scratch/effects.txt")"
 
 step "9. research: search the local site, fetch sources on the worker, report the evidence"
 "$BIN/python" -m scripts.local_site >"$STATE/site.out" 2>/dev/null &

@@ -54,7 +54,7 @@ KINDS: dict[str, Kind] = {
             "seconds": Arg(NUMBER, minimum=0),
         }
     ),
-    "diag.append": Kind({"path": Arg(STRING, required=True), "line": Arg(STRING, required=True)}),
+    "diag.append": Kind({"name": Arg(STRING, required=True), "line": Arg(STRING, required=True)}),
     "browser.fetch": Kind(
         {"url": Arg(STRING, required=True), "policy": _POLICY,
          "visible": Arg(BOOLEAN, coordinator_only=True)}

@@ -321,6 +321,10 @@ class WorkerProcess:
         status = self.coordinator.status()
         return next((w for w in status["workers"] if w["id"] == self.worker_id), None)
 
+    def scratch(self, name: str) -> Path:
+        """Where `diag.append` with this `name` writes: the worker's scratch directory."""
+        return self.state_dir / "scratch" / name
+
     def wait_online(self, timeout: float = 30) -> dict[str, Any]:
         def online() -> dict[str, Any] | None:
             if self.proc is not None and self.proc.poll() is not None:

@@ -212,6 +212,32 @@ def test_refusals_name_their_reason_and_leave_a_receipt(
     assert done.returncode == 2 and "only narrows" in done.stderr
 
 
+def test_typing_a_newline_or_tab_needs_key_approved(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
+) -> None:
+    # One controller at a time: each run ends before the next one acts.
+    first = request(coordinator, desk)
+    approve(coordinator, first["id"])
+    click_field(coordinator, first["id"])  # focus, and an empty field
+    coordinator.cli("runs", "cancel", first["id"])
+
+    narrow = request(coordinator, desk, "--action", "type", "--action", "screenshot")
+    approve(coordinator, narrow["id"])
+    for text in ("ls\nexit\t", "a\tb", "x\r"):
+        doc = refused(coordinator, narrow["id"], "type", "--text", text)
+        assert doc["code"] == "out_of_scope" and "needs key" in doc["error"], doc
+    ok(coordinator, narrow["id"], "type", "--text", "ls")
+    time.sleep(0.5)
+    assert desktop_site.snapshot()[0] == []  # no Return was pressed: nothing submitted
+    coordinator.cli("runs", "cancel", narrow["id"])
+
+    last = request(coordinator, desk)
+    approve(coordinator, last["id"])
+    ok(coordinator, last["id"], "key", "--key", "Return")
+    assert submitted(desktop_site, 1) == ["ls"]  # and no Tab took the focus away
+    coordinator.cli("runs", "cancel", last["id"])
+
+
 def test_a_secret_is_typed_but_never_journaled(
     coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
 ) -> None:

@@ -38,7 +38,7 @@ from worker_agent.actions import (
 )
 from worker_agent.desktop import DesktopActions, DesktopSession
 from worker_agent.desktop.keys import parse_keys
-from worker_agent.desktop.scope import DesktopScope, check_scope
+from worker_agent.desktop.scope import DesktopScope, check_scope, check_text_keys
 from worker_agent.desktop.screen import DisplayGeometry, Space
 from worker_agent.desktop.text import CHUNK, SecretText
 
@@ -134,6 +134,19 @@ def test_no_scope_is_refused_and_malformed_scopes_name_the_field() -> None:
     assert bad.code == "invalid_argument" and "scope.expires_in" in str(bad)
     prefixed = DesktopScope.from_args(SCOPE | {"actions": ["desktop.type"]}, 0.0)
     check_scope(prefixed, "type", 0, now=0.0)
+
+
+@pytest.mark.parametrize("ch", ["\n", "\t", "\r", "\x1b", "\x7f", "\x85"])
+def test_type_text_with_a_control_character_needs_key_in_scope(ch: str) -> None:
+    typing_only = scope_of(actions=["type", "screenshot"])
+    refused = refusal(lambda: check_text_keys(typing_only, f"ls{ch}exit"))
+    assert refused.code == "out_of_scope"
+    assert f"(U+{ord(ch):04X} at index 2)" in str(refused) and "needs key" in str(refused)
+    # A secret's value: refused too, without saying what or where.
+    refused = refusal(lambda: check_text_keys(typing_only, f"pw{ch}", "a secret 'text' refers to"))
+    assert refused.code == "out_of_scope" and "U+" not in str(refused)
+    check_text_keys(typing_only, "plain text, accents é and emoji \U0001f600")
+    check_text_keys(scope_of(actions=["type", "key"]), f"ls{ch}exit")
 
 
 def test_key_combos_parse_to_keysyms_and_unknown_keys_are_refused() -> None:
@@ -431,6 +444,30 @@ def test_scope_is_checked_again_on_the_worker_before_any_input(desk: Desk) -> No
 
 
 @display
+def test_type_presses_no_key_that_was_not_approved(desk: Desk) -> None:
+    desk.ok("left_click", x=FIELD_CENTER[0], y=FIELD_CENTER[1], scope=SCOPE)
+    desk.ok("key", key="ctrl+a", scope=SCOPE)  # whatever an earlier test left in the field
+    desk.ok("key", key="BackSpace", scope=SCOPE)
+    typing_only = SCOPE | {"actions": ["type", "screenshot"]}
+    for text in ("ls\nexit\t", "tab\tonly"):
+        outcome, _, _ = desk.act("type", text=text, scope=typing_only)
+        assert outcome.status == REFUSED and outcome.error.startswith("out_of_scope:"), outcome
+        assert "needs key" in outcome.error
+    # A secret whose value holds a newline presses Return just the same: refused unseen.
+    outcome, _, _ = desk.act(
+        "type", text="pw {{secret:pw}}", secrets={"pw": "a\nb"}, scope=typing_only
+    )
+    assert outcome.status == REFUSED and outcome.error.startswith("out_of_scope:"), outcome
+    assert "a\nb" not in outcome.error and "U+" not in outcome.error
+    time.sleep(0.3)
+    assert desk.site.snapshot()[0] == []  # no Return reached the form: nothing was submitted
+    # With key approved as well, the newline is Return: the form is submitted, and with only
+    # "ls" in it (no Tab moved the focus away, no earlier text went in).
+    desk.ok("type", text="ls\n", scope=SCOPE)
+    assert desk.submitted() == ["ls"]
+
+
+@display
 @pytest.mark.parametrize(
     ("kind", "args", "field_name"),
     [
@@ -681,3 +718,18 @@ def test_the_coordinator_refuses_malformed_scopes_coordinates_and_keys() -> None
     with pytest.raises(InvalidArgumentError, match=r"^key"):
         coordinator_scope.check(keyed, "key", {"key": "ctrl+\x00"}, (1280, 800))
     assert coordinator_scope.check(keyed, "key", {"key": "ctrl+a"}, (1280, 800)) is None
+
+
+@pytest.mark.parametrize("ch", ["\n", "\t", "\r", "\x1b", "\x9b"])
+def test_the_coordinator_refuses_type_text_that_presses_keys_without_key(ch: str) -> None:
+    from coordinator import scope as coordinator_scope
+
+    typing_only = coordinator_scope.requested(["type", "screenshot"], [], None, 0, 0)
+    refused = coordinator_scope.check(typing_only, "type", {"text": f"ls{ch}exit"}, None)
+    assert refused is not None and refused.code == "out_of_scope"
+    assert f"U+{ord(ch):04X} at index 2" in refused.message and "needs key" in refused.message
+    assert coordinator_scope.check(typing_only, "type", {"text": "ls exit"}, None) is None
+    both = coordinator_scope.requested(["type", "key"], [], None, 0, 0)
+    assert coordinator_scope.check(both, "type", {"text": f"ls{ch}exit"}, None) is None
+    secret = coordinator_scope.keys_in_text(typing_only, f"pw{ch}", "a secret 'text' refers to")
+    assert secret is not None and secret.code == "out_of_scope" and "U+" not in secret.message

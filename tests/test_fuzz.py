@@ -87,8 +87,8 @@ UINT64 = (0, 1, 2**32, 2**64 - 1)
 # known kind, scopes, policies, coordinates.
 ARG_KEYS = [
     "x", "y", "to_x", "to_y", "text", "key", "keys", "url", "urls", "policy", "display",
-    "space", "width", "height", "seconds", "value", "path", "line", "fail_attempts", "query",
-    "template", "profile", "max_results", "visible", "allow_domains", "deny_domains",
+    "space", "width", "height", "seconds", "value", "path", "name", "line", "fail_attempts",
+    "query", "template", "profile", "max_results", "visible", "allow_domains", "deny_domains",
     "allow_private", "max_redirects", "max_bytes", "timeout", "format", "region", "amount",
     "direction", "app", "route", "max_sources", "full_page", "duration", "scale", "button",
 ]  # fmt: skip

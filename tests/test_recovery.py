@@ -96,12 +96,12 @@ def test_receipts_finished_while_the_coordinator_was_down_are_replayed_not_redon
 ) -> None:
     worker = workers("w")
     worker.wait_online()
-    out = tmp_path / "effects.txt"
+    out = worker.scratch("effects.txt")
     plan = write_plan(
         tmp_path / "plan.json",
         [
             {"kind": "diag.sleep", "args": {"seconds": 1.5}, "idempotent": False},
-            {"kind": "diag.append", "args": {"path": str(out), "line": "after"}},
+            {"kind": "diag.append", "args": {"name": "effects.txt", "line": "after"}},
         ],
     )
     run = wait_run(coordinator, submit(coordinator, plan)["id"], _started)
@@ -143,12 +143,13 @@ def test_a_timed_out_attempt_is_fenced_off_from_its_successor(
 def test_retry_after_exhausted_recovery_continues_from_the_checkpoint(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
-    workers("w").wait_online()
-    out = tmp_path / "once.txt"
+    worker = workers("w")
+    worker.wait_online()
+    out = worker.scratch("once.txt")
     plan = write_plan(
         tmp_path / "plan.json",
         [
-            {"kind": "diag.append", "args": {"path": str(out), "line": "x"}},
+            {"kind": "diag.append", "args": {"name": "once.txt", "line": "x"}},
             {
                 "kind": "diag.fail",
                 "args": {"message": "down", "fail_attempts": 3},
@@ -171,11 +172,10 @@ def test_retry_after_exhausted_recovery_continues_from_the_checkpoint(
 def test_chaos_killing_the_coordinator_loses_no_receipt_and_repeats_no_effect(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
-    workers("a").wait_online()
-    workers("b").wait_online()
+    both = [workers("a"), workers("b")]
+    for worker in both:
+        worker.wait_online()
     rng = random.Random(20261130)
-    effects = tmp_path / "effects"
-    effects.mkdir()
     runs = []
     for r in range(4):
         actions = []
@@ -184,7 +184,7 @@ def test_chaos_killing_the_coordinator_loses_no_receipt_and_repeats_no_effect(
                 actions.append(
                     {
                         "kind": "diag.append",
-                        "args": {"path": str(effects / f"{r}-{i}.txt"), "line": "done"},
+                        "args": {"name": f"{r}-{i}.txt", "line": "done"},
                     }
                 )
             else:
@@ -210,8 +210,9 @@ def test_chaos_killing_the_coordinator_loses_no_receipt_and_repeats_no_effect(
                 if final["status"] == "SUCCEEDED":
                     assert action["status"] == "SUCCEEDED"
                 continue
-            path = effects / f"{r}-{i}.txt"
-            lines = path.read_text().splitlines() if path.exists() else []
+            # Whichever worker ran it wrote in its own scratch directory: count both.
+            paths = [w.scratch(f"{r}-{i}.txt") for w in both]
+            lines = [x for p in paths if p.exists() for x in p.read_text().splitlines()]
             if action["status"] == "SUCCEEDED":
                 # Ran exactly once, and its receipt is in the journal.
                 assert lines == ["done"], (final["id"], i)

@@ -150,16 +150,12 @@ def test_a_replica_killed_mid_run_its_worker_moves_and_the_run_finishes_once(
 ) -> None:
     worker = pair.worker(pair.a, "w", also=pair.b)
     assert _online(pair.b, worker) == {worker.worker_id: "a"}
-    effects = tmp_path / "effects"
-    effects.mkdir()
     actions: list[dict[str, Any]] = [
-        {"kind": "diag.append", "args": {"path": str(effects / f"{i}.txt"), "line": "once"}}
-        for i in range(2)
+        {"kind": "diag.append", "args": {"name": f"{i}.txt", "line": "once"}} for i in range(2)
     ]
     actions.append({"kind": "diag.sleep", "args": {"seconds": 3}, "idempotent": True})
     actions += [
-        {"kind": "diag.append", "args": {"path": str(effects / f"{i}.txt"), "line": "once"}}
-        for i in range(2, 4)
+        {"kind": "diag.append", "args": {"name": f"{i}.txt", "line": "once"}} for i in range(2, 4)
     ]
     run = submit(pair.a, write_plan(tmp_path / "plan.json", actions))
     wait_run(pair.b, run["id"], lambda r: r["actions"][2]["status"] == "STARTED", 30)
@@ -169,7 +165,7 @@ def test_a_replica_killed_mid_run_its_worker_moves_and_the_run_finishes_once(
     done = wait_run(pair.b, run["id"], lambda r: r["status"] in STOPPED, 90)
     assert done["status"] == "SUCCEEDED", done["stopReason"]
     for i in range(4):  # no non-idempotent action ran twice
-        assert (effects / f"{i}.txt").read_text().splitlines() == ["once"], i
+        assert worker.scratch(f"{i}.txt").read_text().splitlines() == ["once"], i
     events = journal(pair.b, run["id"])
     receipted = {e["data"]["action"] for e in events if e["kind"] == "receipt"}
     assert receipted >= {a["id"] for a in done["actions"]}  # no receipt lost

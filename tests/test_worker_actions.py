@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from shared.receipts import content_hash, decode_result, encode_result, fingerpr
 from worker_agent.action_log import ActionLog, ReceiptRecord, StartedRecord, Verdict
 from worker_agent.actions import ActionContext, Outcome, default_registry, run_action
 from worker_agent.executor import ActionExecutor
+from worker_agent.scratch import ScratchDir
 
 # receipts ------------------------------------------------------------------------------------
 
@@ -93,9 +95,15 @@ def test_safe_text_escapes_what_protobuf_and_sql_cannot_hold() -> None:
 # actions -------------------------------------------------------------------------------------
 
 
-def _run(kind: str, args: Any, attempt: int = 1, ctx: ActionContext | None = None) -> Outcome:
+def _run(
+    kind: str,
+    args: Any,
+    attempt: int = 1,
+    ctx: ActionContext | None = None,
+    scratch: ScratchDir | None = None,
+) -> Outcome:
     ctx = ctx or ActionContext("act_1", attempt)
-    return run_action(default_registry(), kind, json.dumps(args), ctx)
+    return run_action(default_registry(scratch), kind, json.dumps(args), ctx)
 
 
 def test_echo_returns_any_json_value() -> None:
@@ -143,27 +151,83 @@ def test_fail_fails_the_first_attempts_then_recovers() -> None:
     assert "'fail_attempts' must be" in _run("diag.fail", {"fail_attempts": "2"}).error
 
 
-def test_append_appends_exactly(tmp_path: Path) -> None:
-    path = tmp_path / "log.txt"
-    first = _run("diag.append", {"path": str(path), "line": "one"})
-    second = _run("diag.append", {"path": str(path), "line": "d\u00e9j\u00e0"})
+def test_append_appends_exactly_inside_the_scratch_directory(tmp_path: Path) -> None:
+    scratch = ScratchDir.of(tmp_path / "state")
+    first = _run("diag.append", {"name": "log.txt", "line": "one"}, scratch=scratch)
+    second = _run("diag.append", {"name": "log.txt", "line": "d\u00e9j\u00e0"}, scratch=scratch)
+    path = tmp_path / "state" / "scratch" / "log.txt"
     assert path.read_bytes() == "one\nd\u00e9j\u00e0\n".encode()
-    assert decode_result(first.result_json) == {"path": str(path), "bytes": 4}
+    assert decode_result(first.result_json) == {"name": "log.txt", "bytes": 4}
     assert decode_result(second.result_json)["bytes"] == 7
+    assert (path.parent.stat().st_mode & 0o777, path.stat().st_mode & 0o777) == (0o700, 0o600)
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "status", "message"),
     [
-        ({"line": "x"}, "needs 'path': an absolute path"),
-        ({"path": "relative.txt", "line": "x"}, "needs 'path': an absolute path"),
-        ({"path": "/tmp/x"}, "needs 'line': a string, not null"),
-        ({"path": "/tmp/x", "line": 3}, "needs 'line': a string, not a number"),
+        ({"path": "/tmp/x", "line": "x"}, "refused", "outside_scratch: diag.append takes 'name'"),
+        ({"line": "x"}, "refused", "invalid_argument: 'name' must be a file name"),
+        ({"name": "/tmp/x", "line": "x"}, "refused", "outside_scratch: 'name' '/tmp/x' is an"),
+        ({"name": "../worker.json", "line": "x"}, "refused", "outside_scratch: 'name' '../wor"),
+        ({"name": "a/b", "line": "x"}, "refused", "outside_scratch: 'name' 'a/b' is not one"),
+        ({"name": "..", "line": "x"}, "refused", "outside_scratch: 'name' '..' is not one"),
+        ({"name": ".bashrc", "line": "x"}, "refused", "invalid_argument: 'name' '.bashrc'"),
+        ({"name": "x"}, "failed", "ActionFailed: diag.append needs 'line': a string, not null"),
+        (
+            {"name": "x", "line": 3},
+            "failed",
+            "ActionFailed: diag.append needs 'line': a string, not a number",
+        ),
     ],
 )
-def test_append_refuses_bad_args(args: dict[str, Any], message: str) -> None:
-    outcome = _run("diag.append", args)
-    assert outcome.status == "failed" and message in outcome.error
+def test_append_refuses_paths_and_bad_args(
+    tmp_path: Path, args: dict[str, Any], status: str, message: str
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "worker.json").write_text("{}\n")
+    outcome = _run("diag.append", args, scratch=ScratchDir.of(state))
+    assert outcome.status == status and outcome.error.startswith(message), outcome.error
+    assert (state / "worker.json").read_text() == "{}\n"
+    assert not (state / "scratch").exists() or not any((state / "scratch").iterdir())
+
+
+def test_append_refuses_links_placed_in_the_scratch_directory(tmp_path: Path) -> None:
+    state, outside = tmp_path / "state", tmp_path / "bashrc"
+    outside.write_text("# the desk user's shell\n")
+    scratch = ScratchDir.of(state)
+    scratch.path.mkdir(parents=True)
+    (scratch.path / "link.txt").symlink_to(outside)
+    (scratch.path / "dangling.txt").symlink_to(tmp_path / "created-by-following")
+    os.link(outside, scratch.path / "hard.txt")
+    os.mkfifo(scratch.path / "fifo")
+    for name, why in [
+        ("link.txt", "is a symbolic link"),
+        ("dangling.txt", "is a symbolic link"),
+        ("hard.txt", "has other hard links"),
+        ("fifo", "is not a regular file"),
+    ]:
+        outcome = _run("diag.append", {"name": name, "line": "x"}, scratch=scratch)
+        assert outcome.status == "refused", (name, outcome)
+        assert outcome.error.startswith("outside_scratch:") and why in outcome.error, outcome
+    assert outside.read_text() == "# the desk user's shell\n"
+    assert not (tmp_path / "created-by-following").exists()
+    # The scratch directory itself replaced by a link to elsewhere: refused too.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = ScratchDir(tmp_path / "linked-scratch")
+    moved.path.symlink_to(elsewhere)
+    outcome = _run("diag.append", {"name": "x.txt", "line": "x"}, scratch=moved)
+    assert outcome.status == "refused" and "not a plain directory" in outcome.error
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_append_without_a_scratch_directory_is_refused() -> None:
+    outcome = _run("diag.append", {"name": "x.txt", "line": "x"})
+    assert (outcome.status, outcome.error) == (
+        "refused",
+        "not_offered: this worker has no scratch directory",
+    )
 
 
 def test_unknown_kinds_and_non_object_args_are_refused() -> None:
@@ -306,7 +370,9 @@ class Stream:
 
 @pytest.fixture
 async def executor(tmp_path: Path) -> AsyncIterator[ActionExecutor]:
-    actions = ActionExecutor(ActionLog(tmp_path / "actions"))
+    actions = ActionExecutor(
+        ActionLog(tmp_path / "actions"), default_registry(ScratchDir(tmp_path / "scratch"))
+    )
     yield actions
     actions.close(wait=True)
 
@@ -348,8 +414,8 @@ async def test_a_dispatch_is_started_then_receipted_then_acknowledged(
 async def test_a_finished_attempt_is_never_redone(executor: ActionExecutor, tmp_path: Path) -> None:
     stream = Stream()
     executor.attach(stream.queue.put_nowait)
-    target = tmp_path / "effects.txt"
-    dispatch = _dispatch("diag.append", {"path": str(target), "line": "once"})
+    target = tmp_path / "scratch" / "effects.txt"
+    dispatch = _dispatch("diag.append", {"name": "effects.txt", "line": "once"})
     executor.dispatch(dispatch)
     first = await stream.next("receipt")
     executor.dispatch(dispatch)  # the coordinator missed the receipt and asks again
@@ -364,8 +430,8 @@ async def test_a_stale_dispatch_is_refused_without_acting(
     executor.attach(stream.queue.put_nowait)
     executor.dispatch(_dispatch("diag.echo", {}, attempt="att_2", epoch=7))
     await stream.next("receipt")
-    target = tmp_path / "effects.txt"
-    executor.dispatch(_dispatch("diag.append", {"path": str(target), "line": "x"}, epoch=6))
+    target = tmp_path / "scratch" / "effects.txt"
+    executor.dispatch(_dispatch("diag.append", {"name": "effects.txt", "line": "x"}, epoch=6))
     refused = await stream.next("receipt")
     assert (refused.status, refused.error, refused.epoch) == ("refused", "stale epoch 6 < 7", 6)
     assert not target.exists()

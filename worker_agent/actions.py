@@ -8,7 +8,6 @@ value, raises ActionFailed (or any exception) to fail, and raises ActionCancelle
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 from shared.errors import InvalidArgumentError
 from shared.receipts import decode_result, encode_result, safe_text
+from worker_agent.scratch import OUTSIDE, ScratchDir, ScratchRefused, check_name
 
 SUCCEEDED, FAILED, CANCELLED, REFUSED = "succeeded", "failed", "cancelled", "refused"
 
@@ -153,14 +153,18 @@ def error_line(exc: BaseException) -> str:
     return safe_text(text[:MAX_ERROR])
 
 
-def default_registry() -> ActionRegistry:
-    """The actions every worker knows."""
+def default_registry(scratch: ScratchDir | None = None) -> ActionRegistry:
+    """The actions every worker knows; `diag.append` writes only inside `scratch`."""
+
+    def append(args: dict[str, Any], ctx: ActionContext) -> Any:
+        return diag_append(args, ctx, scratch)
+
     return ActionRegistry(
         {
             "diag.echo": diag_echo,
             "diag.sleep": diag_sleep,
             "diag.fail": diag_fail,
-            "diag.append": diag_append,
+            "diag.append": append,
         }
     )
 
@@ -199,26 +203,38 @@ def diag_fail(args: dict[str, Any], ctx: ActionContext) -> Any:
     return {"recovered_after": ctx.attempt - 1}
 
 
-def diag_append(args: dict[str, Any], ctx: ActionContext) -> Any:
-    """{"path": absolute path, "line": str}: append the line and a newline, durably.
+def diag_append(args: dict[str, Any], ctx: ActionContext, scratch: ScratchDir | None) -> Any:
+    """{"name": file name, "line": str}: append the line and a newline to the file of that
+    name in the worker's scratch directory, durably.
 
-    Not idempotent on purpose: running it twice leaves two lines, which is how tests see
-    whether an action was redone.
+    An owner never chooses a path on a worker: `path` is refused, and so is any name that is
+    not one plain file name (see worker_agent/scratch.py). Not idempotent on purpose: running
+    it twice leaves two lines, which is how tests see whether an action was redone.
     """
-    path, line = args.get("path"), args.get("line")
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise ActionFailed(f"diag.append needs 'path': an absolute path, not {path!r}")
+    if "path" in args:
+        raise ActionRefused(
+            "diag.append takes 'name', a file name in the worker's scratch directory; 'path' is"
+            " refused (an owner never chooses a path on a worker)",
+            code=OUTSIDE,
+        )
+    name, line = args.get("name"), args.get("line")
     if not isinstance(line, str):
         raise ActionFailed(f"diag.append needs 'line': a string, not {_json_type(line)}")
     try:
+        check_name(name)
         data = (line + "\n").encode("utf-8")
+    except ScratchRefused as exc:
+        raise ActionRefused(str(exc), code=exc.code) from exc
     except UnicodeEncodeError as exc:
         raise ActionFailed(f"diag.append: 'line' is not valid Unicode text ({exc.reason})") from exc
-    with open(path, "ab") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return {"path": path, "bytes": len(data)}
+    if scratch is None:
+        raise ActionRefused("this worker has no scratch directory", code="not_offered")
+    assert isinstance(name, str)
+    try:
+        written = scratch.append(name, data)
+    except ScratchRefused as exc:
+        raise ActionRefused(str(exc), code=exc.code) from exc
+    return {"name": name, "bytes": written}
 
 
 def _is_number(value: Any) -> bool:

@@ -39,7 +39,9 @@ from worker_agent.hotkey import DEFAULT_HOTKEY
 from worker_agent.hotkey import listen as listen_for_hotkey
 from worker_agent.input_guard import InputGuard
 from worker_agent.metrics import WorkerMetrics
-from worker_agent.research_app import ResearchApps, parse_apps
+from worker_agent.research_app import APPS_DIR, ResearchApps, app_user, parse_apps, parse_env
+from worker_agent.research_app import MAX_TIMEOUT as MAX_APP_TIMEOUT
+from worker_agent.scratch import ScratchDir
 from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
 
 EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
@@ -94,6 +96,28 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=COMMAND",
         help="offer an external research command for app routes (repeatable; JSON on stdin"
         " and stdout, see worker_agent/research_app.py)",
+    )
+    run.add_argument(
+        "--research-app-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this variable of the worker's environment on to research apps (repeatable;"
+        " apps get only PATH, LANG, HOME, TMPDIR and these)",
+    )
+    run.add_argument(
+        "--research-app-timeout",
+        type=float,
+        default=MAX_APP_TIMEOUT,
+        metavar="SECONDS",
+        help="the longest a research app may run, whatever a plan asks"
+        f" (default {MAX_APP_TIMEOUT:g})",
+    )
+    run.add_argument(
+        "--research-app-user",
+        metavar="USER",
+        help="run research apps as this user (the worker must run as root): they cannot read"
+        " the state directory",
     )
     run.add_argument(
         "--kill-hotkey",
@@ -251,6 +275,8 @@ def _enroll(args: argparse.Namespace) -> str:
 async def _run(args: argparse.Namespace) -> None:
     state = StateDir(args.state_dir)
     identity, credential = state.load()
+    for fixed in state.tighten_secrets():
+        logging.getLogger("deskfleet.worker").warning("made %s readable by this user only", fixed)
     metrics = WorkerMetrics()
     if args.metrics_listen:  # before connecting: a taken port stops the worker at once
         port = metrics.serve(args.metrics_listen)
@@ -271,7 +297,13 @@ async def _run(args: argparse.Namespace) -> None:
         )
         if warning:
             logging.getLogger("deskfleet.worker").warning("%s", warning)
-    apps = ResearchApps(parse_apps(args.research_app))
+    apps = ResearchApps(
+        parse_apps(args.research_app),
+        workdir=state.file(APPS_DIR),
+        env=parse_env(args.research_app_env),
+        max_timeout=args.research_app_timeout,
+        user=app_user(args.research_app_user),
+    )
     options = ProbeOptions(
         chromium=args.chromium,
         computer_use_allowed=not args.no_computer_use,
@@ -279,7 +311,7 @@ async def _run(args: argparse.Namespace) -> None:
     )
     # The browser starts with the first browser action, not with the worker.
     browser = BrowserService(args.chromium)
-    registry = default_registry()
+    registry = default_registry(ScratchDir.of(args.state_dir))
     # The research fallback's visible browser, on this desktop's display, started on first use.
     visible = None if args.no_computer_use else BrowserService(args.chromium, visible=True)
     BrowserActions(browser, visible).register(registry)

@@ -8,6 +8,20 @@ worker advertises the app's NAME (`Advertisement.research_apps`) and runs it for
     stdin:  {"query": "...", "max_sources": N}
     stdout: {"sources": [{"url": "...", "title": "...", "excerpts": ["..."]}], "answer": "..."}
 
+An app starts with an explicit environment, never the worker's own (which may hold model
+provider keys and DESKFLEET_* settings): PATH, LANG, HOME and TMPDIR, plus only the variables
+the operator names with `--research-app-env NAME`. HOME is the app's own directory under the
+state directory (`<state-dir>/apps/NAME/home`, TMPDIR beside it, both 0700) and is its working
+directory. It runs as the worker's user, so it can read what that user can, the state
+directory's credential and key included; `--research-app-user USER` (the worker running as
+root) runs it as another user instead, with a fresh HOME and TMPDIR of its own for each run
+that are removed after it, and no access to the state directory. docs/SECURITY.md says what
+each way allows.
+
+Numbers in the action's args are the owner's wish, capped by the worker's settings: `timeout`
+(seconds) by `--research-app-timeout` (default 3600, the largest route timeout), and
+`max_sources` by MAX_SOURCES.
+
 The action never fails because the app did: the command runs in its own process group under
 the route's timeout, is killed on cancel or time-out, and its stdout is capped; what went
 wrong comes back as a result with `outcome: "failed"`, a `code` and a `message`:
@@ -26,24 +40,31 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import pwd
 import re
 import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from shared.errors import InvalidArgumentError
-from worker_agent.actions import ActionCancelled, ActionContext, ActionRegistry
+from worker_agent.actions import ActionCancelled, ActionContext, ActionRefused, ActionRegistry
 
 KIND = "app.research"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DEFAULT_TIMEOUT = 120.0
+MAX_TIMEOUT = 3600.0  # the worker's cap unless --research-app-timeout lowers it
+APPS_DIR = "apps"  # under the state directory: one directory per app
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_OUTPUT = 1024 * 1024  # bytes of stdout
 STDERR_TAIL = 4096  # bytes of stderr kept for the failure message
 MAX_SOURCES = 20
@@ -90,6 +111,41 @@ def parse_apps(pairs: Iterable[str]) -> dict[str, ResearchApp]:
     return apps
 
 
+def parse_env(names: Iterable[str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """`--research-app-env NAME` flags to the variables passed on to apps, with the worker's
+    values; a name that is malformed or not set in the worker's environment is refused."""
+    environ = dict(os.environ if environ is None else environ)
+    passed: dict[str, str] = {}
+    for name in names:
+        if not ENV_NAME.match(name):
+            raise InvalidArgumentError(
+                f"--research-app-env {name!r}: an environment variable name (letters, digits, _)"
+            )
+        if name not in environ:
+            raise InvalidArgumentError(
+                f"--research-app-env {name}: not set in this worker's environment"
+            )
+        passed[name] = environ[name]
+    return passed
+
+
+def app_user(name: str | None) -> pwd.struct_passwd | None:
+    """The account `--research-app-user` names; refused unless the worker runs as root."""
+    if not name:
+        return None
+    try:
+        account = pwd.getpwnam(name)
+    except KeyError as exc:
+        raise InvalidArgumentError(f"--research-app-user {name}: no such user") from exc
+    if os.geteuid() != 0:
+        raise InvalidArgumentError(
+            f"--research-app-user {name}: the worker must run as root to start apps as another user"
+        )
+    if account.pw_uid == 0:
+        raise InvalidArgumentError(f"--research-app-user {name}: must not be root")
+    return account
+
+
 def _failed(app: str, code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {
         "app": app,
@@ -131,6 +187,18 @@ class _Output:
         self._thread.join(2.0)
         if not self._thread.is_alive():
             pipe.close()
+
+
+def _number(args: dict[str, Any], key: str, default: float, *, integer: bool = False) -> float:
+    """An owner-supplied positive number (absent or null: the default); refused otherwise."""
+    value = args.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok or not math.isfinite(value) or value <= 0:
+        kind = "an integer" if integer else "a number"
+        raise ActionRefused(f"'{key}' must be {kind} > 0, not {value!r}", code="invalid_argument")
+    return float(value)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -178,8 +246,25 @@ def _sources(doc: Any, max_sources: int) -> tuple[list[dict[str, Any]], int] | s
 class ResearchApps:
     """The apps this worker offers, and the `app.research` action that runs them."""
 
-    def __init__(self, apps: dict[str, ResearchApp]) -> None:
+    def __init__(
+        self,
+        apps: dict[str, ResearchApp],
+        *,
+        workdir: Path | None = None,
+        env: dict[str, str] | None = None,
+        max_timeout: float = MAX_TIMEOUT,
+        user: pwd.struct_passwd | None = None,
+    ) -> None:
+        if not (math.isfinite(max_timeout) and max_timeout > 0):
+            raise InvalidArgumentError(
+                f"--research-app-timeout: seconds, more than 0, not {max_timeout:g}"
+            )
         self._apps = dict(apps)
+        # `<state-dir>/apps`; without one, a temporary directory per run.
+        self._workdir = workdir
+        self._env = dict(env or {})
+        self._max_timeout = max_timeout
+        self._user = user
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -194,17 +279,66 @@ class ResearchApps:
         if app is None:
             offered = ", ".join(self.names) or "none"
             return _failed(name, "app_absent", f"this worker offers no app {name} ({offered})")
-        query = str(args.get("query", ""))
-        max_sources = max(1, min(int(args.get("max_sources", 5)), MAX_SOURCES))
-        timeout = float(args.get("timeout") or DEFAULT_TIMEOUT)
+        query = args.get("query", "")
+        if not isinstance(query, str):
+            raise ActionRefused("'query' must be a string", code="invalid_argument")
+        max_sources = min(_number(args, "max_sources", 5, integer=True), MAX_SOURCES)
+        asked = _number(args, "timeout", DEFAULT_TIMEOUT)
+        timeout = min(asked, self._max_timeout)
         started = time.monotonic()
-        result = self._run(app, {"query": query, "max_sources": max_sources}, timeout, ctx)
+        result = self._run(app, {"query": query, "max_sources": int(max_sources)}, timeout, ctx)
+        if asked > timeout:
+            result["timeout_capped"] = timeout  # the worker's own limit, not the owner's wish
         result["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
         return result
+
+    def environment(self, home: Path, tmp: Path) -> dict[str, str]:
+        """What an app sees: never the worker's own environment, only these names."""
+        return {
+            "PATH": os.environ.get("PATH") or os.defpath,
+            "LANG": os.environ.get("LANG") or "C.UTF-8",
+            **self._env,
+            "HOME": str(home),
+            "TMPDIR": str(tmp),
+        }
+
+    @contextlib.contextmanager
+    def _home(self, app: ResearchApp) -> Iterator[tuple[Path, Path]]:
+        """The app's HOME and TMPDIR: its own under the state directory, or, for another
+        user (or without a state directory), fresh ones for this run, removed after it."""
+        if self._workdir is not None and self._user is None:
+            base = self._workdir / app.name
+            for sub in ("home", "tmp"):
+                (base / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+            yield base / "home", base / "tmp"
+            return
+        base = Path(tempfile.mkdtemp(prefix=f"deskfleet-app-{app.name}-"))
+        try:
+            for sub in ("home", "tmp"):
+                (base / sub).mkdir(mode=0o700)
+            if self._user is not None:
+                for path in (base, base / "home", base / "tmp"):
+                    os.chown(path, self._user.pw_uid, self._user.pw_gid)
+            yield base / "home", base / "tmp"
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
 
     def _run(
         self, app: ResearchApp, request: dict[str, Any], timeout: float, ctx: ActionContext
     ) -> dict[str, Any]:
+        with self._home(app) as (home, tmp):
+            return self._run_in(app, request, timeout, ctx, home, tmp)
+
+    def _run_in(
+        self,
+        app: ResearchApp,
+        request: dict[str, Any],
+        timeout: float,
+        ctx: ActionContext,
+        home: Path,
+        tmp: Path,
+    ) -> dict[str, Any]:
+        user = self._user
         try:
             proc = subprocess.Popen(
                 app.argv,
@@ -212,6 +346,12 @@ class ResearchApps:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=os.name == "posix",  # one group: children die with it
+                env=self.environment(home, tmp),
+                cwd=home,
+                close_fds=True,
+                user=user.pw_uid if user else None,
+                group=user.pw_gid if user else None,
+                extra_groups=[] if user else None,
             )
         except OSError as exc:
             return _failed(app.name, "not_started", f"app {app.name} did not start: {exc}")

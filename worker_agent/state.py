@@ -20,6 +20,7 @@ CA = "ca.pem"
 CLIENT_KEY = "client.key"
 CLIENT_CSR = "client.csr"
 CLIENT_CERT = "client.pem"
+SECRETS = (CREDENTIAL, CLIENT_KEY)  # readable by the worker's user only (0600)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,21 @@ class StateDir:
     def save_credential(self, credential: str) -> None:
         """Replace the credential (after a rotation), atomically and readable by us only."""
         replace_atomically(self.path / CREDENTIAL, credential + "\n", 0o600)
+
+    def tighten_secrets(self) -> list[str]:
+        """Make the credential and the client key 0600 again if something widened them; the
+        names of the files that had to be fixed."""
+        fixed = []
+        for name in SECRETS:
+            path = self.path / name
+            try:
+                mode = path.stat().st_mode & 0o777
+            except FileNotFoundError:
+                continue
+            if mode != 0o600:
+                path.chmod(0o600)
+                fixed.append(f"{path} (was {mode:o})")
+        return fixed
 
     def load(self) -> tuple[WorkerIdentity, str]:
         if not self.enrolled:

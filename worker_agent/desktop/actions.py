@@ -40,7 +40,7 @@ from worker_agent.actions import (
 )
 from worker_agent.desktop.inputs import DesktopSession, Pointer
 from worker_agent.desktop.keys import KeyCombo, parse_keys
-from worker_agent.desktop.scope import DesktopScope, check_scope
+from worker_agent.desktop.scope import DesktopScope, check_scope, check_text_keys
 from worker_agent.desktop.screen import FORMATS, DisplayGeometry, Screen, Space
 from worker_agent.desktop.text import SecretText, TypingStopped, type_chunks
 
@@ -214,6 +214,8 @@ class DesktopActions:
         real = [_check_point(geometry, space, target) for target in plan.targets]
         if kind in INPUT_KINDS:
             check_scope(scope, kind, index, real, now=started)
+        if kind == "type":
+            check_text_keys(scope, a.get("text"))
         if captures:
             check_scope(scope, "screenshot", index, now=started)
         call = _Call(kind, ctx, geometry, space, scope, self.session, plan.at_pointer)
@@ -393,6 +395,8 @@ def _type(template: str, interval: float = 0.0) -> _Act:
     def act(call: _Call, points: list[tuple[int, int]]) -> dict[str, Any]:
         # Resolved only now, and kept in this frame only: the value never reaches a result.
         text = SecretText.resolve(template, call.ctx.secrets)
+        if text.value != template:  # a secret's value presses keys the same way
+            check_text_keys(call.scope, text.value, "a secret 'text' refers to")
         keyboard = call.session.keyboard()
 
         def stop_reason() -> tuple[str, str] | None:

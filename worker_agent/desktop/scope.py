@@ -108,6 +108,24 @@ def check_scope(
             )
 
 
+def check_text_keys(scope: DesktopScope | None, text: str, what: str = "'text'") -> None:
+    """Refuse (out_of_scope) `type` text with a control character unless `key` is approved too:
+    typed, a newline presses Return and a tab presses Tab. For a secret's value (`what` other
+    than 'text') the refusal says nothing about the character or where it is."""
+    if scope is None or "key" in scope.actions:
+        return
+    for index, ch in enumerate(text):
+        code = ord(ch)
+        if code < 0x20 or 0x7F <= code <= 0x9F:
+            where = f" (U+{code:04X} at index {index})" if what == "'text'" else ""
+            allowed = ", ".join(sorted(scope.actions)) or "nothing"
+            raise ActionRefused(
+                f"{what} has a control character{where}, which presses a key: typing it needs"
+                f" key in the approved actions (approved: {allowed})",
+                code=OUT_OF_SCOPE,
+            )
+
+
 def _actions(value: object) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
         raise _invalid("scope.actions", "must be a list of action names")
