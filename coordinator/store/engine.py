@@ -136,6 +136,11 @@ class Database:
         # Told the kind of each store error ("conflict", "unavailable"): the metrics count them.
         self.on_error: Callable[[str], None] = _ignore
 
+    def before_commit(self, hook: Callable[[Session], None]) -> None:
+        """Run `hook(session)` as each write transaction commits, after its unit: what it
+        raises rolls the whole transaction back and reaches the caller of `write`."""
+        event.listen(self._write_sessions, "before_commit", hook)
+
     async def write(
         self, unit: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
