@@ -15,7 +15,12 @@ from coordinator.principals import NewUser, Role, create_user, has_admin_secret
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
 from coordinator.secret_box import KEY_FILE_NAME, SecretBox
 from coordinator.server import Coordinator
-from coordinator.settings import CoordinatorConfig
+from coordinator.settings import (
+    DEFAULT_OWNER_MAX_ACTIVE_RUNS,
+    DEFAULT_OWNER_MAX_STORED_BYTES,
+    CoordinatorConfig,
+    parse_size,
+)
 from coordinator.store import Database, SchemaError
 from coordinator.store.engine import sqlite_path
 from coordinator.store.schema import upgrade
@@ -108,6 +113,21 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-private-networks",
         action="store_true",
         help="let browser actions reach loopback and private addresses",
+    )
+    serve.add_argument(
+        "--owner-max-active-runs",
+        type=int,
+        default=DEFAULT_OWNER_MAX_ACTIVE_RUNS,
+        metavar="N",
+        help="runs one owner may have in flight before a new one is refused (default"
+        f" {DEFAULT_OWNER_MAX_ACTIVE_RUNS}; 0: no limit; `deskfleet users limits` per owner)",
+    )
+    serve.add_argument(
+        "--owner-max-stored-bytes",
+        default=str(DEFAULT_OWNER_MAX_STORED_BYTES),
+        metavar="SIZE",
+        help="bytes one owner's runs may store before a new run is refused, e.g. 500MiB, 5GiB"
+        " (default 5GiB; 0: no limit; `deskfleet users limits` per owner)",
     )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
@@ -332,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--worker-cert-days must be positive")
         if args.scripted_models_dir is not None and not args.scripted_models_dir.is_dir():
             raise DeskfleetError("--scripted-models-dir must name a directory")
+        if args.owner_max_active_runs < 0:
+            raise DeskfleetError("--owner-max-active-runs: 0 (no limit) or more")
+        owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
         config = CoordinatorConfig(
             db_url=args.db,
             listen=args.listen,
@@ -340,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             sweep_interval=args.sweep_interval,
             relay_poll_interval=args.relay_poll_interval,
             auth_failures_per_minute=args.auth_failures_per_minute,
+            owner_max_active_runs=args.owner_max_active_runs,
+            owner_max_stored_bytes=owner_max_stored_bytes,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

@@ -26,7 +26,7 @@ from coordinator.principals import Principal, Role
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.scope import Refusal, Scope
 from coordinator.secret_box import NO_KEY, SecretBox
-from coordinator.store import Database
+from coordinator.store import Database, quotas
 from coordinator.store import desktop as queries
 from coordinator.store import principals as principal_queries
 from coordinator.store import runs as run_queries
@@ -438,6 +438,7 @@ class Desktop:
             )
             s.add(run)
             s.flush()
+            quotas.admit(s, who.id)
             approval = new_approval(run, worker_id, asked.to_json(), reason, now)
             s.add(approval)
             ledger.record(s, run, ctx, "run.submitted", owner=who.id, title=run.title, kind=KIND)

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from coordinator.store import quotas
 from coordinator.store import runs as run_queries
 from coordinator.store.models import JournalRow, ReceiptRow, RunRow
 from shared.errors import DataIntegrityError
@@ -51,6 +52,7 @@ def append(s: Session, run: RunRow, kind: str, data: dict[str, Any]) -> int:
     run.last_seq = seq
     run.last_hash = digest
     run.updated_at = at
+    quotas.charge(s, run.owner_id, len(text))  # ASCII: characters are bytes
     return seq
 
 

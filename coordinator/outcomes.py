@@ -39,6 +39,7 @@ from coordinator.ledger import (
     set_status,
 )
 from coordinator.store import desktop as desktop_queries
+from coordinator.store import quotas
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
 from shared.ids import new_id
@@ -183,6 +184,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         traceparent=traced.header() if traced is not None else "",
     )
     s.add(row)
+    quotas.charge(s, run.owner_id, len(body))
     _keep_artifacts(s, run, receipt, result, ctx)
     was_unknown = action.status == UNKNOWN
     succeeded = receipt.status == "succeeded"
@@ -268,6 +270,7 @@ def _keep_artifacts(
                     created_at=ctx.now,
                 )
             )
+            quotas.charge(s, run.owner_id, len(artifact.data))
 
 
 def apply_started(

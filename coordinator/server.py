@@ -24,6 +24,7 @@ from coordinator.killswitch import KillSwitches
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
+from coordinator.quota import OwnerLimits, Quotas
 from coordinator.ratelimit import FailureLimiter
 from coordinator.recall import Recall
 from coordinator.relay import Relay
@@ -179,7 +180,10 @@ def create_server(
         if listeners.ca is not None
         else None
     )
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(db, config, auth), server)
+    quotas = Quotas(db, OwnerLimits(config.owner_max_active_runs, config.owner_max_stored_bytes))
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(
+        AdminServicer(db, config, auth, quotas), server
+    )
     fleet_pb2_grpc.add_FleetServiceServicer_to_server(
         FleetServicer(Fleet(db, presence, auth, dispatcher)), server
     )

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
+from shared.errors import InvalidArgumentError
+
+# Per-owner limits (coordinator/quota.py); an admin overrides them per owner. 0: no limit.
+DEFAULT_OWNER_MAX_ACTIVE_RUNS = 200
+DEFAULT_OWNER_MAX_STORED_BYTES = 5 * 1024**3
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,10 @@ class CoordinatorConfig:
     # Failed authentications one host may make per minute before it is refused a while (0: no
     # limit). Per replica.
     auth_failures_per_minute: int = DEFAULT_AUTH_FAILURES
+    # Runs one owner may have in flight, and bytes their runs may store, before a new run is
+    # refused (RESOURCE_EXHAUSTED). 0: no limit.
+    owner_max_active_runs: int = DEFAULT_OWNER_MAX_ACTIVE_RUNS
+    owner_max_stored_bytes: int = DEFAULT_OWNER_MAX_STORED_BYTES
     # Each replica looks for orders other replicas left for its streams this often; on
     # PostgreSQL a notification wakes it sooner, so this only bounds a missed one.
     relay_poll_interval: float = 1.0
@@ -54,3 +64,15 @@ class CoordinatorConfig:
     worker_cert_days: float = 30.0  # short: a stolen key is only good until the next renewal
     plaintext: bool = False  # the operator accepts plaintext on a non-loopback address
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None: none
+
+
+SIZE = re.compile(r"([0-9]+)\s*(|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)", re.IGNORECASE)
+UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def parse_size(field: str, text: str) -> int:
+    """Bytes from `N`, `NKiB`, `NMiB`, `NGiB` or `NTiB` (K, M, G, T alone are binary too)."""
+    found = SIZE.fullmatch(text.strip())
+    if found is None:
+        raise InvalidArgumentError(f"{field}: a size such as 500MiB or 2GiB (got {text[:40]!r})")
+    return int(found[1]) * int(1024 ** UNITS[found[2][:1].lower()])

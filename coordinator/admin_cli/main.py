@@ -13,6 +13,7 @@ from pathlib import Path
 
 from coordinator.admin_cli import desktop_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
+from coordinator.settings import parse_size
 from shared import __version__, tracing
 from shared.config import ClientConfig, parse_duration
 from shared.errors import DeskfleetError, InvalidArgumentError
@@ -77,6 +78,66 @@ def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
         print(f"saved to {args.save}")
     else:
         print(doc["token"])
+
+
+def _limit_value(field: str, text: str | None) -> int | None:
+    """`--max-...`: None (unchanged), -1 for `default`, 0 for `none`, or the number."""
+    if text is None:
+        return None
+    word = text.strip().lower()
+    if word == "default":
+        return -1
+    if word in ("none", "0"):
+        return 0
+    return parse_size(field, text) if "bytes" in field else _count(field, text)
+
+
+def _count(field: str, text: str) -> int:
+    if not text.strip().isdigit() or not text.strip().isascii():
+        raise InvalidArgumentError(f"{field}: a number, `none` (no limit) or `default`")
+    return int(text)
+
+
+def _users_limits(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    runs = _limit_value("--max-active-runs", args.max_active_runs)
+    stored = _limit_value("--max-stored-bytes", args.max_stored_bytes)
+    if runs is None and stored is None:
+        answer = client.call(
+            client.admin.GetUserLimits, admin_pb2.GetUserLimitsRequest(name=args.name)
+        )
+    else:
+        request = admin_pb2.SetUserLimitsRequest(name=args.name)
+        if runs is not None:
+            request.max_active_runs = runs
+        if stored is not None:
+            request.max_stored_bytes = stored
+        answer = client.call(client.admin.SetUserLimits, request)
+    doc = {
+        "userId": answer.user_id,
+        "name": answer.name,
+        "activeRuns": answer.active_runs,
+        "storedBytes": answer.stored_bytes,
+        "maxActiveRuns": answer.max_active_runs,
+        "maxStoredBytes": answer.max_stored_bytes,
+        "maxActiveRunsSet": answer.max_active_runs_set,
+        "maxStoredBytesSet": answer.max_stored_bytes_set,
+    }
+    if args.json:
+        render.print_json(doc)
+        return
+
+    def limit(value: int, overridden: bool) -> str:
+        return ("no limit" if value == 0 else str(value)) + ("" if overridden else " (default)")
+
+    print(f"user {answer.user_id} ({answer.name})")
+    print(
+        f"  runs in flight  {answer.active_runs} of"
+        f" {limit(answer.max_active_runs, answer.max_active_runs_set)}"
+    )
+    print(
+        f"  stored bytes    {answer.stored_bytes} of"
+        f" {limit(answer.max_stored_bytes, answer.max_stored_bytes_set)}"
+    )
 
 
 def _whoami(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -221,6 +282,24 @@ def _parser() -> argparse.ArgumentParser:
     urotate.add_argument("name", nargs="?", default="", help="a user's name or id (admins)")
     urotate.add_argument(
         "--save", type=Path, metavar="FILE", help="write the new token to FILE (0600) instead"
+    )
+
+    ulimits = leaf(
+        users,
+        "limits",
+        _users_limits,
+        "a user's limits and usage (default: your own); admins set them with the options",
+    )
+    ulimits.add_argument("name", nargs="?", default="", help="a user's name or id (admins)")
+    ulimits.add_argument(
+        "--max-active-runs",
+        metavar="N",
+        help="runs in flight before a new one is refused; `none` (0): no limit; `default`",
+    )
+    ulimits.add_argument(
+        "--max-stored-bytes",
+        metavar="SIZE",
+        help="bytes the user's runs may store, e.g. 500MiB, 2GiB; `none` (0); `default`",
     )
 
     leaf(sub, "status", _status, "fleet status: workers online by capability")

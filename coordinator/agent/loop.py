@@ -48,7 +48,7 @@ from coordinator.dispatch import Dispatcher
 from coordinator.ledger import Context, Order
 from coordinator.principals import Principal, Role
 from coordinator.runs import RunView, new_run, owned_run
-from coordinator.store import Database
+from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
 from coordinator.store.models import PrincipalRow, RunRow
@@ -185,6 +185,7 @@ class Goals:
             )
             s.add(run)
             s.flush()
+            quotas.admit(s, who.id)
             ledger.record(s, run, ctx, "run.submitted", owner=who.id, title=run.title, kind=KIND)
             ledger.record(s, run, ctx, "goal.request", text=text, model=model_spec, desktop=desktop)
             created.append(RunView(run))

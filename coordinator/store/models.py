@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -91,6 +92,8 @@ class RunRow(Base):
     """A durable unit of work: its contract, state, budget and the head of its journal."""
 
     __tablename__ = "runs"
+    # An owner's runs in flight are counted through this index (`store/quotas.py`).
+    __table_args__ = (Index("ix_runs_owner_status", "owner_id", "status"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     owner_id: Mapped[str] = mapped_column(String(64), index=True)
@@ -349,3 +352,15 @@ class WorkerCertificateRow(Base):
     issued_at: Mapped[float] = mapped_column(Float)
     not_after: Mapped[float] = mapped_column(Float)
     superseded_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class OwnerQuotaRow(Base):
+    """What an owner's runs have stored, and the limits an admin set for that owner (None:
+    the coordinator's default). Changed only at the end of a transaction (`store/quotas.py`)."""
+
+    __tablename__ = "owner_quotas"
+
+    owner_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_active_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_stored_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
