@@ -312,10 +312,8 @@ def test_reapproval_after_a_kill_switch_asks_for_the_narrowed_grant_not_the_requ
     assert again["id"] != granted["id"]
     # The re-ask carries the last grant (its size, not what was left of it), not the request.
     assert again["requested"] == granted["granted"], again
-    waiting = coordinator.cli_json("runs", "show", run["id"])["waiting"]
-    assert "actions screenshot,cursor_position on display 0 in region 600x400+0+0" in (
-        waiting["detail"]
-    )
+    detail = coordinator.cli_json("runs", "show", run["id"])["waiting"]["detail"]
+    assert "actions screenshot,cursor_position on display 0 in region 600x400+0+0" in detail
     # Wider flags are refused, naming what was granted, and change nothing.
     for wider, message in (
         (("--action", "key"), "scope.actions: key was not previously granted"),
