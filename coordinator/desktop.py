@@ -198,12 +198,14 @@ def suspend(
 def ask_again(
     s: Session, run: RunRow, previous: ApprovalRow, why: str, ctx: Context
 ) -> ApprovalRow:
-    """A new pending approval for the same scope as was first requested."""
-    fresh = new_approval(
-        run, previous.worker_id, previous.requested, previous.reason, ctx.now, previous.kind
-    )
+    """A new pending approval for what the previous one last allowed: its grant if it was
+    answered, else what it asked for. Approved as it stands, it can never be wider than that."""
+    asked = dict(previous.granted or previous.requested)
+    fresh = new_approval(run, previous.worker_id, asked, previous.reason, ctx.now, previous.kind)
     s.add(fresh)
-    ledger.record(s, run, ctx, "approval.requested", approval=fresh.id, again=True, why=why)
+    ledger.record(
+        s, run, ctx, "approval.requested", approval=fresh.id, again=True, why=why, scope=asked
+    )
     ledger.set_status(s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(fresh))
     return fresh
 
@@ -234,6 +236,24 @@ def new_approval(
         actions_used=0,
         session_id="",
     )
+
+
+def _granted(
+    run: RunRow,
+    approval: ApprovalRow,
+    grant: tuple[list[str], list[int], scope.Region | None, float, int],
+) -> Scope:
+    """What an approver's answer grants: the approval's scope, narrowed by any field given."""
+    asked = Scope.from_json(approval.requested)
+    if approval.kind != KIND or approval.requested == run.spec.get("scope"):
+        return scope.narrowed(asked, *grant)
+    # Asked again after a kill switch or a lost connection: the scope is the last grant.
+    try:
+        return scope.narrowed(asked, *grant, source="previously granted")
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(
+            f"{exc.message}; a wider scope needs a new desktop request"
+        ) from exc
 
 
 # ------------------------------------------------------------------------------- acting
@@ -524,7 +544,7 @@ class Desktop:
                         stop_reason=f"approval_denied by {who.name}: {reason or 'no reason given'}",
                     )
             else:
-                granted = scope.narrowed(Scope.from_json(approval.requested), *grant)
+                granted = _granted(run, approval, grant)
                 approval.status = APPROVED
                 approval.granted = granted.to_json()
                 approval.expires_at = ctx.now + granted.ttl

@@ -134,9 +134,14 @@ class Fleet:
         self._presence.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
         return await self.get(worker_id)
 
-    async def rotate(self, worker_id: str, by: audit.Actor) -> WorkerView:
+    async def rotate(
+        self, worker_id: str, by: audit.Actor, *, while_offline: bool = False
+    ) -> WorkerView:
         """Ask the worker to replace its credential: at once on its stream, wherever it is
-        connected, or in its next welcome."""
+        connected, or, only if `while_offline` says so, in its next welcome.
+
+        A welcome hands the new credential to whoever connects first with the current one, so
+        rotating an offline worker is no remedy for a stolen credential: revoke and enroll."""
         from coordinator.ledger import Context, Order, RotateOrder  # ledger imports this module
 
         def mark(s: Session, ctx: Context) -> list[Order]:
@@ -145,8 +150,17 @@ class Fleet:
                 raise NotFoundError(f"no worker {worker_id!r}")
             if worker.state == "revoked":
                 raise FailedPreconditionError(f"worker {worker_id} is revoked; enroll it again")
+            online = worker_id in ctx.online(s)
+            if not online and not while_offline:
+                raise FailedPreconditionError(
+                    f"worker {worker_id} is not connected: its new credential would go to"
+                    " whoever next connects with the current one (if that may be stolen, revoke"
+                    " the worker and enroll it again); to rotate anyway, use --while-offline"
+                )
             worker.rotation_requested = True
-            audit.record(s, by, "worker.rotate", worker_id, name=worker.name)
+            audit.record(
+                s, by, "worker.rotate", worker_id, name=worker.name, while_offline=not online
+            )
             return [RotateOrder(worker_id)]
 
         await self._dispatcher.run_unit(mark)

@@ -231,6 +231,23 @@ def _worker_action(rpc: str, verb: str) -> Command:
     return run
 
 
+def _workers_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    info = client.call(
+        client.fleet.RotateWorker,
+        fleet_pb2.RotateWorkerRequest(id=args.id, while_offline=args.while_offline),
+    )
+    doc = render.as_dict(info)
+    if args.json:
+        render.print_json(doc)
+    elif doc.get("online"):
+        print(f"worker {doc['id']} ({doc['name']}) asked for a new credential")
+    else:
+        print(
+            f"worker {doc['id']} ({doc['name']}) will be given a new credential when it next"
+            " connects"
+        )
+
+
 def _mcp(client: CoordinatorClient, args: argparse.Namespace) -> None:
     from coordinator.admin_cli import mcp_server  # the SDK takes a second or two to import
 
@@ -323,14 +340,21 @@ def _parser() -> argparse.ArgumentParser:
         ("revoke", "RevokeWorker", "revoked", "disconnect the worker and refuse it from now on"),
         ("drain", "DrainWorker", "draining: no new work will reach it", "stop new work for it"),
         ("undrain", "UndrainWorker", "active again", "let new work reach it again"),
-        (
-            "rotate",
-            "RotateWorker",
-            "asked for a new credential (now if connected, else when it next connects)",
-            "replace the worker's credential; the old one stops once the new one is used",
-        ),
     ):
         leaf(workers, name, _worker_action(rpc, verb), help_text).add_argument("id")
+    wrotate = leaf(
+        workers,
+        "rotate",
+        _workers_rotate,
+        "replace a connected worker's credential; the old one stops once the new one is used",
+    )
+    wrotate.add_argument("id")
+    wrotate.add_argument(
+        "--while-offline",
+        action="store_true",
+        help="the worker is not connected: give the new credential to whoever next connects"
+        " with the current one (never for a stolen credential: revoke and enroll again)",
+    )
     return p
 
 

@@ -16,7 +16,7 @@ from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-def _worker_id(ref: fleet_pb2.WorkerRef) -> str:
+def _worker_id(ref: fleet_pb2.WorkerRef | fleet_pb2.RotateWorkerRequest) -> str:
     if not ref.id or len(ref.id) > 64:
         raise InvalidArgumentError("id: a worker id is required (see `deskfleet workers list`)")
     return ref.id
@@ -49,10 +49,13 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
         return worker_info(await self._fleet.revoke(_worker_id(request), by))
 
     async def RotateWorker(
-        self, request: fleet_pb2.WorkerRef, context: Context
+        self, request: fleet_pb2.RotateWorkerRequest, context: Context
     ) -> fleet_pb2.WorkerInfo:
         by = audit.actor(current_principal())
-        return worker_info(await self._fleet.rotate(_worker_id(request), by))
+        view = await self._fleet.rotate(
+            _worker_id(request), by, while_offline=request.while_offline
+        )
+        return worker_info(view)
 
     async def DrainWorker(
         self, request: fleet_pb2.WorkerRef, context: Context

@@ -142,3 +142,11 @@ class WorkerRef(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RotateWorkerRequest(_message.Message):
+    __slots__ = ("id", "while_offline")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    WHILE_OFFLINE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    while_offline: bool
+    def __init__(self, id: _Optional[str] = ..., while_offline: _Optional[bool] = ...) -> None: ...
