@@ -374,7 +374,7 @@ def dispatch_one(s: Session, run: RunRow, ctx: Context) -> tuple[list[Order], bo
         return [], False
     route = ROUTE_HOOKS.get(run.kind, _plain_route)
     skipped = False
-    for action in stage.pending:
+    for i, action in enumerate(stage.pending):
         worker, code, detail = route(s, run, action, ctx)
         if code == SKIPPED:
             skipped = True
@@ -394,7 +394,8 @@ def dispatch_one(s: Session, run: RunRow, ctx: Context) -> tuple[list[Order], bo
             return [], True
         order = claim(s, run, action, worker, ctx, max(stage.ready_at, action.finished_at or 0.0))
         set_status(s, run, ctx, RUNNING)
-        return [order], True
+        # Later stages wait for this one's receipts, which put the run in line again.
+        return [order], i < len(stage.pending) - 1
     # Every pending unit was skipped: the stage may be over now, or hooks may have added units.
     return dispatch_one(s, run, ctx) if skipped else ([], False)
 

@@ -59,7 +59,6 @@ def approved_runs_of_worker(s: Session, worker_id: str) -> Sequence[tuple[Approv
             .where(ApprovalRow.worker_id == worker_id, ApprovalRow.status == "approved")
             .order_by(ApprovalRow.answered_at)
         )
-        .tuples()
         .all()
     )
 
@@ -192,7 +191,7 @@ def add_acks(s: Session, rows: Iterable[tuple[str, str, bool, float]]) -> None:
         select(KillAckRow.kill_id, KillAckRow.worker_id, KillAckRow.engaged).where(
             KillAckRow.kill_id.in_({k for k, _, _ in fresh})
         )
-    ).tuples()
+    )
     for key in known:
         fresh.pop((key[0], key[1], key[2]), None)
     if fresh:

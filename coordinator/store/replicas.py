@@ -43,7 +43,7 @@ def holders(s: Session, worker_ids: Iterable[str]) -> dict[str, str]:
     rows = s.execute(
         select(PresenceRow.worker_id, PresenceRow.replica).where(PresenceRow.worker_id.in_(ids))
     )
-    return {w: r for w, r in rows.tuples()}
+    return {w: r for w, r in rows}
 
 
 def add_deliveries(s: Session, rows: Sequence[DeliveryRow]) -> None:
@@ -64,7 +64,6 @@ def take_deliveries(s: Session, replica: str) -> list[DeliveryRow]:
                 DeliveryRow.created_at,
             )
         )
-        .tuples()
         .all()
     )
     return [

@@ -57,7 +57,7 @@ def workers_with_presence(
         query = query.where(WorkerRow.state != "revoked")
     if worker_id is not None:
         query = query.where(WorkerRow.id == worker_id)
-    rows = (s.execute(query.order_by(WorkerRow.enrolled_at))).tuples().all()
+    rows = s.execute(query.order_by(WorkerRow.enrolled_at)).all()
     return rows
 
 
