@@ -293,7 +293,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "python": platform.python_version(),
             "grpcio": grpc.__version__,
         },
-        "store": "sqlite (WAL, synchronous=NORMAL)",
+        "store": "sqlite (WAL, synchronous=FULL for writers)",
         "baselines": {
             "raw_two_hop_echo": raw_echo(n),
             "raw_batched_insert": raw_insert(5000 if args.quick else 20000),

@@ -115,9 +115,14 @@ class Dispatcher:
 
         orders = await self._db.write(with_relay, ctx)
         self.metrics.observe(ctx.notes)
-        self.deliver(orders, ctx.touched)
+        self.deliver(orders, ctx.touched, ctx.stopped)
 
-    def deliver(self, orders: Iterable[Order], touched: Iterable[str] = ()) -> None:
+    def deliver(
+        self,
+        orders: Iterable[Order],
+        touched: Iterable[str] = (),
+        stopped: Iterable[str] | None = None,
+    ) -> None:
         for order in orders:
             if isinstance(order, DispatchOrder):
                 self.metrics.dispatched(order.ready_at)
@@ -142,7 +147,7 @@ class Dispatcher:
                 # The stream went away after the claim (or is on a replica that stopped): the
                 # worker's reconnect, or the lease, reconciles this attempt; nothing is lost.
                 log.info("worker %s left before dispatch of %s", order.worker_id, order.action_id)
-        self._bus.notify(set(touched))
+        self._bus.notify(set(touched), None if stopped is None else set(stopped))
 
     # ------------------------------------------------------------------ worker messages
 

@@ -157,6 +157,7 @@ class Context:
     max_attempts: int
     now: float = field(default_factory=time.time)
     touched: set[str] = field(default_factory=set)  # runs whose journal grew
+    stopped: set[str] = field(default_factory=set)  # runs that left the active states
     notes: Notes = field(default_factory=Notes)  # for the metrics, once committed
     # Runs this transaction put in line for a worker slot (insertion-ordered): each is tried
     # at least once, so that its state says why it waits.
@@ -177,6 +178,7 @@ class Context:
         self.now = time.time()
         self.notes = Notes()
         self.queued = {}
+        self.stopped = set()
         self.capacity_changed = False
         self._positions = 0
 
@@ -250,6 +252,7 @@ def set_status(
     ctx.notes.state_change(s, run, status, stop_reason, waiting[0], ctx.now)
     if status not in ACTIVE:
         run.queued_at = None  # a stopped run leaves the line
+        ctx.stopped.add(run.id)
     run.status, run.stop_reason = status, stop_reason
     run.waiting_code, run.waiting_detail = waiting
     record(

@@ -458,8 +458,9 @@ class Runs:
 
     async def wait(self, owner: Principal, run_id: str, timeout: float) -> RunView:  # noqa: ASYNC109
         deadline = time.monotonic() + timeout
-        # Subscribed before reading, so a change between the read and the wait still wakes us.
-        wake = self._bus.subscribe(run_id)
+        # Subscribed before reading, so a change between the read and the wait still wakes us;
+        # only the run's end wakes it, not each start and receipt on the way.
+        wake = self._bus.subscribe(run_id, stops_only=True)
         try:
             while True:
                 wake.clear()
