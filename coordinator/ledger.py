@@ -324,17 +324,29 @@ class Stage:
 
 def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     """The run's current stage if it has units to dispatch; otherwise finish or stop the run
-    when that is due, and None."""
-    actions = run_queries.actions_of(s, run.id)
-    unfinished = [a for a in actions if a.status not in DONE]
-    if not unfinished:
+    when that is due, and None.
+
+    Reads one stage's rows, not the whole run: the store names the lowest stage it has not seen
+    done, and stages are then checked upwards on the session's rows, which hold this
+    transaction's own changes (a batch of receipts runs without autoflush).
+    """
+    stage = run_queries.first_open_stage(s, run.id)
+    ready = run.created_at
+    if stage is not None:
+        ready = max(ready, run_queries.finished_before(s, run.id, stage) or 0.0)
+    while stage is not None:
+        rows = run_queries.stage_actions(s, run.id, stage)
+        current = [a for a in rows if a.status not in DONE]
+        if current:
+            break
+        ready = max([ready, *(a.finished_at or 0.0 for a in rows)])
+        stage = run_queries.next_stage(s, run.id, stage)
+    else:
         hook = COMPLETION_HOOKS.get(run.kind)
         if hook is not None:
-            hook(s, run, actions, ctx)
+            hook(s, run, run_queries.actions_of(s, run.id), ctx)
         set_status(s, run, ctx, SUCCEEDED, stop_reason="completed: every action succeeded")
         return None
-    stage = min(a.stage for a in unfinished)
-    current = [a for a in unfinished if a.stage == stage]
     stuck = next((a for a in current if a.status not in (PENDING, *IN_FLIGHT)), None)
     if stuck is not None:  # an UNKNOWN or FAILED unit left in an active run: stop safely
         set_status(s, run, ctx, FAILED, stop_reason=f"{label(stuck)} is {stuck.status.lower()}")
@@ -342,7 +354,6 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     pending = [a for a in current if a.status == PENDING]
     if not pending:
         return None
-    ready = max([run.created_at, *(a.finished_at or 0.0 for a in actions if a.stage < stage)])
     return Stage(pending, len(current) - len(pending), ready)
 
 

@@ -126,6 +126,8 @@ class ActionRow(Base):
     """One step of a run in the action ledger, with its current claim (attempt, epoch, lease)."""
 
     __tablename__ = "actions"
+    # A run's current stage is read through this index, not by loading every action of the run.
+    __table_args__ = (Index("ix_actions_run_stage", "run_id", "stage"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)

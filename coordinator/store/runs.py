@@ -50,6 +50,46 @@ def queued_run_ids(s: Session) -> Sequence[str]:
     )
 
 
+def first_open_stage(s: Session, run_id: str) -> int | None:
+    """The lowest stage with an action the store has not seen done: a lower bound of the
+    run's current stage (a batch's own changes may not be flushed yet)."""
+    found: int | None = s.execute(
+        select(func.min(ActionRow.stage)).where(
+            ActionRow.run_id == run_id, ActionRow.status.not_in(("SUCCEEDED", "SKIPPED"))
+        )
+    ).scalar()
+    return found
+
+
+def next_stage(s: Session, run_id: str, after: int) -> int | None:
+    found: int | None = s.execute(
+        select(func.min(ActionRow.stage)).where(ActionRow.run_id == run_id, ActionRow.stage > after)
+    ).scalar()
+    return found
+
+
+def stage_actions(s: Session, run_id: str, stage: int) -> Sequence[ActionRow]:
+    """The actions of one stage (through the (run, stage) index), in plan order."""
+    return (
+        s.execute(
+            select(ActionRow)
+            .where(ActionRow.run_id == run_id, ActionRow.stage == stage)
+            .order_by(ActionRow.idx)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def finished_before(s: Session, run_id: str, stage: int) -> float | None:
+    found: float | None = s.execute(
+        select(func.max(ActionRow.finished_at)).where(
+            ActionRow.run_id == run_id, ActionRow.stage < stage
+        )
+    ).scalar()
+    return found
+
+
 def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
     return (
         s.execute(select(ActionRow).where(ActionRow.run_id == run_id).order_by(ActionRow.idx))
