@@ -84,7 +84,7 @@ def test_private_addresses_and_denied_domains_are_refused_before_any_request(
 ) -> None:
     closed = act(browser, "browser.fetch", {"url": f"{site}/varn/lens.html"})
     assert closed["outcome"] == "refused"
-    assert "loopback address" in closed["reason"] and closed["status"] == 0
+    assert "loopback or private address" in closed["reason"] and closed["status"] == 0
     denied = act(
         browser,
         "browser.fetch",

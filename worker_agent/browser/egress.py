@@ -136,8 +136,10 @@ class EgressGuard:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.listeners.clear()
 
     async def check(self, host: str, port: int) -> tuple[IPAddress | None, str]:
@@ -156,9 +158,11 @@ class EgressGuard:
             return None, f"domain {name} is denied by the policy"
         if policy.allow_domains and not any(_matches(name, d) for d in policy.allow_domains):
             return None, f"domain {name} is not in the policy's allowed domains"
+        literal = True
         try:
             addresses = [ipaddress.ip_address(name)]
         except ValueError:
+            literal = False
             try:
                 found = await asyncio.wait_for(self.settings.resolver(name, port), CONNECT_TIMEOUT)
                 addresses = [ipaddress.ip_address(a.split("%")[0]) for a in found]
@@ -172,8 +176,8 @@ class EgressGuard:
                     continue
                 why = address_refusal(address)
                 if why:
-                    shown = why if str(address) == name else f"{name} resolves to {why}"
-                    return None, f"{shown}; the policy does not allow private networks"
+                    shown = why if literal else f"{name} resolves to {why}"
+                    return None, f"{shown}; the policy does not allow loopback or private addresses"
         return addresses[0], ""
 
     def listen(self, listener: Listener) -> None:
@@ -220,7 +224,7 @@ class EgressGuard:
         method, target, version = line.split(" ", 2)
         if method.upper() == "CONNECT":
             host, port = _split_authority(target, 443)
-            where = f"{host}:{port}"
+            where = target  # host:port as Chromium wrote it (an IPv6 host in brackets)
         else:
             scheme, sep, after = target.partition("://")
             if not sep or scheme.lower() != "http":
@@ -296,7 +300,8 @@ async def _answer(
     writer.write(
         (
             f"HTTP/1.1 {status} {names[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+            f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n{extra}"
+            "Connection: close\r\n\r\n"
         ).encode()
         + body
     )
