@@ -254,6 +254,10 @@ def make_handler(site: Site) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self) -> None:  # a beacon
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.do_GET()
+
         def do_GET(self) -> None:
             site.public_log.append(self.path)
             url = urlsplit(self.path)
@@ -267,9 +271,11 @@ def make_handler(site: Site) -> type[BaseHTTPRequestHandler]:
                   fetch('/go?n={name}&k=fetch').then(r => r.text())
                     .then(t => document.getElementById('out').textContent = t,
                           e => document.getElementById('out').textContent = 'fetch failed');
-                  new Worker('/worker.js?n={name}');"""
+                  new Worker('/worker.js?n={name}');
+                  navigator.sendBeacon('/go?n={name}&k=beacon', 'x');"""
                 self.send(
                     page(
+                        f"<link rel='prefetch' href='/go?n={name}&k=prefetch'>"
                         f"<p>Embeds.</p><img src='/go?n={name}&k=img'>"
                         f"<iframe src='/go?n={name}&k=frame'></iframe>"
                         f"<pre id='out'></pre><script>{script}</script>"
@@ -376,7 +382,7 @@ def test_a_redirect_to_loopback_in_any_spelling_never_connects(
     assert embeds["outcome"] == "ok", embeds
     assert SECRET not in embeds["text"]
     refused = {b.get("redirect_of", ""): b for b in embeds["blocked_requests"]}
-    for kind in ("img", "frame", "fetch", "worker"):
+    for kind in ("img", "frame", "fetch", "worker", "beacon", "prefetch"):
         origin = f"{site.public}/go?n={n}&k={kind}"
         entry = refused.get(origin) or next(
             (
