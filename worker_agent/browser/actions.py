@@ -131,7 +131,9 @@ class BrowserActions:
             if blocked is not None:
                 raise ActionRefused(f"desktop use is blocked: {blocked}", code="kill_switch")
             service = self._visible
-        result: dict[str, Any] = service.run(lambda c: make(c, policy), ctx.run_id, ctx, budget)
+        result: dict[str, Any] = service.run(
+            lambda c: make(c, policy), ctx.run_id, ctx, budget, policy
+        )
         result = _extract(result, policy)
         result["browser"] = "visible" if service is self._visible else "headless"
         result["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
