@@ -302,3 +302,21 @@ async def test_undraining_a_worker_wakes_a_run_in_line(fleet: Fleet) -> None:
         finally:
             await client.workers.UndrainWorker(ref, metadata=client.md, timeout=30)
     assert wait_until(lambda: fleet.in_flight() == 0, 30, what="slots free")
+
+
+# ------------------------------------------------------------------ submit and wait
+
+
+async def test_submit_and_wait_is_one_call(fleet: Fleet) -> None:
+    async with fleet.channel() as channel:
+        client = Client(fleet, channel)
+        request = _echoes(3)
+        request.wait_seconds = 30
+        run = await client.runs.SubmitRun(request, metadata=client.md, timeout=60)
+        assert (run.status, run.actions_succeeded) == ("SUCCEEDED", 3)
+        for bad in (-1.0, 3601.0, float("nan")):
+            request.wait_seconds = bad
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await client.runs.SubmitRun(request, metadata=client.md, timeout=60)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "wait_seconds" in (caught.value.details() or "")

@@ -88,9 +88,19 @@ def _wait(client: CoordinatorClient, run_id: str) -> runs_pb2.Run:
             return run
 
 
+# With --wait, SubmitRun itself waits this long: a short run is submitted and answered in one
+# round trip; a longer one is announced, then followed with WaitRun.
+SUBMIT_WAIT = 5.0
+
+
 def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    run = client.call(client.runs.SubmitRun, load_plan(args.plan))
+    request = load_plan(args.plan)
     if args.wait:
+        request.wait_seconds = SUBMIT_WAIT
+    run = client.call(
+        client.runs.SubmitRun, request, timeout=SUBMIT_WAIT + 30 if args.wait else None
+    )
+    if args.wait and run.status in ACTIVE:
         if not args.json:
             print(f"run {run.id} submitted; waiting for it to stop...", file=sys.stderr)
         run = _wait(client, run.id)
