@@ -5,6 +5,7 @@ Everything here starts a real program and cleans up after itself; nothing is sim
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +58,46 @@ def base_env(workdir: Path) -> dict[str, str]:
     env["XDG_CACHE_HOME"] = str(workdir / "xdg-cache")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _init_store(db_url: str, admin_token: Path, secrets_key: Path, workdir: Path) -> None:
+    subprocess.run(
+        [
+            BIN / "deskfleet-coordinator",
+            "init",
+            "--db",
+            db_url,
+            "--admin-token-file",
+            admin_token,
+            "--secrets-key-file",
+            secrets_key,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=base_env(workdir),
+        timeout=60,
+    )
+
+
+_template_lock = threading.Lock()
+_template: list[Path] = []
+
+
+def _template_store() -> Path:
+    """One initialised SQLite store per test process (removed when the process exits)."""
+    with _template_lock:
+        if not _template:
+            where = Path(tempfile.mkdtemp(prefix="deskfleet-template-"))
+            atexit.register(shutil.rmtree, where, True)
+            _init_store(
+                f"sqlite:///{where / 'fleet.db'}",
+                where / "admin.token",
+                where / "secrets.key",
+                where,
+            )
+            _template.append(where)
+        return _template[0]
 
 
 class CoordinatorProcess:
@@ -110,23 +152,24 @@ class CoordinatorProcess:
         return f"127.0.0.1:{self.port}"
 
     def init(self) -> None:
-        subprocess.run(
-            [
-                BIN / "deskfleet-coordinator",
-                "init",
-                "--db",
-                self.db_url,
-                "--admin-token-file",
-                self.admin_token_file,
-                "--secrets-key-file",
-                self.secrets_key_file,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=base_env(self.workdir),
-            timeout=60,
-        )
+        """`init` the store; a new SQLite store is a copy of one initialised store (template).
+
+        Migrations run once per test process instead of once per coordinator: copies share
+        the template's admin token and secrets key, which is all a test store needs.
+        """
+        if self.db_url == f"sqlite:///{self.workdir / 'fleet.db'}" and not os.environ.get(
+            "DESKFLEET_TEST_NO_TEMPLATE"
+        ):
+            template = _template_store()
+            for name, target in (
+                ("fleet.db", self.workdir / "fleet.db"),
+                ("admin.token", self.admin_token_file),
+                ("secrets.key", self.secrets_key_file),
+            ):
+                shutil.copyfile(template / name, target)
+                target.chmod(0o600)
+            return
+        _init_store(self.db_url, self.admin_token_file, self.secrets_key_file, self.workdir)
 
     def start(self, *, port: int = 0) -> CoordinatorProcess:
         if not self.admin_token_file.exists():
