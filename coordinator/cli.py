@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how often the recovery sweep resumes saved work (default 120)",
     )
     serve.add_argument(
+        "--line-check-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="while runs wait for a worker slot, also serve their line this often, for capacity"
+        " no event announced (a worker lease renewed after lapsing); default 1",
+    )
+    serve.add_argument(
         "--auth-failures-per-minute",
         type=int,
         default=DEFAULT_AUTH_FAILURES,
@@ -350,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
         if args.worker_cert_days <= 0:
             raise DeskfleetError("--worker-cert-days must be positive")
+        if not args.line_check_interval > 0:
+            raise DeskfleetError("--line-check-interval must be positive")
         if args.scripted_models_dir is not None and not args.scripted_models_dir.is_dir():
             raise DeskfleetError("--scripted-models-dir must name a directory")
         if args.owner_max_active_runs < 0:
@@ -361,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_interval=args.heartbeat_interval,
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
+            line_check_interval=args.line_check_interval,
             relay_poll_interval=args.relay_poll_interval,
             auth_failures_per_minute=args.auth_failures_per_minute,
             owner_max_active_runs=args.owner_max_active_runs,

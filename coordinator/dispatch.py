@@ -75,6 +75,7 @@ class Dispatcher:
         self._tasks = [
             asyncio.create_task(self._ingest_loop(), name="receipt-ingest"),
             asyncio.create_task(self._sweep_loop(), name="recovery-sweep"),
+            asyncio.create_task(self._line_loop(), name="line-check"),
         ]
         return self
 
@@ -229,6 +230,16 @@ class Dispatcher:
         except (TimeoutError, DeskfleetError) as exc:
             # The sweep finalizes it later from the ledger; the lease keeps it from running twice.
             log.warning("could not finalize the timeout of %s: %s", order.action_id, exc)
+
+    async def _line_loop(self) -> None:
+        """The backstop of `slots`: serve a non-empty line now and then (one indexed read)."""
+        while True:
+            await asyncio.sleep(self._config.line_check_interval)
+            try:
+                if not await self._db.read(run_queries.line_is_empty):
+                    await self.capacity_added()
+            except DeskfleetError as exc:
+                log.warning("could not serve the line of waiting runs: %s", exc)
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -40,6 +40,10 @@ class CoordinatorConfig:
     enrollment_token_ttl: float = 3600.0
     # The recovery sweep resumes saved work: expired leases, overdue attempts, waiting runs.
     sweep_interval: float = 120.0
+    # While runs wait in line, the line is also served this often: events (receipts, timeouts,
+    # connects, undrains) give freed slots out at once; this catches capacity that no event
+    # announces, such as a worker whose presence lease lapsed under load and was renewed.
+    line_check_interval: float = 1.0
     # Automatic attempts of an idempotent action before the run stops for a person.
     max_attempts: int = 3
     # Research and browser actions may reach loopback and private addresses (tests, demo).

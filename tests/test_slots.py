@@ -1,8 +1,10 @@
 """Worker slots and the line of runs waiting for them, on a real coordinator and real workers.
 
-The coordinator's recovery sweep runs every 10 minutes here, so a waiting run can only move
-because an event woke it: a receipt, a failure, a timeout, a cancel, a worker connecting or
-being undrained. Waits go through an in-process gRPC client, not the CLI.
+The coordinator's recovery sweep and its line check (the backstop for capacity no event
+announces) run every 10 minutes here, so a waiting run can only move because an event woke it:
+a receipt, a failure, a timeout, a cancel, a worker connecting or being undrained. Leases are
+long enough that a loaded machine does not take workers offline. Waits go through an
+in-process gRPC client, not the CLI.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ class Fleet:
     """A coordinator that only events can wake (sweep every 600 s) and two real workers."""
 
     def __init__(self, workdir: Path) -> None:
-        self.coordinator = CoordinatorProcess(workdir, sweep=600.0).start()
+        self.coordinator = CoordinatorProcess(
+            workdir,
+            sweep=600.0,
+            heartbeat=1.0,
+            lease=10.0,
+            serve_args=("--line-check-interval", "600"),
+        ).start()
         self.workers = [WorkerProcess(self.coordinator, name) for name in ("a", "b")]
         for worker in self.workers:
             worker.start()
