@@ -8,7 +8,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -16,16 +16,12 @@ from sqlalchemy.orm import Session
 from coordinator import ledger, outcomes, slots
 from coordinator.attempt_spans import AttemptSpans
 from coordinator.journal import JournalBus
-from coordinator.ledger import (
-    Context,
-    DispatchOrder,
-    Held,
-    IncomingReceipt,
-    Order,
-)
+from coordinator.ledger import Context
 from coordinator.metrics import CoordinatorMetrics
+from coordinator.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.presence import Presence
 from coordinator.relay import Relay
+from coordinator.run_kinds import RunKind
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import runs as run_queries
@@ -57,8 +53,10 @@ class Dispatcher:
         config: CoordinatorConfig,
         relay: Relay,
         metrics: CoordinatorMetrics | None = None,
+        kinds: Mapping[str, RunKind] | None = None,
     ) -> None:
         self.metrics = metrics or CoordinatorMetrics(config.replica)
+        self._kinds = dict(kinds or {})  # what research, desktop and goal runs add to the rules
         self._db = db
         self._presence = presence
         self._bus = bus
@@ -96,6 +94,7 @@ class Dispatcher:
         return Context(
             lease_ttl=self._config.lease_ttl,
             max_attempts=self._config.max_attempts,
+            kinds=self._kinds,
         )
 
     async def run_unit(self, unit: Callable[[Session, Context], list[Order]]) -> None:
@@ -138,7 +137,7 @@ class Dispatcher:
                         trace_id=order.trace_id,
                     ):
                         log.debug("dispatching attempt %s of %s", order.attempt, order.kind)
-            elif isinstance(order, ledger.ReceiptVerdict):
+            elif isinstance(order, ReceiptVerdict):
                 if order.accepted:
                     self._disarm(order.action_id, order.attempt_id)
                 self._spans.finished(

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from coordinator import audit, capabilities
+from coordinator.orders import Order, RotateOrder
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 
 if TYPE_CHECKING:
     from coordinator.dispatch import Dispatcher
+    from coordinator.ledger import Context
 from coordinator.store import Database
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import PresenceRow, WorkerRow
@@ -142,7 +144,6 @@ class Fleet:
 
         A welcome hands the new credential to whoever connects first with the current one, so
         rotating an offline worker is no remedy for a stolen credential: revoke and enroll."""
-        from coordinator.ledger import Context, Order, RotateOrder  # ledger imports this module
 
         def mark(s: Session, ctx: Context) -> list[Order]:
             worker = worker_queries.worker_by_id(s, worker_id)

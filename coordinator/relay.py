@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from coordinator.journal import JournalBus
-from coordinator.ledger import (
+from coordinator.orders import (
     CancelOrder,
     DispatchOrder,
     KillPush,

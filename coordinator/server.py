@@ -13,10 +13,10 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator import routing, secret_box
 from coordinator.agent import providers
-from coordinator.agent.loop import Goals
+from coordinator.agent.loop import GOAL_RUNS, Goals
 from coordinator.agent.tools import FleetTools
 from coordinator.certificates import WorkerCertificates
-from coordinator.desktop import Desktop
+from coordinator.desktop import DESKTOP_RUNS, Desktop
 from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
 from coordinator.journal import JournalBus
@@ -28,6 +28,8 @@ from coordinator.quota import OwnerLimits, Quotas
 from coordinator.ratelimit import FailureLimiter
 from coordinator.recall import Recall
 from coordinator.relay import Relay
+from coordinator.research import RESEARCH_RUNS
+from coordinator.run_kinds import RunKind
 from coordinator.runs import Runs
 from coordinator.secret_box import SecretBox
 from coordinator.servicers.admin import AdminServicer
@@ -54,6 +56,13 @@ from shared.gen.deskfleet.v1 import (
     worker_pb2_grpc,
 )
 from shared.transport import is_loopback
+
+# What each kind of run adds to the ledger's rules (a plan run needs nothing more).
+RUN_KINDS: dict[str, RunKind] = {
+    "research": RESEARCH_RUNS,
+    "desktop": DESKTOP_RUNS,
+    "goal": GOAL_RUNS,
+}
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +258,13 @@ class Coordinator:
         bus = JournalBus()
         self._relay = Relay(self._db, self._presence, bus, self.config)
         self._dispatcher = Dispatcher(
-            self._db, self._presence, bus, self.config, self._relay, self.metrics
+            self._db,
+            self._presence,
+            bus,
+            self.config,
+            self._relay,
+            self.metrics,
+            kinds=RUN_KINDS,
         )
         self.metrics.watch(self._db, self._presence)
         self._kills = KillSwitches(self._db, self._dispatcher)

@@ -17,6 +17,7 @@ from importlib.metadata import version as package_version
 
 from shared import __version__
 from shared.advertisement import Advertisement, Capability, Display
+from worker_agent.macos_permissions import accessibility_problem, screen_recording_problem
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -72,8 +73,6 @@ def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Ca
     if sys.platform == "darwin":
         # macOS drops input and blanks captures silently without these permissions, so
         # their absence must be found here, not by an action that seems to work.
-        from worker_agent.doctor import accessibility_problem, screen_recording_problem
-
         missing = screen_recording_problem() or accessibility_problem()
         if missing:
             return Capability(name, False, missing)

@@ -13,7 +13,7 @@ from coordinator import enrollment
 from coordinator.certificates import PEER_CERT_PROPERTY, WorkerCertificates
 from coordinator.dispatch import Dispatcher, Started
 from coordinator.killswitch import KillSwitches
-from coordinator.ledger import (
+from coordinator.orders import (
     CancelOrder,
     DispatchOrder,
     Held,
