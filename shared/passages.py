@@ -255,13 +255,17 @@ def blocks_from_text(text: str) -> list[Block]:
         if not line:
             flush()
             continue
+        bullet = _BULLET.match(line) is not None
         if line.endswith("¶") or (
-            len(line) < MIN_WRAPPED_LINE and not _SENTENCE_END.search(line) and not para
+            len(line) < MIN_WRAPPED_LINE
+            and not _SENTENCE_END.search(line)
+            and not para
+            and not bullet
         ):
             flush()
             heading = normalise(line)
             continue
-        if _BULLET.match(line):
+        if bullet:
             flush()
         para.append(line)
         if _SENTENCE_END.search(line) or len(line) < MIN_WRAPPED_LINE:

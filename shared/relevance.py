@@ -88,7 +88,7 @@ class Query:
     def parse(cls, query: str) -> Query:
         terms = list(dict.fromkeys(s for _, s in tokens(query)))
         words = [w.lower() for w in _WORD.findall(query)]
-        compounds = [stem(a + b) for a, b in itertools.pairwise(words)]
+        compounds = [stem(stem(a) + b) for a, b in itertools.pairwise(words)]
         compounds = [c for c in dict.fromkeys(compounds) if c not in terms]
         return cls(tuple(terms), tuple(compounds), 1 if len(terms) <= 2 else 2)
 
