@@ -78,6 +78,9 @@ def test_the_markdown_report_has_passages_with_headings_links_and_reasons() -> N
     assert "## Best passages" in md and "receipt `r4`" in md
 
 
-def test_markdown_spells_out_control_characters_from_pages() -> None:
-    report = {**REPORT, "query": "fact\x1b[2J"}
-    assert "\x1b" not in render.research_markdown(report)
+def test_markdown_spells_out_control_characters_and_keeps_links_whole() -> None:
+    src = {**_source(1, True), "final_url": "http://h/a>b (c).html", "title": "# not a heading"}
+    report = {**REPORT, "query": "fact\x1b[2J", "sources": [src]}
+    md = render.research_markdown(report)
+    assert "\x1b" not in md
+    assert "### [\\# not a heading](<http://h/a%3Eb%20(c).html>)" in md

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
+from urllib.parse import quote
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
@@ -363,6 +364,11 @@ def _md(text: Any) -> str:
     return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", visible(str(text or "")))
 
 
+def _md_url(url: Any) -> str:
+    """A link destination that cannot end early: anything but URL characters percent-encoded."""
+    return quote(str(url or ""), safe=":/?#[]@!$&'()*+,;=%~-._")
+
+
 def research_markdown(report: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     """The report as Markdown a person reads: sources and their passages (with headings and
     links to the passage), then what was not evidence or was skipped, and why."""
@@ -378,7 +384,8 @@ def research_markdown(report: dict[str, Any], run: dict[str, Any] | None = None)
         for i, p in enumerate(report["passages"], 1):
             where = f" ({_md(p['heading'])})" if p.get("heading") else ""
             out.append(
-                f"{i}. {_md(p['text'])}  \n   — [{_md(p['title'] or p['url'])}](<{p['link']}>)"
+                f"{i}. {_md(p['text'])}  \n   — [{_md(p['title'] or p['url'])}]"
+                f"(<{_md_url(p['link'])}>)"
                 f"{where}, score {p['score']}, receipt `{p['receipt']}`"
             )
         out.append("")
@@ -386,12 +393,12 @@ def research_markdown(report: dict[str, Any], run: dict[str, Any] | None = None)
     for src in _by_evidence(report["sources"]):
         url = src["final_url"] or src["url"]
         mark = "evidence" if src["evidence"] else "no matching text"
-        out.append(f"### [{_md(src['title'] or url)}](<{url}>)")
+        out.append(f"### [{_md(src['title'] or url)}](<{_md_url(url)}>)")
         out.append(f"{src.get('route', 'headless')}; {mark}; receipt `{src['receipt']}`")
         out.append("")
         for p in src.get("passages") or [{"text": e} for e in src["excerpts"]]:
             head = f"**{_md(p['heading'])}**: " if p.get("heading") else ""
-            link = f" ([open](<{p['link']}>))" if p.get("link") else ""
+            link = f" ([open](<{_md_url(p['link'])}>))" if p.get("link") else ""
             score = f" score {p['score']}" if p.get("score") is not None else ""
             out.append(f"> {head}{_md(p['text'])}{link}{score}")
             out.append("")
