@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -89,7 +89,7 @@ class SecurityHeaders:
                     b"content-security-policy": CSP.encode(),
                     b"x-content-type-options": b"nosniff",
                     b"x-frame-options": b"DENY",
-                    b"referrer-policy": b"no-referrer",
+                    b"referrer-policy": b"same-origin",
                     b"cross-origin-opener-policy": b"same-origin",
                 }
                 if not scope["path"].startswith("/static/"):
@@ -108,6 +108,11 @@ def _finalize(value: Any) -> Any:
     return visible(value)
 
 
+def _multiline(text: Any) -> Markup:
+    """A block of text (shown in <pre>): line breaks kept, every other control spelled out."""
+    return Markup(escape(visible(str(text), multiline=True)))  # escaped here, not by finalize
+
+
 def _templates() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
@@ -120,7 +125,7 @@ def _templates() -> Environment:
     env.filters["duration"] = model.duration
     env.filters["scope_text"] = model.scope_text
     env.filters["pretty_json"] = model.pretty_json
-    env.filters["multiline"] = lambda text: visible(str(text), multiline=True)
+    env.filters["multiline"] = _multiline
     env.globals["DESKTOP_ACTIONS"] = model.DESKTOP_ACTIONS
     return env
 
@@ -415,14 +420,14 @@ class Console:
 
     async def runs(self, request: Request, session: Session) -> Response:
         q = request.query_params
-        filters = {k: q.get(k, "") for k in ("status", "owner", "q")}
+        filters = {k: q.get(k, "") for k in ("status", "q")}
         limit = min(max(model.parse_int(q.get("limit"), 200), 1), 1000)
         listed = await self.rpc.call(
             session.token,
             self.rpc.runs.ListRuns,
             runs_pb2.ListRunsRequest(limit=limit, status=filters["status"]),
         )
-        shown = model.filter_runs(listed.runs, owner=filters["owner"], text=filters["q"])
+        shown = model.filter_runs(listed.runs, text=filters["q"])
         page = model.page_of(shown, model.parse_int(q.get("page"), 1))
         return await self.page(
             request,
@@ -430,7 +435,6 @@ class Console:
             "runs.html",
             page=page,
             filters=filters,
-            owners=sorted({r.owner for r in listed.runs}),
             query=_query_without_page(request),
         )
 

@@ -214,9 +214,26 @@ def timeline(t: runs_pb2.RunTimeline, width: float = TIMELINE_WIDTH) -> Timeline
 def pretty_json(text: str) -> str:
     """JSON text indented for reading (as stored when it is not JSON)."""
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        return json.dumps(_unnested(json.loads(text)), indent=2, ensure_ascii=False)
     except ValueError:
         return text
+
+
+def _unnested(value: Any) -> Any:
+    """JSON held as a string inside JSON (`result_json`, `args_json`) decoded for reading."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, str) and k.endswith("_json"):
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    pass
+            out[k] = _unnested(v)
+        return out
+    if isinstance(value, list):
+        return [_unnested(v) for v in value]
+    return value
 
 
 # --- approvals -----------------------------------------------------------------------------
