@@ -175,6 +175,35 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("--db", required=True)
     _key_file_option(rotate)
 
+    console = sub.add_parser(
+        "console",
+        help="serve the web console: fleet, runs, approvals, kill switch and audit in a browser,"
+        " through the coordinator's API with each signed-in user's token",
+    )
+    console.add_argument(
+        "--coordinator", required=True, metavar="HOST:PORT", help="the coordinator's API address"
+    )
+    console.add_argument(
+        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="(port 0: any free)"
+    )
+    console.add_argument(
+        "--ca-file", type=Path, metavar="FILE", help="verify the coordinator's TLS with this CA"
+    )
+    console.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve HTTPS: certificate")
+    console.add_argument("--tls-key", type=Path, metavar="FILE", help="serve HTTPS: private key")
+    console.add_argument(
+        "--session-ttl",
+        type=float,
+        default=8.0,
+        metavar="HOURS",
+        help="how long a sign-in lasts (default 8)",
+    )
+    console.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback address (loopback needs no flag)",
+    )
+
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)
     ca_init = ca_sub.add_parser(
@@ -340,6 +369,21 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"secrets key {'written to' if made else 'kept in'} {key_file}"
                 + (f"; {sealed} stored secret value(s) sealed with it" if sealed else "")
+            )
+            return 0
+        if args.command == "console":
+            from coordinator.console.server import ConsoleOptions, serve
+
+            serve(
+                ConsoleOptions(
+                    coordinator=args.coordinator,
+                    listen=args.listen,
+                    ca_file=args.ca_file,
+                    tls_cert=args.tls_cert,
+                    tls_key=args.tls_key,
+                    plaintext=args.plaintext,
+                    session_ttl=args.session_ttl * 3600,
+                )
             )
             return 0
         if args.command == "rotate-secrets-key":

@@ -622,3 +622,55 @@ class TcpProxy:
             except OSError:
                 pass
             conn.close()
+
+
+class ConsoleProcess:
+    """`deskfleet-coordinator console` for a coordinator, on a free loopback port."""
+
+    def __init__(self, coordinator: CoordinatorProcess, *extra: str) -> None:
+        self.coordinator = coordinator
+        self.extra = extra
+        self.log = coordinator.workdir / "console.log"
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self._log_file: Any = None
+
+    def start(self) -> ConsoleProcess:
+        self._log_file = self.log.open("a")
+        argv = [str(BIN / "deskfleet-coordinator"), "console"]
+        argv += ["--coordinator", self.coordinator.address, "--listen", "127.0.0.1:0"]
+        if self.coordinator.ca_file is not None:
+            argv += ["--ca-file", str(self.coordinator.ca_file)]
+        self.proc = subprocess.Popen(
+            [*argv, *self.extra],
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
+            env=base_env(self.coordinator.workdir),
+        )
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(30)
+        sel.close()
+        line = self.proc.stdout.readline().strip() if ready else ""
+        if "console listening on" not in line:
+            self.stop()
+            raise RuntimeError(f"console did not start ({line!r}):\n{tail(self.log)}")
+        self.url = line.rsplit(" ", 1)[1]
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
