@@ -209,7 +209,9 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             held = [Held(h.action_id, h.attempt_id, h.epoch, h.state) for h in hello.held]
             await self._dispatcher.on_connect(worker.id, held)
             tasks = [
-                asyncio.create_task(self._read(session, context, ack_beats=not hello.stream_liveness)),
+                asyncio.create_task(
+                    self._read(session, context, ack_beats=not hello.stream_liveness)
+                ),
                 asyncio.create_task(self._write(session, context)),
             ]
             waiters: set[asyncio.Future[Any]] = {*tasks, session.ended}

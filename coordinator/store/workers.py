@@ -91,7 +91,7 @@ def workers_with_presence(
         query = query.where(WorkerRow.state != "revoked")
     if worker_id is not None:
         query = query.where(WorkerRow.id == worker_id)
-    rows = s.execute(query.order_by(WorkerRow.enrolled_at)).tuples().all()
+    rows = s.execute(query.order_by(WorkerRow.enrolled_at)).all()
     return [(w, _effective(p, lease, seen)) for w, p, lease, seen in rows]
 
 
@@ -142,7 +142,7 @@ def workers_page(
             )
         )
     query = query.order_by(WorkerRow.enrolled_at, WorkerRow.id).limit(limit + 1)
-    rows = s.execute(query).tuples().all()
+    rows = s.execute(query).all()
     page = [(w, _effective(p, lease, seen)) for w, p, lease, seen in rows[:limit]]
     return page, len(rows) > limit
 
@@ -171,7 +171,7 @@ def fleet_counts(s: Session, now: float) -> list[ReplicaCounts]:
         .where(ReplicaRow.lease_expires_at > now, WorkerRow.state != "revoked")
         .group_by(PresenceRow.replica)
         .order_by(PresenceRow.replica)
-    ).tuples()
+    )
     return [ReplicaCounts(r, int(n), int(h or 0), int(c or 0)) for r, n, h, c in rows]
 
 
@@ -214,7 +214,7 @@ def claim_presences(
             select(
                 workers.c.id, workers.c.rotation_requested, workers.c.allowed_capabilities
             ).where(workers.c.id.in_(ids))
-        ).tuples()
+        )
     }
     claimed = [c for c in latest.values() if c.worker_id in known]
     if not claimed:
