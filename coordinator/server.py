@@ -88,6 +88,23 @@ SERVER_OPTIONS = [
 ]
 
 
+def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
+    """The stream is the worker's presence: gRPC's core pings every worker each heartbeat
+    interval and ends the stream of one that has not answered within the rest of the lease
+    (a stopped process, a host gone without a FIN), so a dead worker goes offline within
+    `lease_ttl`, with no Python message per beat."""
+    timeout = max(1000, int((config.lease_ttl - config.heartbeat_interval) * 1000))
+    keepalive = {
+        "grpc.keepalive_time_ms": max(1000, int(config.heartbeat_interval * 1000)),
+        "grpc.keepalive_timeout_ms": timeout,
+        # The core waits this long for any ping's ack (60 s unless set), keepalive's included.
+        "grpc.http2.ping_timeout_ms": timeout,
+        # Keep pinging a stream that carries no data (the default stops after two pings).
+        "grpc.http2.max_pings_without_data": 0,
+    }
+    return [(k, v) for k, v in SERVER_OPTIONS if k not in keepalive] + list(keepalive.items())
+
+
 @dataclass(frozen=True)
 class Transport:
     """How the listeners speak: plaintext, TLS, or TLS plus a worker listener that requires
@@ -177,7 +194,7 @@ def create_server(
     listeners = listeners or Transport(None)
     auth = Authenticator(db)
     guard = GuardInterceptor(auth, FailureLimiter(config.auth_failures_per_minute))
-    server = grpc.aio.server(interceptors=[guard], options=SERVER_OPTIONS)
+    server = grpc.aio.server(interceptors=[guard], options=server_options(config))
     port = _bind(server, address, listeners.credentials)
     worker_port = (
         _bind(server, listeners.worker_address, listeners.worker_credentials)
