@@ -5,7 +5,7 @@
              then N sequential DesktopService.Act calls (PNG, the worker's default encoding)
              each followed by GetArtifact, so that every picture really arrived (size and
              sha256 checked)
-  baseline   mss grab + Image.frombytes + the worker's own `encode` (worker_agent/desktop/
+  baseline   mss grab + the worker's own `to_image` and `encode` (worker_agent/desktop/
              screen.py), N times in this process, on the same display
 
 The display shows a Chromium --app window with a colourful page whose counter changes every
@@ -44,7 +44,7 @@ from bench.stats import summary, table_lines, write_results  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until  # noqa: E402
-from worker_agent.desktop.screen import encode  # noqa: E402
+from worker_agent.desktop.screen import encode, to_image  # noqa: E402
 
 WIDTH, HEIGHT = 1280, 800
 AIM = 0.70  # e2e frames/s at least this share of the raw grab + encode
@@ -144,7 +144,7 @@ def raw_grab_encode(xvfb: Xvfb, n: int, warmup: int) -> dict[str, Any]:
                 started = time.perf_counter()
             t0 = time.perf_counter()
             raw = grabber.grab(monitor)
-            image = Image.frombytes("RGB", raw.size, raw.bgra, "raw", "BGRX")
+            image = to_image(raw.raw, raw.size)
             t1 = time.perf_counter()
             data = encode(image, "png")
             t2 = time.perf_counter()
