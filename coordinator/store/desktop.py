@@ -175,7 +175,7 @@ def live_holders(
         query = query.where(PresenceRow.worker_id.in_(ids))
     if other_than:
         query = query.where(PresenceRow.replica != other_than)
-    return {w: r for w, r in s.execute(query).tuples()}
+    return {w: r for w, r in s.execute(query)}
 
 
 def ack_counts(s: Session, kill_ids: Sequence[str]) -> dict[tuple[str, bool], int]:
@@ -186,7 +186,7 @@ def ack_counts(s: Session, kill_ids: Sequence[str]) -> dict[tuple[str, bool], in
         select(KillAckRow.kill_id, KillAckRow.engaged, func.count())
         .where(KillAckRow.kill_id.in_(kill_ids))
         .group_by(KillAckRow.kill_id, KillAckRow.engaged)
-    ).tuples()
+    )
     return {(k, bool(e)): n for k, e, n in rows}
 
 
@@ -214,7 +214,7 @@ def acked_workers(
         select(ranked.c.kill_id, ranked.c.engaged, ranked.c.worker_id)
         .where(ranked.c.rank <= limit)
         .order_by(ranked.c.kill_id, ranked.c.engaged, ranked.c.worker_id)
-    ).tuples()
+    )
     for kill_id, engaged, worker_id in rows:
         out.setdefault((kill_id, bool(engaged)), []).append(worker_id)
     return out
