@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from coordinator.admin_cli.render import kill_rows
 from coordinator.killswitch import push_bytes
 from coordinator.ledger import KillPush
 from coordinator.servicers.worker_gateway import _message, _serialize
@@ -146,6 +147,18 @@ def test_a_push_serialized_once_is_the_message_each_stream_got_before() -> None:
     # The stream's serializer passes the bytes through and still encodes a message itself.
     assert _message(data) is data and _serialize(data) is data
     assert _serialize(before) == before.SerializeToString()
+
+
+def test_kill_status_says_how_many_more_it_waits_for_than_it_names() -> None:
+    shown = kill_rows(
+        [
+            {"id": "kill_1", "scope": "fleet", "acknowledgedCount": 900, "unacknowledgedCount": 102}
+            | {"unacknowledged": [f"w{i:03}" for i in range(100)]},
+            {"id": "kill_2", "scope": "worker", "acknowledgedCount": 1, "unacknowledgedCount": 0},
+        ]
+    )
+    assert "w099 (+2 more)" in shown and "900" in shown
+    assert "more" not in shown.splitlines()[-1]
 
 
 @pytest.mark.slow
