@@ -127,8 +127,8 @@ class Notes:
     def state_change(
         self, s: Session, run: RunRow, status: str, stop_reason: str, waiting_code: str, now: float
     ) -> None:
-        since = self.entered.get(run.id)
-        if since is None:
+        since = self.entered.get(run.id) or run.state_since
+        if since is None:  # a run from before the store kept it
             since = counts.state_entered_at(s, run.id) or run.created_at
         self.entered[run.id] = now
         reason = (
