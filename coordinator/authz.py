@@ -18,6 +18,9 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.AdminService/RotateUser": PEOPLE,
     # Owners see their own runs' part of it; admins the whole fleet.
     "/deskfleet.v1.AdminService/GetFleetActivity": PEOPLE,
+    # Owners read their own limits; only admins set anyone's.
+    "/deskfleet.v1.AdminService/GetUserLimits": PEOPLE,
+    "/deskfleet.v1.AdminService/SetUserLimits": ADMIN,
     "/deskfleet.v1.FleetService/GetWorkerStatus": PEOPLE,
     "/deskfleet.v1.FleetService/ListWorkers": ADMIN,
     "/deskfleet.v1.FleetService/GetWorker": ADMIN,

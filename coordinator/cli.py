@@ -15,7 +15,12 @@ from coordinator.principals import NewUser, Role, create_user, has_admin_secret
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
 from coordinator.secret_box import KEY_FILE_NAME, SecretBox
 from coordinator.server import Coordinator
-from coordinator.settings import CoordinatorConfig
+from coordinator.settings import (
+    DEFAULT_OWNER_MAX_ACTIVE_RUNS,
+    DEFAULT_OWNER_MAX_STORED_BYTES,
+    CoordinatorConfig,
+    parse_size,
+)
 from coordinator.store import Database, SchemaError
 from coordinator.store.engine import sqlite_path
 from coordinator.store.schema import upgrade
@@ -50,6 +55,14 @@ def _parser() -> argparse.ArgumentParser:
         default=120.0,
         metavar="SECONDS",
         help="how often the recovery sweep resumes saved work (default 120)",
+    )
+    serve.add_argument(
+        "--line-check-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="while runs wait for a worker slot, also serve their line this often, for capacity"
+        " no event announced (a worker lease renewed after lapsing); default 1",
     )
     serve.add_argument(
         "--auth-failures-per-minute",
@@ -109,6 +122,21 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let browser actions reach loopback and private addresses",
     )
+    serve.add_argument(
+        "--owner-max-active-runs",
+        type=int,
+        default=DEFAULT_OWNER_MAX_ACTIVE_RUNS,
+        metavar="N",
+        help="runs one owner may have in flight before a new one is refused (default"
+        f" {DEFAULT_OWNER_MAX_ACTIVE_RUNS}; 0: no limit; `deskfleet users limits` per owner)",
+    )
+    serve.add_argument(
+        "--owner-max-stored-bytes",
+        default=str(DEFAULT_OWNER_MAX_STORED_BYTES),
+        metavar="SIZE",
+        help="bytes one owner's runs may store before a new run is refused, e.g. 500MiB, 5GiB"
+        " (default 5GiB; 0: no limit; `deskfleet users limits` per owner)",
+    )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
     serve.add_argument(
@@ -146,6 +174,35 @@ def _parser() -> argparse.ArgumentParser:
     )
     rotate.add_argument("--db", required=True)
     _key_file_option(rotate)
+
+    console = sub.add_parser(
+        "console",
+        help="serve the web console: fleet, runs, approvals, kill switch and audit in a browser,"
+        " through the coordinator's API with each signed-in user's token",
+    )
+    console.add_argument(
+        "--coordinator", required=True, metavar="HOST:PORT", help="the coordinator's API address"
+    )
+    console.add_argument(
+        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="(port 0: any free)"
+    )
+    console.add_argument(
+        "--ca-file", type=Path, metavar="FILE", help="verify the coordinator's TLS with this CA"
+    )
+    console.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve HTTPS: certificate")
+    console.add_argument("--tls-key", type=Path, metavar="FILE", help="serve HTTPS: private key")
+    console.add_argument(
+        "--session-ttl",
+        type=float,
+        default=8.0,
+        metavar="HOURS",
+        help="how long a sign-in lasts (default 8)",
+    )
+    console.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback address (loopback needs no flag)",
+    )
 
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)
@@ -314,6 +371,21 @@ def main(argv: list[str] | None = None) -> int:
                 + (f"; {sealed} stored secret value(s) sealed with it" if sealed else "")
             )
             return 0
+        if args.command == "console":
+            from coordinator.console.server import ConsoleOptions, serve
+
+            serve(
+                ConsoleOptions(
+                    coordinator=args.coordinator,
+                    listen=args.listen,
+                    ca_file=args.ca_file,
+                    tls_cert=args.tls_cert,
+                    tls_key=args.tls_key,
+                    plaintext=args.plaintext,
+                    session_ttl=args.session_ttl * 3600,
+                )
+            )
+            return 0
         if args.command == "rotate-secrets-key":
             key_file = _key_file(args)
             if key_file is None:
@@ -330,16 +402,24 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
         if args.worker_cert_days <= 0:
             raise DeskfleetError("--worker-cert-days must be positive")
+        if not args.line_check_interval > 0:
+            raise DeskfleetError("--line-check-interval must be positive")
         if args.scripted_models_dir is not None and not args.scripted_models_dir.is_dir():
             raise DeskfleetError("--scripted-models-dir must name a directory")
+        if args.owner_max_active_runs < 0:
+            raise DeskfleetError("--owner-max-active-runs: 0 (no limit) or more")
+        owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
         config = CoordinatorConfig(
             db_url=args.db,
             listen=args.listen,
             heartbeat_interval=args.heartbeat_interval,
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
+            line_check_interval=args.line_check_interval,
             relay_poll_interval=args.relay_poll_interval,
             auth_failures_per_minute=args.auth_failures_per_minute,
+            owner_max_active_runs=args.owner_max_active_runs,
+            owner_max_stored_bytes=owner_max_stored_bytes,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

@@ -21,12 +21,14 @@ from sqlalchemy.orm import Session
 from coordinator import audit, capabilities, journal, ledger, scope
 from coordinator.dispatch import Dispatcher
 from coordinator.journal import JournalBus
-from coordinator.ledger import Context, DispatchOrder, Order
+from coordinator.ledger import Context
+from coordinator.orders import DispatchOrder, Order
 from coordinator.principals import Principal, Role
+from coordinator.run_kinds import RunKind
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.scope import Refusal, Scope
 from coordinator.secret_box import NO_KEY, SecretBox
-from coordinator.store import Database
+from coordinator.store import Database, quotas
 from coordinator.store import desktop as queries
 from coordinator.store import principals as principal_queries
 from coordinator.store import runs as run_queries
@@ -180,8 +182,8 @@ def on_failure(s: Session, run: RunRow, action: ActionRow, ctx: Context) -> list
     return []
 
 
-ledger.ADVANCE_HOOKS[KIND] = advance
-ledger.FAILURE_HOOKS[KIND] = on_failure
+# A desktop run's kind (given to the dispatcher at wiring): it stays open between actions.
+DESKTOP_RUNS = RunKind(advance=advance, on_failure=on_failure)
 
 
 def suspend(
@@ -198,12 +200,14 @@ def suspend(
 def ask_again(
     s: Session, run: RunRow, previous: ApprovalRow, why: str, ctx: Context
 ) -> ApprovalRow:
-    """A new pending approval for the same scope as was first requested."""
-    fresh = new_approval(
-        run, previous.worker_id, previous.requested, previous.reason, ctx.now, previous.kind
-    )
+    """A new pending approval for what the previous one last allowed: its grant if it was
+    answered, else what it asked for. Approved as it stands, it can never be wider than that."""
+    asked = dict(previous.granted or previous.requested)
+    fresh = new_approval(run, previous.worker_id, asked, previous.reason, ctx.now, previous.kind)
     s.add(fresh)
-    ledger.record(s, run, ctx, "approval.requested", approval=fresh.id, again=True, why=why)
+    ledger.record(
+        s, run, ctx, "approval.requested", approval=fresh.id, again=True, why=why, scope=asked
+    )
     ledger.set_status(s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(fresh))
     return fresh
 
@@ -234,6 +238,24 @@ def new_approval(
         actions_used=0,
         session_id="",
     )
+
+
+def _granted(
+    run: RunRow,
+    approval: ApprovalRow,
+    grant: tuple[list[str], list[int], scope.Region | None, float, int],
+) -> Scope:
+    """What an approver's answer grants: the approval's scope, narrowed by any field given."""
+    asked = Scope.from_json(approval.requested)
+    if approval.kind != KIND or approval.requested == run.spec.get("scope"):
+        return scope.narrowed(asked, *grant)
+    # Asked again after a kill switch or a lost connection: the scope is the last grant.
+    try:
+        return scope.narrowed(asked, *grant, source="previously granted")
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(
+            f"{exc.message}; a wider scope needs a new desktop request"
+        ) from exc
 
 
 # ------------------------------------------------------------------------------- acting
@@ -438,6 +460,7 @@ class Desktop:
             )
             s.add(run)
             s.flush()
+            quotas.admit(s, who.id)
             approval = new_approval(run, worker_id, asked.to_json(), reason, now)
             s.add(approval)
             ledger.record(s, run, ctx, "run.submitted", owner=who.id, title=run.title, kind=KIND)
@@ -523,7 +546,7 @@ class Desktop:
                         stop_reason=f"approval_denied by {who.name}: {reason or 'no reason given'}",
                     )
             else:
-                granted = scope.narrowed(Scope.from_json(approval.requested), *grant)
+                granted = _granted(run, approval, grant)
                 approval.status = APPROVED
                 approval.granted = granted.to_json()
                 approval.expires_at = ctx.now + granted.ttl

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from coordinator.store import quotas
 from coordinator.store import runs as run_queries
 from coordinator.store.models import JournalRow, ReceiptRow, RunRow
 from shared.errors import DataIntegrityError
@@ -51,6 +52,7 @@ def append(s: Session, run: RunRow, kind: str, data: dict[str, Any]) -> int:
     run.last_seq = seq
     run.last_hash = digest
     run.updated_at = at
+    quotas.charge(s, run.owner_id, len(text))  # ASCII: characters are bytes
     return seq
 
 
@@ -105,25 +107,35 @@ def verify(s: Session, run: RunRow) -> Verification:
 
 
 class JournalBus:
-    """Wakes watchers of a run when its journal grows on this replica.
+    """Wakes watchers of a run when its journal grows on this replica, and waiters for a run's
+    end when it stops (they need no wake-up for every start and receipt on the way).
 
     Watchers also poll the store, so a missed or remote wake-up only delays them.
     """
 
     def __init__(self) -> None:
         self._events: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._stops: dict[str, set[asyncio.Event]] = defaultdict(set)
 
-    def notify(self, run_ids: Sequence[str] | set[str]) -> None:
+    def notify(
+        self, run_ids: Sequence[str] | set[str], stopped: Sequence[str] | set[str] | None = None
+    ) -> None:
+        """`run_ids` grew; `stopped` (by default: any of them, when not known) stopped."""
         for run_id in run_ids:
             for event in self._events.get(run_id, ()):
                 event.set()
+        for run_id in run_ids if stopped is None else stopped:
+            for event in self._stops.get(run_id, ()):
+                event.set()
 
-    def subscribe(self, run_id: str) -> asyncio.Event:
+    def subscribe(self, run_id: str, *, stops_only: bool = False) -> asyncio.Event:
         event = asyncio.Event()
-        self._events[run_id].add(event)
+        (self._stops if stops_only else self._events)[run_id].add(event)
         return event
 
     def unsubscribe(self, run_id: str, event: asyncio.Event) -> None:
-        self._events[run_id].discard(event)
-        if not self._events[run_id]:
-            del self._events[run_id]
+        for events in (self._events, self._stops):
+            if run_id in events:
+                events[run_id].discard(event)
+                if not events[run_id]:
+                    del events[run_id]

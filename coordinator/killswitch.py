@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from coordinator import audit, desktop, ledger
 from coordinator.dispatch import Dispatcher
-from coordinator.ledger import CancelOrder, Context, KillPush, Order
+from coordinator.ledger import Context
+from coordinator.orders import CancelOrder, KillPush, Order
 from coordinator.principals import Principal, Role
 from coordinator.runs import owned_run
 from coordinator.store import Database
@@ -39,9 +40,28 @@ ACK_BATCH = 1024
 
 @dataclass(frozen=True)
 class KillView:
+    """A switch as one caller may see it: an owner sees who engaged or released it only when
+    that was the owner."""
+
     row: KillSwitchRow
     acknowledged: tuple[str, ...]
     unacknowledged: tuple[str, ...]
+    engaged_by: str
+    released_by: str
+
+
+def _shown_by(who: Principal, by: str) -> str:
+    return by if who.role is Role.ADMIN or by == who.id else ""
+
+
+def visible(s: Session, who: Principal, kill: KillSwitchRow) -> bool:
+    """Whether the caller may see the switch: an admin every one; an owner those that stop
+    their work (the fleet's, those of workers their runs asked to control, their runs')."""
+    if who.role is Role.ADMIN or kill.scope == FLEET:
+        return True
+    if kill.scope == WORKER:
+        return queries.owner_uses_worker(s, who.id, kill.target)
+    return run_queries.run_of_owner(s, kill.target, who.id) is not None
 
 
 def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
@@ -115,7 +135,10 @@ class KillSwitches:
         def unit(s: Session, ctx: Context) -> list[Order]:
             made.clear()
             pushes.clear()
-            if scope == RUN:
+            if scope == RUN and who.role is Role.ADMIN:
+                if run_queries.run_for_update(s, run_id) is None:
+                    raise NotFoundError(f"no run {run_id!r}")
+            elif scope == RUN:
                 owned_run(s, who, run_id)
             if scope == WORKER and worker_queries.worker_by_id(s, worker_id) is None:
                 raise NotFoundError(f"no worker {worker_id!r}")
@@ -177,7 +200,7 @@ class KillSwitches:
             return orders + pushes
 
         await self._dispatcher.run_unit(unit)
-        return KillView(made[0], (), tuple(sorted(p.worker_id for p in pushes)))
+        return KillView(made[0], (), tuple(sorted(p.worker_id for p in pushes)), who.id, "")
 
     async def release(
         self, who: Principal, *, kill_id: str, worker_id: str, run_id: str, fleet: bool, reason: str
@@ -199,10 +222,13 @@ class KillSwitches:
             matching = [
                 k
                 for k in queries.engaged_kills(s)
-                if k.id == kill_id
-                or (worker_id and k.scope == WORKER and k.target == worker_id)
-                or (run_id and k.scope == RUN and k.target == run_id)
-                or (fleet and k.scope == FLEET)
+                if (
+                    k.id == kill_id
+                    or (worker_id and k.scope == WORKER and k.target == worker_id)
+                    or (run_id and k.scope == RUN and k.target == run_id)
+                    or (fleet and k.scope == FLEET)
+                )
+                and visible(s, who, k)  # another owner's switch is one that does not exist
             ]
             if not matching:
                 raise NotFoundError("no engaged kill switch matches")
@@ -241,13 +267,18 @@ class KillSwitches:
             return list(pushes)
 
         await self._dispatcher.run_unit(unit)
-        return await self._views(released)
+        return await self._views(released, who)
 
-    async def status(self, include_released: bool) -> list[KillView]:
-        rows = await self._db.read(queries.kills, include_released=include_released)
-        return await self._views(list(rows))
+    async def status(self, who: Principal, include_released: bool) -> list[KillView]:
+        """The switches the caller may see (see `visible`), newest first."""
+        rows = await self._db.read(
+            queries.kills,
+            include_released=include_released,
+            owner_id="" if who.role is Role.ADMIN else who.id,
+        )
+        return await self._views(list(rows), who)
 
-    async def _views(self, rows: Sequence[KillSwitchRow]) -> list[KillView]:
+    async def _views(self, rows: Sequence[KillSwitchRow], who: Principal) -> list[KillView]:
         def unit(s: Session) -> list[KillView]:
             acks = queries.acks(s, [r.id for r in rows])
             online = {
@@ -261,7 +292,15 @@ class KillSwitches:
                 acked = {a.worker_id for a in acks if a.kill_id == row.id and a.engaged == engaged}
                 # A released switch asks nothing more of anyone: only who confirmed it counts.
                 expected = _reached_workers(s, row, frozenset(online)) if engaged else acked
-                views.append(KillView(row, tuple(sorted(acked)), tuple(sorted(expected - acked))))
+                views.append(
+                    KillView(
+                        row,
+                        tuple(sorted(acked)),
+                        tuple(sorted(expected - acked)),
+                        _shown_by(who, row.engaged_by),
+                        _shown_by(who, row.released_by),
+                    )
+                )
             return views
 
         return await self._db.read(unit)

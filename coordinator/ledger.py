@@ -8,7 +8,7 @@ transaction has committed: nothing reaches a worker before the ledger says so du
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,11 @@ from sqlalchemy.orm import Session
 from coordinator import journal
 from coordinator.fleet import WorkerView, view_of
 from coordinator.metrics import Notes
+from coordinator.orders import (
+    DispatchOrder,
+    Order,
+)
+from coordinator.run_kinds import PLAN, RunKind
 from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
@@ -55,108 +60,17 @@ PREVIEW_CHARS = 300
 UNKNOWN_OUTCOME = "unknown_outcome"
 
 
-@dataclass(frozen=True)
-class DispatchOrder:
-    worker_id: str
-    action_id: str
-    run_id: str
-    attempt_id: str
-    epoch: int
-    attempt: int
-    kind: str
-    args_json: str
-    idempotent: bool
-    timeout_seconds: float
-    ready_at: float = 0.0  # when the action could first run: for the dispatch latency metric
-    # Values of {{secret:NAME}} references, for the worker only: never journaled or stored.
-    secrets: dict[str, str] = field(default_factory=dict, repr=False)
-    trace_id: str = ""  # the run's
-    # The attempt's span, set by the replica that sends the order down the worker's stream.
-    traceparent: str = ""
-
-
-@dataclass(frozen=True)
-class CancelOrder:
-    worker_id: str
-    action_id: str
-    attempt_id: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class ReceiptVerdict:
-    worker_id: str
-    action_id: str
-    attempt_id: str
-    accepted: bool
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class KillPush:
-    """A kill switch change for one worker's stream."""
-
-    worker_id: str
-    kill_id: str
-    engaged: bool
-    scope: str
-    target: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class RotateOrder:
-    """Ask a worker's stream to replace its credential (an admin's request)."""
-
-    worker_id: str
-
-
-Order = DispatchOrder | CancelOrder | ReceiptVerdict | KillPush | RotateOrder
-
-
-@dataclass(frozen=True)
-class IncomingArtifact:
-    sha256: str
-    media_type: str
-    data: bytes = field(repr=False)
-    width: int
-    height: int
-
-
-@dataclass(frozen=True)
-class IncomingReceipt:
-    worker_id: str
-    action_id: str
-    run_id: str
-    attempt_id: str
-    epoch: int
-    status: str
-    result_json: str
-    error: str
-    started_at: float
-    finished_at: float
-    artifacts: tuple[IncomingArtifact, ...] = ()
-    traceparent: str = ""  # the worker's span of the attempt
-
-
-@dataclass(frozen=True)
-class Held:
-    """An attempt the worker reported on connect: running, finished (in its outbox), interrupted."""
-
-    action_id: str
-    attempt_id: str
-    epoch: int
-    state: str
-
-
 @dataclass
 class Context:
     """What one transaction needs to know beyond the store."""
 
     lease_ttl: float
     max_attempts: int
+    # What each kind of run adds to the rules (research, desktop, goal), given at wiring.
+    kinds: Mapping[str, RunKind] = field(default_factory=dict)
     now: float = field(default_factory=time.time)
     touched: set[str] = field(default_factory=set)  # runs whose journal grew
+    stopped: set[str] = field(default_factory=set)  # runs that left the active states
     notes: Notes = field(default_factory=Notes)  # for the metrics, once committed
     # Runs this transaction put in line for a worker slot (insertion-ordered): each is tried
     # at least once, so that its state says why it waits.
@@ -177,6 +91,7 @@ class Context:
         self.now = time.time()
         self.notes = Notes()
         self.queued = {}
+        self.stopped = set()
         self.capacity_changed = False
         self._positions = 0
 
@@ -209,6 +124,9 @@ class Context:
         """A place at the back of the line, after every place given out before."""
         self._positions += 1
         return self.now + self._positions * 1e-6
+
+    def kind(self, run: RunRow) -> RunKind:
+        return self.kinds.get(run.kind, PLAN)
 
     def _room(self, worker_id: str) -> int:
         assert self._busy is not None
@@ -250,6 +168,7 @@ def set_status(
     ctx.notes.state_change(s, run, status, stop_reason, waiting[0], ctx.now)
     if status not in ACTIVE:
         run.queued_at = None  # a stopped run leaves the line
+        ctx.stopped.add(run.id)
     run.status, run.stop_reason = status, stop_reason
     run.waiting_code, run.waiting_detail = waiting
     record(
@@ -292,23 +211,6 @@ def queue(run: RunRow, ctx: Context) -> None:
 # Per-worker concurrency: work units of one stage spread over the eligible workers.
 MAX_PER_WORKER = 4
 
-# Run kinds may add a step when a receipt arrives (research picks its sources) and when every
-# action has succeeded (research writes its report): kind -> hook.
-ReceiptHook = Callable[[Session, RunRow, ActionRow, Any, "Context"], None]
-CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], None]
-# A kind may also choose routes itself (research follows the routing policy's ordered routes);
-# a route hook that marks the unit SKIPPED returns (None, SKIPPED, why) and the run moves on.
-RouteHook = Callable[[Session, RunRow, ActionRow, "Context"], tuple[str | None, str, str]]
-# A kind whose run stays open between actions (a desktop session) advances itself, and
-# decides itself what a failed action means for the run.
-AdvanceHook = Callable[[Session, RunRow, "Context"], list["Order"]]
-FailureHook = Callable[[Session, RunRow, ActionRow, "Context"], list["Order"]]
-RECEIPT_HOOKS: dict[str, ReceiptHook] = {}
-COMPLETION_HOOKS: dict[str, CompletionHook] = {}
-ROUTE_HOOKS: dict[str, RouteHook] = {}
-ADVANCE_HOOKS: dict[str, AdvanceHook] = {}
-FAILURE_HOOKS: dict[str, FailureHook] = {}
-
 
 @dataclass(frozen=True)
 class Stage:
@@ -321,17 +223,29 @@ class Stage:
 
 def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     """The run's current stage if it has units to dispatch; otherwise finish or stop the run
-    when that is due, and None."""
-    actions = run_queries.actions_of(s, run.id)
-    unfinished = [a for a in actions if a.status not in DONE]
-    if not unfinished:
-        hook = COMPLETION_HOOKS.get(run.kind)
+    when that is due, and None.
+
+    Reads one stage's rows, not the whole run: the store names the lowest stage it has not seen
+    done, and stages are then checked upwards on the session's rows, which hold this
+    transaction's own changes (a batch of receipts runs without autoflush).
+    """
+    stage = run_queries.first_open_stage(s, run.id)
+    ready = run.created_at
+    if stage is not None:
+        ready = max(ready, run_queries.finished_before(s, run.id, stage) or 0.0)
+    while stage is not None:
+        rows = run_queries.stage_actions(s, run.id, stage)
+        current = [a for a in rows if a.status not in DONE]
+        if current:
+            break
+        ready = max([ready, *(a.finished_at or 0.0 for a in rows)])
+        stage = run_queries.next_stage(s, run.id, stage)
+    else:
+        hook = ctx.kind(run).on_completion
         if hook is not None:
-            hook(s, run, actions, ctx)
+            hook(s, run, run_queries.actions_of(s, run.id), ctx)
         set_status(s, run, ctx, SUCCEEDED, stop_reason="completed: every action succeeded")
         return None
-    stage = min(a.stage for a in unfinished)
-    current = [a for a in unfinished if a.stage == stage]
     stuck = next((a for a in current if a.status not in (PENDING, *IN_FLIGHT)), None)
     if stuck is not None:  # an UNKNOWN or FAILED unit left in an active run: stop safely
         set_status(s, run, ctx, FAILED, stop_reason=f"{label(stuck)} is {stuck.status.lower()}")
@@ -339,7 +253,6 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     pending = [a for a in current if a.status == PENDING]
     if not pending:
         return None
-    ready = max([run.created_at, *(a.finished_at or 0.0 for a in actions if a.stage < stage)])
     return Stage(pending, len(current) - len(pending), ready)
 
 
@@ -352,7 +265,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     """
     if run.status not in ACTIVE:
         return []
-    own = ADVANCE_HOOKS.get(run.kind)
+    own = ctx.kind(run).advance
     if own is not None:
         return own(s, run, ctx)
     if open_stage(s, run, ctx) is None or _budget_stop(s, run, ctx):
@@ -372,9 +285,9 @@ def dispatch_one(s: Session, run: RunRow, ctx: Context) -> tuple[list[Order], bo
     if stage is None or _budget_stop(s, run, ctx):
         run.queued_at = None
         return [], False
-    route = ROUTE_HOOKS.get(run.kind, _plain_route)
+    route = ctx.kind(run).route or _plain_route
     skipped = False
-    for action in stage.pending:
+    for i, action in enumerate(stage.pending):
         worker, code, detail = route(s, run, action, ctx)
         if code == SKIPPED:
             skipped = True
@@ -394,7 +307,8 @@ def dispatch_one(s: Session, run: RunRow, ctx: Context) -> tuple[list[Order], bo
             return [], True
         order = claim(s, run, action, worker, ctx, max(stage.ready_at, action.finished_at or 0.0))
         set_status(s, run, ctx, RUNNING)
-        return [order], True
+        # Later stages wait for this one's receipts, which put the run in line again.
+        return [order], i < len(stage.pending) - 1
     # Every pending unit was skipped: the stage may be over now, or hooks may have added units.
     return dispatch_one(s, run, ctx) if skipped else ([], False)
 

@@ -16,29 +16,24 @@ from coordinator.ledger import (
     ARCHIVE_OVER,
     DISPATCHED,
     FAILED,
-    FAILURE_HOOKS,
     HAND_BACK_TO_HUMAN,
     IN_FLIGHT,
     PENDING,
     PREVIEW_CHARS,
-    RECEIPT_HOOKS,
     RUNNING,
     STARTED,
     UNKNOWN,
     UNKNOWN_OUTCOME,
-    CancelOrder,
     Context,
-    Held,
-    IncomingReceipt,
-    Order,
-    ReceiptVerdict,
     advance,
     label,
     move,
     record,
     set_status,
 )
+from coordinator.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store import desktop as desktop_queries
+from coordinator.store import quotas
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
 from shared.ids import new_id
@@ -183,6 +178,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         traceparent=traced.header() if traced is not None else "",
     )
     s.add(row)
+    quotas.charge(s, run.owner_id, len(body))
     _keep_artifacts(s, run, receipt, result, ctx)
     was_unknown = action.status == UNKNOWN
     succeeded = receipt.status == "succeeded"
@@ -221,11 +217,11 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     if run.status not in ACTIVE:
         return orders
     if succeeded:
-        hook = RECEIPT_HOOKS.get(run.kind)
+        hook = ctx.kind(run).on_receipt
         if hook is not None:
             hook(s, run, action, result, ctx)
         return orders + advance(s, run, ctx)
-    own = FAILURE_HOOKS.get(run.kind)
+    own = ctx.kind(run).on_failure
     if own is not None:
         return orders + own(s, run, action, ctx)
     retryable = receipt.status != "refused" and action.idempotent
@@ -268,6 +264,7 @@ def _keep_artifacts(
                     created_at=ctx.now,
                 )
             )
+            quotas.charge(s, run.owner_id, len(artifact.data))
 
 
 def apply_started(

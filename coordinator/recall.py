@@ -6,7 +6,10 @@ return pages of the archived receipt's original serialized text instead.
 
 from __future__ import annotations
 
+import bisect
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -25,6 +28,13 @@ MAX_PAGE = 65536
 EXCERPT_RADIUS = 80
 EXCERPT_BUDGET = 4000  # characters of excerpts per search response
 SCAN_LIMIT = 2000  # candidate events (see journal_candidates) examined per search call
+# A cursor is "SEQ:OFFSET" as a previous search returned it: both fit the store's 32-bit
+# integers (and the response's int32 fields), so anything larger is a bad cursor, not a query.
+MAX_CURSOR_NUMBER = 2**31 - 1
+CURSOR = re.compile(r"([0-9]{1,10}):([0-9]{1,10})")
+# One JSON escape in the stored (ASCII) text: a backslash and the character it escapes, or
+# \uXXXX. A match may start at an escape, never inside one.
+ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|.)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -68,16 +78,58 @@ def _original_text(s: Session, row: JournalRow) -> tuple[str, bool]:
     return receipt.body, True
 
 
-def _parse_cursor(cursor: str) -> tuple[int, int]:
+def parse_cursor(cursor: str) -> tuple[int, int]:
+    """(seq, offset) where a search resumes: the start for an empty cursor.
+
+    Checked before any query, so that a malformed or out-of-range cursor is the caller's
+    mistake (INVALID_ARGUMENT naming the field), never a store error.
+    """
     if not cursor:
         return 1, 0
-    try:
-        seq, offset = (int(part) for part in cursor.split(":"))
-    except ValueError as exc:
+    found = CURSOR.fullmatch(cursor)
+    seq, offset = (int(found[1]), int(found[2])) if found else (0, -1)
+    if not 1 <= seq <= MAX_CURSOR_NUMBER or not 0 <= offset <= MAX_CURSOR_NUMBER:
         raise InvalidArgumentError(
-            f"cursor: not a cursor from a previous search: {cursor!r}"
-        ) from exc
+            f"cursor: not a cursor from a previous search (SEQ:OFFSET, SEQ from 1 and OFFSET"
+            f" from 0, each at most {MAX_CURSOR_NUMBER}): {cursor[:40]!r}"
+        )
     return seq, offset
+
+
+def needle_of(query: str) -> str:
+    """The query as it appears in stored text: events are canonical ASCII JSON, so quotes,
+    backslashes, control and non-ASCII characters are there as their JSON escapes."""
+    return json.dumps(query, ensure_ascii=True)[1:-1].lower()
+
+
+class _Escapes:
+    """Where the JSON escapes of one stored text are, found once and only if needed."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._starts: list[int] | None = None
+        self._ends: list[int] = []
+
+    def inside(self, pos: int) -> bool:
+        """Whether `pos` falls inside an escape (after its backslash), not at a character."""
+        if self._starts is None:
+            spans = [m.span() for m in ESCAPE.finditer(self._text)]
+            self._starts = [start for start, _ in spans]
+            self._ends = [end for _, end in spans]
+        i = bisect.bisect_left(self._starts, pos) - 1
+        return i >= 0 and self._ends[i] > pos
+
+
+def find_all(haystack: str, needle: str, start: int) -> Iterator[int]:
+    """Offsets of `needle` in `haystack` (both lower-cased JSON text) from `start`, where a
+    match starts at a character of the text: `u00e9` is not found in `caf\\u00e9`, nor `n`
+    in a newline's `\\n`."""
+    escapes = _Escapes(haystack)
+    pos = haystack.find(needle, start)
+    while pos >= 0:
+        if not escapes.inside(pos):
+            yield pos
+        pos = haystack.find(needle, pos + 1)
 
 
 class Recall:
@@ -123,10 +175,8 @@ class Recall:
         limit = limit or 10
         if not 0 < limit <= 100:
             raise InvalidArgumentError("limit: between 1 and 100 matches")
-        start_seq, start_offset = _parse_cursor(cursor)
-        # Events are stored as ASCII JSON: look for the query as it appears inside a JSON
-        # string, so that quotes, newlines and non-ASCII text match their escaped form.
-        needle = json.dumps(query, ensure_ascii=True)[1:-1].lower()
+        start_seq, start_offset = parse_cursor(cursor)
+        needle = needle_of(query)
 
         def unit(s: Session) -> SearchPage:
             owned_run(s, who, run_id)
@@ -142,8 +192,8 @@ class Recall:
                     scanned += 1
                     text, _ = _original_text(s, row)
                     haystack = text.lower()
-                    pos = haystack.find(needle, start_offset if row.seq == start_seq else 0)
-                    while pos >= 0:
+                    start = start_offset if row.seq == start_seq else 0
+                    for pos in find_all(haystack, needle, start):
                         lo, hi = max(0, pos - EXCERPT_RADIUS), pos + len(needle) + EXCERPT_RADIUS
                         excerpt = text[lo:hi]
                         if len(excerpt) > budget:
@@ -152,7 +202,6 @@ class Recall:
                             return SearchPage(tuple(matches), f"{row.seq}:{pos}", True, False)
                         budget -= len(excerpt)
                         matches.append(Match(row.seq, row.kind, pos, excerpt))
-                        pos = haystack.find(needle, pos + 1)
                     after = row.seq
             more = bool(run_queries.journal_candidates(s, run_id, after, needle, 1))
             return SearchPage(tuple(matches), f"{after + 1}:0" if more else "", more, False)

@@ -20,9 +20,10 @@ from coordinator import capabilities, journal, ledger
 from coordinator import timeline as timelines
 from coordinator.dispatch import Dispatcher
 from coordinator.journal import JournalBus
-from coordinator.ledger import CancelOrder, Context, Order
+from coordinator.ledger import Context
+from coordinator.orders import CancelOrder, Order
 from coordinator.principals import Principal
-from coordinator.store import Database
+from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, GuidanceRow, JournalRow, RunRow
@@ -40,6 +41,7 @@ from shared.text import refuse_control
 
 MAX_ACTIONS_PER_PLAN = 1000
 MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
+MAX_PLAN_CHARS = 8 * 1024 * 1024  # all of a plan's arguments, intents and title together
 DEFAULT_MAX_SECONDS = 3600.0
 DEFAULT_ACTION_TIMEOUT = 60.0
 GUIDANCE_CHARS = 4000
@@ -170,12 +172,14 @@ def _limits_checked(plan: Plan) -> None:
             raise InvalidArgumentError(f"limits.{name}: between 0 and {high:g} (0 = default)")
 
 
-def _validate(plan: Plan) -> dict[str, Any]:
+def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
+    """The run's limits, and the bytes its plan stores (ASCII JSON arguments, intents, title)."""
     _text("title", plan.title, MAX_TITLE_CHARS)
     if not plan.actions:
         raise InvalidArgumentError("actions: a plan needs at least one action")
     if len(plan.actions) > MAX_ACTIONS_PER_PLAN:
         raise InvalidArgumentError(f"actions: at most {MAX_ACTIONS_PER_PLAN} per plan")
+    size = len(plan.title.encode())
     for i, action in enumerate(plan.actions):
         if not KIND.fullmatch(action.kind):
             raise InvalidArgumentError(
@@ -187,8 +191,15 @@ def _validate(plan: Plan) -> dict[str, Any]:
             f"actions[{i}]", action.kind, action.args, by_coordinator=plan.kind != "plan"
         )
         _text(f"actions[{i}].intent", action.intent, MAX_INTENT_CHARS)
-        if len(encode_result(action.args)) > MAX_ARGS_CHARS:
+        args = len(encode_result(action.args))
+        if args > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
+        size += args + len(action.intent.encode())
+        if size > MAX_PLAN_CHARS:
+            raise InvalidArgumentError(
+                f"actions: the plan is larger than {MAX_PLAN_CHARS} bytes at actions[{i}]"
+                " (arguments, intents and title together): split it into several runs"
+            )
         _route_checked(f"actions[{i}].route", action.route)
     _limits_checked(plan)
     n = len(plan.actions)
@@ -205,7 +216,7 @@ def _validate(plan: Plan) -> dict[str, Any]:
         "estimate_seconds": min(plan.estimate_seconds or max_seconds, max_seconds),
         "action_timeout_seconds": plan.action_timeout or DEFAULT_ACTION_TIMEOUT,
     }
-    return limits
+    return limits, size
 
 
 def check_url(field: str, url: object, *, template: bool = False) -> str:
@@ -359,7 +370,7 @@ class Runs:
                 for i, a in enumerate(plan.actions)
             ),
         )
-        limits = _validate(plan)
+        limits, size = _validate(plan)
         stages = plan.stages or tuple(range(len(plan.actions)))
         now = time.time()
         run_id = new_id("run")
@@ -380,6 +391,9 @@ class Runs:
             )
             s.add(run)
             s.flush()
+            # The owner's limits are checked as this transaction commits (coordinator/quota.py).
+            quotas.admit(s, owner.id)
+            quotas.charge(s, owner.id, size)
             for i, p in enumerate(plan.actions):
                 s.add(
                     ledger.new_action(
@@ -445,8 +459,9 @@ class Runs:
 
     async def wait(self, owner: Principal, run_id: str, timeout: float) -> RunView:  # noqa: ASYNC109
         deadline = time.monotonic() + timeout
-        # Subscribed before reading, so a change between the read and the wait still wakes us.
-        wake = self._bus.subscribe(run_id)
+        # Subscribed before reading, so a change between the read and the wait still wakes us;
+        # only the run's end wakes it, not each start and receipt on the way.
+        wake = self._bus.subscribe(run_id, stops_only=True)
         try:
             while True:
                 wake.clear()
@@ -505,6 +520,7 @@ class Runs:
             for action in run_queries.actions_of(s, run_id):
                 if action.status in ("FAILED", ledger.UNKNOWN):
                     action.status = ledger.PENDING
+            quotas.admit(s, run.owner_id)  # active again: it needs room under the limits
             ledger.record(s, run, ctx, "run.retry", by=who.id)
             ledger.set_status(s, run, ctx, ledger.RUNNING, cause=f"retry by {who.name}")
             return ledger.advance(s, run, ctx)

@@ -156,28 +156,33 @@ def narrowed(
     region: Region | None,
     ttl: float,
     max_actions: int,
+    *,
+    source: str = "requested",
 ) -> Scope:
-    """The scope an approver grants: what was asked, narrowed by any field given; never wider."""
+    """The scope an approver grants: what was asked, narrowed by any field given; never wider.
+
+    `source` says in refusals what `asked` is ("requested", "previously granted").
+    """
     granted = asked
     if actions:
         wider = [a for a in actions if a not in asked.actions]
         if wider:
             raise InvalidArgumentError(
-                f"scope.actions: {', '.join(wider)} was not requested; an approval only narrows"
+                f"scope.actions: {', '.join(wider)} was not {source}; an approval only narrows"
             )
         granted = replace(granted, actions=tuple(dict.fromkeys(actions)))
     if displays:
         wider_d = [d for d in displays if d not in asked.displays]
         if wider_d:
             raise InvalidArgumentError(
-                f"scope.displays: {wider_d} was not requested; an approval only narrows"
+                f"scope.displays: {wider_d} was not {source}; an approval only narrows"
             )
         granted = replace(granted, displays=tuple(sorted(set(displays))))
     if region is not None:
         _region_checked(region)
         if asked.region is not None and not region.within(asked.region):
             raise InvalidArgumentError(
-                f"scope.region: {region} is not inside the requested {asked.region}"
+                f"scope.region: {region} is not inside the {source} {asked.region}"
             )
         granted = replace(granted, region=region)
     if ttl:
@@ -186,7 +191,7 @@ def narrowed(
     if max_actions:
         if max_actions < 0 or max_actions > asked.max_actions:
             raise InvalidArgumentError(
-                f"scope.max_actions: at most the requested {asked.max_actions}"
+                f"scope.max_actions: at most the {source} {asked.max_actions}"
             )
         granted = replace(granted, max_actions=max_actions)
     return granted

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
+from shared.errors import InvalidArgumentError
+
+# Per-owner limits (coordinator/quota.py); an admin overrides them per owner. 0: no limit.
+DEFAULT_OWNER_MAX_ACTIVE_RUNS = 200
+DEFAULT_OWNER_MAX_STORED_BYTES = 5 * 1024**3
 
 
 @dataclass(frozen=True)
@@ -14,22 +20,30 @@ class CoordinatorConfig:
     db_url: str
     listen: str = "127.0.0.1:50051"
     replica: str = socket.gethostname()
-    # A worker heartbeats every `heartbeat_interval`; it is offline once `lease_ttl` passes
-    # without one. The ttl spans several heartbeats so that one late beat is not an outage.
+    # Every `heartbeat_interval` gRPC's core pings each worker stream; a worker that has not
+    # answered by `lease_ttl` is cut off and goes offline. The ttl spans several pings so that
+    # one late answer is not an outage. Attempt leases are renewed once per interval.
     heartbeat_interval: float = 5.0
     lease_ttl: float = 15.0
-    # Renewals are gathered and written in one statement per flush: one write per worker per
-    # heartbeat would cost a commit each at fleet scale.
+    # Connects and disconnects that failed to be written are tried again after this long.
     lease_flush_interval: float = 0.25
     # Failed authentications one host may make per minute before it is refused a while (0: no
     # limit). Per replica.
     auth_failures_per_minute: int = DEFAULT_AUTH_FAILURES
+    # Runs one owner may have in flight, and bytes their runs may store, before a new run is
+    # refused (RESOURCE_EXHAUSTED). 0: no limit.
+    owner_max_active_runs: int = DEFAULT_OWNER_MAX_ACTIVE_RUNS
+    owner_max_stored_bytes: int = DEFAULT_OWNER_MAX_STORED_BYTES
     # Each replica looks for orders other replicas left for its streams this often; on
     # PostgreSQL a notification wakes it sooner, so this only bounds a missed one.
     relay_poll_interval: float = 1.0
     enrollment_token_ttl: float = 3600.0
     # The recovery sweep resumes saved work: expired leases, overdue attempts, waiting runs.
     sweep_interval: float = 120.0
+    # While runs wait in line, the line is also served this often: events (receipts, timeouts,
+    # connects, undrains) give freed slots out at once; this catches capacity that no event
+    # announces, such as a worker whose presence lease lapsed under load and was renewed.
+    line_check_interval: float = 1.0
     # Automatic attempts of an idempotent action before the run stops for a person.
     max_attempts: int = 3
     # Research and browser actions may reach loopback and private addresses (tests, demo).
@@ -54,3 +68,15 @@ class CoordinatorConfig:
     worker_cert_days: float = 30.0  # short: a stolen key is only good until the next renewal
     plaintext: bool = False  # the operator accepts plaintext on a non-loopback address
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None: none
+
+
+SIZE = re.compile(r"([0-9]+)\s*(|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)", re.IGNORECASE)
+UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def parse_size(field: str, text: str) -> int:
+    """Bytes from `N`, `NKiB`, `NMiB`, `NGiB` or `NTiB` (K, M, G, T alone are binary too)."""
+    found = SIZE.fullmatch(text.strip())
+    if found is None:
+        raise InvalidArgumentError(f"{field}: a size such as 500MiB or 2GiB (got {text[:40]!r})")
+    return int(found[1]) * int(1024 ** UNITS[found[2][:1].lower()])

@@ -155,6 +155,35 @@ def _whoami_code(coordinator: CoordinatorProcess, credential: str) -> grpc.Statu
     return grpc.StatusCode.OK
 
 
+def test_rotating_an_offline_worker_needs_the_flag_that_says_so(
+    coordinator: CoordinatorProcess,
+) -> None:
+    worker = WorkerProcess(coordinator, "w")
+    assert worker.enroll().returncode == 0
+    file = worker.state_dir / "credential"
+    first = file.read_text().strip()
+    refused = coordinator.cli("workers", "rotate", worker.worker_id, check=False)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert refused.stderr.startswith(f"deskfleet: worker {worker.worker_id} is not connected:")
+    assert "revoke the worker and enroll it again" in refused.stderr
+    assert refused.stderr.strip().endswith("to rotate anyway, use --while-offline")
+    # The refusal asked nothing of the worker: it connects and keeps its credential.
+    try:
+        worker.start().wait_online()
+        time.sleep(1.5)
+        assert file.read_text().strip() == first
+        assert _whoami_code(coordinator, first) == grpc.StatusCode.OK
+    finally:
+        worker.stop()
+    assert [e["action"] for e in _audit(coordinator)] == ["token.create"]
+    # Said so, it is asked in the worker's next welcome (and the audit entry says how).
+    wait_until(lambda: not worker.row()["online"], 20, 0.1, "the worker offline")
+    done = coordinator.cli("workers", "rotate", "--while-offline", worker.worker_id)
+    assert "will be given a new credential when it next connects" in done.stdout
+    entry = _audit(coordinator)[-1]
+    assert (entry["action"], entry["detail"]["while_offline"]) == ("worker.rotate", True)
+
+
 def test_a_worker_credential_rotates_online_and_when_it_next_connects(
     coordinator: CoordinatorProcess,
 ) -> None:
@@ -179,9 +208,9 @@ def test_a_worker_credential_rotates_online_and_when_it_next_connects(
         )
         assert _whoami_code(coordinator, second) == grpc.StatusCode.OK
 
-        # Offline: the request waits for the worker's next welcome.
+        # Offline, and said so: the request waits for the worker's next welcome.
         worker.stop()
-        coordinator.cli("workers", "rotate", worker.worker_id)
+        coordinator.cli("workers", "rotate", "--while-offline", worker.worker_id)
         assert file.read_text().strip() == second
         worker.start()
         third = wait_until(

@@ -155,6 +155,92 @@ def test_negative_uses_are_refused_by_the_coordinator(
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown root" in details
 
 
+# ------------------------------------------------------------------- kill switch visibility
+
+
+def _switches(
+    coordinator: CoordinatorProcess, token_file: Path | None = None
+) -> dict[str, dict[str, Any]]:
+    doc = coordinator.cli_json("kill", "status", "--all", token_file=token_file)
+    return {k["id"]: k for k in doc["switches"]}
+
+
+def test_owners_see_the_kill_switches_that_stop_their_work_and_no_one_elses(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    desks = {name: WorkerProcess(coordinator, name) for name in ("desk-a", "desk-b")}
+    for desk in desks.values():
+        assert desk.enroll().returncode == 0
+    owners: dict[str, tuple[str, Path]] = {}
+    runs: dict[str, str] = {}
+    for name, desk in zip(("ann", "bob"), desks.values(), strict=True):
+        user = coordinator.cli_json("users", "create", name)
+        token_file = tmp_path / f"{name}.token"
+        token_file.write_text(user["token"])
+        owners[name] = (user["id"], token_file)
+        runs[name] = coordinator.cli_json(
+            "desktop", "request", "--worker", desk.worker_id, "--action", "screenshot",
+            "--reason", f"{name} works here", token_file=token_file,
+        )["id"]  # fmt: skip
+    admin_id = coordinator.cli_json("whoami")["id"]
+    ann_id, ann = owners["ann"]
+    bob_id, bob = owners["bob"]
+
+    def engage(*target: str, token_file: Path | None = None) -> str:
+        reason = f"stop {' '.join(target) or 'the fleet'}, said {token_file or 'admin'}"
+        switch = coordinator.cli_json("kill", "engage", *target, "--reason", reason,
+                                      token_file=token_file)  # fmt: skip
+        return str(switch["id"])
+
+    fleet = engage()
+    worker_a = engage("--worker", desks["desk-a"].worker_id)
+    worker_b = engage("--worker", desks["desk-b"].worker_id)
+    run_a = engage("--run", runs["ann"], token_file=ann)
+    run_b = engage("--run", runs["bob"], token_file=bob)
+    run_a_by_admin = engage("--run", runs["ann"])
+    # Neither owner can stop or release the other's run, nor learn that a switch is there.
+    for target in (("--run", runs["bob"]), ("--id", run_b)):
+        done = coordinator.cli("kill", "release", *target, token_file=ann, check=False)
+        assert (done.returncode, done.stderr) == (
+            4,
+            "deskfleet: no engaged kill switch matches\n",
+        )
+    done = coordinator.cli("kill", "engage", "--run", runs["bob"], "--reason", "x",
+                           token_file=ann, check=False)  # fmt: skip
+    assert (done.returncode, done.stderr) == (4, f"deskfleet: no run {runs['bob']!r}\n")
+    refused = coordinator.cli("kill", "release", "--fleet", token_file=ann, check=False)
+    assert refused.returncode == 3 and "only an admin releases" in refused.stderr
+    # A released switch of one's own stays in one's history, and only there.
+    coordinator.cli("kill", "release", "--id", run_a, "--reason", "mine", token_file=ann)
+
+    everything = _switches(coordinator)
+    assert set(everything) == {fleet, worker_a, worker_b, run_a, run_b, run_a_by_admin}
+    assert everything[run_b]["engagedBy"] == bob_id
+    assert everything[run_a]["releasedBy"] == ann_id
+    seen = {"ann": _switches(coordinator, ann), "bob": _switches(coordinator, bob)}
+    assert set(seen["ann"]) == {fleet, worker_a, run_a, run_a_by_admin}
+    assert set(seen["bob"]) == {fleet, worker_b, run_b}
+    for name, switches in seen.items():
+        own_id = owners[name][0]
+        for kill_id, switch in switches.items():
+            full = everything[kill_id]
+            # What stops an owner's work is shown in full, with its reason and time ...
+            for key in ("scope", "target", "reason", "engagedAt", "engaged"):
+                assert switch.get(key) == full.get(key), (name, kill_id, key)
+            # ... but who engaged or released it only when that was the owner.
+            for key in ("engagedBy", "releasedBy"):
+                assert switch.get(key, "") == (full.get(key) if full.get(key) == own_id else "")
+    assert seen["ann"][run_a]["engagedBy"] == ann_id
+    assert seen["ann"][run_a]["releasedBy"] == ann_id
+    assert seen["ann"][run_a_by_admin].get("engagedBy", "") == ""
+    text = coordinator.cli("kill", "status", "--all", token_file=ann).stdout
+    assert runs["bob"] not in text and bob_id not in text and admin_id not in text
+    assert "said " + str(bob) not in text and desks["desk-b"].worker_id not in text
+    # Engaged only: the same rule.
+    engaged = coordinator.cli_json("kill", "status", token_file=bob)["switches"]
+    assert {k["id"] for k in engaged} == {fleet, worker_b, run_b}
+
+
 # ---------------------------------------------------------------------------- the matrix
 
 ROLES = ("admin", "owner", "worker", "anonymous")

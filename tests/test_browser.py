@@ -202,3 +202,58 @@ def test_a_malformed_policy_is_refused_naming_the_field(browser: ActionRegistry,
         with pytest.raises(ActionRefused, match=field) as caught:
             act(browser, "browser.fetch", {"url": f"{site}/", "policy": policy})
         assert caught.value.code == "invalid_argument"
+
+
+def test_a_denied_host_is_refused_however_a_redirect_spells_it(browser: ActionRegistry) -> None:
+    """Python's URL parser and Chromium's disagree on these spellings of 127.0.0.1: the
+    decision is made on the host Chromium connects to, so the denied server sees nothing."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    denied = socket.socket()
+    denied.bind(("127.0.0.1", 0))
+    denied.listen(8)
+    port = denied.getsockname()[1]
+    accepted: list[object] = []
+
+    def accept() -> None:
+        while True:
+            conn, _ = denied.accept()
+            accepted.append(conn.recv(200))
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<p>LOOPBACK</p>")
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    forms = [
+        f"http://%31%32%37.0.0.1:{port}/",
+        f"http://127.0.0.1:{port}\\@x/",
+        f"http://0x7f000001:{port}/",
+        f"http://127.1:{port}/",
+    ]
+
+    class Redirect(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", forms[int(self.path[1:])])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    policy = {**LOCAL, "deny_domains": ["127.0.0.1"]}
+    try:
+        for i in range(len(forms)):
+            start = f"http://127.0.0.2:{server.server_address[1]}/{i}"
+            page = act(browser, "browser.fetch", {"url": start, "policy": policy})
+            assert page["outcome"] == "refused", (forms[i], page)
+            assert page["reason"].endswith("domain 127.0.0.1 is denied by the policy")
+            assert "LOOPBACK" not in page["text"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        denied.close()
+    assert accepted == []

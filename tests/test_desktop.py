@@ -323,6 +323,51 @@ def test_the_kill_switch_stops_typing_and_holds_until_released_and_reapproved(
     assert "kill.engaged" in kinds and "kill.released" in kinds
 
 
+def test_reapproval_after_a_kill_switch_asks_for_the_narrowed_grant_not_the_request(
+    coordinator: CoordinatorProcess, desk: WorkerProcess
+) -> None:
+    run = request(coordinator, desk, "--max-actions", "40", "--ttl", "20m")
+    narrowing = ("--action", "screenshot", "--action", "cursor_position", "--region")
+    granted = approve(coordinator, run["id"], *narrowing, "600x400+0+0", "--max-actions", "5")
+    assert granted["granted"]["actions"] == ["screenshot", "cursor_position"]
+    ok(coordinator, run["id"], "cursor_position")
+    coordinator.cli("kill", "engage", "--worker", desk.worker_id, "--reason", "look again")
+    coordinator.cli("kill", "release", "--worker", desk.worker_id, "--reason", "done")
+    pending = coordinator.cli_json("approvals", "list")["approvals"]
+    [again] = [a for a in pending if a["runId"] == run["id"]]
+    assert again["id"] != granted["id"]
+    # The re-ask carries the last grant (its size, not what was left of it), not the request.
+    assert again["requested"] == granted["granted"], again
+    detail = coordinator.cli_json("runs", "show", run["id"])["waiting"]["detail"]
+    assert "actions screenshot,cursor_position on display 0 in region 600x400+0+0" in detail
+    # Wider flags are refused, naming what was granted, and change nothing.
+    for wider, message in (
+        (("--action", "key"), "scope.actions: key was not previously granted"),
+        (
+            ("--region", "800x600+0+0"),
+            "scope.region: 800x600+0+0 is not inside the previously granted 600x400+0+0",
+        ),
+        (("--max-actions", "6"), "scope.max_actions: at most the previously granted 5"),
+        (("--ttl", "30m"), "scope.ttl: between 0 and 1200 seconds"),
+    ):
+        done = coordinator.cli("approvals", "approve", again["id"], *wider, check=False)
+        assert done.returncode == 2, (wider, done.stderr)
+        assert done.stderr.startswith(f"deskfleet: {message}"), (wider, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert [a["id"] for a in coordinator.cli_json("approvals", "list")["approvals"]] == [
+        again["id"]
+    ]
+    # A plain approve grants the narrowed scope again, and only it.
+    plain = coordinator.cli_json("approvals", "approve", again["id"])
+    assert plain["granted"] == granted["granted"]
+    assert refused(coordinator, run["id"], "key", "--key", "Return")["code"] == "out_of_scope"
+    x, y = center(FIELD)
+    assert refused(coordinator, run["id"], "left_click", "--x", x, "--y", y)["code"] == (
+        "out_of_scope"
+    )
+    ok(coordinator, run["id"], "screenshot")
+
+
 def test_a_worker_cut_off_from_its_coordinator_stops_input(
     coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
 ) -> None:

@@ -10,10 +10,12 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from coordinator.admin_cli import desktop_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.completion import SHELLS, completion_help, completion_script
+from coordinator.settings import parse_size
 from shared import __version__, tracing
 from shared.config import (
     DEFAULT_COORDINATOR,
@@ -88,6 +90,66 @@ def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
         print(doc["token"])
 
 
+def _limit_value(field: str, text: str | None) -> int | None:
+    """`--max-...`: None (unchanged), -1 for `default`, 0 for `none`, or the number."""
+    if text is None:
+        return None
+    word = text.strip().lower()
+    if word == "default":
+        return -1
+    if word in ("none", "0"):
+        return 0
+    return parse_size(field, text) if "bytes" in field else _count(field, text)
+
+
+def _count(field: str, text: str) -> int:
+    if not text.strip().isdigit() or not text.strip().isascii():
+        raise InvalidArgumentError(f"{field}: a number, `none` (no limit) or `default`")
+    return int(text)
+
+
+def _users_limits(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    runs = _limit_value("--max-active-runs", args.max_active_runs)
+    stored = _limit_value("--max-stored-bytes", args.max_stored_bytes)
+    if runs is None and stored is None:
+        answer = client.call(
+            client.admin.GetUserLimits, admin_pb2.GetUserLimitsRequest(name=args.name)
+        )
+    else:
+        request = admin_pb2.SetUserLimitsRequest(name=args.name)
+        if runs is not None:
+            request.max_active_runs = runs
+        if stored is not None:
+            request.max_stored_bytes = stored
+        answer = client.call(client.admin.SetUserLimits, request)
+    doc = {
+        "userId": answer.user_id,
+        "name": answer.name,
+        "activeRuns": answer.active_runs,
+        "storedBytes": answer.stored_bytes,
+        "maxActiveRuns": answer.max_active_runs,
+        "maxStoredBytes": answer.max_stored_bytes,
+        "maxActiveRunsSet": answer.max_active_runs_set,
+        "maxStoredBytesSet": answer.max_stored_bytes_set,
+    }
+    if args.json:
+        render.print_json(doc)
+        return
+
+    def limit(value: int, overridden: bool) -> str:
+        return ("no limit" if value == 0 else str(value)) + ("" if overridden else " (default)")
+
+    print(f"user {answer.user_id} ({answer.name})")
+    print(
+        f"  runs in flight  {answer.active_runs} of"
+        f" {limit(answer.max_active_runs, answer.max_active_runs_set)}"
+    )
+    print(
+        f"  stored bytes    {answer.stored_bytes} of"
+        f" {limit(answer.max_stored_bytes, answer.max_stored_bytes_set)}"
+    )
+
+
 def _whoami(client: CoordinatorClient, args: argparse.Namespace) -> None:
     me = render.as_dict(client.call(client.admin.WhoAmI, admin_pb2.WhoAmIRequest()))
     if args.json:
@@ -137,32 +199,72 @@ def _audit(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 def _status(client: CoordinatorClient, args: argparse.Namespace) -> None:
     doc = render.as_dict(
-        client.call(client.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest())
+        client.call(
+            client.fleet.GetWorkerStatus,
+            fleet_pb2.GetWorkerStatusRequest(limit=args.limit, page_token=args.page_token),
+        )
     )
+    doc.setdefault("nextPageToken", "")
     if args.json:
         render.print_json(doc)
         return
+    by_replica = ", ".join(f"{r['replica']}: {r.get('online', 0)}" for r in doc.get("replicas", []))
     print(
         f"headless online: {doc['headlessOnline']}    "
-        f"computer use online: {doc['computerUseOnline']}"
+        f"computer use online: {doc['computerUseOnline']}    "
+        f"online: {doc.get('online', 0)}{f' ({by_replica})' if by_replica else ''}"
     )
     if doc["workers"]:
         print()
         print(render.worker_rows(doc["workers"]))
+    _more(doc, "status")
 
 
 def _workers_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    doc = render.as_dict(
-        client.call(
-            client.fleet.ListWorkers, fleet_pb2.ListWorkersRequest(include_revoked=args.all)
-        )
+    request = fleet_pb2.ListWorkersRequest(
+        include_revoked=args.all,
+        limit=args.limit,
+        page_token=args.page_token,
+        state=args.state,
+        capability=args.capability,
+        replica=args.replica,
     )
+    if args.online is not None:
+        request.online = args.online
+    doc = render.as_dict(client.call(client.fleet.ListWorkers, request))
+    doc.setdefault("nextPageToken", "")
     if args.json:
         render.print_json(doc)
     elif doc["workers"]:
         print(render.worker_rows(doc["workers"]))
+        _more(doc, "workers list")
+    elif (
+        args.page_token or args.state or args.capability or args.replica or args.online is not None
+    ):
+        print("no workers match")
     else:
         print("no workers enrolled (create a token with `deskfleet tokens create`)")
+
+
+def _more(doc: dict[str, Any], command: str) -> None:
+    if doc["nextPageToken"]:
+        print(
+            f"(first {len(doc['workers'])} workers: the next ones with"
+            f" `deskfleet {command} --page-token {doc['nextPageToken']}`)"
+        )
+
+
+def _paged(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="workers a page (default 100, at most 1000)",
+    )
+    parser.add_argument(
+        "--page-token", default="", metavar="T", help="the next page: a previous nextPageToken"
+    )
 
 
 def _worker_action(rpc: str, verb: str) -> Command:
@@ -179,10 +281,30 @@ def _worker_action(rpc: str, verb: str) -> Command:
     return run
 
 
+def _workers_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    info = client.call(
+        client.fleet.RotateWorker,
+        fleet_pb2.RotateWorkerRequest(id=args.id, while_offline=args.while_offline),
+    )
+    doc = render.as_dict(info)
+    if args.json:
+        render.print_json(doc)
+    elif doc.get("online"):
+        print(f"worker {doc['id']} ({doc['name']}) asked for a new credential")
+    else:
+        print(
+            f"worker {doc['id']} ({doc['name']}) will be given a new credential when it next"
+            " connects"
+        )
+
+
 def _mcp(client: CoordinatorClient, args: argparse.Namespace) -> None:
     from coordinator.admin_cli import mcp_server  # the SDK takes a second or two to import
 
     mcp_server.serve(client)
+
+
+WORKER_ID_HELP = "the worker's id (deskfleet workers list)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -276,7 +398,27 @@ def _parser() -> argparse.ArgumentParser:
         "--save", type=Path, metavar="FILE", help="write the new token to FILE (0600) instead"
     )
 
-    leaf(sub, "status", _status, "fleet status: workers online by capability")
+    ulimits = leaf(
+        users,
+        "limits",
+        _users_limits,
+        "a user's limits and usage (default: your own); admins set them with the options",
+    )
+    ulimits.add_argument(
+        "name", nargs="?", default="", metavar="USER", help="a user's name or id (admins)"
+    )
+    ulimits.add_argument(
+        "--max-active-runs",
+        metavar="N",
+        help="runs in flight before a new one is refused; `none` (0): no limit; `default`",
+    )
+    ulimits.add_argument(
+        "--max-stored-bytes",
+        metavar="SIZE",
+        help="bytes the user's runs may store, e.g. 500MiB, 2GiB; `none` (0); `default`",
+    )
+
+    _paged(leaf(sub, "status", _status, "fleet status: workers online by capability"))
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
     audit = leaf(sub, "audit", _audit, "administrative acts: who did what, when, from where")
     audit.add_argument(
@@ -305,21 +447,46 @@ def _parser() -> argparse.ArgumentParser:
     )
     wlist = leaf(workers, "list", _workers_list, "list enrolled workers")
     wlist.add_argument("--all", action="store_true", help="include revoked workers")
+    _paged(wlist)
+    wlist.add_argument(
+        "--state",
+        default="",
+        choices=("active", "draining", "revoked"),
+        help="only workers in this state",
+    )
+    wlist.add_argument(
+        "--capability", default="", choices=("headless", "computer_use"), help="offering it now"
+    )
+    wlist.add_argument("--replica", default="", metavar="REPLICA", help="streaming to this replica")
+    online = wlist.add_mutually_exclusive_group()
+    online.add_argument(
+        "--online", dest="online", action="store_true", default=None, help="only online workers"
+    )
+    online.add_argument(
+        "--offline", dest="online", action="store_false", help="only offline workers"
+    )
     for name, rpc, verb, help_text in (
         ("show", "GetWorker", "", "one worker in detail, with capability reasons"),
         ("revoke", "RevokeWorker", "revoked", "disconnect the worker and refuse it from now on"),
         ("drain", "DrainWorker", "draining: no new work will reach it", "stop new work for it"),
         ("undrain", "UndrainWorker", "active again", "let new work reach it again"),
-        (
-            "rotate",
-            "RotateWorker",
-            "asked for a new credential (now if connected, else when it next connects)",
-            "replace the worker's credential; the old one stops once the new one is used",
-        ),
     ):
         leaf(workers, name, _worker_action(rpc, verb), help_text).add_argument(
-            "id", metavar="WORKER_ID", help="the worker's id (deskfleet workers list)"
+            "id", metavar="WORKER_ID", help=WORKER_ID_HELP
         )
+    wrotate = leaf(
+        workers,
+        "rotate",
+        _workers_rotate,
+        "replace a connected worker's credential; the old one stops once the new one is used",
+    )
+    wrotate.add_argument("id", metavar="WORKER_ID", help=WORKER_ID_HELP)
+    wrotate.add_argument(
+        "--while-offline",
+        action="store_true",
+        help="the worker is not connected: give the new credential to whoever next connects"
+        " with the current one (never for a stolen credential: revoke and enroll again)",
+    )
 
     completion = sub.add_parser(
         "completion",

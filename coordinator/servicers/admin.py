@@ -9,6 +9,7 @@ import grpc
 
 from coordinator import activity, audit, enrollment
 from coordinator.principals import Authenticator, NewUser, Role, create_user, rotate_user
+from coordinator.quota import Quotas, QuotaView
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
@@ -20,10 +21,13 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, db: Database, config: CoordinatorConfig, auth: Authenticator) -> None:
+    def __init__(
+        self, db: Database, config: CoordinatorConfig, auth: Authenticator, quotas: Quotas
+    ) -> None:
         self._db = db
         self._config = config
         self._auth = auth
+        self._quotas = quotas
 
     async def CreateEnrollmentToken(
         self, request: admin_pb2.CreateEnrollmentTokenRequest, context: Context
@@ -115,6 +119,22 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             fleet_wide=now.fleet_wide,
         )
 
+    async def GetUserLimits(
+        self, request: admin_pb2.GetUserLimitsRequest, context: Context
+    ) -> admin_pb2.UserLimits:
+        return _limits(await self._quotas.view(current_principal(), request.name))
+
+    async def SetUserLimits(
+        self, request: admin_pb2.SetUserLimitsRequest, context: Context
+    ) -> admin_pb2.UserLimits:
+        view = await self._quotas.set(
+            audit.actor(current_principal()),
+            request.name,
+            request.max_active_runs if request.HasField("max_active_runs") else None,
+            request.max_stored_bytes if request.HasField("max_stored_bytes") else None,
+        )
+        return _limits(view)
+
     async def WhoAmI(
         self, request: admin_pb2.WhoAmIRequest, context: Context
     ) -> admin_pb2.Principal:
@@ -132,4 +152,17 @@ def _user(user: NewUser) -> admin_pb2.User:
         role=user.principal.role.value,
         token=user.secret,
         created_at=to_timestamp(user.created_at),
+    )
+
+
+def _limits(view: QuotaView) -> admin_pb2.UserLimits:
+    return admin_pb2.UserLimits(
+        user_id=view.owner_id,
+        name=view.name,
+        active_runs=view.active_runs,
+        stored_bytes=view.stored_bytes,
+        max_active_runs=view.limits.max_active_runs,
+        max_stored_bytes=view.limits.max_stored_bytes,
+        max_active_runs_set=view.overridden[0],
+        max_stored_bytes_set=view.overridden[1],
     )

@@ -213,10 +213,10 @@ def kill_message(view: KillView) -> desktop_pb2.KillSwitch:
         scope=row.scope,
         target=row.target,
         reason=row.reason,
-        engaged_by=row.engaged_by,
+        engaged_by=view.engaged_by,
         engaged_at=to_timestamp(row.engaged_at),
         engaged=row.released_at is None,
-        released_by=row.released_by,
+        released_by=view.released_by,
         released_at=to_timestamp(row.released_at),
         acknowledged=list(view.acknowledged),
         unacknowledged=list(view.unacknowledged),
@@ -255,5 +255,5 @@ class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
     async def Status(
         self, request: desktop_pb2.KillStatusRequest, context: Context
     ) -> desktop_pb2.KillStatusResponse:
-        views = await self._kills.status(request.include_released)
+        views = await self._kills.status(current_principal(), request.include_released)
         return desktop_pb2.KillStatusResponse(switches=[kill_message(v) for v in views])

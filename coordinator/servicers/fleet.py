@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 
 from coordinator import audit
-from coordinator.fleet import Fleet
+from coordinator.fleet import Fleet, worker_filter
 from coordinator.servicers.convert import worker_info, worker_status
 from coordinator.servicers.guard import current_principal
 from shared.errors import InvalidArgumentError
@@ -16,7 +16,7 @@ from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-def _worker_id(ref: fleet_pb2.WorkerRef) -> str:
+def _worker_id(ref: fleet_pb2.WorkerRef | fleet_pb2.RotateWorkerRequest) -> str:
     if not ref.id or len(ref.id) > 64:
         raise InvalidArgumentError("id: a worker id is required (see `deskfleet workers list`)")
     return ref.id
@@ -29,13 +29,22 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
     async def GetWorkerStatus(
         self, request: fleet_pb2.GetWorkerStatusRequest, context: Context
     ) -> fleet_pb2.WorkerStatus:
-        return worker_status(await self._fleet.status())
+        return worker_status(await self._fleet.status(request.limit, request.page_token))
 
     async def ListWorkers(
         self, request: fleet_pb2.ListWorkersRequest, context: Context
     ) -> fleet_pb2.ListWorkersResponse:
-        views = await self._fleet.list(include_revoked=request.include_revoked)
-        return fleet_pb2.ListWorkersResponse(workers=[worker_info(v) for v in views])
+        where = worker_filter(
+            include_revoked=request.include_revoked,
+            state=request.state,
+            capability=request.capability,
+            replica=request.replica,
+            online=request.online if request.HasField("online") else None,
+        )
+        page = await self._fleet.page(where, request.limit, request.page_token)
+        return fleet_pb2.ListWorkersResponse(
+            workers=[worker_info(v) for v in page.workers], next_page_token=page.next_page_token
+        )
 
     async def GetWorker(
         self, request: fleet_pb2.WorkerRef, context: Context
@@ -49,10 +58,13 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
         return worker_info(await self._fleet.revoke(_worker_id(request), by))
 
     async def RotateWorker(
-        self, request: fleet_pb2.WorkerRef, context: Context
+        self, request: fleet_pb2.RotateWorkerRequest, context: Context
     ) -> fleet_pb2.WorkerInfo:
         by = audit.actor(current_principal())
-        return worker_info(await self._fleet.rotate(_worker_id(request), by))
+        view = await self._fleet.rotate(
+            _worker_id(request), by, while_offline=request.while_offline
+        )
+        return worker_info(view)
 
     async def DrainWorker(
         self, request: fleet_pb2.WorkerRef, context: Context

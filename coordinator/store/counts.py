@@ -10,7 +10,7 @@ from coordinator.store.models import ApprovalRow, JournalRow, KillSwitchRow, Run
 
 def runs_by_status(s: Session) -> dict[str, int]:
     rows = s.execute(select(RunRow.status, func.count()).group_by(RunRow.status))
-    return {status: count for status, count in rows.tuples()}
+    return {status: count for status, count in rows}
 
 
 def approvals_pending(s: Session) -> int:
@@ -26,7 +26,7 @@ def kill_switches_engaged(s: Session) -> dict[str, int]:
         .where(KillSwitchRow.released_at.is_(None))
         .group_by(KillSwitchRow.scope)
     )
-    return {scope: count for scope, count in rows.tuples()}
+    return {scope: count for scope, count in rows}
 
 
 def state_entered_at(s: Session, run_id: str) -> float | None:

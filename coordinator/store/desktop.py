@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import insert, or_, select
+from sqlalchemy import exists, insert, or_, select
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import (
@@ -52,16 +52,12 @@ def approvals(s: Session, status: str, limit: int) -> Sequence[ApprovalRow]:
 
 
 def approved_runs_of_worker(s: Session, worker_id: str) -> Sequence[tuple[ApprovalRow, RunRow]]:
-    return (
-        s.execute(
-            select(ApprovalRow, RunRow)
-            .join(RunRow, RunRow.id == ApprovalRow.run_id)
-            .where(ApprovalRow.worker_id == worker_id, ApprovalRow.status == "approved")
-            .order_by(ApprovalRow.answered_at)
-        )
-        .tuples()
-        .all()
-    )
+    return s.execute(
+        select(ApprovalRow, RunRow)
+        .join(RunRow, RunRow.id == ApprovalRow.run_id)
+        .where(ApprovalRow.worker_id == worker_id, ApprovalRow.status == "approved")
+        .order_by(ApprovalRow.answered_at)
+    ).all()
 
 
 def approvals_with_status(
@@ -95,8 +91,25 @@ def engaged_kills(s: Session) -> Sequence[KillSwitchRow]:
     )
 
 
-def kills(s: Session, *, include_released: bool, limit: int = 200) -> Sequence[KillSwitchRow]:
+def kills(
+    s: Session, *, include_released: bool, owner_id: str = "", limit: int = 200
+) -> Sequence[KillSwitchRow]:
+    """The newest switches; with `owner_id`, only those that owner may see: the fleet's,
+    those of workers the owner's runs asked to control, and those of the owner's runs."""
     query = select(KillSwitchRow)
+    if owner_id:
+        query = query.where(
+            or_(
+                KillSwitchRow.scope == "fleet",
+                (KillSwitchRow.scope == "worker")
+                & exists().where(
+                    ApprovalRow.owner_id == owner_id,
+                    ApprovalRow.worker_id == KillSwitchRow.target,
+                ),
+                (KillSwitchRow.scope == "run")
+                & exists().where(RunRow.id == KillSwitchRow.target, RunRow.owner_id == owner_id),
+            )
+        )
     if not include_released:
         query = query.where(KillSwitchRow.released_at.is_(None))
     return s.execute(query.order_by(KillSwitchRow.engaged_at.desc()).limit(limit)).scalars().all()
@@ -119,6 +132,16 @@ def kills_applying(s: Session, worker_id: str, run_ids: Iterable[str]) -> Sequen
         .scalars()
         .all()
     )
+
+
+def owner_uses_worker(s: Session, owner_id: str, worker_id: str) -> bool:
+    """Whether any of the owner's runs asked to control the worker's desktop."""
+    found = s.execute(
+        select(ApprovalRow.id)
+        .where(ApprovalRow.owner_id == owner_id, ApprovalRow.worker_id == worker_id)
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def workers_of_run(s: Session, run_id: str) -> set[str]:
@@ -165,7 +188,7 @@ def add_acks(s: Session, rows: Iterable[tuple[str, str, bool, float]]) -> None:
         select(KillAckRow.kill_id, KillAckRow.worker_id, KillAckRow.engaged).where(
             KillAckRow.kill_id.in_({k for k, _, _ in fresh})
         )
-    ).tuples()
+    )
     for key in known:
         fresh.pop((key[0], key[1], key[2]), None)
     if fresh:

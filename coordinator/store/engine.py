@@ -20,11 +20,12 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError
+from sqlalchemy.exc import ArgumentError, DataError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.errors import InvalidArgumentError, StoreUnavailableError
+from shared.errors import InternalError, InvalidArgumentError, StoreUnavailableError
+from shared.ids import new_id
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ def create_store_engine(url: str, *, immediate: bool = True, pool_size: int = 5)
         dbapi_conn.isolation_level = None
         for pragma in (
             "journal_mode=WAL",
-            "synchronous=NORMAL",
+            # A writer's commit is on disk when it returns (one fsync of the WAL): a receipt is
+            # acknowledged only after its batch commits, and the worker then drops its copy.
+            # NORMAL would leave the last commits to a power loss. Readers never commit writes.
+            "synchronous=FULL" if immediate else "synchronous=NORMAL",
             "busy_timeout=5000",
             "foreign_keys=ON",
             # A replaced or deleted value (a secret stored before sealing existed) is
@@ -137,6 +141,11 @@ class Database:
         self._read_sessions = sessionmaker(self._reader, expire_on_commit=False)
         # Told the kind of each store error ("conflict", "unavailable"): the metrics count them.
         self.on_error: Callable[[str], None] = _ignore
+
+    def before_commit(self, hook: Callable[[Session], None]) -> None:
+        """Run `hook(session)` as each write transaction commits, after its unit: what it
+        raises rolls the whole transaction back and reaches the caller of `write`."""
+        event.listen(self._write_sessions, "before_commit", hook)
 
     async def write(
         self, unit: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
@@ -231,6 +240,13 @@ def _store_errors(on_error: Callable[[str], None]) -> Iterator[None]:
         yield
     except IntegrityError:
         raise
+    except DataError as exc:
+        # A value the store cannot hold (a number out of range, a bad encoding) got past the
+        # checks: a defect, not an outage. UNAVAILABLE keeps meaning the store cannot be
+        # reached, and the database's own words stay in the log.
+        ref = new_id("err")
+        log.error("the store refused a value (ref %s): %s", ref, _reason(exc))
+        raise InternalError(f"internal error (ref {ref})") from exc
     except (DBAPIError, PoolTimeoutError, OSError) as exc:
         on_error("conflict" if isinstance(exc, DBAPIError) and _retryable(exc) else "unavailable")
         raise StoreUnavailableError(

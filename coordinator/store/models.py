@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -73,24 +74,32 @@ class WorkerRow(Base):
 
 
 class PresenceRow(Base):
-    """A worker's lease: it is online while `lease_expires_at` is in the future."""
+    """The stream a worker holds, written when it connects and removed when it ends. The
+    worker is online while the named replica's lease (`replicas.lease_expires_at`) runs; the
+    row's own `lease_expires_at` is the lease as of the connect, replaced by the replica's
+    lease when read through `store.workers`. `headless` and `computer_use` say what the
+    worker offered at connect (measured and granted), so fleet counts need no JSON."""
 
     __tablename__ = "presence"
 
     worker_id: Mapped[str] = mapped_column(
         String(64), ForeignKey("workers.id", ondelete="CASCADE"), primary_key=True
     )
-    replica: Mapped[str] = mapped_column(String(200))
+    replica: Mapped[str] = mapped_column(String(200), index=True)
     session_id: Mapped[str] = mapped_column(String(64))
     connected_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float] = mapped_column(Float)
     lease_expires_at: Mapped[float] = mapped_column(Float, index=True)
+    headless: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    computer_use: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class RunRow(Base):
     """A durable unit of work: its contract, state, budget and the head of its journal."""
 
     __tablename__ = "runs"
+    # An owner's runs in flight are counted through this index (`store/quotas.py`).
+    __table_args__ = (Index("ix_runs_owner_status", "owner_id", "status"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     owner_id: Mapped[str] = mapped_column(String(64), index=True)
@@ -123,6 +132,8 @@ class ActionRow(Base):
     """One step of a run in the action ledger, with its current claim (attempt, epoch, lease)."""
 
     __tablename__ = "actions"
+    # A run's current stage is read through this index, not by loading every action of the run.
+    __table_args__ = (Index("ix_actions_run_stage", "run_id", "stage"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)
@@ -305,7 +316,9 @@ class AuditRow(Base):
 
 
 class ReplicaRow(Base):
-    """A coordinator replica on this store; alive while `seen_at` is recent."""
+    """A coordinator replica on this store; alive while `seen_at` is recent. Its lease
+    (`lease_expires_at`, moved at every beat) is the presence lease of every worker whose
+    stream it holds."""
 
     __tablename__ = "replicas"
 
@@ -313,6 +326,7 @@ class ReplicaRow(Base):
     address: Mapped[str] = mapped_column(String(200))
     started_at: Mapped[float] = mapped_column(Float)
     seen_at: Mapped[float] = mapped_column(Float)
+    lease_expires_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class DeliveryRow(Base):
@@ -349,3 +363,15 @@ class WorkerCertificateRow(Base):
     issued_at: Mapped[float] = mapped_column(Float)
     not_after: Mapped[float] = mapped_column(Float)
     superseded_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class OwnerQuotaRow(Base):
+    """What an owner's runs have stored, and the limits an admin set for that owner (None:
+    the coordinator's default). Changed only at the end of a transaction (`store/quotas.py`)."""
+
+    __tablename__ = "owner_quotas"
+
+    owner_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_active_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_stored_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

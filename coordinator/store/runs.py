@@ -37,6 +37,11 @@ def runs_in(s: Session, statuses: Sequence[str]) -> Sequence[RunRow]:
     return s.execute(select(RunRow).where(RunRow.status.in_(statuses))).scalars().all()
 
 
+def line_is_empty(s: Session) -> bool:
+    first = s.execute(select(RunRow.id).where(RunRow.queued_at.is_not(None)).limit(1)).first()
+    return first is None
+
+
 def queued_run_ids(s: Session) -> Sequence[str]:
     """Runs in line for a worker slot, oldest place first (an index scan)."""
     return (
@@ -48,6 +53,46 @@ def queued_run_ids(s: Session) -> Sequence[str]:
         .scalars()
         .all()
     )
+
+
+def first_open_stage(s: Session, run_id: str) -> int | None:
+    """The lowest stage with an action the store has not seen done: a lower bound of the
+    run's current stage (a batch's own changes may not be flushed yet)."""
+    found: int | None = s.execute(
+        select(func.min(ActionRow.stage)).where(
+            ActionRow.run_id == run_id, ActionRow.status.not_in(("SUCCEEDED", "SKIPPED"))
+        )
+    ).scalar()
+    return found
+
+
+def next_stage(s: Session, run_id: str, after: int) -> int | None:
+    found: int | None = s.execute(
+        select(func.min(ActionRow.stage)).where(ActionRow.run_id == run_id, ActionRow.stage > after)
+    ).scalar()
+    return found
+
+
+def stage_actions(s: Session, run_id: str, stage: int) -> Sequence[ActionRow]:
+    """The actions of one stage (through the (run, stage) index), in plan order."""
+    return (
+        s.execute(
+            select(ActionRow)
+            .where(ActionRow.run_id == run_id, ActionRow.stage == stage)
+            .order_by(ActionRow.idx)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def finished_before(s: Session, run_id: str, stage: int) -> float | None:
+    found: float | None = s.execute(
+        select(func.max(ActionRow.finished_at)).where(
+            ActionRow.run_id == run_id, ActionRow.stage < stage
+        )
+    ).scalar()
+    return found
 
 
 def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
@@ -148,22 +193,37 @@ def journal_candidates(
     """Events after `after_seq` that may hold `needle` (lower case, as stored), in order.
 
     The substring index answers `LIKE` (trigram GIN on PostgreSQL, FTS5 trigram on SQLite);
-    the caller checks each candidate exactly, so `%` and `_` in the needle, which LIKE reads
-    as wildcards, only widen the candidates.
+    the caller checks each candidate exactly. The needle is stored text with its JSON escapes,
+    so it often holds backslashes: PostgreSQL's LIKE reads them as its escape character, and
+    there `\\`, `%` and `_` are escaped under an explicit ESCAPE. SQLite's LIKE has no escape
+    character unless given one, and FTS5 only answers a LIKE without ESCAPE from its index: the
+    needle goes as it is, and `%` and `_`, read as wildcards, only widen the candidates.
     """
-    pattern = f"%{needle}%"
     query = select(JournalRow).where(JournalRow.run_id == run_id, JournalRow.seq > after_seq)
     if s.get_bind().dialect.name == "sqlite":
         query = query.where(
             text(
                 "journal.rowid IN (SELECT rowid FROM journal_fts WHERE data LIKE :pattern"
                 " UNION SELECT rowid FROM journal_fts WHERE data LIKE :archived)"
-            ).bindparams(pattern=pattern, archived=ARCHIVED_LIKE)
+            ).bindparams(pattern=f"%{needle}%", archived=ARCHIVED_LIKE)
         )
     else:
+        pattern = f"%{like_escaped(needle)}%"
         lowered = func.lower(JournalRow.data)
-        query = query.where(or_(lowered.like(pattern), lowered.like(ARCHIVED_LIKE)))
+        query = query.where(
+            or_(lowered.like(pattern, escape=LIKE_ESCAPE), lowered.like(ARCHIVED_LIKE))
+        )
     return s.execute(query.order_by(JournalRow.seq).limit(limit)).scalars().all()
+
+
+LIKE_ESCAPE = "\\"
+
+
+def like_escaped(needle: str) -> str:
+    """`needle` as a LIKE pattern that matches exactly it, under ESCAPE LIKE_ESCAPE."""
+    for special in (LIKE_ESCAPE, "%", "_"):
+        needle = needle.replace(special, LIKE_ESCAPE + special)
+    return needle
 
 
 def journal_entry(s: Session, run_id: str, seq: int) -> JournalRow | None:

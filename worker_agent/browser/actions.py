@@ -17,6 +17,7 @@ from urllib.parse import quote_plus
 import trafilatura
 from playwright.async_api import Page
 
+from shared import passages
 from worker_agent.actions import ActionContext, ActionFailed, ActionRefused, ActionRegistry
 from worker_agent.browser.navigation import Navigation, navigate
 from worker_agent.browser.policy import BrowserPolicy
@@ -89,6 +90,15 @@ def _extract(result: dict[str, Any], policy: BrowserPolicy) -> dict[str, Any]:
     )
     result["text"] = main[: policy.max_text]
     result["text_truncated"] = len(main) > policy.max_text
+    # The page's passages with their headings and anchors (shared/passages.py): the report
+    # ranks these, not the flattened text. Bounded like the text.
+    kept, size = [], 0
+    for block in passages.blocks(html):
+        size += len(block.text) + len(block.heading)
+        if size > policy.max_text:
+            break
+        kept.append(block)
+    result["blocks"] = passages.dump(kept)
     return result
 
 
@@ -131,7 +141,9 @@ class BrowserActions:
             if blocked is not None:
                 raise ActionRefused(f"desktop use is blocked: {blocked}", code="kill_switch")
             service = self._visible
-        result: dict[str, Any] = service.run(lambda c: make(c, policy), ctx.run_id, ctx, budget)
+        result: dict[str, Any] = service.run(
+            lambda c: make(c, policy), ctx.run_id, ctx, budget, policy
+        )
         result = _extract(result, policy)
         result["browser"] = "visible" if service is self._visible else "headless"
         result["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)

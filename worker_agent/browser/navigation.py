@@ -1,31 +1,34 @@
-"""One policed navigation: every document hop is fetched and checked by us, not the browser.
+"""One watched navigation: Chromium loads the page, follows its redirects and makes every
+request through the context's egress guard (`egress.py`); nothing is fetched again here.
 
-Chromium follows redirects without showing them to route handlers, so for documents (the
-page and its frames) the handler walks the redirect chain itself with `max_redirects=0`,
-checking each hop against the policy, then hands the final response to the page. Binary or
-oversized documents never reach the page.
+This module starts the navigation, counts the main document's redirect hops (stopping the
+page past the policy's limit), reads what the guard refused while the page was open, and
+says what came back: the final document's status, type and size, or why there is none.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
-from playwright.async_api import BrowserContext, ConsoleMessage, Page, Route
+from playwright.async_api import BrowserContext, ConsoleMessage, Page, Request, Response
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
+from worker_agent.browser.egress import EgressGuard
 from worker_agent.browser.policy import BrowserPolicy
 
 TEXTUAL = re.compile(r"^(text/|application/(xhtml\+xml|xml|json|[\w.+-]+\+(xml|json))\b)", re.I)
-_HEAD = re.compile(rb"<head[^>]*>", re.I)
 LOCAL_RESOURCE = "Not allowed to load local resource: "
+MAX_BLOCKED = 50
+DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
 
 
-@dataclass
+@dataclass(eq=False)
 class Navigation:
     """What happened to a document navigation; `outcome` is empty while it went fine."""
 
@@ -38,10 +41,47 @@ class Navigation:
     outcome: str = ""
     reason: str = ""
     blocked: list[dict[str, str]] = field(default_factory=list)
+    # Every request of the page that was a redirect, to the first URL of its chain.
+    via: dict[str, str] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    locations: dict[str, str] = field(default_factory=dict)  # http redirects the guard saw
+    document: Response | None = None  # the main frame's last document response
+    halt: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stop(self, outcome: str, reason: str) -> None:
         if not self.outcome:
             self.outcome, self.reason = outcome, reason
+
+    def refused(self, target: str, reason: str) -> None:
+        """The egress guard refused a connection while this navigation's page was open."""
+        self.blocked.append({"url": target[:500], "reason": reason})
+
+    def redirected(self, url: str, location: str) -> None:
+        if len(self.locations) < 100:
+            self.locations[url] = location
+
+    def refusal_of(self, url: str) -> str | None:
+        """Why the guard refused the request for `url`, if it did."""
+        keys = {url.split("#")[0], _connect_key(url)}
+        for entry in self.blocked:
+            if entry["url"] in keys:
+                return entry["reason"]
+        return None
+
+    def refusals(self) -> list[dict[str, str]]:
+        """The guard's refusals, each with the hop refused and, for a redirect, its origin."""
+        listed = []
+        for entry in self.blocked[:MAX_BLOCKED]:
+            url, reason = entry["url"], entry["reason"]
+            if "://" not in url:  # a tunnel (https, wss): the guard saw host:port only
+                url = next((u for u in self.failed if _connect_key(u) == url), url)
+            item = {"url": url, "reason": reason}
+            origin = self.via.get(url)
+            if origin and origin != url:
+                item["reason"] = f"redirect of {origin}: {reason}"
+                item["redirect_of"] = origin
+            listed.append(item)
+        return listed
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -51,15 +91,19 @@ class Navigation:
             "content_type": self.content_type,
             "bytes": self.bytes,
             "redirects": self.redirects,
-            "blocked_requests": self.blocked[:20],
+            "blocked_requests": self.refusals(),
+            "blocked_total": len(self.blocked),
         }
 
 
-def _with_base(body: bytes, base: str) -> bytes:
-    # The page is served under its first URL; a <base> keeps its relative links right.
-    tag = f'<base href="{base}">'.encode()
-    match = _HEAD.search(body)
-    return body[: match.end()] + tag + body[match.end() :] if match else tag + body
+def _connect_key(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return ""
+    port = port or DEFAULT_PORTS.get(parts.scheme.lower(), 0)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(eq=False)
@@ -67,37 +111,49 @@ class Slot:
     """A page kept for reuse within one run: opening a page costs more than loading one."""
 
     page: Page
+    guard: EgressGuard
     nav: Navigation | None = None
     policy: BrowserPolicy | None = None
 
 
-async def new_slot(context: BrowserContext) -> Slot:
-    slot = Slot(await context.new_page())
+def _main_document(request: Request, page: Page) -> bool:
+    try:
+        return request.is_navigation_request() and request.frame == page.main_frame
+    except PlaywrightError:  # a worker's request has no frame
+        return False
 
-    async def handle(route: Route) -> None:
-        nav, policy = slot.nav, slot.policy
-        if nav is None or policy is None:
-            await route.abort("blockedbyclient")  # no navigation of ours is under way
+
+async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
+    slot = Slot(await context.new_page(), guard)
+    page = slot.page
+
+    def request(request: Request) -> None:
+        nav, policy, previous = slot.nav, slot.policy, request.redirected_from
+        if nav is None or policy is None or previous is None:
             return
-        request = route.request
-        if request.resource_type != "document":
-            await _subresource(route, request.url, policy, nav)
+        nav.via[request.url] = nav.via.get(previous.url, previous.url)
+        if not _main_document(request, page):
             return
-        if request.frame.parent_frame is None:
-            await _document(route, request.url, policy, nav)
-            return
-        frame = Navigation(request.url)
-        await _document(route, request.url, policy, frame)
-        if frame.outcome == "refused":  # the page loads without it; the report says why
-            hop = frame.redirects[-1] if frame.redirects else request.url
-            why = policy.refusal(hop, document=True) or frame.reason
-            if hop != request.url:
-                why = f"redirect of {request.url}: {why}"
-            nav.blocked.append({"url": hop, "reason": why})
+        nav.redirects.append(request.url)
+        if len(nav.redirects) > policy.max_redirects:
+            nav.stop(
+                "redirect_limit",
+                f"more than {policy.max_redirects} redirects (last to {request.url})",
+            )
+            nav.halt.set()
+
+    def response(response: Response) -> None:
+        nav = slot.nav
+        if nav is not None and _main_document(response.request, page):
+            nav.document = response
+
+    def failed(request: Request) -> None:
+        if slot.nav is not None:
+            slot.nav.failed.append(request.url)
 
     def console(message: ConsoleMessage) -> None:
         # Chromium itself stops a page's navigation to file:, chrome: and the like before any
-        # request exists (so no route sees it) and says so only on the console: the policy's
+        # request exists (so no proxy sees it) and says so only on the console: the policy's
         # reason goes into the result, so the report shows what the page tried.
         nav, policy = slot.nav, slot.policy
         text = message.text
@@ -107,8 +163,10 @@ async def new_slot(context: BrowserContext) -> Slot:
         why = policy.refusal(target, document=True) or "Chromium refused a local resource"
         nav.blocked.append({"url": target[:500], "reason": why})
 
-    slot.page.on("console", console)
-    await slot.page.route("**/*", handle)
+    page.on("request", request)
+    page.on("response", response)
+    page.on("requestfailed", failed)
+    page.on("console", console)
     return slot
 
 
@@ -120,98 +178,111 @@ async def navigate(slot: Slot, url: str, policy: BrowserPolicy) -> Navigation:
         nav.stop("refused", refusal)
         return nav
     slot.nav, slot.policy = nav, policy
+    slot.guard.listen(nav)
+    going = asyncio.ensure_future(
+        slot.page.goto(url, timeout=policy.timeout * 1000, wait_until="load")
+    )
+    halted = asyncio.ensure_future(nav.halt.wait())
     try:
-        await slot.page.goto(url, timeout=policy.timeout * 1000, wait_until="load")
+        await asyncio.wait({going, halted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        halted.cancel()
+        if not going.done():
+            # Past the redirect limit, or the action was cancelled: the page is closed
+            # when the slot is released, which ends the navigation.
+            going.cancel()
+            going.add_done_callback(_consume)
+    if not going.done() or going.cancelled():
+        return nav
+    try:
+        answer = going.result()
     except PlaywrightTimeout:
         nav.stop("timeout", f"the page did not finish loading within {policy.timeout:g} s")
+        return nav
     except PlaywrightError as exc:
-        nav.stop("network_error", str(exc).strip().splitlines()[0])
+        await _failed(nav, policy, str(exc).strip().splitlines()[0])
+        return nav
+    if answer is not None:
+        await _loaded(nav, policy, answer)
     return nav
 
 
-async def _subresource(route: Route, url: str, policy: BrowserPolicy, nav: Navigation) -> None:
-    """An image, script, style or fetch of the page: every redirect hop checked, like documents.
-
-    Chromium would follow a continued request's redirects without showing them to the route
-    handler, so a redirect could reach a denied or private address; the hops are walked here.
-    """
-    hop = url
-    try:
-        for _ in range(policy.max_redirects + 1):
-            reason = policy.refusal(hop)
-            if reason:
-                why = reason if hop == url else f"redirect of {url}: {reason}"
-                nav.blocked.append({"url": hop, "reason": why})
-                await route.abort("blockedbyclient")
-                return
-            response = await route.fetch(url=hop, max_redirects=0, timeout=policy.timeout * 1000)
-            location = response.headers.get("location")
-            if not (300 <= response.status < 400 and location):
-                await route.fulfill(response=response)
-                return
-            hop = urljoin(hop, location)
-    except PlaywrightError:
-        # The page is closing or the request failed: it simply does not load.
-        with contextlib.suppress(PlaywrightError):
-            await route.abort("failed")
-        return
-    nav.blocked.append({"url": hop, "reason": f"more than {policy.max_redirects} redirects"})
-    await route.abort("blockedbyclient")
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
-async def _document(route: Route, url: str, policy: BrowserPolicy, nav: Navigation) -> None:
-    hop = url
-    try:
-        while True:
-            reason = policy.refusal(hop, document=True)
-            if reason:
-                nav.stop("refused", reason if hop == url else f"redirect to {hop}: {reason}")
-                await route.abort("blockedbyclient")
-                return
-            response = await route.fetch(url=hop, max_redirects=0, timeout=policy.timeout * 1000)
-            location = response.headers.get("location")
-            if 300 <= response.status < 400 and location:
-                hop = urljoin(hop, location)
-                nav.redirects.append(hop)
-                if len(nav.redirects) > policy.max_redirects:
-                    nav.stop(
-                        "redirect_limit",
-                        f"more than {policy.max_redirects} redirects (last to {hop})",
-                    )
-                    await route.abort("blockedbyclient")
-                    return
-                continue
-            break
-        body = await response.body()
-    except PlaywrightTimeout:
-        nav.stop("timeout", f"no complete answer within {policy.timeout:g} s")
-        await route.abort("timedout")
+def _refused_hop(nav: Navigation) -> bool:
+    hop = nav.redirects[-1] if nav.redirects else nav.url
+    reason = nav.refusal_of(hop)
+    if reason is None:
+        return False
+    nav.status = 0
+    nav.stop("refused", reason if hop == nav.url else f"redirect to {hop}: {reason}")
+    return True
+
+
+async def _loaded(nav: Navigation, policy: BrowserPolicy, response: Response) -> None:
+    if _refused_hop(nav) or nav.outcome:
         return
-    except PlaywrightError as exc:
-        nav.stop("network_error", str(exc).strip().splitlines()[0])
-        await route.abort("failed")
-        return
-    content_type = response.headers.get("content-type", "")
-    nav.final_url, nav.status = hop, response.status
-    nav.content_type, nav.bytes = content_type, len(body)
+    await _describe(nav, policy, response)
+
+
+async def _describe(nav: Navigation, policy: BrowserPolicy, response: Response) -> None:
+    headers = response.headers
+    content_type = headers.get("content-type", "")
+    nav.final_url, nav.status, nav.content_type = response.url, response.status, content_type
+    nav.bytes = await _size(response, headers)
     if content_type and not TEXTUAL.match(content_type):
         nav.stop(
             "unsupported_content",
             f"{content_type.split(';')[0]} is not text: the fetch surface is UTF-8 text",
         )
-        await route.abort("blockedbyclient")
+    elif nav.bytes > policy.max_bytes:
+        nav.stop("too_large", f"{nav.bytes} bytes is more than the limit of {policy.max_bytes}")
+
+
+async def _size(response: Response, headers: dict[str, str]) -> int:
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and not headers.get("content-encoding"):
+        return int(declared)
+    try:
+        return len(await response.body())
+    except PlaywrightError:
+        return int(declared) if declared.isdigit() else 0
+
+
+async def _failed(nav: Navigation, policy: BrowserPolicy, error: str) -> None:
+    if _refused_hop(nav) or nav.outcome:
         return
-    if len(body) > policy.max_bytes:
-        nav.stop("too_large", f"{len(body)} bytes is more than the limit of {policy.max_bytes}")
-        await route.abort("blockedbyclient")
+    document = nav.document
+    if document is not None:
+        location = document.headers.get("location")
+        if 300 <= document.status < 400 and location:
+            # Chromium refused to follow it (file:, chrome: ...): the policy says why.
+            target = urljoin(document.url, location)
+            why = policy.refusal(target, document=True)
+            if why:
+                nav.stop("refused", f"redirect to {target}: {why}")
+                return
+        else:
+            # A document the browser would not show (a download): its metadata and the rule.
+            with contextlib.suppress(PlaywrightError):
+                await _describe(nav, policy, document)
+            if nav.outcome:
+                return
+    if "ERR_UNSAFE_REDIRECT" in error:
+        # Chromium refused to follow a redirect to file:, chrome: and the like.
+        hop = nav.redirects[-1] if nav.redirects else nav.url
+        location = nav.locations.get(hop.split("#")[0])
+        if location is None:
+            nav.stop("refused", f"{hop} redirects to a URL that is not http or https")
+        else:
+            target = urljoin(hop, location)
+            why = policy.refusal(target, document=True) or "the browser does not load it"
+            nav.stop("refused", f"redirect to {target}: {why}")
         return
-    headers = {
-        k: v
-        for k, v in response.headers.items()
-        if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")
-    }
-    await route.fulfill(
-        status=response.status,
-        headers=headers,
-        body=_with_base(body, hop) if nav.redirects else body,
-    )
+    if "ERR_TOO_MANY_REDIRECTS" in error:
+        nav.stop("redirect_limit", f"more than {policy.max_redirects} redirects")
+        return
+    nav.stop("network_error", error)

@@ -1,14 +1,14 @@
 """Where the browser may go: schemes, domain allow/deny lists, private addresses, limits.
 
-Checked before every navigation, on every redirect hop, and for every request a page or
-frame makes; a refusal names the rule.
+The URL check here (`refusal`) only stops what never becomes a connection (other schemes, a
+URL with no host) and refuses a denied first URL early. What a connection may reach is
+decided by the egress guard (`egress.py`), on the host Chromium actually connects to, for
+every request of every page, frame and worker and every redirect hop; a refusal names the rule.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,7 +36,6 @@ class BrowserPolicy:
     timeout: float = 15.0  # per navigation
     max_text: int = 100_000  # characters of extracted text returned
     max_links: int = 100
-    _resolved: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_args(cls, data: object) -> BrowserPolicy:
@@ -80,17 +79,12 @@ class BrowserPolicy:
             return f"domain {host} is denied by the policy"
         if self.allow_domains and not any(_matches(host, d) for d in self.allow_domains):
             return f"domain {host} is not in the policy's allowed domains"
-        if not self.allow_private and self._is_private(host):
-            return (
-                f"{host} is a loopback or private address; the policy does not allow"
-                " private networks"
-            )
         return None
 
-    def _is_private(self, host: str) -> bool:
-        if host not in self._resolved:
-            self._resolved[host] = _resolves_private(host)
-        return self._resolved[host]
+    @property
+    def network(self) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+        """What decides where connections may go (the limits do not)."""
+        return self.allow_domains, self.deny_domains, self.allow_private
 
 
 def _domains(data: dict[str, Any], name: str) -> tuple[str, ...]:
@@ -103,16 +97,3 @@ def _domains(data: dict[str, Any], name: str) -> tuple[str, ...]:
 def _matches(host: str, domain: str) -> bool:
     domain = domain.lstrip(".")
     return host == domain or host.endswith("." + domain)
-
-
-def _resolves_private(host: str) -> bool:
-    """True when the host is, or resolves to, any non-public address (fail closed)."""
-    try:
-        addresses = {ipaddress.ip_address(host.strip("[]"))}
-    except ValueError:
-        try:
-            infos = socket.getaddrinfo(host, None)
-        except OSError:
-            return False  # unresolvable: the navigation itself will fail with its own reason
-        addresses = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
-    return any(not a.is_global for a in addresses)

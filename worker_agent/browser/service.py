@@ -2,8 +2,13 @@
 
 Action handlers run on the executor's threads; they hand coroutines to this loop and wait,
 so several pages load at once in one browser (bounded by `max_pages`). Each run gets a fresh
-browser context (cookies and storage never cross runs), with downloads refused and pop-ups
-closed on sight.
+browser context (cookies and storage never cross runs), with downloads refused, service
+workers blocked and pop-ups closed on sight.
+
+Every context's only way out is its own egress guard (`egress.py`), a proxy that applies the
+run's network policy to each connection; the browser itself starts with a guard that refuses
+everything, no proxy bypass (not even loopback), QUIC off, no UDP outside the proxy (WebRTC)
+and a host resolver that resolves nothing, so a connection that would skip the proxy fails.
 """
 
 from __future__ import annotations
@@ -19,39 +24,67 @@ from typing import TypeVar
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
 
 from worker_agent.actions import ActionCancelled, ActionContext, ActionFailed
+from worker_agent.browser.egress import EgressGuard, EgressSettings
 from worker_agent.browser.navigation import Slot, new_slot
+from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.capabilities import CHROMIUM_ARGS
 
 T = TypeVar("T")
 MAX_CONTEXTS = 8
 IDLE_PAGES = 4
+EGRESS_ARGS = [
+    "--proxy-bypass-list=<-loopback>",
+    "--disable-quic",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    # Names are resolved by the guard only; anything that tried to connect around the proxy
+    # finds no address (the proxy itself is a literal 127.0.0.1).
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
 
 
 class Pages:
     """A run's browser context and the pages it keeps for reuse."""
 
-    def __init__(self, context: BrowserContext) -> None:
+    def __init__(self, context: BrowserContext, guard: EgressGuard) -> None:
         self.context = context
+        self.guard = guard
         self._idle: list[Slot] = []
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[Slot]:
-        slot = self._idle.pop() if self._idle else await new_slot(self.context)
+        slot = self._idle.pop() if self._idle else await new_slot(self.context, self.guard)
         try:
             yield slot
         finally:
-            # A page that failed or is still loading is not reused.
-            healthy = slot.nav is None or not slot.nav.outcome
+            # A page that failed or is still loading is not reused. A kept page's later
+            # requests still pass the guard; its refusals go to the run's next navigation.
+            nav = slot.nav
+            healthy = nav is None or not nav.outcome
+            if nav is not None:
+                self.guard.unlisten(nav)
             slot.nav = slot.policy = None
             if healthy and len(self._idle) < IDLE_PAGES:
                 self._idle.append(slot)
             else:
                 await slot.page.close()
 
+    async def close(self) -> None:
+        await self.context.close()
+        await self.guard.close()
+
 
 class BrowserService:
-    def __init__(self, chromium: str, max_pages: int = 4, *, visible: bool = False) -> None:
+    def __init__(
+        self,
+        chromium: str,
+        max_pages: int = 4,
+        *,
+        visible: bool = False,
+        egress: EgressSettings | None = None,
+    ) -> None:
         self.chromium = chromium
+        self.egress = egress or EgressSettings()
         self.max_pages = max_pages
         # A visible browser is the research fallback on a desktop: a window a person can watch
         # on the worker's display (--test-type keeps Chromium's infobar from shifting pages).
@@ -61,8 +94,9 @@ class BrowserService:
         self._thread: threading.Thread | None = None
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
-        self._contexts: OrderedDict[str, Pages] = OrderedDict()
+        self._contexts: OrderedDict[tuple[object, ...], Pages] = OrderedDict()
         self._pages: asyncio.Semaphore | None = None
+        self._closed_guard: EgressGuard | None = None
 
     def run(
         self,
@@ -70,10 +104,13 @@ class BrowserService:
         run_id: str,
         ctx: ActionContext,
         timeout: float,
+        policy: BrowserPolicy | None = None,
     ) -> T:
         """Run `make(pages)` in the run's browser context; cancellable, bounded in time."""
         loop = self._ensure()
-        future: Future[T] = asyncio.run_coroutine_threadsafe(self._guarded(make, run_id), loop)
+        future: Future[T] = asyncio.run_coroutine_threadsafe(
+            self._guarded(make, run_id, policy or BrowserPolicy()), loop
+        )
         waited = 0.0
         while True:
             try:
@@ -89,24 +126,38 @@ class BrowserService:
                         f"the browser action took longer than {timeout:g} s"
                     ) from None
 
-    async def _guarded(self, make: Callable[[Pages], Awaitable[T]], run_id: str) -> T:
+    async def _guarded(
+        self, make: Callable[[Pages], Awaitable[T]], run_id: str, policy: BrowserPolicy
+    ) -> T:
         assert self._pages is not None
         async with self._pages:
-            return await make(await self._context(run_id))
+            return await make(await self._context(run_id, policy))
 
-    async def _context(self, run_id: str) -> Pages:
-        pages = self._contexts.get(run_id)
+    async def _context(self, run_id: str, policy: BrowserPolicy) -> Pages:
+        # One context per run and network policy: the context's proxy is its policy.
+        key = (run_id, *policy.network)
+        pages = self._contexts.get(key)
         if pages is not None:
-            self._contexts.move_to_end(run_id)
+            self._contexts.move_to_end(key)
             return pages
         assert self._browser is not None
-        context = await self._browser.new_context(accept_downloads=False, java_script_enabled=True)
+        guard = await EgressGuard(policy, self.egress).start()
+        try:
+            context = await self._browser.new_context(
+                accept_downloads=False,
+                java_script_enabled=True,
+                service_workers="block",
+                proxy={"server": guard.server},
+            )
+        except BaseException:
+            await guard.close()
+            raise
         # A page opened by a page (window.open, target=_blank) is a pop-up: closed at once.
         context.on("page", _close_if_popup)
-        pages = self._contexts[run_id] = Pages(context)
+        pages = self._contexts[key] = Pages(context, guard)
         while len(self._contexts) > MAX_CONTEXTS:
             _, oldest = self._contexts.popitem(last=False)
-            await oldest.context.close()
+            await oldest.close()
         return pages
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
@@ -135,10 +186,14 @@ class BrowserService:
     async def _start(self, ready: Future[None]) -> None:
         try:
             self._playwright = await async_playwright().start()
+            # The browser's own default: a guard with no policy, which refuses everything.
+            self._closed_guard = await EgressGuard(None, self.egress).start()
+            args = [*CHROMIUM_ARGS, *EGRESS_ARGS]
             self._browser = await self._playwright.chromium.launch(
                 executable_path=self.chromium,
-                args=[*CHROMIUM_ARGS, "--test-type"] if self.visible else CHROMIUM_ARGS,
+                args=[*args, "--test-type"] if self.visible else args,
                 headless=not self.visible,
+                proxy={"server": self._closed_guard.server, "bypass": "<-loopback>"},
             )
             self._pages = asyncio.Semaphore(self.max_pages)
             ready.set_result(None)
@@ -158,8 +213,10 @@ class BrowserService:
 
     async def _stop(self) -> None:
         for pages in self._contexts.values():
-            await pages.context.close()
+            await pages.close()
         self._contexts.clear()
+        if self._closed_guard is not None:
+            await self._closed_guard.close()
         if self._browser is not None:
             await self._browser.close()
         if self._playwright is not None:

@@ -1,5 +1,6 @@
 """Each run's place in line for a worker slot: waiting runs are served oldest first, and the
-line is read through an index instead of scanning every waiting run."""
+line is read through an index instead of scanning every waiting run; a run's current stage is
+read through an index on (run, stage) instead of loading all of its actions."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ def upgrade() -> None:
     with op.batch_alter_table("runs") as batch:
         batch.add_column(sa.Column("queued_at", sa.Float(), nullable=True))
         batch.create_index("ix_runs_queued_at", ["queued_at"])
+    with op.batch_alter_table("actions") as batch:
+        batch.create_index("ix_actions_run_stage", ["run_id", "stage"])
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("actions") as batch:
+        batch.drop_index("ix_actions_run_stage")
     with op.batch_alter_table("runs") as batch:
         batch.drop_index("ix_runs_queued_at")
         batch.drop_column("queued_at")

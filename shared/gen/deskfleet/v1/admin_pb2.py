@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/admin.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"W\n\x1c\x43reateEnrollmentTokenRequest\x12\x14\n\x0c\x63\x61pabilities\x18\x01 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\x12\x0c\n\x04uses\x18\x03 \x01(\x05\"\x80\x01\n\x0f\x45nrollmentToken\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x03 \x03(\t\x12\x0c\n\x04uses\x18\x04 \x01(\x05\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"/\n\x11\x43reateUserRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"m\n\x04User\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"!\n\x11RotateUserRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x0f\n\rWhoAmIRequest\"H\n\tPrincipal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x13\n\x0bserver_time\x18\x04 \x01(\x01\"0\n\x10ListAuditRequest\x12\r\n\x05since\x18\x01 \x01(\x01\x12\r\n\x05limit\x18\x02 \x01(\x05\"\xa2\x01\n\nAuditEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\n\n\x02\x61t\x18\x02 \x01(\x01\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x12\n\nactor_role\x18\x05 \x01(\t\x12\x0c\n\x04peer\x18\x06 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x07 \x01(\t\x12\x0e\n\x06target\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65tail_json\x18\t \x01(\t\"G\n\x0c\x41uditEntries\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.AuditEntry\x12\x0c\n\x04more\x18\x02 \x01(\x08\"\x16\n\x14\x46leetActivityRequest\"\xaf\x01\n\x0eWorkerActivity\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x11\n\taction_id\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\x05\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12)\n\x05since\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xcb\x01\n\rFleetActivity\x12-\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x1c.deskfleet.v1.WorkerActivity\x12\x43\n\rruns_by_state\x18\x02 \x03(\x0b\x32,.deskfleet.v1.FleetActivity.RunsByStateEntry\x12\x12\n\nfleet_wide\x18\x03 \x01(\x08\x1a\x32\n\x10RunsByStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x32\xd6\x03\n\x0c\x41\x64minService\x12\x62\n\x15\x43reateEnrollmentToken\x12*.deskfleet.v1.CreateEnrollmentTokenRequest\x1a\x1d.deskfleet.v1.EnrollmentToken\x12\x41\n\nCreateUser\x12\x1f.deskfleet.v1.CreateUserRequest\x1a\x12.deskfleet.v1.User\x12>\n\x06WhoAmI\x12\x1b.deskfleet.v1.WhoAmIRequest\x1a\x17.deskfleet.v1.Principal\x12\x41\n\nRotateUser\x12\x1f.deskfleet.v1.RotateUserRequest\x1a\x12.deskfleet.v1.User\x12G\n\tListAudit\x12\x1e.deskfleet.v1.ListAuditRequest\x1a\x1a.deskfleet.v1.AuditEntries\x12S\n\x10GetFleetActivity\x12\".deskfleet.v1.FleetActivityRequest\x1a\x1b.deskfleet.v1.FleetActivityb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/admin.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"W\n\x1c\x43reateEnrollmentTokenRequest\x12\x14\n\x0c\x63\x61pabilities\x18\x01 \x03(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\x12\x0c\n\x04uses\x18\x03 \x01(\x05\"\x80\x01\n\x0f\x45nrollmentToken\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x03 \x03(\t\x12\x0c\n\x04uses\x18\x04 \x01(\x05\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"/\n\x11\x43reateUserRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"m\n\x04User\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"!\n\x11RotateUserRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"$\n\x14GetUserLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x8a\x01\n\x14SetUserLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x0fmax_active_runs\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10max_stored_bytes\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x12\n\x10_max_active_runsB\x13\n\x11_max_stored_bytes\"\xc4\x01\n\nUserLimits\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x61\x63tive_runs\x18\x03 \x01(\x03\x12\x14\n\x0cstored_bytes\x18\x04 \x01(\x03\x12\x17\n\x0fmax_active_runs\x18\x05 \x01(\x03\x12\x18\n\x10max_stored_bytes\x18\x06 \x01(\x03\x12\x1b\n\x13max_active_runs_set\x18\x07 \x01(\x08\x12\x1c\n\x14max_stored_bytes_set\x18\x08 \x01(\x08\"\x0f\n\rWhoAmIRequest\"H\n\tPrincipal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x13\n\x0bserver_time\x18\x04 \x01(\x01\"0\n\x10ListAuditRequest\x12\r\n\x05since\x18\x01 \x01(\x01\x12\r\n\x05limit\x18\x02 \x01(\x05\"\xa2\x01\n\nAuditEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\n\n\x02\x61t\x18\x02 \x01(\x01\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x12\n\nactor_role\x18\x05 \x01(\t\x12\x0c\n\x04peer\x18\x06 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x07 \x01(\t\x12\x0e\n\x06target\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65tail_json\x18\t \x01(\t\"G\n\x0c\x41uditEntries\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.AuditEntry\x12\x0c\n\x04more\x18\x02 \x01(\x08\"\x16\n\x14\x46leetActivityRequest\"\xaf\x01\n\x0eWorkerActivity\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x11\n\taction_id\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\x05\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12)\n\x05since\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xcb\x01\n\rFleetActivity\x12-\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x1c.deskfleet.v1.WorkerActivity\x12\x43\n\rruns_by_state\x18\x02 \x03(\x0b\x32,.deskfleet.v1.FleetActivity.RunsByStateEntry\x12\x12\n\nfleet_wide\x18\x03 \x01(\x08\x1a\x32\n\x10RunsByStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x32\xf4\x04\n\x0c\x41\x64minService\x12\x62\n\x15\x43reateEnrollmentToken\x12*.deskfleet.v1.CreateEnrollmentTokenRequest\x1a\x1d.deskfleet.v1.EnrollmentToken\x12\x41\n\nCreateUser\x12\x1f.deskfleet.v1.CreateUserRequest\x1a\x12.deskfleet.v1.User\x12>\n\x06WhoAmI\x12\x1b.deskfleet.v1.WhoAmIRequest\x1a\x17.deskfleet.v1.Principal\x12\x41\n\nRotateUser\x12\x1f.deskfleet.v1.RotateUserRequest\x1a\x12.deskfleet.v1.User\x12G\n\tListAudit\x12\x1e.deskfleet.v1.ListAuditRequest\x1a\x1a.deskfleet.v1.AuditEntries\x12S\n\x10GetFleetActivity\x12\".deskfleet.v1.FleetActivityRequest\x1a\x1b.deskfleet.v1.FleetActivity\x12M\n\rGetUserLimits\x12\".deskfleet.v1.GetUserLimitsRequest\x1a\x18.deskfleet.v1.UserLimits\x12M\n\rSetUserLimits\x12\".deskfleet.v1.SetUserLimitsRequest\x1a\x18.deskfleet.v1.UserLimitsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,24 +44,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_USER']._serialized_end=453
   _globals['_ROTATEUSERREQUEST']._serialized_start=455
   _globals['_ROTATEUSERREQUEST']._serialized_end=488
-  _globals['_WHOAMIREQUEST']._serialized_start=490
-  _globals['_WHOAMIREQUEST']._serialized_end=505
-  _globals['_PRINCIPAL']._serialized_start=507
-  _globals['_PRINCIPAL']._serialized_end=579
-  _globals['_LISTAUDITREQUEST']._serialized_start=581
-  _globals['_LISTAUDITREQUEST']._serialized_end=629
-  _globals['_AUDITENTRY']._serialized_start=632
-  _globals['_AUDITENTRY']._serialized_end=794
-  _globals['_AUDITENTRIES']._serialized_start=796
-  _globals['_AUDITENTRIES']._serialized_end=867
-  _globals['_FLEETACTIVITYREQUEST']._serialized_start=869
-  _globals['_FLEETACTIVITYREQUEST']._serialized_end=891
-  _globals['_WORKERACTIVITY']._serialized_start=894
-  _globals['_WORKERACTIVITY']._serialized_end=1069
-  _globals['_FLEETACTIVITY']._serialized_start=1072
-  _globals['_FLEETACTIVITY']._serialized_end=1275
-  _globals['_FLEETACTIVITY_RUNSBYSTATEENTRY']._serialized_start=1225
-  _globals['_FLEETACTIVITY_RUNSBYSTATEENTRY']._serialized_end=1275
-  _globals['_ADMINSERVICE']._serialized_start=1278
-  _globals['_ADMINSERVICE']._serialized_end=1748
+  _globals['_GETUSERLIMITSREQUEST']._serialized_start=490
+  _globals['_GETUSERLIMITSREQUEST']._serialized_end=526
+  _globals['_SETUSERLIMITSREQUEST']._serialized_start=529
+  _globals['_SETUSERLIMITSREQUEST']._serialized_end=667
+  _globals['_USERLIMITS']._serialized_start=670
+  _globals['_USERLIMITS']._serialized_end=866
+  _globals['_WHOAMIREQUEST']._serialized_start=868
+  _globals['_WHOAMIREQUEST']._serialized_end=883
+  _globals['_PRINCIPAL']._serialized_start=885
+  _globals['_PRINCIPAL']._serialized_end=957
+  _globals['_LISTAUDITREQUEST']._serialized_start=959
+  _globals['_LISTAUDITREQUEST']._serialized_end=1007
+  _globals['_AUDITENTRY']._serialized_start=1010
+  _globals['_AUDITENTRY']._serialized_end=1172
+  _globals['_AUDITENTRIES']._serialized_start=1174
+  _globals['_AUDITENTRIES']._serialized_end=1245
+  _globals['_FLEETACTIVITYREQUEST']._serialized_start=1247
+  _globals['_FLEETACTIVITYREQUEST']._serialized_end=1269
+  _globals['_WORKERACTIVITY']._serialized_start=1272
+  _globals['_WORKERACTIVITY']._serialized_end=1447
+  _globals['_FLEETACTIVITY']._serialized_start=1450
+  _globals['_FLEETACTIVITY']._serialized_end=1653
+  _globals['_FLEETACTIVITY_RUNSBYSTATEENTRY']._serialized_start=1603
+  _globals['_FLEETACTIVITY_RUNSBYSTATEENTRY']._serialized_end=1653
+  _globals['_ADMINSERVICE']._serialized_start=1656
+  _globals['_ADMINSERVICE']._serialized_end=2284
 # @@protoc_insertion_point(module_scope)

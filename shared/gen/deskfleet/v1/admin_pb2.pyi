@@ -61,6 +61,42 @@ class RotateUserRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class GetUserLimitsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class SetUserLimitsRequest(_message.Message):
+    __slots__ = ("name", "max_active_runs", "max_stored_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_active_runs: int
+    max_stored_bytes: int
+    def __init__(self, name: _Optional[str] = ..., max_active_runs: _Optional[int] = ..., max_stored_bytes: _Optional[int] = ...) -> None: ...
+
+class UserLimits(_message.Message):
+    __slots__ = ("user_id", "name", "active_runs", "stored_bytes", "max_active_runs", "max_stored_bytes", "max_active_runs_set", "max_stored_bytes_set")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ACTIVE_RUNS_SET_FIELD_NUMBER: _ClassVar[int]
+    MAX_STORED_BYTES_SET_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    name: str
+    active_runs: int
+    stored_bytes: int
+    max_active_runs: int
+    max_stored_bytes: int
+    max_active_runs_set: bool
+    max_stored_bytes_set: bool
+    def __init__(self, user_id: _Optional[str] = ..., name: _Optional[str] = ..., active_runs: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., max_active_runs: _Optional[int] = ..., max_stored_bytes: _Optional[int] = ..., max_active_runs_set: _Optional[bool] = ..., max_stored_bytes_set: _Optional[bool] = ...) -> None: ...
+
 class WhoAmIRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -64,6 +64,16 @@ class AdminServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivityRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivity.FromString,
                 _registered_method=True)
+        self.GetUserLimits = channel.unary_unary(
+                '/deskfleet.v1.AdminService/GetUserLimits',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.GetUserLimitsRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.UserLimits.FromString,
+                _registered_method=True)
+        self.SetUserLimits = channel.unary_unary(
+                '/deskfleet.v1.AdminService/SetUserLimits',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.SetUserLimitsRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.UserLimits.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -106,6 +116,19 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUserLimits(self, request, context):
+        """Owners read their own limits; admins anyone's, and only admins set them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetUserLimits(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +161,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetFleetActivity,
                     request_deserializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivityRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_admin__pb2.FleetActivity.SerializeToString,
+            ),
+            'GetUserLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUserLimits,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.GetUserLimitsRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.UserLimits.SerializeToString,
+            ),
+            'SetUserLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetUserLimits,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.SetUserLimitsRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.UserLimits.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +335,60 @@ class AdminService:
             '/deskfleet.v1.AdminService/GetFleetActivity',
             deskfleet_dot_v1_dot_admin__pb2.FleetActivityRequest.SerializeToString,
             deskfleet_dot_v1_dot_admin__pb2.FleetActivity.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUserLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/GetUserLimits',
+            deskfleet_dot_v1_dot_admin__pb2.GetUserLimitsRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.UserLimits.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetUserLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/SetUserLimits',
+            deskfleet_dot_v1_dot_admin__pb2.SetUserLimitsRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.UserLimits.FromString,
             options,
             channel_credentials,
             insecure,

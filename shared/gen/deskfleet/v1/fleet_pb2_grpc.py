@@ -67,7 +67,7 @@ class FleetServiceStub:
                 _registered_method=True)
         self.RotateWorker = channel.unary_unary(
                 '/deskfleet.v1.FleetService/RotateWorker',
-                request_serializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.SerializeToString,
+                request_serializer=deskfleet_dot_v1_dot_fleet__pb2.RotateWorkerRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.FromString,
                 _registered_method=True)
 
@@ -115,7 +115,8 @@ class FleetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RotateWorker(self, request, context):
-        """Ask the worker to replace its credential (now if connected, else when it next connects).
+        """Ask the worker to replace its credential: now if connected; if not, only with
+        while_offline, when it next connects. A stolen credential is revoked, not rotated.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -156,7 +157,7 @@ def add_FleetServiceServicer_to_server(servicer, server):
             ),
             'RotateWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.RotateWorker,
-                    request_deserializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.FromString,
+                    request_deserializer=deskfleet_dot_v1_dot_fleet__pb2.RotateWorkerRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.SerializeToString,
             ),
     }
@@ -348,7 +349,7 @@ class FleetService:
             request,
             target,
             '/deskfleet.v1.FleetService/RotateWorker',
-            deskfleet_dot_v1_dot_fleet__pb2.WorkerRef.SerializeToString,
+            deskfleet_dot_v1_dot_fleet__pb2.RotateWorkerRequest.SerializeToString,
             deskfleet_dot_v1_dot_fleet__pb2.WorkerInfo.FromString,
             options,
             channel_credentials,

@@ -1,0 +1,114 @@
+"""Per-owner usage notes and the queries that settle them (see `coordinator/quota.py`).
+
+A unit of work only notes, in its session, what it adds for an owner: bytes stored (`charge`)
+and runs that become active (`admit`). The notes are settled once, just before the commit,
+with one row update per owner in owner order: an owner's row is locked last and briefly, and
+two transactions never take owner rows in opposite orders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from coordinator.store.models import OwnerQuotaRow, RunRow
+
+NOTES_KEY = "deskfleet.owner_usage"
+
+
+@dataclass
+class Notes:
+    """What one transaction adds for one owner."""
+
+    stored_bytes: int = 0
+    admitted: int = 0  # runs that became active: the owner's limits are checked at commit
+
+
+def notes(s: Session) -> dict[str, Notes]:
+    found: dict[str, Notes] = s.info.setdefault(NOTES_KEY, {})
+    return found
+
+
+def charge(s: Session, owner_id: str, nbytes: int) -> None:
+    """The owner's runs store `nbytes` more (journal events, receipts, plan arguments)."""
+    notes(s).setdefault(owner_id, Notes()).stored_bytes += nbytes
+
+
+def admit(s: Session, owner_id: str) -> None:
+    """A run of the owner becomes active in this transaction: check the limits at commit."""
+    notes(s).setdefault(owner_id, Notes()).admitted += 1
+
+
+def take_notes(s: Session) -> dict[str, Notes]:
+    taken: dict[str, Notes] = s.info.pop(NOTES_KEY, {})
+    return taken
+
+
+@dataclass(frozen=True)
+class Row:
+    stored_bytes: int
+    max_active_runs: int | None
+    max_stored_bytes: int | None
+
+
+def add_stored(s: Session, owner_id: str, nbytes: int) -> Row:
+    """Add to the owner's stored bytes (creating the owner's row) and lock it; the row after."""
+    change = (
+        update(OwnerQuotaRow)
+        .where(OwnerQuotaRow.owner_id == owner_id)
+        .values(stored_bytes=OwnerQuotaRow.stored_bytes + nbytes)
+        .returning(
+            OwnerQuotaRow.stored_bytes,
+            OwnerQuotaRow.max_active_runs,
+            OwnerQuotaRow.max_stored_bytes,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    found = s.execute(change).one_or_none()
+    if found is None:
+        s.execute(_insert_missing(s, owner_id))
+        found = s.execute(change).one()
+    return Row(int(found[0]), found[1], found[2])
+
+
+def _insert_missing(s: Session, owner_id: str) -> Any:
+    insert = pg_insert if s.get_bind().dialect.name == "postgresql" else sqlite_insert
+    return (
+        insert(OwnerQuotaRow)
+        .values(owner_id=owner_id, stored_bytes=0)
+        .on_conflict_do_nothing(index_elements=["owner_id"])
+    )
+
+
+def active_runs(s: Session, owner_id: str, statuses: Sequence[str], cap: int) -> int:
+    """The owner's runs in `statuses`, counted through the (owner, status) index up to `cap`."""
+    ids = (
+        select(RunRow.id)
+        .where(RunRow.owner_id == owner_id, RunRow.status.in_(statuses))
+        .limit(cap)
+        .subquery()
+    )
+    return int(s.scalar(select(func.count()).select_from(ids)) or 0)
+
+
+def quota_row(s: Session, owner_id: str) -> OwnerQuotaRow | None:
+    return s.get(OwnerQuotaRow, owner_id)
+
+
+def set_limits(
+    s: Session, owner_id: str, max_active_runs: int | None, max_stored_bytes: int | None
+) -> None:
+    """Set both overrides of the owner (None: the coordinator's default)."""
+    s.execute(_insert_missing(s, owner_id))
+    s.execute(
+        update(OwnerQuotaRow)
+        .where(OwnerQuotaRow.owner_id == owner_id)
+        .values(max_active_runs=max_active_runs, max_stored_bytes=max_stored_bytes)
+        .execution_options(synchronize_session=False)
+    )

@@ -1,0 +1,304 @@
+"""The ledger's rules in-process, on a SQLite store in a temporary directory: no servers.
+
+Each test is one or a few ledger transactions, run the way the dispatcher runs them (the unit,
+then `slots.serve`), so the rules are checked in milliseconds: worker slots and the line of
+waiting runs, epoch fencing, retries and hand-backs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from coordinator import ledger, outcomes, slots
+from coordinator.ledger import Context
+from coordinator.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.store.engine import create_store_engine
+from coordinator.store.models import Base, PresenceRow, RunRow, WorkerRow
+from shared.ids import new_id
+
+Unit = Callable[[Session, Context], list[Order]]
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def run(self, unit: Unit) -> list[Order]:
+        """One transaction as the dispatcher runs it: the unit, then the line is served."""
+        ctx = Context(lease_ttl=30.0, max_attempts=3)
+        with Session(self.engine, expire_on_commit=False) as s, s.begin(), s.no_autoflush:
+            return unit(s, ctx) + slots.serve(s, ctx)
+
+    def worker(self, name: str) -> str:
+        worker_id = new_id("wrk")
+        now = time.time()
+        with Session(self.engine) as s, s.begin():
+            s.add(
+                WorkerRow(
+                    id=worker_id,
+                    name=name,
+                    secret_hash=new_id("h"),
+                    state="active",
+                    labels={},
+                    allowed_capabilities=["headless"],
+                    advertisement={},
+                    enrolled_at=now,
+                    enrollment_token_id="t",
+                )
+            )
+            s.flush()  # no relationship orders the inserts: the presence row needs its worker
+            s.add(
+                PresenceRow(
+                    worker_id=worker_id,
+                    replica="r1",
+                    session_id=new_id("ses"),
+                    connected_at=now,
+                    last_heartbeat_at=now,
+                    lease_expires_at=now + 3600,
+                )
+            )
+        return worker_id
+
+    def submit(self, actions: int, *, stage_all: bool = False, idempotent: bool = True) -> str:
+        """A plan run of `actions` diag.echo actions, in sequence or all in one stage."""
+        run_id = new_id("run")
+        now = time.time()
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            run = RunRow(
+                id=run_id,
+                owner_id="owner",
+                title="t",
+                status=ledger.RUNNING,
+                limits={
+                    "max_actions": 3 * actions + 10,
+                    "max_seconds": 3600.0,
+                    "estimate_actions": 3 * actions + 10,
+                    "estimate_seconds": 3600.0,
+                    "action_timeout_seconds": 60.0,
+                },
+                estimate_actions=3 * actions + 10,
+                estimate_seconds=3600.0,
+                actions_total=actions,
+                trace_id="0" * 32,
+                created_at=now,
+                updated_at=now,
+                kind="plan",
+                spec={},
+            )
+            s.add(run)
+            s.flush()
+            for i in range(actions):
+                s.add(
+                    ledger.new_action(
+                        run_id,
+                        i,
+                        0 if stage_all else i,
+                        "diag.echo",
+                        {"value": i},
+                        idempotent=idempotent,
+                        route={},
+                        intent="",
+                        timeout=60.0,
+                    )
+                )
+            s.flush()
+            return ledger.advance(s, run, ctx)
+
+        self.run(unit)
+        return run_id
+
+    def read(self, fn: Callable[[Session], Any]) -> Any:
+        with Session(self.engine) as s:
+            return fn(s)
+
+    def run_row(self, run_id: str) -> RunRow:
+        row: RunRow = self.read(lambda s: s.get(RunRow, run_id))
+        return row
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    Base.metadata.create_all(engine)
+    yield Store(engine)
+    engine.dispose()
+
+
+def dispatched(orders: list[Order]) -> list[DispatchOrder]:
+    return [o for o in orders if isinstance(o, DispatchOrder)]
+
+
+def receipt(order: DispatchOrder, status: str = "succeeded", epoch: int | None = None) -> Any:
+    return IncomingReceipt(
+        worker_id=order.worker_id,
+        action_id=order.action_id,
+        run_id=order.run_id,
+        attempt_id=order.attempt_id,
+        epoch=order.epoch if epoch is None else epoch,
+        status=status,
+        result_json='{"echo": 1}',
+        error="" if status == "succeeded" else "broken",
+        started_at=time.time(),
+        finished_at=time.time(),
+    )
+
+
+def apply_all(receipts: list[IncomingReceipt]) -> Unit:
+    def unit(s: Session, ctx: Context) -> list[Order]:
+        orders: list[Order] = []
+        for r in receipts:
+            orders += outcomes.apply_receipt(s, r, ctx)
+        return orders
+
+    return unit
+
+
+def in_flight(store: Store) -> list[DispatchOrder]:
+    """The dispatches of the store's in-flight actions, rebuilt for receipts."""
+    from coordinator.store.models import ActionRow
+
+    def rows(s: Session) -> list[DispatchOrder]:
+        found = s.query(ActionRow).filter(ActionRow.status.in_(ledger.IN_FLIGHT)).all()
+        return [
+            DispatchOrder(
+                a.worker_id, a.id, a.run_id, a.attempt_id, a.epoch, a.attempts, a.kind,
+                a.args, a.idempotent, a.timeout_seconds,
+            )
+            for a in found
+        ]  # fmt: skip
+
+    result: list[DispatchOrder] = store.read(rows)
+    return result
+
+
+# ------------------------------------------------------------------ slots and the line
+
+
+def test_a_worker_takes_at_most_its_slots_and_the_rest_wait_saying_why(store: Store) -> None:
+    store.worker("w")
+    runs = [store.submit(2) for _ in range(6)]
+    assert len(in_flight(store)) == ledger.MAX_PER_WORKER
+    waiting = [store.run_row(r) for r in runs[ledger.MAX_PER_WORKER :]]
+    assert {(w.status, w.waiting_code) for w in waiting} == {
+        (ledger.WAITING_FOR_ENVIRONMENT, ledger.WORKERS_BUSY)
+    }
+    assert all(w.queued_at is not None for w in waiting)
+    assert "in line for the next free slot" in waiting[0].waiting_detail
+
+
+def test_a_batch_of_receipts_frees_its_own_slots_for_the_runs_in_line(store: Store) -> None:
+    """The fleet-wide stall: receipts applied without autoflush still counted as busy."""
+    store.worker("w")
+    runs = [store.submit(2) for _ in range(6)]
+    orders = store.run(apply_all([receipt(o) for o in in_flight(store)]))
+    sent = dispatched(orders)
+    assert len(sent) == ledger.MAX_PER_WORKER  # every freed slot is used again at once
+    # The two runs that waited longest go first; then the runs whose receipts came in.
+    assert [o.run_id for o in sent[:2]] == runs[4:6]
+
+
+def test_a_run_with_many_units_takes_turns_with_a_later_run(store: Store) -> None:
+    store.worker("w")
+    big = store.submit(10, stage_all=True)  # in line first, ten units in one stage
+    assert len(in_flight(store)) == ledger.MAX_PER_WORKER
+    small = store.submit(1)
+    assert store.run_row(small).waiting_code == ledger.WORKERS_BUSY
+    first_two = in_flight(store)[:2]
+    sent = dispatched(store.run(apply_all([receipt(o) for o in first_two])))
+    # The big run, still in line from before the small one came, takes one slot and goes to
+    # the back, behind the small run, which takes the other: six units left do not starve it.
+    assert [o.run_id for o in sent] == [big, small]
+
+
+def test_receipts_arriving_one_by_one_serve_runs_round_robin(store: Store) -> None:
+    store.worker("w")
+    runs = [store.submit(3) for _ in range(8)]
+    order: list[str] = []
+    for _ in range(20):
+        flying = in_flight(store)
+        if not flying:
+            break
+        sent = dispatched(store.run(apply_all([receipt(flying[0])])))
+        order += [o.run_id for o in sent]
+    # Each run's second action is dispatched before any run's third.
+    seconds = [order.index(r) for r in runs]
+    thirds = [i for i, r in enumerate(order) if order[: i + 1].count(r) == 2]
+    assert max(seconds) < min(thirds)
+
+
+def test_a_timed_out_attempt_frees_its_slot_for_the_line(store: Store) -> None:
+    store.worker("w")
+    [store.submit(1) for _ in range(4)]
+    waiter = store.submit(1)
+    stuck = in_flight(store)[0]
+
+    def timeout(s: Session, ctx: Context) -> list[Order]:
+        action = s.get(ledger.ActionRow, stuck.action_id)
+        assert action is not None
+        return outcomes.expire(s, action, "timed out after 60 s", ctx)
+
+    sent = dispatched(store.run(timeout))
+    assert waiter in [o.run_id for o in sent]
+
+
+def test_a_worker_connecting_serves_the_line(store: Store) -> None:
+    store.worker("a")
+    [store.submit(1) for _ in range(4)]
+    waiter = store.submit(1)
+    b = store.worker("b")
+
+    def connect(s: Session, ctx: Context) -> list[Order]:
+        ctx.capacity_changed = True
+        return outcomes.reconcile_worker(s, b, (), ctx)
+
+    sent = dispatched(store.run(connect))
+    assert [(o.run_id, o.worker_id) for o in sent] == [(waiter, b)]
+    assert store.run_row(waiter).queued_at is None
+
+
+# ------------------------------------------------------------------ fencing, retry, hand-back
+
+
+def test_a_stale_epoch_is_refused_and_takes_no_slot_back(store: Store) -> None:
+    store.worker("w")
+    [store.submit(1) for _ in range(4)]
+    waiter = store.submit(1)
+    flying = in_flight(store)[0]
+    orders = store.run(apply_all([receipt(flying, epoch=flying.epoch - 1)]))
+    [verdict] = [o for o in orders if isinstance(o, ReceiptVerdict)]
+    assert not verdict.accepted and "stale epoch" in verdict.reason
+    assert dispatched(orders) == []
+    assert store.run_row(waiter).status == ledger.WAITING_FOR_ENVIRONMENT
+
+
+def test_a_failed_idempotent_action_is_retried_with_a_new_epoch(store: Store) -> None:
+    store.worker("w")
+    run_id = store.submit(1)
+    [first] = in_flight(store)
+    [again] = dispatched(store.run(apply_all([receipt(first, "failed")])))
+    assert (again.action_id, again.epoch, again.attempt) == (first.action_id, 2, 2)
+    assert store.run_row(run_id).status == ledger.RUNNING
+
+
+def test_an_unknown_outcome_of_a_non_idempotent_action_is_handed_back(store: Store) -> None:
+    store.worker("w")
+    run_id = store.submit(2, idempotent=False)
+    [first] = in_flight(store)
+
+    def lost(s: Session, ctx: Context) -> list[Order]:
+        action = s.get(ledger.ActionRow, first.action_id)
+        assert action is not None
+        return outcomes.expire(s, action, "its claimant stopped responding", ctx)
+
+    assert dispatched(store.run(lost)) == []
+    run = store.run_row(run_id)
+    assert run.status == ledger.HAND_BACK_TO_HUMAN
+    assert run.waiting_code == ledger.UNKNOWN_OUTCOME and run.queued_at is None

@@ -1,0 +1,144 @@
+"""Per-owner limits: runs in flight and bytes stored, on real coordinators (SQLite and
+PostgreSQL), set by admins only; and the cap on one plan's size."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.settings import parse_size
+from shared.errors import InvalidArgumentError
+from tests.harness import CoordinatorProcess, WorkerProcess, wait_run, write_plan
+
+EXIT_ERROR, EXIT_AUTH, EXIT_NOT_FOUND = 1, 3, 4
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def limited(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    """A coordinator whose owners may have 2 runs in flight and store 1 MiB."""
+    db_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    limits = ("--owner-max-active-runs", "2", "--owner-max-stored-bytes", "1MiB")
+    proc = CoordinatorProcess(tmp_path / "limited", db_url, serve_args=limits).start()
+    yield proc
+    proc.stop()
+
+
+def _owner(coordinator: CoordinatorProcess, name: str) -> Path:
+    token = coordinator.cli_json("users", "create", name)["token"]
+    path = coordinator.workdir / f"{name}.token"
+    path.write_text(token)
+    return path
+
+
+def _submit(
+    coordinator: CoordinatorProcess, token: Path, plan: Path
+) -> tuple[int, dict[str, Any] | None, str]:
+    args = ("runs", "submit", str(plan))
+    done = coordinator.cli(*args, token_file=token, json_out=True, check=False)
+    return done.returncode, json.loads(done.stdout) if done.returncode == 0 else None, done.stderr
+
+
+def _limits(coordinator: CoordinatorProcess, *args: str, token: Path | None = None) -> Any:
+    return coordinator.cli_json("users", "limits", *args, token_file=token)
+
+
+@pytest.mark.slow
+def test_owner_limits_refuse_new_runs_until_there_is_room(
+    limited: CoordinatorProcess, tmp_path: Path
+) -> None:
+    coordinator = limited
+    alice = _owner(coordinator, "alice")
+    small = write_plan(tmp_path / "small.json", [{"kind": "diag.echo", "args": {"value": "x"}}])
+    # No worker yet: runs wait for one, in flight.
+    first = _submit(coordinator, alice, small)[1]
+    second = _submit(coordinator, alice, small)[1]
+    assert first is not None and second is not None
+    code, _, err = _submit(coordinator, alice, small)
+    assert code == EXIT_ERROR, err
+    assert err.startswith("deskfleet: owner limit max_active_runs=2:"), err
+    assert len(coordinator.cli_json("runs", "list", token_file=alice)["runs"]) == 2  # none written
+    # Another owner has room of their own.
+    bob = _owner(coordinator, "bob")
+    assert _submit(coordinator, bob, small)[0] == 0
+
+    # A finished run frees its place.
+    coordinator.cli("runs", "cancel", first["id"], token_file=alice)
+    code, third, err = _submit(coordinator, alice, small)
+    assert code == 0 and third is not None, err
+    mine = _limits(coordinator, token=alice)
+    assert (mine["name"], mine["activeRuns"], mine["maxActiveRuns"]) == ("alice", 2, 2)
+    assert not mine["maxActiveRunsSet"] and mine["storedBytes"] > 0
+
+    # Owners read their own limits only, and set none.
+    denied = coordinator.cli(
+        "users", "limits", "alice", "--max-active-runs", "50", token_file=alice, check=False
+    )
+    assert denied.returncode == EXIT_AUTH, denied.stderr
+    assert "SetUserLimits needs an admin credential" in denied.stderr
+    other = coordinator.cli("users", "limits", "bob", token_file=alice, check=False)
+    assert other.returncode == EXIT_NOT_FOUND, other.stderr
+
+    # An admin's override takes effect at once.
+    raised = _limits(coordinator, "alice", "--max-active-runs", "5")
+    assert (raised["maxActiveRuns"], raised["maxActiveRunsSet"]) == (5, True)
+    # The byte limit (1 MiB, the default here) refuses a large plan, whole.
+    big = write_plan(
+        tmp_path / "big.json", [{"kind": "diag.echo", "args": {"value": "b" * 700_000}}]
+    )
+    code, _, err = _submit(coordinator, alice, big)
+    assert code == 0, err
+    code, _, err = _submit(coordinator, alice, big)
+    assert code == EXIT_ERROR, err
+    assert err.startswith("deskfleet: owner limit max_stored_bytes=1048576:"), err
+    assert "would add 7" in err  # the plan's 700,000 bytes and its journal event
+    stored = _limits(coordinator, "alice")["storedBytes"]
+    assert 700_000 < stored < 1_048_576  # the refused run stored nothing
+    assert _limits(coordinator, "alice", "--max-stored-bytes", "10MiB")["maxStoredBytes"] == (
+        10 * 1024 * 1024
+    )
+    assert _submit(coordinator, alice, big)[0] == 0
+    # Back to the default: 4 runs in flight, at most 2.
+    back = _limits(coordinator, "alice", "--max-active-runs", "default")
+    assert (back["maxActiveRuns"], back["maxActiveRunsSet"], back["activeRuns"]) == (2, False, 4)
+    assert _submit(coordinator, alice, small)[0] == EXIT_ERROR
+    acts = [e for e in coordinator.cli_json("audit")["entries"] if e["action"] == "user.limits"]
+    assert len(acts) == 3 and all(e["actorRole"] == "admin" for e in acts)
+
+    # Runs a worker finishes leave the count; their receipts count as stored bytes.
+    worker = WorkerProcess(coordinator, "w").start()
+    try:
+        worker.wait_online()
+        for run in (second, third):
+            done = lambda r: r["status"] == "SUCCEEDED"  # noqa: E731
+            wait_run(coordinator, run["id"], done, token_file=alice)
+        after = _limits(coordinator, "alice")
+        assert after["activeRuns"] <= 1 and after["storedBytes"] > stored
+        assert _submit(coordinator, alice, small)[0] == 0
+    finally:
+        worker.stop()
+
+
+def test_one_plan_is_capped_in_size() -> None:
+    from coordinator.runs import MAX_PLAN_CHARS, Plan, PlannedAction, _validate
+
+    action = PlannedAction("diag.echo", {"value": "x" * (3 * 1024 * 1024)}, True, {})
+    with pytest.raises(InvalidArgumentError) as refused:
+        _validate(Plan((action,) * 3))
+    assert refused.value.message.startswith(
+        f"actions: the plan is larger than {MAX_PLAN_CHARS} bytes at actions[2]"
+    )
+    _, size = _validate(Plan((action,) * 2))
+    assert 6 * 1024 * 1024 < size <= MAX_PLAN_CHARS
+
+
+def test_sizes_are_read_in_binary_units() -> None:
+    assert parse_size("f", "0") == 0
+    assert parse_size("f", "1MiB") == parse_size("f", "1m") == 1024 * 1024
+    assert parse_size("f", "5GiB") == 5 * 1024**3
+    for bad in ("", "1.5G", "-1", "1 PB", "\u0661"):
+        with pytest.raises(InvalidArgumentError):
+            parse_size("f", bad)
