@@ -208,7 +208,7 @@ def kill_engage(client: CoordinatorClient, args: argparse.Namespace) -> None:
         render.print_json(doc)
     else:
         target = f" {doc['target']}" if doc.get("target") else ""
-        pushed = len(doc.get("unacknowledged", []))
+        pushed = doc.get("unacknowledgedCount", 0)
         print(
             f"kill switch {doc['id']} engaged for {doc['scope']}{target}; pushed to {pushed}"
             " connected worker(s) (see `deskfleet kill status`)"

@@ -535,6 +535,13 @@ def approval_rows(approvals: list[dict[str, Any]]) -> str:
     )
 
 
+def _waiting(kill: dict[str, Any]) -> str:
+    """Who the switch still waits for: the names given, and how many more there are."""
+    names: list[str] = kill.get("unacknowledged", [])
+    more = int(kill.get("unacknowledgedCount", len(names))) - len(names)
+    return ", ".join(names) + (f" (+{more} more)" if more > 0 else "")
+
+
 def kill_rows(switches: list[dict[str, Any]]) -> str:
     return table(
         ["ID", "SCOPE", "TARGET", "ENGAGED", "BY", "REASON", "ACKED", "WAITING FOR"],
@@ -546,8 +553,8 @@ def kill_rows(switches: list[dict[str, Any]]) -> str:
                 k.get("engaged"),
                 k.get("engagedBy"),
                 k.get("reason"),
-                len(k.get("acknowledged", [])),
-                k.get("unacknowledged", []),
+                k.get("acknowledgedCount", 0),
+                _waiting(k),
             ]
             for k in switches
         ],
