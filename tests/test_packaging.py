@@ -156,6 +156,7 @@ def site_url() -> Iterator[str]:
     server.server_close()
 
 
+@pytest.mark.e2e  # a real Chromium, driven by the clean venv's worker
 def test_the_wheel_in_a_clean_venv_runs_and_fetches_a_page(
     wheel: Path, wheelhouse: Path, site_url: str, tmp_path: Path
 ) -> None:
@@ -289,6 +290,7 @@ def test_the_wheel_in_a_clean_venv_runs_and_fetches_a_page(
         coordinator.stop()
 
 
+@pytest.mark.integration
 def test_the_linux_installer_default_path_installs_a_worker_that_runs(
     wheel: Path, wheelhouse: Path, tmp_path: Path
 ) -> None:
