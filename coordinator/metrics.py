@@ -28,6 +28,7 @@ from coordinator.store import counts
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import RunRow
 from shared.metrics_endpoint import MetricsEndpoint
+from shared.run_states import RUN_STATES
 
 if TYPE_CHECKING:
     from coordinator.presence import Presence
@@ -327,8 +328,10 @@ class _StateCollector(Collector):
             online.add_metric([name, self.replica], count)
         yield online
         runs = GaugeMetricFamily("deskfleet_runs", "Runs in each state", labels=["state"])
-        for state, count in sorted(snap.runs.items()):
-            runs.add_metric([state], count)
+        # Every state, at zero when no run is in it: a series that appears only once a run
+        # enters the state cannot be alerted on or graphed before then.
+        for state in (*RUN_STATES, *sorted(set(snap.runs) - set(RUN_STATES))):
+            runs.add_metric([state], snap.runs.get(state, 0))
         yield runs
         yield GaugeMetricFamily(
             "deskfleet_approvals_waiting", "Approvals requested and not answered", snap.approvals
