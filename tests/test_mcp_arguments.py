@@ -39,11 +39,11 @@ def test_seconds_in_range_pass() -> None:
 async def test_a_wrong_type_is_one_sentence_naming_the_argument() -> None:
     server = build_server(None)  # type: ignore[arg-type]  # refused before any call is made
     cases = [
-        ("journal_read", {"run_id": "r", "seq": "abc"}, "seq: a valid integer"),
-        ("research", {"query": "q", "wait": "perhaps"}, "wait: a valid boolean"),
+        ("journal_read", {"run_id": "r", "seq": "abc"}, "seq: should be a valid integer"),
+        ("research", {"query": "q", "wait": "perhaps"}, "wait: should be a valid boolean"),
         ("run_status", {}, "run_id: required"),
-        ("submit_plan", {"plan": [1, 2]}, "plan: a valid dictionary"),
-        ("desktop_act", {"run_id": "r", "action": "dance"}, "action: 'screenshot'"),
+        ("submit_plan", {"plan": [1, 2]}, "plan: should be a valid dictionary"),
+        ("desktop_act", {"run_id": "r", "action": "dance"}, "action: should be 'screenshot'"),
     ]
     for tool, arguments, expected in cases:
         result = await server.call_tool(tool, arguments)

@@ -4,9 +4,10 @@ names (camelCase), as `deskfleet ... --json` prints them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
-from typing_extensions import NotRequired, TypedDict
+# pydantic reads TypedDicts from typing_extensions only, before Python 3.12.
+from typing_extensions import TypedDict
 
 
 class Waiting(TypedDict):

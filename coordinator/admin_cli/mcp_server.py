@@ -37,9 +37,8 @@ from coordinator.admin_cli.mcp_results import (
     RunSummary,
 )
 from coordinator.admin_cli.runs_commands import ACTIVE, _report, plan_request
-from shared.errors import from_rpc_error
 from shared import __version__
-from shared.errors import DeskfleetError, InvalidArgumentError
+from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 
 DesktopAction = Literal[
@@ -333,8 +332,8 @@ def argument_errors(exc: ValidationError) -> str:
         if err["type"] == "missing":
             parts.append(f"{name}: required")
             continue
-        expected = str(err["msg"]).removeprefix("Input should be ").removeprefix("Value error, ")
-        parts.append(f"{name}: {expected}")
+        message = str(err["msg"]).replace("Input should be ", "should be ", 1)
+        parts.append(f"{name}: {message.removeprefix('Value error, ')}")
     return "; ".join(dict.fromkeys(parts))
 
 
