@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.types import CallToolResult, ImageContent, TextContent, TextResourceContents
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    ImageContent,
+    TextContent,
+    TextResourceContents,
+)
 from PIL import Image
 
 from scripts.local_site.server import FACTS
@@ -277,6 +284,12 @@ async def test_submit_plan_cancel_run_and_runs_as_resources(
         events = json.loads(journal.text)["events"]
         assert events[0]["kind"] == "run.submitted"
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+        for uri in ("deskfleet://runs/nope", "deskfleet://runs/nope/journal"):
+            with pytest.raises(MCPError) as missing:
+                await session.read_resource(uri)
+            assert missing.value.error.code == INVALID_PARAMS
+            assert missing.value.error.message.startswith("no run"), missing.value.error
 
         bad = await session.call_tool("submit_plan", {"plan": {"steps": []}})
         assert bad.is_error and text_of(bad) == 'plan: expected {"actions": [...]}'

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import grpc
 from anyio import from_thread, to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
@@ -38,7 +38,7 @@ from coordinator.admin_cli.mcp_results import (
 )
 from coordinator.admin_cli.runs_commands import ACTIVE, _report, plan_request
 from shared import __version__
-from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
+from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, from_rpc_error
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 
 DesktopAction = Literal[
@@ -531,6 +531,8 @@ async def _resource(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Read a resource on a worker thread; a coordinator error is the read's one-line error."""
     try:
         return await to_thread.run_sync(body)
+    except NotFoundError as exc:  # the run does not exist for this credential
+        raise ResourceNotFoundError(exc.message) from exc
     except DeskfleetError as exc:
         raise ResourceError(exc.message) from exc
 
