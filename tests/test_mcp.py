@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    ImageContent,
+    TextContent,
+    TextResourceContents,
+)
 from PIL import Image
 
 from scripts.local_site.server import FACTS
@@ -28,6 +35,8 @@ TOOLS = {
     "journal_search",
     "journal_read",
     "run_status",
+    "submit_plan",
+    "cancel_run",
 }
 
 
@@ -80,13 +89,27 @@ async def test_tools_fleet_status_and_errors(
         assert tools["journal_read"].input_schema["required"] == ["run_id", "seq"]
         assert tools["fleet_status"].input_schema.get("required", []) == []
 
+        assert tools["run_status"].annotations is not None
+        assert tools["run_status"].annotations.read_only_hint
+        assert tools["cancel_run"].annotations is not None
+        assert tools["cancel_run"].annotations.destructive_hint
+        assert all(t.output_schema is not None for t in tools.values())
+
         status = await call_json(session, "fleet_status")
         [row] = [w for w in status["workers"] if w["id"] == worker.worker_id]
         assert row["online"] and status["headlessOnline"] >= 1
+        structured = (await session.call_tool("fleet_status", {})).structured_content
+        assert structured is not None and structured["headlessOnline"] == status["headlessOnline"]
+
+        # A wrongly typed argument: one sentence naming it, not the validator's report.
+        wrong = await session.call_tool("journal_read", {"run_id": "x", "seq": "first"})
+        assert wrong.is_error and text_of(wrong).startswith("seq: should be a valid integer")
+        assert "\n" not in text_of(wrong) and "validation error" not in text_of(wrong)
 
         for tool, arguments in (
             ("journal_search", {"run_id": "nope", "text": "x"}),
             ("run_status", {"run_id": "nope"}),
+            ("cancel_run", {"run_id": "nope"}),
         ):
             result = await session.call_tool(tool, arguments)
             assert result.is_error
@@ -98,11 +121,23 @@ async def test_research_returns_the_evidence(
 ) -> None:
     workers("w").wait_online()
     url = f"{site}/varn/keepers.html"
+    heard: list[tuple[float, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append((done, message))
+
     async with mcp_session(coordinator) as session:
-        doc = await call_json(
-            session, "research", query="keeper 1962", urls=[url, f"{site}/varn/lens.html"]
+        result = await session.call_tool(
+            "research",
+            {"query": "keeper 1962", "urls": [url, f"{site}/varn/lens.html"]},
+            progress_callback=progress,
         )
+        assert not result.is_error, text_of(result)
+        doc = json.loads(text_of(result))
         assert doc["status"] == "SUCCEEDED", doc
+        # While it waited, the tool told the caller where the run was.
+        assert heard and heard[0][1] is not None and doc["runId"] in heard[0][1], heard
+        assert [n for n, _ in heard] == sorted({n for n, _ in heard})
         evidence = {s["url"]: s["excerpts"] for s in doc["report"]["sources"] if s["evidence"]}
         assert evidence == {url: [FACTS["/varn/keepers.html"] + "."]}
         # The same report as structured content, with its passages' headings, scores, links.
@@ -205,3 +240,56 @@ async def test_out_of_range_numbers_and_nul_are_one_sentence_tool_errors(
         assert ok["seq"] == 1
     log = (coordinator.workdir / "mcp.log").read_text()
     assert "Traceback" not in log, log
+
+
+async def test_submit_plan_cancel_run_and_runs_as_resources(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
+) -> None:
+    workers("w").wait_online()
+    async with mcp_session(coordinator) as session:
+        templates = (await session.list_resource_templates()).resource_templates
+        assert {t.uri_template for t in templates} == {
+            "deskfleet://runs/{run_id}",
+            "deskfleet://runs/{run_id}/journal",
+        }
+        heard: list[float] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            heard.append(done)
+
+        plan = {"title": "echo", "actions": [{"kind": "diag.echo", "args": {"value": "hi"}}]}
+        done = await session.call_tool("submit_plan", {"plan": plan}, progress_callback=progress)
+        assert not done.is_error, text_of(done)
+        assert done.structured_content is not None
+        assert done.structured_content["status"] == "SUCCEEDED" and heard
+        assert json.loads(text_of(done)) == done.structured_content
+
+        # A run that cannot start (no such worker), cancelled; cancelling again changes nothing.
+        stuck = {"actions": [{"kind": "diag.echo", "route": {"worker": "nobody"}}]}
+        waiting = await call_json(session, "submit_plan", plan=stuck, wait=False)
+        run_id = waiting["runId"]
+        cancelled = await call_json(session, "cancel_run", run_id=run_id)
+        assert cancelled["status"] == "CANCELLED", cancelled
+        assert cancelled["stopReason"].startswith("cancelled")
+        again = await session.call_tool("cancel_run", {"run_id": run_id})
+        assert again.is_error and text_of(again).endswith("is already CANCELLED"), text_of(again)
+
+        run = await session.read_resource(f"deskfleet://runs/{run_id}")
+        [content] = run.contents
+        assert isinstance(content, TextResourceContents)
+        assert content.mime_type == "application/json"
+        assert json.loads(content.text)["status"] == "CANCELLED"
+        [journal] = (await session.read_resource(f"deskfleet://runs/{run_id}/journal")).contents
+        assert isinstance(journal, TextResourceContents)
+        events = json.loads(journal.text)["events"]
+        assert events[0]["kind"] == "run.submitted"
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+        for uri in ("deskfleet://runs/nope", "deskfleet://runs/nope/journal"):
+            with pytest.raises(MCPError) as missing:
+                await session.read_resource(uri)
+            assert missing.value.error.code == INVALID_PARAMS
+            assert missing.value.error.message.startswith("no run"), missing.value.error
+
+        bad = await session.call_tool("submit_plan", {"plan": {"steps": []}})
+        assert bad.is_error and text_of(bad) == 'plan: expected {"actions": [...]}'

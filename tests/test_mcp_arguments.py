@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
+from mcp.types import CallToolResult, TextContent
 
-from coordinator.admin_cli.mcp_server import INT32_MAX, seconds, whole
+from coordinator.admin_cli.mcp_server import INT32_MAX, build_server, seconds, whole
+from coordinator.admin_cli.runs_commands import plan_request
 from shared.errors import InvalidArgumentError
 
 
@@ -31,3 +34,84 @@ def test_seconds_must_be_finite_positive_and_bounded(value: object) -> None:
 
 def test_seconds_in_range_pass() -> None:
     assert seconds("ttl_seconds", 600) == 600.0
+
+
+async def test_a_wrong_type_is_one_sentence_naming_the_argument() -> None:
+    server = build_server(None)  # type: ignore[arg-type]  # refused before any call is made
+    cases = [
+        ("journal_read", {"run_id": "r", "seq": "abc"}, "seq: should be a valid integer"),
+        ("research", {"query": "q", "wait": "perhaps"}, "wait: should be a valid boolean"),
+        ("run_status", {}, "run_id: required"),
+        ("submit_plan", {"plan": [1, 2]}, "plan: should be a valid dictionary"),
+        ("desktop_act", {"run_id": "r", "action": "dance"}, "action: should be 'screenshot'"),
+    ]
+    for tool, arguments, expected in cases:
+        result = await server.call_tool(tool, arguments)
+        assert isinstance(result, CallToolResult) and result.is_error
+        [content] = result.content
+        assert isinstance(content, TextContent)
+        assert content.text.startswith(expected), content.text
+        assert "\n" not in content.text and "validation error" not in content.text
+        assert "Error executing tool" not in content.text
+
+
+@pytest.mark.parametrize(
+    ("plan", "expected"),
+    [
+        ([], 'plan: expected {"actions": [...]}'),
+        ({"actions": "x"}, 'plan: expected {"actions": [...]}'),
+        ({"actions": [{"args": {}}]}, 'actions[0]: needs a "kind"'),
+        ({"actions": [{"kind": "diag.echo", "args": []}]}, "actions[0].args: must be an object"),
+        ({"actions": [{"kind": "k", "route": {"labels": [1]}}]}, "actions[0].route.labels"),
+        ({"actions": [], "limits": [1]}, "plan: limits: must be an object"),
+        ({"actions": [], "limits": {"max_actions": "many"}}, "plan: limits: invalid literal"),
+    ],
+)
+def test_a_plan_is_checked_as_runs_submit_checks_a_plan_file(plan: object, expected: str) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        plan_request(plan)
+    assert caught.value.message.startswith(expected), caught.value.message
+
+
+def test_a_plan_becomes_the_submit_request() -> None:
+    request = plan_request(
+        {
+            "title": "t",
+            "actions": [{"kind": "diag.echo", "args": {"value": 1}, "idempotent": True}],
+            "limits": {"max_actions": 3},
+        }
+    )
+    assert request.title == "t" and request.limits.max_actions == 3
+    [action] = request.actions
+    assert (action.kind, action.args_json, action.idempotent) == ("diag.echo", '{"value": 1}', True)
+
+
+def test_every_tool_says_what_it_touches_and_publishes_its_output_schema() -> None:
+    server = build_server(None)  # type: ignore[arg-type]
+    tools = {t.name: t for t in asyncio.run(server.list_tools())}
+    hints = {
+        name: (
+            t.annotations.read_only_hint,
+            t.annotations.destructive_hint,
+            t.annotations.idempotent_hint,
+        )
+        for name, t in tools.items()
+        if t.annotations is not None
+    }
+    assert set(hints) == set(tools)
+    for name in ("fleet_status", "journal_search", "journal_read", "run_status"):
+        assert hints[name] == (True, None, True), name
+    assert hints["cancel_run"] == (False, True, True)
+    assert hints["desktop_act"] == (False, True, False)
+    assert hints["submit_plan"] == (False, True, False)
+    assert hints["research"] == hints["desktop_request"] == (False, False, False)
+    for name, tool in tools.items():
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
+    wire = tools["cancel_run"].model_dump(by_alias=True, exclude_none=True)
+    assert wire["annotations"] == {
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
+    assert "runId" in wire["outputSchema"]["properties"]

@@ -18,16 +18,27 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from anyio import to_thread
-from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
-from pydantic import Field
+import grpc
+from anyio import from_thread, to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
+from pydantic import Field, ValidationError
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
-from coordinator.admin_cli.runs_commands import ACTIVE, _report
+from coordinator.admin_cli.mcp_results import (
+    DesktopActResult,
+    DesktopRequestResult,
+    FleetStatusResult,
+    JournalEntryResult,
+    JournalSearchResult,
+    RunResult,
+    RunSummary,
+)
+from coordinator.admin_cli.runs_commands import ACTIVE, _report, plan_request
 from shared import __version__
-from shared.errors import DeskfleetError, InvalidArgumentError
+from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, from_rpc_error
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 
 DesktopAction = Literal[
@@ -90,8 +101,22 @@ def _text(doc: Any) -> TextContent:
     return TextContent(type="text", text=doc if isinstance(doc, str) else json.dumps(doc))
 
 
+def _result(doc: Any) -> CallToolResult:
+    """`doc` as text (for agents that read text) and as structured content (for the rest)."""
+    return CallToolResult(content=[_text(doc)], structured_content=doc)
+
+
 def _error(text: str) -> CallToolResult:
     return CallToolResult(content=[_text(text)], is_error=True)
+
+
+# A tool that follows a run asks WaitRun this often, so an agent hears how it moves.
+PROGRESS_EVERY = 5
+Progress = Callable[[runs_pb2.Run], None]
+
+
+def _no_progress(run: runs_pb2.Run) -> None:
+    return None
 
 
 class FleetTools:
@@ -103,10 +128,15 @@ class FleetTools:
     def fleet_status(self) -> CallToolResult:
         c = self.client
         status = c.call(c.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest())
-        return CallToolResult(content=[_text(render.as_dict(status))])
+        return _result(render.as_dict(status))
 
     def research(
-        self, query: str, urls: list[str] | None, max_sources: int, wait: bool
+        self,
+        query: str,
+        urls: list[str] | None,
+        max_sources: int,
+        wait: bool,
+        progress: Progress = _no_progress,
     ) -> CallToolResult:
         c = self.client
         max_sources = whole("max_sources", max_sources, 0)
@@ -114,22 +144,40 @@ class FleetTools:
             c.runs.StartResearch,
             runs_pb2.ResearchRequest(query=query, urls=urls or [], max_sources=max_sources),
         )
+        run = self._follow(run, wait, progress)
+        # The same report as `deskfleet research --format json`, as text and as structure.
+        return _result(self._run_summary(run, report=True))
+
+    def submit_plan(self, plan: dict[str, Any], wait: bool, progress: Progress) -> CallToolResult:
+        c = self.client
+        run = c.call(c.runs.SubmitRun, plan_request(plan))
+        return _result(self._run_summary(self._follow(run, wait, progress), report=False))
+
+    def cancel_run(self, run_id: str) -> CallToolResult:
+        c = self.client
+        run = c.call(c.runs.CancelRun, runs_pb2.RunRef(id=run_id))
+        return _result(self._run_summary(run, report=False))
+
+    def _follow(self, run: runs_pb2.Run, wait: bool, progress: Progress) -> runs_pb2.Run:
+        """With `wait`, follow `run` until it stops, telling `progress` where it is."""
+        progress(run)
         # A run waiting for a person's approval may wait for hours: hand that back instead.
         while wait and run.status in ACTIVE and run.status != "WAITING_FOR_AUTHORITY":
-            run = c.call(
-                c.runs.WaitRun, runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=30), timeout=45
+            run = self.client.call(
+                self.client.runs.WaitRun,
+                runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=PROGRESS_EVERY),
+                timeout=PROGRESS_EVERY + 15,
             )
-        # The same report as `deskfleet research --format json`, as text and as structure.
-        doc = self._run_summary(run)
-        return CallToolResult(content=[_text(doc)], structured_content=doc)
+            progress(run)
+        return run
 
-    def _run_summary(self, run: runs_pb2.Run) -> dict[str, Any]:
+    def _run_summary(self, run: runs_pb2.Run, *, report: bool) -> dict[str, Any]:
         doc: dict[str, Any] = {"runId": run.id, "status": run.status}
         if run.stop_reason:
             doc["stopReason"] = run.stop_reason
         if run.waiting.code:
             doc["waiting"] = {"code": run.waiting.code, "detail": run.waiting.detail}
-        if run.status not in ACTIVE:
+        if report and run.status not in ACTIVE:
             doc["report"] = _report(self.client, run.id)
         return doc
 
@@ -164,7 +212,7 @@ class FleetTools:
             "waiting": render.as_dict(run.waiting),
             "approval": render.as_dict(approval) if approval is not None else None,
         }
-        return CallToolResult(content=[_text(doc)])
+        return _result(doc)
 
     def desktop_act(self, run_id: str, action: str, args: dict[str, Any]) -> CallToolResult:
         c = self.client
@@ -197,7 +245,7 @@ class FleetTools:
                     mime_type=art.media_type,
                 )
             )
-        return CallToolResult(content=content)
+        return CallToolResult(content=content, structured_content=doc)
 
     def journal_search(self, run_id: str, text: str, cursor: str | None) -> CallToolResult:
         c = self.client
@@ -205,7 +253,7 @@ class FleetTools:
             c.journal.SearchJournal,
             runs_pb2.SearchJournalRequest(run_id=run_id, text=text, cursor=cursor or ""),
         )
-        return CallToolResult(content=[_text(render.as_dict(page))])
+        return _result(render.as_dict(page))
 
     def journal_read(self, run_id: str, seq: int, offset: int) -> CallToolResult:
         c = self.client
@@ -213,9 +261,9 @@ class FleetTools:
         page = c.call(
             c.journal.ReadEntry, runs_pb2.ReadEntryRequest(run_id=run_id, seq=seq, offset=offset)
         )
-        return CallToolResult(content=[_text(render.as_dict(page))])
+        return _result(render.as_dict(page))
 
-    def run_status(self, run_id: str) -> CallToolResult:
+    def run_doc(self, run_id: str) -> dict[str, Any]:
         c = self.client
         run = c.call(c.runs.GetRun, runs_pb2.RunRef(id=run_id))
         doc = render.as_dict(run)
@@ -226,7 +274,23 @@ class FleetTools:
             doc["timeline"] = {k: timeline[k] for k in MCP_TIMELINE if k in timeline}
         if run.title.startswith("research: ") and run.status not in ACTIVE:
             doc["report"] = _report(c, run.id)
-        return CallToolResult(content=[_text(doc)])
+        return doc
+
+    def run_status(self, run_id: str) -> CallToolResult:
+        return _result(self.run_doc(run_id))
+
+    def journal_events(self, run_id: str) -> dict[str, Any]:
+        """The run's journal so far, as `deskfleet runs watch --no-follow --json` prints it."""
+        c = self.client
+        request = runs_pb2.WatchRunRequest(id=run_id, follow=False)
+        try:
+            events = [
+                render.as_dict(event)
+                for event in c.runs.WatchRun(request, metadata=c.metadata(), timeout=60)
+            ]
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, c.config.coordinator) from exc
+        return {"runId": run_id, "events": events}
 
 
 def _wait_checked(value: float) -> None:
@@ -245,32 +309,112 @@ async def _off_loop(body: Callable[[], CallToolResult]) -> CallToolResult:
         return _error(exc.message)
 
 
+def _progress(ctx: Context) -> Progress:
+    """Progress notifications from a worker thread, one each time the run moves (its state or
+    its journal); a no-op unless the caller asked for progress."""
+    seen: list[tuple[str, int]] = []
+
+    def report(run: runs_pb2.Run) -> None:
+        if seen and seen[-1] == (run.status, run.last_seq):
+            return
+        seen.append((run.status, run.last_seq))
+        message = f"run {run.id}: {run.status}, {run.last_seq} journal events"
+        from_thread.run(ctx.report_progress, len(seen), None, message)
+
+    return report
+
+
+def argument_errors(exc: ValidationError) -> str:
+    """Pydantic's report on a tool's arguments as one sentence that names each argument."""
+    parts = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"]) or "arguments"
+        if err["type"] == "missing":
+            parts.append(f"{name}: required")
+            continue
+        message = str(err["msg"]).replace("Input should be ", "should be ", 1)
+        parts.append(f"{name}: {message.removeprefix('Value error, ')}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+class FleetServer(MCPServer[Any]):
+    """MCPServer whose refusal of a tool's arguments is one sentence naming the argument."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return _error(argument_errors(exc.__cause__))
+            raise
+
+
+# What each kind of tool promises (hints for the agent application, see the MCP spec).
+READS = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+STARTS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+ACTS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+)
+STOPS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+
+
 def build_server(client: CoordinatorClient) -> MCPServer[Any]:
     """An MCP server whose tools call the coordinator through `client`."""
     tools = FleetTools(client)
-    server: MCPServer[Any] = MCPServer(
+    server = FleetServer(
         "deskfleet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
 
-    @server.tool()
-    async def fleet_status() -> CallToolResult:
+    @server.tool(annotations=READS)
+    async def fleet_status() -> Annotated[CallToolResult, FleetStatusResult]:
         """The fleet: workers online by capability, and each worker's state."""
         return await _off_loop(tools.fleet_status)
 
-    @server.tool()
+    @server.tool(annotations=STARTS)
     async def research(
         query: Annotated[str, Field(description="what to find evidence for")],
+        ctx: Context,
         urls: Annotated[
             list[str] | None, Field(description="fetch these sources instead of searching")
         ] = None,
         max_sources: Annotated[int, _bounds("sources to read (0 = 5)", 0, INT32_MAX)] = 0,
         wait: Annotated[bool, Field(description="wait for the evidence report")] = True,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, RunSummary]:
         """Research on headless browsers: sources with their passages that answer the query best
-        (text, section heading, score, a link that opens the page at it), by receipt."""
-        return await _off_loop(lambda: tools.research(query, urls, max_sources, wait))
+        (text, section heading, score, a link that opens the page at it), by receipt. While it
+        waits it reports the run's progress."""
+        report = _progress(ctx)
+        return await _off_loop(lambda: tools.research(query, urls, max_sources, wait, report))
 
-    @server.tool()
+    @server.tool(annotations=ACTS)
+    async def submit_plan(
+        plan: Annotated[
+            dict[str, Any],
+            Field(
+                description='a plan, as for `deskfleet runs submit`: {"title": ..., "actions": '
+                '[{"kind": ..., "args": {...}, "idempotent": ..., "route": {...}}], "limits": '
+                '{"max_actions": ..., "max_seconds": ...}}'
+            ),
+        ],
+        ctx: Context,
+        wait: Annotated[bool, Field(description="wait for the run to stop")] = True,
+    ) -> Annotated[CallToolResult, RunSummary]:
+        """Submit a plan of actions as a run; while it waits it reports the run's progress."""
+        report = _progress(ctx)
+        return await _off_loop(lambda: tools.submit_plan(plan, wait, report))
+
+    @server.tool(annotations=STOPS)
+    async def cancel_run(run_id: RunId) -> Annotated[CallToolResult, RunSummary]:
+        """Cancel a run: nothing more of it is dispatched (a stopped run stays as it is)."""
+        return await _off_loop(lambda: tools.cancel_run(run_id))
+
+    @server.tool(annotations=STARTS)
     async def desktop_request(
         worker: Annotated[str, Field(description="the worker id of the desktop")],
         actions: Annotated[list[DesktopAction], Field(description="the actions to ask for")],
@@ -281,13 +425,13 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
             int | None, _bounds("actions allowed (default 100)", 1, INT32_MAX)
         ] = None,
         reason: Annotated[str | None, Field(description="why, shown to the approver")] = None,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, DesktopRequestResult]:
         """Ask for control of a desktop: opens a run that waits for a person's approval."""
         return await _off_loop(
             lambda: tools.desktop_request(worker, list(actions), ttl_seconds, max_actions, reason)
         )
 
-    @server.tool()
+    @server.tool(annotations=ACTS)
     async def desktop_act(
         run_id: RunId,
         action: DesktopAction,
@@ -306,7 +450,7 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
             int | None, _bounds("coordinates and screenshots in this space", 1, INT32_MAX)
         ] = None,
         space_height: Annotated[int | None, _bounds("see space_width", 1, INT32_MAX)] = None,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, DesktopActResult]:
         """One action in an approved desktop run; returns its receipt (and the screenshot)."""
         try:
             for name, number in (("x", x), ("y", y), ("to_x", to_x), ("to_y", to_y),
@@ -339,30 +483,58 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
             args["space"] = {"width": space_width, "height": space_height}
         return await _off_loop(lambda: tools.desktop_act(run_id, action, args))
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def journal_search(
         run_id: RunId,
         text: Annotated[str, Field(description="text to find in the run's journal")],
         cursor: Annotated[str | None, Field(description="continue from a previous page")] = None,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, JournalSearchResult]:
         """Search a run's journal; an empty page with hasMore is not an absence."""
         return await _off_loop(lambda: tools.journal_search(run_id, text, cursor))
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def journal_read(
         run_id: RunId,
         seq: Annotated[int, _bounds("the journal entry's sequence number", 1, INT32_MAX)],
         offset: Annotated[int, _bounds("character offset into it", 0, INT32_MAX)] = 0,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, JournalEntryResult]:
         """A page of one journal entry's original text (exact; nextOffset -1 at the end)."""
         return await _off_loop(lambda: tools.journal_read(run_id, seq, offset))
 
-    @server.tool()
-    async def run_status(run_id: RunId) -> CallToolResult:
+    @server.tool(annotations=READS)
+    async def run_status(run_id: RunId) -> Annotated[CallToolResult, RunResult]:
         """A run: state, stop or waiting reason, actions and receipts (a research report too)."""
         return await _off_loop(lambda: tools.run_status(run_id))
 
+    @server.resource(
+        "deskfleet://runs/{run_id}",
+        name="run",
+        description="a run: state, stop or waiting reason, actions and receipts",
+        mime_type="application/json",
+    )
+    async def run_resource(run_id: str) -> str:
+        return json.dumps(await _resource(lambda: tools.run_doc(run_id)))
+
+    @server.resource(
+        "deskfleet://runs/{run_id}/journal",
+        name="run journal",
+        description="a run's journal events so far, in order, with their hash chain",
+        mime_type="application/json",
+    )
+    async def journal_resource(run_id: str) -> str:
+        return json.dumps(await _resource(lambda: tools.journal_events(run_id)))
+
     return server
+
+
+async def _resource(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Read a resource on a worker thread; a coordinator error is the read's one-line error."""
+    try:
+        return await to_thread.run_sync(body)
+    except NotFoundError as exc:  # the run does not exist for this credential
+        raise ResourceNotFoundError(exc.message) from exc
+    except DeskfleetError as exc:
+        raise ResourceError(exc.message) from exc
 
 
 def serve(client: CoordinatorClient) -> None:

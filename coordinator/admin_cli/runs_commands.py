@@ -31,8 +31,14 @@ def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
         raise InvalidArgumentError(f"plan file {path} does not exist") from exc
     except (OSError, ValueError) as exc:
         raise InvalidArgumentError(f"plan file {path}: {exc}") from exc
+    return plan_request(plan, f"plan file {path}")
+
+
+def plan_request(plan: Any, where: str = "plan") -> runs_pb2.SubmitRunRequest:
+    """A plan document (`{"actions": [...], "limits": {...}}`) as a request; `where` names the
+    document in errors about its shape as a whole."""
     if not isinstance(plan, dict) or not isinstance(plan.get("actions"), list):
-        raise InvalidArgumentError(f'plan file {path}: expected {{"actions": [...]}}')
+        raise InvalidArgumentError(f'{where}: expected {{"actions": [...]}}')
     request = runs_pb2.SubmitRunRequest(title=str(plan.get("title", "")))
     for i, action in enumerate(plan["actions"]):
         if not isinstance(action, dict) or not isinstance(action.get("kind"), str):
@@ -43,6 +49,8 @@ def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
         route = action.get("route") or {}
         if not isinstance(route, dict):
             raise InvalidArgumentError(f"actions[{i}].route: must be an object")
+        if not isinstance(route.get("labels") or {}, dict):
+            raise InvalidArgumentError(f"actions[{i}].route.labels: must be an object")
         request.actions.append(
             runs_pb2.PlannedAction(
                 kind=action["kind"],
@@ -57,6 +65,8 @@ def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
             )
         )
     limits = plan.get("limits") or {}
+    if not isinstance(limits, dict):
+        raise InvalidArgumentError(f"{where}: limits: must be an object")
     try:
         request.limits.CopyFrom(
             runs_pb2.Limits(
@@ -68,7 +78,7 @@ def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
             )
         )
     except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"plan file {path}: limits: {exc}") from exc
+        raise InvalidArgumentError(f"{where}: limits: {exc}") from exc
     return request
 
 
