@@ -298,7 +298,8 @@ MAX_PER_WORKER = 4
 # Run kinds may add a step when a receipt arrives (research picks its sources) and when every
 # action has succeeded (research writes its report): kind -> hook.
 ReceiptHook = Callable[[Session, RunRow, ActionRow, Any, "Context"], None]
-CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], None]
+# A completion hook may return the run's stop reason (research: why it found no evidence).
+CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], str | None]
 # A kind may also choose routes itself (research follows the routing policy's ordered routes);
 # a route hook that marks the unit SKIPPED returns (None, SKIPPED, why) and the run moves on.
 RouteHook = Callable[[Session, RunRow, ActionRow, "Context"], tuple[str | None, str, str]]
@@ -343,9 +344,8 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
         stage = run_queries.next_stage(s, run.id, stage)
     else:
         hook = COMPLETION_HOOKS.get(run.kind)
-        if hook is not None:
-            hook(s, run, run_queries.actions_of(s, run.id), ctx)
-        set_status(s, run, ctx, SUCCEEDED, stop_reason="completed: every action succeeded")
+        said = hook(s, run, run_queries.actions_of(s, run.id), ctx) if hook is not None else None
+        set_status(s, run, ctx, SUCCEEDED, stop_reason=said or "completed: every action succeeded")
         return None
     stuck = next((a for a in current if a.status not in (PENDING, *IN_FLIGHT)), None)
     if stuck is not None:  # an UNKNOWN or FAILED unit left in an active run: stop safely

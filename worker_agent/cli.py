@@ -323,8 +323,10 @@ async def _run(args: argparse.Namespace) -> None:
     browser = BrowserService(args.chromium, context_idle=args.browser_idle)
     registry = default_registry(ScratchDir.of(args.state_dir))
     # The research fallback's visible browser, on this desktop's display, started on first use.
-    visible = None if args.no_computer_use else BrowserService(
-        args.chromium, visible=True, context_idle=args.browser_idle
+    visible = (
+        None
+        if args.no_computer_use
+        else BrowserService(args.chromium, visible=True, context_idle=args.browser_idle)
     )
     BrowserActions(browser, visible).register(registry)
     apps.register(registry)

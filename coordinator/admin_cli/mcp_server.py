@@ -21,14 +21,27 @@ from typing import Annotated, Any, Literal
 from anyio import to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
-from coordinator.admin_cli.runs_commands import ACTIVE, _report
+from coordinator.admin_cli.runs_commands import ACTIVE, _report, searxng_template
 from shared import __version__
 from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+
+
+class SearchOptions(BaseModel):
+    """Where research searches: a SearXNG instance, or an HTML results page (with selectors,
+    or read by the generic extractor)."""
+
+    model_config = ConfigDict(extra="forbid")
+    searxng: str = Field(default="", description="a SearXNG instance's URL (its JSON API)")
+    search_url: str = Field(default="", description="a results page URL template with {query}")
+    result_selector: str = Field(default="", description="CSS: each result (with link_selector)")
+    link_selector: str = Field(default="", description="CSS inside a result: its link")
+    snippet_selector: str = Field(default="", description="CSS inside a result: its snippet")
+
 
 DesktopAction = Literal[
     "screenshot",
@@ -106,13 +119,30 @@ class FleetTools:
         return CallToolResult(content=[_text(render.as_dict(status))])
 
     def research(
-        self, query: str, urls: list[str] | None, max_sources: int, wait: bool
+        self,
+        query: str,
+        urls: list[str] | None,
+        max_sources: int,
+        wait: bool,
+        search: SearchOptions | None = None,
     ) -> CallToolResult:
         c = self.client
         max_sources = whole("max_sources", max_sources, 0)
+        options = search or SearchOptions()
         run = c.call(
             c.runs.StartResearch,
-            runs_pb2.ResearchRequest(query=query, urls=urls or [], max_sources=max_sources),
+            runs_pb2.ResearchRequest(
+                query=query,
+                urls=urls or [],
+                max_sources=max_sources,
+                search_url=(
+                    searxng_template(options.searxng) if options.searxng else options.search_url
+                ),
+                search_format="searxng" if options.searxng else "",
+                result_selector=options.result_selector,
+                link_selector=options.link_selector,
+                snippet_selector=options.snippet_selector,
+            ),
         )
         # A run waiting for a person's approval may wait for hours: hand that back instead.
         while wait and run.status in ACTIVE and run.status != "WAITING_FOR_AUTHORITY":
@@ -263,9 +293,13 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         ] = None,
         max_sources: Annotated[int, _bounds("sources to read (0 = 5)", 0, INT32_MAX)] = 0,
         wait: Annotated[bool, Field(description="wait for the evidence report")] = True,
+        search: Annotated[
+            SearchOptions | None,
+            Field(description="where to search (default: the coordinator's search)"),
+        ] = None,
     ) -> CallToolResult:
         """Research on headless browsers: sources with the sentences that match, by receipt."""
-        return await _off_loop(lambda: tools.research(query, urls, max_sources, wait))
+        return await _off_loop(lambda: tools.research(query, urls, max_sources, wait, search))
 
     @server.tool()
     async def desktop_request(

@@ -52,15 +52,12 @@ def approvals(s: Session, status: str, limit: int) -> Sequence[ApprovalRow]:
 
 
 def approved_runs_of_worker(s: Session, worker_id: str) -> Sequence[tuple[ApprovalRow, RunRow]]:
-    return (
-        s.execute(
-            select(ApprovalRow, RunRow)
-            .join(RunRow, RunRow.id == ApprovalRow.run_id)
-            .where(ApprovalRow.worker_id == worker_id, ApprovalRow.status == "approved")
-            .order_by(ApprovalRow.answered_at)
-        )
-        .all()
-    )
+    return s.execute(
+        select(ApprovalRow, RunRow)
+        .join(RunRow, RunRow.id == ApprovalRow.run_id)
+        .where(ApprovalRow.worker_id == worker_id, ApprovalRow.status == "approved")
+        .order_by(ApprovalRow.answered_at)
+    ).all()
 
 
 def approvals_with_status(

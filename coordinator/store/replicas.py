@@ -52,20 +52,17 @@ def add_deliveries(s: Session, rows: Sequence[DeliveryRow]) -> None:
 
 def take_deliveries(s: Session, replica: str) -> list[DeliveryRow]:
     """Remove and return this replica's waiting orders, oldest first."""
-    rows = (
-        s.execute(
-            delete(DeliveryRow)
-            .where(DeliveryRow.replica == replica)
-            .returning(
-                DeliveryRow.id,
-                DeliveryRow.replica,
-                DeliveryRow.worker_id,
-                DeliveryRow.body,
-                DeliveryRow.created_at,
-            )
+    rows = s.execute(
+        delete(DeliveryRow)
+        .where(DeliveryRow.replica == replica)
+        .returning(
+            DeliveryRow.id,
+            DeliveryRow.replica,
+            DeliveryRow.worker_id,
+            DeliveryRow.body,
+            DeliveryRow.created_at,
         )
-        .all()
-    )
+    ).all()
     return [
         DeliveryRow(id=i, replica=r, worker_id=w, body=b, created_at=c)
         for i, r, w, b, c in sorted(rows)

@@ -31,8 +31,10 @@ GENERIC_JS = """([limit]) => {
     let u;
     try { u = new URL(a.href); } catch (e) { return ''; }
     if (!/^https?:$/.test(u.protocol)) return '';
-    if (u.hostname === here) {  // the engine's own redirect: the target is a parameter
-      for (const [, v] of u.searchParams) if (/^https?:\\/\\//i.test(v)) return v;
+    // The engine's own redirect (`/l/?uddg=https://...`): the target is a parameter.
+    const hop = u.hostname === here || u.pathname.length <= 6;
+    for (const [k, v] of u.searchParams) {
+      if (hop && /^(uddg|url|u|q|target|dest)$/.test(k) && /^https?:\\/\\//i.test(v)) return v;
     }
     u.hash = '';
     return u.href;
