@@ -5,7 +5,8 @@ links. Every link outside navigation, headers, footers, asides and forms makes e
 ancestors a candidate result; candidates are grouped by parent and by their tag and classes
 (the siblings a results template repeats). A group scores by how many distinct links it holds,
 how much text each item carries (a title and a snippet, not a menu word) and how many of its
-links leave the search site; the best group is the results. A link through the engine's own
+links leave the search site; the best group is the results (a single result counts when it is
+a list item or an element whose class names a result). A link through the engine's own
 redirect (`/l/?uddg=https://...`) is unwrapped to its target.
 """
 
@@ -58,7 +59,10 @@ GENERIC_JS = """([limit]) => {
   }
   let best = null, bestScore = 0;
   for (const bySig of groups.values()) for (const items of bySig.values()) {
-    if (items.size < 2) continue;
+    // A lone result counts only as a list item or an element named as a result.
+    const [first] = items.keys();
+    const lone = items.size === 1;
+    if (lone && !(first.tagName === 'LI' || /result/i.test(first.className))) continue;
     const urls = new Set();
     let chars = 0, external = 0;
     for (const [item, links] of items) {
@@ -67,7 +71,7 @@ GENERIC_JS = """([limit]) => {
       try { if (new URL(links[0].url).hostname !== here) external++; } catch (e) {}
     }
     const n = items.size;
-    const score = urls.size * (1 + chars / n / 60) * (1 + external / n) * (urls.size / n);
+    const score = urls.size * (1 + chars / n / 60) * (1 + external / n) * (urls.size / n) * (lone ? 0.5 : 1);
     if (score > bestScore) { best = items; bestScore = score; }
   }
   if (!best) return {found: 0, results: []};
