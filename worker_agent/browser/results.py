@@ -71,7 +71,8 @@ GENERIC_JS = """([limit]) => {
       try { if (new URL(links[0].url).hostname !== here) external++; } catch (e) {}
     }
     const n = items.size;
-    const score = urls.size * (1 + chars / n / 60) * (1 + external / n) * (urls.size / n) * (lone ? 0.5 : 1);
+    const score = urls.size * (1 + chars / n / 60) * (1 + external / n) * (urls.size / n)
+                * (lone ? 0.5 : 1);
     if (score > bestScore) { best = items; bestScore = score; }
   }
   if (!best) return {found: 0, results: []};
