@@ -15,7 +15,7 @@ import pytest
 from tests.harness import STOPPED, CoordinatorProcess, WorkerProcess, wait_run
 
 pytestmark = pytest.mark.slow
-RUNS = 60  # about two minutes here; the issue's 200 take ~7
+RUNS = 30  # about two minutes on a quiet 2-core machine (the issue asked 200: ~10 min)
 AT_ONCE = 4
 IDLE = 2.0
 
@@ -46,6 +46,7 @@ def _settled(worker: WorkerProcess, renderers: int, timeout: float) -> tuple[int
     return seen
 
 
+@pytest.mark.timeout(600)
 def test_many_research_runs_leave_no_contexts_renderers_or_memory_behind(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
 ) -> None:
