@@ -1,4 +1,4 @@
-.PHONY: setup test test-fast demo bench bench-quick proto lint
+.PHONY: setup test test-fast test-unit demo bench bench-quick proto lint
 
 setup:
 	bash scripts/setup.sh
@@ -10,6 +10,10 @@ test:
 # Everything but the tests marked slow.
 test-fast:
 	bash scripts/test.sh -m "not slow"
+
+# The in-process tier only: the ledger's rules, parsing, rendering (seconds, no processes).
+test-unit:
+	bash scripts/test.sh -m unit
 
 demo:
 	bash scripts/demo.sh

@@ -249,6 +249,39 @@ def research(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+def research_answers(quick: bool) -> list[dict[str, Any]]:
+    from bench import research_answers as bench
+
+    doc = bench.run(quick)
+    new, old = doc["methods"]["passages"], doc["methods"]["lines"]
+    params = {
+        "questions": new["questions"],
+        "pages": doc["pages"],
+        "corpus": doc["corpus"]["package"],
+        "served": "loopback HTTP",
+    }
+    return [
+        figure(
+            "research_answers",
+            "questions answered in the top 3 excerpts, ranked passages",
+            new["top3"] * 100,
+            "%",
+            better="higher",
+            baseline=("line excerpts (the earlier method)", old["top3"] * 100),
+            params=params,
+        ),
+        figure(
+            "research_answers",
+            "MRR of the answer among the excerpts, ranked passages",
+            new["mrr"],
+            "",
+            better="higher",
+            baseline=("line excerpts (the earlier method)", old["mrr"]),
+            params=params,
+        ),
+    ]
+
+
 def recovery(quick: bool) -> list[dict[str, Any]]:
     from bench import recovery as bench
 
@@ -322,6 +355,7 @@ GROUPS: dict[str, Group] = {
     "kill_switch": kill_switch,
     "screenshot": screenshot,
     "research": research,
+    "research_answers": research_answers,
     "recovery": recovery,
     "journal_search": journal_search,
 }

@@ -38,8 +38,8 @@ Step = tuple[str, int, float, float]
 def idle_gap(steps: list[Step], created: dict[str, float], slots: int = SLOTS) -> float:
     """The longest time during which a slot was free while some run waited for one.
 
-    A run waits from its submission to its first dispatch, and from each receipt to its next
-    dispatch (single-attempt runs of sequential actions).
+    A run waits from the transaction that made it to its first dispatch, and from each receipt
+    to its next dispatch (single-attempt runs of sequential actions).
     """
     events: list[tuple[float, int, int]] = []  # (time, d_in_flight, d_waiting)
     by_run: dict[str, list[tuple[int, float, float]]] = {}
@@ -49,7 +49,8 @@ def idle_gap(steps: list[Step], created: dict[str, float], slots: int = SLOTS) -
     for run_id, mine in by_run.items():
         ready = created[run_id]
         for _, dispatched, finished in sorted(mine):
-            events += [(ready, 0, +1), (dispatched, 0, -1)]
+            # Times within one transaction are read at different moments of it.
+            events += [(min(ready, dispatched), 0, +1), (dispatched, 0, -1)]
             ready = finished
     # At one instant, a dispatch ends a wait before a free slot is counted.
     events.sort(key=lambda e: (e[0], -e[1], e[2]))
@@ -92,10 +93,12 @@ def steps_of(db: Path, run_ids: list[str]) -> tuple[list[Step], dict[str, float]
                 run_ids,
             )
         ]
+        # A run waits from its first journal entry, written in the transaction that made it
+        # (its created_at is when it was asked for, before the store took the transaction).
         created = {
-            str(r): float(c)
-            for r, c in conn.execute(
-                f"SELECT id, created_at FROM runs WHERE id IN ({marks})", run_ids
+            str(r): float(at)
+            for r, at in conn.execute(
+                f"SELECT run_id, at FROM journal WHERE seq = 1 AND run_id IN ({marks})", run_ids
             )
         }
     return steps, created

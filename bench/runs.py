@@ -89,16 +89,16 @@ class Client:
         return str(run.id)
 
     def round_trip(self) -> float:
-        start = time.perf_counter()
-        run_id = self.submit(1)
-        run = self.runs.WaitRun(
-            runs_pb2.WaitRunRequest(id=run_id, timeout_seconds=10),
-            metadata=self.metadata,
-            timeout=15,
+        """Submit and wait in one call (SubmitRun with wait_seconds), as `runs submit --wait`."""
+        request = runs_pb2.SubmitRunRequest(
+            actions=[runs_pb2.PlannedAction(kind="diag.echo", args_json="{}", idempotent=True)],
+            wait_seconds=10,
         )
+        start = time.perf_counter()
+        run = self.runs.SubmitRun(request, metadata=self.metadata, timeout=15)
         elapsed = (time.perf_counter() - start) * 1000
         if run.status != "SUCCEEDED":
-            raise RuntimeError(f"round-trip run {run_id} ended {run.status}: {run.stop_reason}")
+            raise RuntimeError(f"round-trip run {run.id} ended {run.status}: {run.stop_reason}")
         return elapsed
 
     def succeeded(self) -> int:

@@ -3,7 +3,8 @@
 Usage: simulated_workers.py --coordinator ADDR --admin-token-file PATH --count K [--reconnect]
 
 Creates one enrollment token with K uses, enrolls K workers concurrently, opens K Connect
-streams from one event loop (Hello, then heartbeats at the welcome interval, reading acks),
+streams from one event loop (Hello, then only what the coordinator sends: liveness is the
+stream's keepalive; an older coordinator gets heartbeats at the welcome interval, and acks),
 prints `READY K` once every stream got its Welcome, and runs until stdin closes or SIGTERM.
 Timing lines (`TIMING enroll=... connect=...`) come before READY for the caller to record.
 Kill switch pushes are applied and acknowledged (`kill_ack`) at once, as a worker does; once a
@@ -47,6 +48,7 @@ from worker_agent.backoff import Backoff  # noqa: E402
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.use_local_subchannel_pool", 1),
@@ -191,7 +193,10 @@ class SimulatedWorker:
             try:
                 await call.write(
                     worker_pb2.WorkerMessage(
-                        hello=worker_pb2.Hello(advertisement=advertisement(self.index).to_proto())
+                        hello=worker_pb2.Hello(
+                            advertisement=advertisement(self.index).to_proto(),
+                            stream_liveness=True,
+                        )
                     )
                 )
                 first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
@@ -205,7 +210,13 @@ class SimulatedWorker:
                         await call.write(_kill_ack(kill))
                 self.connects += 1
                 self.welcomed.set()
-                beats = asyncio.create_task(self._heartbeats(call, first.welcome))
+                # A coordinator with stream liveness wants no heartbeats (keepalive pings in
+                # gRPC's core do their work); an older one wants them, and acks them.
+                beats = asyncio.create_task(
+                    self._heartbeats(call, first.welcome)
+                    if not first.welcome.stream_liveness
+                    else asyncio.Event().wait()
+                )
                 try:
                     while (message := await call.read()) is not grpc.aio.EOF:
                         kind = message.WhichOneof("body")

@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how often the recovery sweep resumes saved work (default 120)",
     )
     serve.add_argument(
+        "--line-check-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="while runs wait for a worker slot, also serve their line this often, for capacity"
+        " no event announced (a worker lease renewed after lapsing); default 1",
+    )
+    serve.add_argument(
         "--auth-failures-per-minute",
         type=int,
         default=DEFAULT_AUTH_FAILURES,
@@ -166,6 +174,35 @@ def _parser() -> argparse.ArgumentParser:
     )
     rotate.add_argument("--db", required=True)
     _key_file_option(rotate)
+
+    console = sub.add_parser(
+        "console",
+        help="serve the web console: fleet, runs, approvals, kill switch and audit in a browser,"
+        " through the coordinator's API with each signed-in user's token",
+    )
+    console.add_argument(
+        "--coordinator", required=True, metavar="HOST:PORT", help="the coordinator's API address"
+    )
+    console.add_argument(
+        "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="(port 0: any free)"
+    )
+    console.add_argument(
+        "--ca-file", type=Path, metavar="FILE", help="verify the coordinator's TLS with this CA"
+    )
+    console.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve HTTPS: certificate")
+    console.add_argument("--tls-key", type=Path, metavar="FILE", help="serve HTTPS: private key")
+    console.add_argument(
+        "--session-ttl",
+        type=float,
+        default=8.0,
+        metavar="HOURS",
+        help="how long a sign-in lasts (default 8)",
+    )
+    console.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback address (loopback needs no flag)",
+    )
 
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)
@@ -334,6 +371,21 @@ def main(argv: list[str] | None = None) -> int:
                 + (f"; {sealed} stored secret value(s) sealed with it" if sealed else "")
             )
             return 0
+        if args.command == "console":
+            from coordinator.console.server import ConsoleOptions, serve
+
+            serve(
+                ConsoleOptions(
+                    coordinator=args.coordinator,
+                    listen=args.listen,
+                    ca_file=args.ca_file,
+                    tls_cert=args.tls_cert,
+                    tls_key=args.tls_key,
+                    plaintext=args.plaintext,
+                    session_ttl=args.session_ttl * 3600,
+                )
+            )
+            return 0
         if args.command == "rotate-secrets-key":
             key_file = _key_file(args)
             if key_file is None:
@@ -350,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--lease-ttl must be longer than --heartbeat-interval (> 0)")
         if args.worker_cert_days <= 0:
             raise DeskfleetError("--worker-cert-days must be positive")
+        if not args.line_check_interval > 0:
+            raise DeskfleetError("--line-check-interval must be positive")
         if args.scripted_models_dir is not None and not args.scripted_models_dir.is_dir():
             raise DeskfleetError("--scripted-models-dir must name a directory")
         if args.owner_max_active_runs < 0:
@@ -361,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_interval=args.heartbeat_interval,
             lease_ttl=args.lease_ttl,
             sweep_interval=args.sweep_interval,
+            line_check_interval=args.line_check_interval,
             relay_poll_interval=args.relay_poll_interval,
             auth_failures_per_minute=args.auth_failures_per_minute,
             owner_max_active_runs=args.owner_max_active_runs,

@@ -21,8 +21,10 @@ from sqlalchemy.orm import Session
 from coordinator import audit, capabilities, journal, ledger, scope
 from coordinator.dispatch import Dispatcher
 from coordinator.journal import JournalBus
-from coordinator.ledger import Context, DispatchOrder, Order
+from coordinator.ledger import Context
+from coordinator.orders import DispatchOrder, Order
 from coordinator.principals import Principal, Role
+from coordinator.run_kinds import RunKind
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.scope import Refusal, Scope
 from coordinator.secret_box import NO_KEY, SecretBox
@@ -180,8 +182,8 @@ def on_failure(s: Session, run: RunRow, action: ActionRow, ctx: Context) -> list
     return []
 
 
-ledger.ADVANCE_HOOKS[KIND] = advance
-ledger.FAILURE_HOOKS[KIND] = on_failure
+# A desktop run's kind (given to the dispatcher at wiring): it stays open between actions.
+DESKTOP_RUNS = RunKind(advance=advance, on_failure=on_failure)
 
 
 def suspend(

@@ -8,7 +8,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -16,16 +16,12 @@ from sqlalchemy.orm import Session
 from coordinator import ledger, outcomes, slots
 from coordinator.attempt_spans import AttemptSpans
 from coordinator.journal import JournalBus
-from coordinator.ledger import (
-    Context,
-    DispatchOrder,
-    Held,
-    IncomingReceipt,
-    Order,
-)
+from coordinator.ledger import Context
 from coordinator.metrics import CoordinatorMetrics
+from coordinator.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.presence import Presence
 from coordinator.relay import Relay
+from coordinator.run_kinds import RunKind
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import runs as run_queries
@@ -57,8 +53,10 @@ class Dispatcher:
         config: CoordinatorConfig,
         relay: Relay,
         metrics: CoordinatorMetrics | None = None,
+        kinds: Mapping[str, RunKind] | None = None,
     ) -> None:
         self.metrics = metrics or CoordinatorMetrics(config.replica)
+        self._kinds = dict(kinds or {})  # what research, desktop and goal runs add to the rules
         self._db = db
         self._presence = presence
         self._bus = bus
@@ -75,6 +73,7 @@ class Dispatcher:
         self._tasks = [
             asyncio.create_task(self._ingest_loop(), name="receipt-ingest"),
             asyncio.create_task(self._sweep_loop(), name="recovery-sweep"),
+            asyncio.create_task(self._line_loop(), name="line-check"),
         ]
         return self
 
@@ -95,6 +94,7 @@ class Dispatcher:
         return Context(
             lease_ttl=self._config.lease_ttl,
             max_attempts=self._config.max_attempts,
+            kinds=self._kinds,
         )
 
     async def run_unit(self, unit: Callable[[Session, Context], list[Order]]) -> None:
@@ -137,7 +137,7 @@ class Dispatcher:
                         trace_id=order.trace_id,
                     ):
                         log.debug("dispatching attempt %s of %s", order.attempt, order.kind)
-            elif isinstance(order, ledger.ReceiptVerdict):
+            elif isinstance(order, ReceiptVerdict):
                 if order.accepted:
                     self._disarm(order.action_id, order.attempt_id)
                 self._spans.finished(
@@ -229,6 +229,16 @@ class Dispatcher:
         except (TimeoutError, DeskfleetError) as exc:
             # The sweep finalizes it later from the ledger; the lease keeps it from running twice.
             log.warning("could not finalize the timeout of %s: %s", order.action_id, exc)
+
+    async def _line_loop(self) -> None:
+        """The backstop of `slots`: serve a non-empty line now and then (one indexed read)."""
+        while True:
+            await asyncio.sleep(self._config.line_check_interval)
+            try:
+                if not await self._db.read(run_queries.line_is_empty):
+                    await self.capacity_added()
+            except DeskfleetError as exc:
+                log.warning("could not serve the line of waiting runs: %s", exc)
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -9,16 +12,23 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from coordinator import audit, capabilities
+from coordinator.orders import Order, RotateOrder
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 
 if TYPE_CHECKING:
     from coordinator.dispatch import Dispatcher
+    from coordinator.ledger import Context
 from coordinator.store import Database
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import PresenceRow, WorkerRow
 from shared.advertisement import Advertisement, Capability
-from shared.errors import FailedPreconditionError, NotFoundError, RevokedError
+from shared.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    RevokedError,
+)
 
 
 @dataclass(frozen=True)
@@ -61,10 +71,90 @@ class WorkerView:
 
 
 @dataclass(frozen=True)
+class WorkerPage:
+    workers: tuple[WorkerView, ...]
+    next_page_token: str  # empty on the last page
+
+
+@dataclass(frozen=True)
 class FleetStatus:
+    """Counts over the whole fleet (by replica too), and one page of its workers."""
+
     headless_online: int
     computer_use_online: int
     workers: tuple[WorkerView, ...]
+    next_page_token: str = ""
+    online: int = 0
+    replicas: tuple[worker_queries.ReplicaCounts, ...] = ()
+
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+_TOKEN_PREFIX = "w1."
+
+
+def page_size(limit: int) -> int:
+    """A request's `limit`: 0 means the default; more than MAX_PAGE is refused."""
+    if limit < 0 or limit > MAX_PAGE:
+        raise InvalidArgumentError(
+            f"limit: between 1 and {MAX_PAGE} rows a page (0: {DEFAULT_PAGE})"
+        )
+    return limit or DEFAULT_PAGE
+
+
+def page_token(enrolled_at: float, worker_id: str) -> str:
+    """The opaque position after a worker, in the order pages walk (enrolled_at, id)."""
+    raw = json.dumps([enrolled_at, worker_id], separators=(",", ":")).encode()
+    return _TOKEN_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_page_token(token: str) -> tuple[float, str] | None:
+    """The position a token names; None for the first page. A token this coordinator did not
+    issue is refused."""
+    if not token:
+        return None
+    refused = InvalidArgumentError(
+        "page_token: not a token from a previous page (pass next_page_token back unchanged)"
+    )
+    if not token.startswith(_TOKEN_PREFIX) or len(token) > 400:
+        raise refused
+    body = token[len(_TOKEN_PREFIX) :]
+    try:
+        value = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, binascii.Error) as exc:
+        raise refused from exc
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not isinstance(value[0], int | float)
+        or isinstance(value[0], bool)
+        or not isinstance(value[1], str)
+    ):
+        raise refused
+    return float(value[0]), value[1]
+
+
+def worker_filter(
+    *,
+    include_revoked: bool = False,
+    state: str = "",
+    capability: str = "",
+    replica: str = "",
+    online: bool | None = None,
+) -> worker_queries.WorkerFilter:
+    """The filters of a worker list, checked: an unknown state or capability is refused."""
+    if state and state not in STATES:
+        raise InvalidArgumentError(f"state: one of {', '.join(STATES)} (got {state!r})")
+    if capability and capability not in capabilities.ALL:
+        raise InvalidArgumentError(
+            f"capability: one of {', '.join(capabilities.ALL)} (got {capability!r})"
+        )
+    if len(replica) > 200:
+        raise InvalidArgumentError("replica: a replica name is at most 200 characters")
+    return worker_queries.WorkerFilter(include_revoked, state, capability, replica, online)
+
+
+STATES = ("active", "draining", "revoked")
 
 
 def view_of(worker: WorkerRow, presence: PresenceRow | None, now: float) -> WorkerView:
@@ -93,21 +183,32 @@ class Fleet:
         self._auth = auth
         self._dispatcher = dispatcher
 
-    async def status(self) -> FleetStatus:
-        """Counts of workers that can take work now, read from the shared store."""
-        workers = await self.list(include_revoked=False)
+    async def status(self, limit: int = 0, token: str = "") -> FleetStatus:
+        """Counts of workers that can take work now, read from the shared store in one
+        aggregate query, and one page of the enrolled workers."""
+        size, after = page_size(limit), parse_page_token(token)
+
+        def read(s: Session) -> tuple[list[worker_queries.ReplicaCounts], WorkerPage]:
+            now = time.time()
+            counts = worker_queries.fleet_counts(s, now)
+            return counts, _page(s, worker_queries.WorkerFilter(), after, size, now)
+
+        counts, page = await self._db.read(read)
         return FleetStatus(
-            headless_online=sum(w.offers(capabilities.HEADLESS) for w in workers),
-            computer_use_online=sum(w.offers(capabilities.COMPUTER_USE) for w in workers),
-            workers=tuple(workers),
+            headless_online=sum(c.headless for c in counts),
+            computer_use_online=sum(c.computer_use for c in counts),
+            workers=page.workers,
+            next_page_token=page.next_page_token,
+            online=sum(c.online for c in counts),
+            replicas=tuple(counts),
         )
 
-    async def list(self, *, include_revoked: bool) -> list[WorkerView]:
-        now = time.time()
-        rows = await self._db.read(
-            worker_queries.workers_with_presence, include_revoked=include_revoked
-        )
-        return [view_of(w, p, now) for w, p in rows]
+    async def page(
+        self, where: worker_queries.WorkerFilter, limit: int = 0, token: str = ""
+    ) -> WorkerPage:
+        """One page of the workers `where` selects, in enrollment order."""
+        size, after = page_size(limit), parse_page_token(token)
+        return await self._db.read(lambda s: _page(s, where, after, size, time.time()))
 
     async def get(self, worker_id: str) -> WorkerView:
         now = time.time()
@@ -142,7 +243,6 @@ class Fleet:
 
         A welcome hands the new credential to whoever connects first with the current one, so
         rotating an offline worker is no remedy for a stolen credential: revoke and enroll."""
-        from coordinator.ledger import Context, Order, RotateOrder  # ledger imports this module
 
         def mark(s: Session, ctx: Context) -> list[Order]:
             worker = worker_queries.worker_by_id(s, worker_id)
@@ -182,3 +282,16 @@ class Fleet:
             # Its slots are free again: runs in line take them now, not at the next sweep.
             await self._dispatcher.capacity_added()
         return await self.get(worker_id)
+
+
+def _page(
+    s: Session,
+    where: worker_queries.WorkerFilter,
+    after: tuple[float, str] | None,
+    size: int,
+    now: float,
+) -> WorkerPage:
+    rows, more = worker_queries.workers_page(s, where, after, size, now)
+    views = tuple(view_of(w, p, now) for w, p in rows)
+    token = page_token(views[-1].enrolled_at, views[-1].id) if more and views else ""
+    return WorkerPage(views, token)

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from coordinator import audit, desktop, ledger
 from coordinator.dispatch import Dispatcher
-from coordinator.ledger import CancelOrder, Context, KillPush, Order
+from coordinator.ledger import Context
+from coordinator.orders import CancelOrder, KillPush, Order
 from coordinator.principals import Principal, Role
 from coordinator.runs import owned_run
 from coordinator.store import Database

@@ -8,7 +8,7 @@ transaction has committed: nothing reaches a worker before the ledger says so du
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,11 @@ from sqlalchemy.orm import Session
 from coordinator import journal
 from coordinator.fleet import WorkerView, view_of
 from coordinator.metrics import Notes
+from coordinator.orders import (
+    DispatchOrder,
+    Order,
+)
+from coordinator.run_kinds import PLAN, RunKind
 from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
@@ -55,106 +60,14 @@ PREVIEW_CHARS = 300
 UNKNOWN_OUTCOME = "unknown_outcome"
 
 
-@dataclass(frozen=True)
-class DispatchOrder:
-    worker_id: str
-    action_id: str
-    run_id: str
-    attempt_id: str
-    epoch: int
-    attempt: int
-    kind: str
-    args_json: str
-    idempotent: bool
-    timeout_seconds: float
-    ready_at: float = 0.0  # when the action could first run: for the dispatch latency metric
-    # Values of {{secret:NAME}} references, for the worker only: never journaled or stored.
-    secrets: dict[str, str] = field(default_factory=dict, repr=False)
-    trace_id: str = ""  # the run's
-    # The attempt's span, set by the replica that sends the order down the worker's stream.
-    traceparent: str = ""
-
-
-@dataclass(frozen=True)
-class CancelOrder:
-    worker_id: str
-    action_id: str
-    attempt_id: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class ReceiptVerdict:
-    worker_id: str
-    action_id: str
-    attempt_id: str
-    accepted: bool
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class KillPush:
-    """A kill switch change for one worker's stream."""
-
-    worker_id: str
-    kill_id: str
-    engaged: bool
-    scope: str
-    target: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class RotateOrder:
-    """Ask a worker's stream to replace its credential (an admin's request)."""
-
-    worker_id: str
-
-
-Order = DispatchOrder | CancelOrder | ReceiptVerdict | KillPush | RotateOrder
-
-
-@dataclass(frozen=True)
-class IncomingArtifact:
-    sha256: str
-    media_type: str
-    data: bytes = field(repr=False)
-    width: int
-    height: int
-
-
-@dataclass(frozen=True)
-class IncomingReceipt:
-    worker_id: str
-    action_id: str
-    run_id: str
-    attempt_id: str
-    epoch: int
-    status: str
-    result_json: str
-    error: str
-    started_at: float
-    finished_at: float
-    artifacts: tuple[IncomingArtifact, ...] = ()
-    traceparent: str = ""  # the worker's span of the attempt
-
-
-@dataclass(frozen=True)
-class Held:
-    """An attempt the worker reported on connect: running, finished (in its outbox), interrupted."""
-
-    action_id: str
-    attempt_id: str
-    epoch: int
-    state: str
-
-
 @dataclass
 class Context:
     """What one transaction needs to know beyond the store."""
 
     lease_ttl: float
     max_attempts: int
+    # What each kind of run adds to the rules (research, desktop, goal), given at wiring.
+    kinds: Mapping[str, RunKind] = field(default_factory=dict)
     now: float = field(default_factory=time.time)
     touched: set[str] = field(default_factory=set)  # runs whose journal grew
     stopped: set[str] = field(default_factory=set)  # runs that left the active states
@@ -211,6 +124,9 @@ class Context:
         """A place at the back of the line, after every place given out before."""
         self._positions += 1
         return self.now + self._positions * 1e-6
+
+    def kind(self, run: RunRow) -> RunKind:
+        return self.kinds.get(run.kind, PLAN)
 
     def _room(self, worker_id: str) -> int:
         assert self._busy is not None
@@ -295,24 +211,6 @@ def queue(run: RunRow, ctx: Context) -> None:
 # Per-worker concurrency: work units of one stage spread over the eligible workers.
 MAX_PER_WORKER = 4
 
-# Run kinds may add a step when a receipt arrives (research picks its sources) and when every
-# action has succeeded (research writes its report): kind -> hook.
-ReceiptHook = Callable[[Session, RunRow, ActionRow, Any, "Context"], None]
-# A completion hook may return the run's stop reason (research: why it found no evidence).
-CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], "Context"], str | None]
-# A kind may also choose routes itself (research follows the routing policy's ordered routes);
-# a route hook that marks the unit SKIPPED returns (None, SKIPPED, why) and the run moves on.
-RouteHook = Callable[[Session, RunRow, ActionRow, "Context"], tuple[str | None, str, str]]
-# A kind whose run stays open between actions (a desktop session) advances itself, and
-# decides itself what a failed action means for the run.
-AdvanceHook = Callable[[Session, RunRow, "Context"], list["Order"]]
-FailureHook = Callable[[Session, RunRow, ActionRow, "Context"], list["Order"]]
-RECEIPT_HOOKS: dict[str, ReceiptHook] = {}
-COMPLETION_HOOKS: dict[str, CompletionHook] = {}
-ROUTE_HOOKS: dict[str, RouteHook] = {}
-ADVANCE_HOOKS: dict[str, AdvanceHook] = {}
-FAILURE_HOOKS: dict[str, FailureHook] = {}
-
 
 @dataclass(frozen=True)
 class Stage:
@@ -343,7 +241,7 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
         ready = max([ready, *(a.finished_at or 0.0 for a in rows)])
         stage = run_queries.next_stage(s, run.id, stage)
     else:
-        hook = COMPLETION_HOOKS.get(run.kind)
+        hook = ctx.kind(run).on_completion
         said = hook(s, run, run_queries.actions_of(s, run.id), ctx) if hook is not None else None
         set_status(s, run, ctx, SUCCEEDED, stop_reason=said or "completed: every action succeeded")
         return None
@@ -366,7 +264,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     """
     if run.status not in ACTIVE:
         return []
-    own = ADVANCE_HOOKS.get(run.kind)
+    own = ctx.kind(run).advance
     if own is not None:
         return own(s, run, ctx)
     if open_stage(s, run, ctx) is None or _budget_stop(s, run, ctx):
@@ -386,7 +284,7 @@ def dispatch_one(s: Session, run: RunRow, ctx: Context) -> tuple[list[Order], bo
     if stage is None or _budget_stop(s, run, ctx):
         run.queued_at = None
         return [], False
-    route = ROUTE_HOOKS.get(run.kind, _plain_route)
+    route = ctx.kind(run).route or _plain_route
     skipped = False
     for i, action in enumerate(stage.pending):
         worker, code, detail = route(s, run, action, ctx)

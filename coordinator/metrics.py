@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session
 
 from coordinator import capabilities
+from coordinator.fleet import view_of
 from coordinator.store import counts
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import RunRow
@@ -342,7 +343,6 @@ class _StateCollector(Collector):
         yield kills
 
     def _read(self, s: Session) -> _Snapshot:
-        from coordinator.fleet import view_of  # the fleet imports the dispatcher, which imports us
 
         now = time.time()
         views = [

@@ -16,28 +16,22 @@ from coordinator.ledger import (
     ARCHIVE_OVER,
     DISPATCHED,
     FAILED,
-    FAILURE_HOOKS,
     HAND_BACK_TO_HUMAN,
     IN_FLIGHT,
     PENDING,
     PREVIEW_CHARS,
-    RECEIPT_HOOKS,
     RUNNING,
     STARTED,
     UNKNOWN,
     UNKNOWN_OUTCOME,
-    CancelOrder,
     Context,
-    Held,
-    IncomingReceipt,
-    Order,
-    ReceiptVerdict,
     advance,
     label,
     move,
     record,
     set_status,
 )
+from coordinator.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store import desktop as desktop_queries
 from coordinator.store import quotas
 from coordinator.store import runs as run_queries
@@ -223,11 +217,11 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     if run.status not in ACTIVE:
         return orders
     if succeeded:
-        hook = RECEIPT_HOOKS.get(run.kind)
+        hook = ctx.kind(run).on_receipt
         if hook is not None:
             hook(s, run, action, result, ctx)
         return orders + advance(s, run, ctx)
-    own = FAILURE_HOOKS.get(run.kind)
+    own = ctx.kind(run).on_failure
     if own is not None:
         return orders + own(s, run, action, ctx)
     retryable = receipt.status != "refused" and action.idempotent

@@ -1,8 +1,17 @@
-"""Presence: the worker streams this replica holds, and their leases in the shared store.
+"""Presence: the worker streams this replica holds, and what the shared store says of them.
 
-A worker is online while its lease in the store is unexpired. Heartbeats renew it; renewals
-are gathered and written in one statement per flush. The store, not this replica's memory, is
-what `status` reads, so other replicas see the same fleet.
+A presence row is written when a worker's stream opens and removed when it ends; it names the
+replica holding the stream. The worker is online while that replica's lease runs: the replica
+renews one row (`replicas.lease_expires_at`, at every relay beat) for all its streams, so the
+cost of staying online does not grow with the fleet. A dead worker is found by the stream
+itself (HTTP/2 keepalive pings in gRPC's core, see `server.server_options`): its stream ends
+and its row goes. A dead replica stops renewing its lease, and all its workers go offline
+together when it lapses.
+
+Connects and disconnects that arrive together are written in one transaction. The leases of
+the attempts this replica's workers hold are renewed in one statement per interval, and
+revocations made on other replicas arrive as a feed (workers revoked lately), not as a query
+over every stream.
 """
 
 from __future__ import annotations
@@ -14,9 +23,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from coordinator import capabilities
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
-from coordinator.store import runs as run_queries
+from coordinator.store import replicas as replica_queries
 from coordinator.store import workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, RevokedError
@@ -26,7 +36,12 @@ log = logging.getLogger(__name__)
 
 # Revocations made on another replica reach this one's streams through this periodic check.
 REVOCATION_CHECK_EVERY = 1.0
+# The check reads the workers revoked in this last window (wide enough for clock skew between
+# replicas and for a check that failed a few times in a row).
+REVOCATION_WINDOW = 60.0
 STORE_WARNING_EVERY = 30.0
+# Connects and disconnects written in one transaction, at most.
+WRITE_BATCH = 500
 
 
 @dataclass(eq=False)
@@ -40,55 +55,72 @@ class WorkerSession:
     )
     # Orders for the worker (dispatches, cancels, receipt verdicts); the stream's writer drains it.
     outbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
+    # The welcome asked the worker to rotate its credential.
+    rotate_credential: bool = False
 
     def end(self, reason: DeskfleetError) -> None:
         if not self.ended.done():
             self.ended.set_result(reason)
 
 
+@dataclass
+class _Claim:
+    claim: worker_queries.PresenceClaim
+    done: asyncio.Future[bool]
+
+
 class Presence:
-    """Opens, renews and closes worker sessions; runs the lease flush loop while open."""
+    """Opens and closes worker sessions (written in batches); renews what this replica holds."""
 
     def __init__(self, db: Database, config: CoordinatorConfig) -> None:
         self._db = db
         self._config = config
         self._sessions: dict[str, WorkerSession] = {}
-        self._renewals: dict[str, str] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._claims: list[_Claim] = []
+        self._releases: list[tuple[str, str]] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def connected(self) -> int:
         return len(self._sessions)
 
     async def __aenter__(self) -> Presence:
-        self._task = asyncio.create_task(self._flush_loop(), name="presence-flush")
+        self._tasks = [
+            asyncio.create_task(self._write_loop(), name="presence-writes"),
+            asyncio.create_task(self._renew_loop(), name="presence-renew"),
+        ]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
 
     async def open(self, worker_id: str, advertisement: Advertisement) -> WorkerSession:
-        """Record the worker's advertisement and take its presence lease for a new session."""
+        """Record the worker's advertisement and its presence for a new session (written with
+        the other connects of the moment, in one transaction)."""
         session = WorkerSession(worker_id, new_id("ses"))
-
-        def claim(s: Session) -> None:
-            worker_queries.set_advertisement(s, worker_id, advertisement.to_json())
-            worker_queries.claim_presence(
-                s,
+        claim = _Claim(
+            worker_queries.PresenceClaim(
                 worker_id,
-                self._config.replica,
                 session.session_id,
-                time.time(),
-                self._config.lease_ttl,
-            )
-
-        await self._db.write(claim)
+                advertisement.to_json(),
+                frozenset(
+                    name
+                    for name in capabilities.ALL
+                    if (c := advertisement.capability(name)) is not None and c.available
+                ),
+            ),
+            asyncio.get_running_loop().create_future(),
+        )
+        self._claims.append(claim)
+        self._wake.set()
+        session.rotate_credential = await claim.done
         previous = self._sessions.get(worker_id)
         if previous is not None:
             previous.end(DeskfleetError("superseded by a newer connection of the same worker"))
@@ -106,21 +138,13 @@ class Presence:
         session.outbox.put_nowait(order)
         return True
 
-    def heartbeat(self, session: WorkerSession) -> None:
-        self._renewals[session.worker_id] = session.session_id
-
     async def close(self, session: WorkerSession) -> None:
-        """Forget a session whose stream ended and give up its lease at once."""
+        """Forget a session whose stream ended; its presence row goes with the next write
+        (kept and tried again while the store fails: until then the worker counts online)."""
         if self._sessions.get(session.worker_id) is session:
             del self._sessions[session.worker_id]
-        self._renewals.pop(session.worker_id, None)
-        try:
-            await self._db.write(
-                worker_queries.release_presence, session.worker_id, session.session_id
-            )
-        except DeskfleetError as exc:
-            # The lease lapses by itself; nothing is lost by not releasing it early.
-            log.warning("could not release the lease of %s: %s", session.worker_id, exc)
+        self._releases.append((session.worker_id, session.session_id))
+        self._wake.set()
 
     def cut(self, worker_id: str, reason: DeskfleetError) -> bool:
         """End this replica's stream of a worker, if it holds one."""
@@ -130,51 +154,96 @@ class Presence:
         session.end(reason)
         return True
 
-    async def _flush_loop(self) -> None:
-        last_check = 0.0
-        failing_since: float | None = None
-        last_warning = 0.0
-        while True:
-            await asyncio.sleep(self._config.lease_flush_interval)
-            try:
-                await self._flush()
-                if time.monotonic() - last_check >= REVOCATION_CHECK_EVERY:
-                    last_check = time.monotonic()
-                    await self._cut_revoked()
-            except DeskfleetError as exc:
-                now = time.monotonic()
-                failing_since = failing_since or now
-                # One line when the store fails, then one every STORE_WARNING_EVERY seconds.
-                if now - last_warning >= STORE_WARNING_EVERY:
-                    last_warning = now
-                    log.warning(
-                        "cannot renew presence leases for %.0f s: %s", now - failing_since, exc
-                    )
-            else:
-                if failing_since is not None:
-                    log.info("presence leases renewed again")
-                failing_since = None
+    # ------------------------------------------------------------------------------ writes
 
-    async def _flush(self) -> None:
-        if not self._renewals:
-            return
-        batch, self._renewals = self._renewals, {}
+    async def _write_loop(self) -> None:
+        failing = _Failing("cannot record worker connects and disconnects")
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._claims or self._releases:
+                try:
+                    await self._write_batch()
+                except DeskfleetError as exc:
+                    failing.warn(exc)
+                    await asyncio.sleep(self._config.lease_flush_interval)
+                else:
+                    failing.recovered()
+
+    async def _write_batch(self) -> None:
+        claims, self._claims = self._claims[:WRITE_BATCH], self._claims[WRITE_BATCH:]
+        releases, self._releases = self._releases[:WRITE_BATCH], self._releases[WRITE_BATCH:]
+        config = self._config
+
+        def unit(s: Session) -> dict[str, bool]:
+            worker_queries.release_presences(s, releases)
+            return worker_queries.claim_presences(
+                s, [c.claim for c in claims], config.replica, time.time(), config.lease_ttl
+            )
+
         try:
-            await self._db.write(_renew, list(batch.items()), time.time(), self._config.lease_ttl)
-        except DeskfleetError:
-            # Keep the renewals for the next flush (newer heartbeats win).
-            self._renewals = {**batch, **self._renewals}
+            rotate = await self._db.write(unit)
+        except DeskfleetError as exc:
+            # The connects fail (their streams end and the workers retry); the disconnects
+            # are tried again, or the worker would stay online on a live replica.
+            self._releases = releases + self._releases
+            for c in claims:
+                if not c.done.done():
+                    c.done.set_exception(exc)
             raise
+        for c in claims:
+            if c.done.done():  # the stream went away while its connect was being written
+                self._releases.append((c.claim.worker_id, c.claim.session_id))
+            else:
+                c.done.set_result(rotate.get(c.claim.worker_id, False))
+
+    # --------------------------------------------------------------- leases and revocations
+
+    async def _renew_loop(self) -> None:
+        failing = _Failing("cannot renew the leases of attempts held by this replica's workers")
+        last_renewal = last_check = 0.0
+        while True:
+            await asyncio.sleep(min(REVOCATION_CHECK_EVERY, self._config.heartbeat_interval))
+            now = time.monotonic()
+            try:
+                if self._sessions and now - last_renewal >= self._config.heartbeat_interval:
+                    await self._renew_action_leases()
+                    last_renewal = now
+                if self._sessions and now - last_check >= REVOCATION_CHECK_EVERY:
+                    await self._cut_revoked()
+                    last_check = now
+            except DeskfleetError as exc:
+                failing.warn(exc)
+            else:
+                failing.recovered()
+
+    async def _renew_action_leases(self) -> None:
+        until = time.time() + self._config.lease_ttl
+        await self._db.write(replica_queries.renew_held_action_leases, self._config.replica, until)
 
     async def _cut_revoked(self) -> None:
-        if not self._sessions:
-            return
-        revoked = await self._db.read(worker_queries.revoked_among, list(self._sessions))
+        revoked = await self._db.read(worker_queries.revoked_since, time.time() - REVOCATION_WINDOW)
         for worker_id in revoked:
             self.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
 
 
-def _renew(s: Session, renewals: list[tuple[str, str]], now: float, ttl: float) -> None:
-    """Renew presence leases and, with them, the leases of the attempts those workers hold."""
-    worker_queries.renew_leases(s, renewals, now, ttl)
-    run_queries.renew_action_leases(s, [w for w, _ in renewals], now + ttl)
+class _Failing:
+    """One warning when the store starts failing, then one every STORE_WARNING_EVERY seconds,
+    and one line when it works again."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._since: float | None = None
+        self._last_warning = 0.0
+
+    def warn(self, exc: DeskfleetError) -> None:
+        now = time.monotonic()
+        self._since = self._since or now
+        if now - self._last_warning >= STORE_WARNING_EVERY:
+            self._last_warning = now
+            log.warning("%s for %.0f s: %s", self._what, now - self._since, exc)
+
+    def recovered(self) -> None:
+        if self._since is not None:
+            log.info("the store answers again (%s)", self._what.removeprefix("cannot "))
+        self._since = None

@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from coordinator.journal import JournalBus
-from coordinator.ledger import (
+from coordinator.orders import (
     CancelOrder,
     DispatchOrder,
     KillPush,
@@ -122,14 +122,22 @@ class Relay:
 
     @property
     def replica_ttl(self) -> float:
-        """How long a replica may stay silent before the others count it dead."""
+        """How long a replica may stay silent before the others count it dead; also its lease,
+        the presence lease of every worker streaming to it."""
         return max(3 * self._config.relay_poll_interval, self._config.lease_ttl)
 
     async def __aenter__(self) -> Relay:
         await self._refuse_a_namesake()
-        await self._db.write(
-            queries.beat, self.name, self._config.listen, self._started, time.time()
-        )
+
+        def first_beat(s: Session) -> None:
+            queries.beat(
+                s, self.name, self._config.listen, self._started, time.time(), self.replica_ttl
+            )
+            stale = queries.clear_presence(s, self.name)
+            if stale:
+                log.info("%d streams held by this replica's previous process are gone", stale)
+
+        await self._db.write(first_beat)
         self._tasks = [asyncio.create_task(self._poll_loop(), name="relay-poll")]
         if self._db.dialect is Dialect.POSTGRESQL:
             self._tasks.append(asyncio.create_task(self._listen_loop(), name="relay-listen"))
@@ -222,7 +230,7 @@ class Relay:
 
         def unit(s: Session) -> list[Order]:
             now = time.time()
-            queries.beat(s, self.name, self._config.listen, self._started, now)
+            queries.beat(s, self.name, self._config.listen, self._started, now, self.replica_ttl)
             return [decode(s, row.body) for row in queries.take_deliveries(s, self.name)]
 
         orders = await self._db.write(unit)

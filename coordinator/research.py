@@ -35,7 +35,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from coordinator import fallback, journal, ledger, research_report
-from coordinator.research_report import APP_KIND, excerpts
+from coordinator.research_report import APP_KIND
+from coordinator.run_kinds import RunKind
 from coordinator.runs import Plan, PlannedAction, check_url
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
@@ -44,7 +45,7 @@ from shared.receipts import decode_result
 from shared.search import search_spec
 from shared.text import refuse_control
 
-__all__ = ["ResearchRequest", "excerpts", "research_plan"]
+__all__ = ["ResearchRequest", "research_plan"]
 
 MAX_SOURCES = 20
 DEFAULT_MAX_PAGES = 50
@@ -458,6 +459,5 @@ def _route_app(
     )
 
 
-ledger.RECEIPT_HOOKS["research"] = on_receipt
-ledger.ROUTE_HOOKS["research"] = route_unit
-ledger.COMPLETION_HOOKS["research"] = report
+# A research run's kind (given to the dispatcher at wiring).
+RESEARCH_RUNS = RunKind(on_receipt=on_receipt, route=route_unit, on_completion=report)

@@ -1,9 +1,17 @@
 """The evidence report of a research run: sources by route, totals, and where routes disagree.
 
 Every source carries the route that found it: `headless` (a browser fetched the page and the
-excerpts are its sentences that match the query) or `app:NAME` (an external research app
+excerpts are its passages that answer the query best) or `app:NAME` (an external research app
 named it; the excerpts are the app's). Search snippets never count as evidence; failed,
 refused, binary, challenged and skipped sources are listed apart with their reason.
+
+A headless source's page is cut into passages by its blocks (`shared.passages`: from the
+block list or HTML the fetch returned, else from its extracted text) and the passages of all
+sources of the run are ranked together (`shared.relevance`: BM25 with stemming, proximity, the
+section heading counted with its passage). Each source lists its best `passages` (text,
+heading, score, and a link that opens the page at the passage) and, as before, their texts as
+`excerpts`; the report's `passages` are the best of all sources together, each naming its URL
+and receipt. `totals.sources` counts what `sources` lists, `evidence` those with a passage.
 
 Where a thorough run has both an app route and the headless route, `disagreements` lists,
 with the URL as the key (scheme and host lower-cased, fragment and trailing "/" dropped):
@@ -27,12 +35,15 @@ from sqlalchemy.orm import Session
 from coordinator import journal
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
+from shared import passages as page_passages
+from shared import relevance
 from shared.receipts import decode_result
 
 APP_KIND = "app.research"
 HEADLESS_ROUTE = "headless"
-EXCERPTS_PER_SOURCE = 3
-EXCERPT_CHARS = 300
+EXCERPTS_PER_SOURCE = relevance.PER_SOURCE
+EXCERPT_CHARS = 300  # of the line method (`line_excerpts`)
+TOP_PASSAGES = 10  # the report's best passages across sources
 MAX_DISAGREEMENTS = 50
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[\w'-]{3,}", re.UNICODE)
@@ -78,10 +89,11 @@ _STOP = frozenset(
 )
 
 
-def excerpts(text: str, query: str) -> list[str]:
-    """The sentences of `text` that mention the query's words, most words first.
+def line_excerpts(text: str, query: str, limit: int = EXCERPTS_PER_SOURCE) -> list[str]:
+    """The earlier method, kept as the answer benchmark's baseline: the lines (or sentences)
+    of `text` that share the most exact words with the query.
 
-    A sentence must share at least two of the query's content words (one for a query of one
+    A line must share at least two of the query's content words (one for a query of one
     or two): a shared "light" alone does not make a page about lighthouses evidence.
     """
     terms = {w.lower() for w in _WORD.findall(query)} - _STOP
@@ -91,7 +103,7 @@ def excerpts(text: str, query: str) -> list[str]:
         hits = len(terms & {w.lower() for w in _WORD.findall(sentence)})
         if hits >= need:
             scored.append((-hits, i, sentence[:EXCERPT_CHARS]))
-    return [s for _, _, s in sorted(scored)[:EXCERPTS_PER_SOURCE]]
+    return [s for _, _, s in sorted(scored)[:limit]]
 
 
 def app_route(action: ActionRow) -> str:
@@ -115,6 +127,7 @@ def build(s: Session, run: RunRow, actions: Sequence[ActionRow]) -> dict[str, An
     answers: list[dict[str, Any]] = []
     texts: dict[str, str] = {}
     tried: dict[str, str] = {}  # url -> what the headless route saw there
+    pages_blocks: list[list[page_passages.Block]] = []  # of each `headless` source
     by_status: Counter[str] = Counter()
     pages = searches = read = 0
     headless_units = headless_skipped = 0
@@ -167,8 +180,8 @@ def build(s: Session, run: RunRow, actions: Sequence[ActionRow]) -> dict[str, An
         }
         urls = {_key(result.get("url")), _key(result.get("final_url"))}
         if outcome == "ok":
-            found = excerpts(result.get("text", ""), query)
-            headless.append({**entry, "excerpts": found, "evidence": bool(found)})
+            headless.append(entry)
+            pages_blocks.append(page_passages.from_result(result))
             for u in urls:
                 texts[u] = result.get("text", "")
                 tried[u] = "its page has no sentence that matches the query"
@@ -195,6 +208,19 @@ def build(s: Session, run: RunRow, actions: Sequence[ActionRow]) -> dict[str, An
             }
         )
     by_status["skipped"] = len(skipped)
+    ranked = relevance.rank(pages_blocks, query)
+    for src, found in zip(headless, ranked, strict=True):
+        shown = [_passage(src, p) for p in found]
+        src |= {"excerpts": [p["text"] for p in shown], "passages": shown, "evidence": bool(shown)}
+    best = [
+        {
+            "url": headless[p.source]["final_url"] or headless[p.source]["url"],
+            "title": headless[p.source]["title"],
+            "receipt": headless[p.source]["receipt"],
+            **_passage(headless[p.source], p),
+        }
+        for p in relevance.across(ranked, TOP_PASSAGES)
+    ]
     sources = headless + [src for found in apps.values() for src in found]
     limits = run.spec.get("limits", {})
     return {
@@ -206,12 +232,17 @@ def build(s: Session, run: RunRow, actions: Sequence[ActionRow]) -> dict[str, An
         "skipped": skipped,
         "answers": answers,
         "evidence": sum(1 for x in sources if x["evidence"]),
+        "passages": best,
         "disagreements": (
             _disagreements(apps, headless, texts, tried)
             if run.spec.get("mode") == "thorough" and pages
             else []
         ),
         "totals": {
+            "sources": len(sources),
+            "sources_with_evidence": sum(1 for x in sources if x["evidence"]),
+            "failures": len(failures),
+            "skipped": len(skipped),
             "pages_fetched": pages,
             "searches": searches,
             "bytes_read": read,
@@ -220,6 +251,16 @@ def build(s: Session, run: RunRow, actions: Sequence[ActionRow]) -> dict[str, An
         },
         "limits": limits,
         "limit_reached": sorted({x["reason"] for x in skipped}),
+    }
+
+
+def _passage(src: dict[str, Any], p: relevance.Passage) -> dict[str, Any]:
+    url = src["final_url"] or src["url"] or ""
+    return {
+        "text": p.text,
+        "heading": p.heading,
+        "score": p.score,
+        "link": page_passages.text_link(url, p.anchor, p.text) if url else "",
     }
 
 
@@ -247,6 +288,7 @@ def _app_source(src: dict[str, Any], route: str, entry: dict[str, Any]) -> dict[
         "outcome": "ok",
         "route": route,
         "excerpts": found,
+        "passages": [{"text": e, "heading": "", "score": None, "link": ""} for e in found],
         "evidence": bool(found),
     }
 

@@ -20,7 +20,8 @@ from coordinator import capabilities, journal, ledger
 from coordinator import timeline as timelines
 from coordinator.dispatch import Dispatcher
 from coordinator.journal import JournalBus
-from coordinator.ledger import CancelOrder, Context, Order
+from coordinator.ledger import Context
+from coordinator.orders import CancelOrder, Order
 from coordinator.principals import Principal
 from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries

@@ -13,10 +13,10 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator import routing, secret_box
 from coordinator.agent import providers
-from coordinator.agent.loop import Goals
+from coordinator.agent.loop import GOAL_RUNS, Goals
 from coordinator.agent.tools import FleetTools
 from coordinator.certificates import WorkerCertificates
-from coordinator.desktop import Desktop
+from coordinator.desktop import DESKTOP_RUNS, Desktop
 from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
 from coordinator.journal import JournalBus
@@ -28,6 +28,8 @@ from coordinator.quota import OwnerLimits, Quotas
 from coordinator.ratelimit import FailureLimiter
 from coordinator.recall import Recall
 from coordinator.relay import Relay
+from coordinator.research import RESEARCH_RUNS
+from coordinator.run_kinds import RunKind
 from coordinator.runs import Runs
 from coordinator.secret_box import SecretBox
 from coordinator.servicers.admin import AdminServicer
@@ -55,6 +57,13 @@ from shared.gen.deskfleet.v1 import (
 )
 from shared.transport import is_loopback
 
+# What each kind of run adds to the ledger's rules (a plan run needs nothing more).
+RUN_KINDS: dict[str, RunKind] = {
+    "research": RESEARCH_RUNS,
+    "desktop": DESKTOP_RUNS,
+    "goal": GOAL_RUNS,
+}
+
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
@@ -77,6 +86,23 @@ SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
+
+
+def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
+    """The stream is the worker's presence: gRPC's core pings every worker each heartbeat
+    interval and ends the stream of one that has not answered within the rest of the lease
+    (a stopped process, a host gone without a FIN), so a dead worker goes offline within
+    `lease_ttl`, with no Python message per beat."""
+    timeout = max(1000, int((config.lease_ttl - config.heartbeat_interval) * 1000))
+    keepalive = {
+        "grpc.keepalive_time_ms": max(1000, int(config.heartbeat_interval * 1000)),
+        "grpc.keepalive_timeout_ms": timeout,
+        # The core waits this long for any ping's ack (60 s unless set), keepalive's included.
+        "grpc.http2.ping_timeout_ms": timeout,
+        # Keep pinging a stream that carries no data (the default stops after two pings).
+        "grpc.http2.max_pings_without_data": 0,
+    }
+    return [(k, v) for k, v in SERVER_OPTIONS if k not in keepalive] + list(keepalive.items())
 
 
 @dataclass(frozen=True)
@@ -168,7 +194,7 @@ def create_server(
     listeners = listeners or Transport(None)
     auth = Authenticator(db)
     guard = GuardInterceptor(auth, FailureLimiter(config.auth_failures_per_minute))
-    server = grpc.aio.server(interceptors=[guard], options=SERVER_OPTIONS)
+    server = grpc.aio.server(interceptors=[guard], options=server_options(config))
     port = _bind(server, address, listeners.credentials)
     worker_port = (
         _bind(server, listeners.worker_address, listeners.worker_credentials)
@@ -249,7 +275,13 @@ class Coordinator:
         bus = JournalBus()
         self._relay = Relay(self._db, self._presence, bus, self.config)
         self._dispatcher = Dispatcher(
-            self._db, self._presence, bus, self.config, self._relay, self.metrics
+            self._db,
+            self._presence,
+            bus,
+            self.config,
+            self._relay,
+            self.metrics,
+            kinds=RUN_KINDS,
         )
         self.metrics.watch(self._db, self._presence)
         self._kills = KillSwitches(self._db, self._dispatcher)

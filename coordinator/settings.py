@@ -20,12 +20,12 @@ class CoordinatorConfig:
     db_url: str
     listen: str = "127.0.0.1:50051"
     replica: str = socket.gethostname()
-    # A worker heartbeats every `heartbeat_interval`; it is offline once `lease_ttl` passes
-    # without one. The ttl spans several heartbeats so that one late beat is not an outage.
+    # Every `heartbeat_interval` gRPC's core pings each worker stream; a worker that has not
+    # answered by `lease_ttl` is cut off and goes offline. The ttl spans several pings so that
+    # one late answer is not an outage. Attempt leases are renewed once per interval.
     heartbeat_interval: float = 5.0
     lease_ttl: float = 15.0
-    # Renewals are gathered and written in one statement per flush: one write per worker per
-    # heartbeat would cost a commit each at fleet scale.
+    # Connects and disconnects that failed to be written are tried again after this long.
     lease_flush_interval: float = 0.25
     # Failed authentications one host may make per minute before it is refused a while (0: no
     # limit). Per replica.
@@ -40,6 +40,10 @@ class CoordinatorConfig:
     enrollment_token_ttl: float = 3600.0
     # The recovery sweep resumes saved work: expired leases, overdue attempts, waiting runs.
     sweep_interval: float = 120.0
+    # While runs wait in line, the line is also served this often: events (receipts, timeouts,
+    # connects, undrains) give freed slots out at once; this catches capacity that no event
+    # announces, such as a worker whose presence lease lapsed under load and was renewed.
+    line_check_interval: float = 1.0
     # Automatic attempts of an idempotent action before the run stops for a person.
     max_attempts: int = 3
     # Research and browser actions may reach loopback and private addresses (tests, demo).

@@ -28,7 +28,8 @@ from collections import deque
 from sqlalchemy.orm import Session
 
 from coordinator import ledger
-from coordinator.ledger import Context, Order
+from coordinator.ledger import Context
+from coordinator.orders import Order
 from coordinator.store import runs as run_queries
 
 

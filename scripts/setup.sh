@@ -2,11 +2,13 @@
 # Install what deskfleet needs on a fresh Debian machine; safe to run again (it skips what is done).
 #   system: Xvfb + xauth (desktop tests and the demo), xdotool, Debian's Chromium (Playwright drives
 #           it through executable_path: `playwright install` cannot download here)
+#   corpus: python-flask-doc, Flask's HTML documentation (~0.7 MB), the research answer benchmark's
+#           real pages (bench/research_answers.py, tests/test_passages.py)
 #   python: a virtual environment in .venv with the project installed in editable mode
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(xvfb xauth xdotool x11-utils chromium)
+APT_PACKAGES=(xvfb xauth xdotool x11-utils chromium python-flask-doc)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

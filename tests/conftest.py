@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import subprocess
@@ -155,3 +156,59 @@ def window(
     yield focus
     proc.terminate()
     proc.wait(10)
+
+
+# ------------------------------------------------------------------ tiers
+#
+# Every test gets one tier marker, from what it starts (its own code and its fixtures'):
+#   unit         nothing: in-process rules, milliseconds (`make test-unit`)
+#   e2e          a real browser or display (Chromium, Xvfb) besides the processes
+#   integration  real coordinator, worker or database processes
+# `slow` is set by modules whose tests take more than a few seconds each.
+
+_PROCESS_WORDS = (
+    "CoordinatorProcess",
+    "WorkerProcess",
+    "subprocess",
+    "SimulatorProcess",
+    "postgres",
+    "pg_url",
+    "BIN /",
+    "Popen",
+)
+_E2E_FIXTURES = {"xvfb", "window", "desktop_site", "site"}
+
+
+def _sources(item: pytest.Item) -> str:
+    import inspect
+
+    texts = []
+    function = getattr(item, "function", None)
+    if function is not None:
+        with contextlib.suppress(OSError, TypeError):
+            texts.append(inspect.getsource(function))
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        texts.append(name)
+        for fixturedef in info.name2fixturedefs.get(name, ()) if info else ():
+            with contextlib.suppress(OSError, TypeError):
+                texts.append(inspect.getsource(fixturedef.func))
+    return "\n".join(texts)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(n) for n in ("unit", "integration", "e2e")):
+            continue
+        text = _sources(item)
+        if set(getattr(item, "fixturenames", ())) & _E2E_FIXTURES or any(
+            w in text for w in ("Xvfb", "chromium", "playwright")
+        ):
+            item.add_marker(pytest.mark.e2e)
+        elif any(w in text for w in _PROCESS_WORDS) or "coordinator" in getattr(
+            item, "fixturenames", ()
+        ):
+            item.add_marker(pytest.mark.integration)
+        else:
+            item.add_marker(pytest.mark.unit)

@@ -5,6 +5,7 @@ Everything here starts a real program and cleans up after itself; nothing is sim
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import secrets
@@ -14,11 +15,20 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import grpc
+
+from coordinator.admin_cli.render import as_dict
+from coordinator.admin_cli.runs_commands import _timeline_nulls as timeline_nulls
+from coordinator.admin_cli.runs_commands import load_plan
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 
 BIN = Path(sys.executable).parent
 STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")  # a run that is not moving
@@ -56,6 +66,46 @@ def base_env(workdir: Path) -> dict[str, str]:
     env["XDG_CACHE_HOME"] = str(workdir / "xdg-cache")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _init_store(db_url: str, admin_token: Path, secrets_key: Path, workdir: Path) -> None:
+    subprocess.run(
+        [
+            BIN / "deskfleet-coordinator",
+            "init",
+            "--db",
+            db_url,
+            "--admin-token-file",
+            admin_token,
+            "--secrets-key-file",
+            secrets_key,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=base_env(workdir),
+        timeout=60,
+    )
+
+
+_template_lock = threading.Lock()
+_template: list[Path] = []
+
+
+def _template_store() -> Path:
+    """One initialised SQLite store per test process (removed when the process exits)."""
+    with _template_lock:
+        if not _template:
+            where = Path(tempfile.mkdtemp(prefix="deskfleet-template-"))
+            atexit.register(shutil.rmtree, where, True)
+            _init_store(
+                f"sqlite:///{where / 'fleet.db'}",
+                where / "admin.token",
+                where / "secrets.key",
+                where,
+            )
+            _template.append(where)
+        return _template[0]
 
 
 class CoordinatorProcess:
@@ -110,23 +160,24 @@ class CoordinatorProcess:
         return f"127.0.0.1:{self.port}"
 
     def init(self) -> None:
-        subprocess.run(
-            [
-                BIN / "deskfleet-coordinator",
-                "init",
-                "--db",
-                self.db_url,
-                "--admin-token-file",
-                self.admin_token_file,
-                "--secrets-key-file",
-                self.secrets_key_file,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=base_env(self.workdir),
-            timeout=60,
-        )
+        """`init` the store; a new SQLite store is a copy of one initialised store (template).
+
+        Migrations run once per test process instead of once per coordinator: copies share
+        the template's admin token and secrets key, which is all a test store needs.
+        """
+        if self.db_url == f"sqlite:///{self.workdir / 'fleet.db'}" and not os.environ.get(
+            "DESKFLEET_TEST_NO_TEMPLATE"
+        ):
+            template = _template_store()
+            for name, target in (
+                ("fleet.db", self.workdir / "fleet.db"),
+                ("admin.token", self.admin_token_file),
+                ("secrets.key", self.secrets_key_file),
+            ):
+                shutil.copyfile(template / name, target)
+                target.chmod(0o600)
+            return
+        _init_store(self.db_url, self.admin_token_file, self.secrets_key_file, self.workdir)
 
     def start(self, *, port: int = 0) -> CoordinatorProcess:
         if not self.admin_token_file.exists():
@@ -428,6 +479,25 @@ def write_plan(path: Path, actions: list[dict[str, Any]], **extra: Any) -> Path:
     return path
 
 
+# Waits and submissions go through one in-process gRPC channel per coordinator, not a CLI
+# process per poll (each a Python start, competing with the system under test); the documents
+# are the CLI's own (`render.as_dict`), and the CLI itself is tested in tests of the CLI.
+_channels: dict[str, grpc.Channel] = {}
+
+
+def _runs_stub(coordinator: CoordinatorProcess) -> runs_pb2_grpc.RunServiceStub | None:
+    if coordinator.ca_file is not None:  # TLS: the CLI knows how to verify it
+        return None
+    channel = _channels.get(coordinator.address)
+    if channel is None:
+        channel = _channels[coordinator.address] = grpc.insecure_channel(coordinator.address)
+    return runs_pb2_grpc.RunServiceStub(channel)
+
+
+def _md(coordinator: CoordinatorProcess, token_file: Path | None) -> tuple[tuple[str, str], ...]:
+    return auth_metadata((token_file or coordinator.admin_token_file).read_text().strip())
+
+
 def submit(
     coordinator: CoordinatorProcess,
     plan: Path,
@@ -435,12 +505,30 @@ def submit(
     wait: bool = False,
     token_file: Path | None = None,
 ) -> dict[str, Any]:
-    args = ["runs", "submit", str(plan)] + (["--wait"] if wait else [])
-    done = coordinator.cli(*args, token_file=token_file, json_out=True, check=False, timeout=120)
-    if done.returncode not in (0, 6):
-        raise AssertionError(f"runs submit failed ({done.returncode}): {done.stderr}")
-    doc: dict[str, Any] = json.loads(done.stdout)
-    return doc
+    """Submit PLAN (and with `wait`, wait until the run stops): `runs submit --json`'s document."""
+    stub = _runs_stub(coordinator)
+    if stub is None:
+        args = ["runs", "submit", str(plan)] + (["--wait"] if wait else [])
+        done = coordinator.cli(
+            *args, token_file=token_file, json_out=True, check=False, timeout=120
+        )
+        if done.returncode not in (0, 6):
+            raise AssertionError(f"runs submit failed ({done.returncode}): {done.stderr}")
+        doc: dict[str, Any] = json.loads(done.stdout)
+        return doc
+    md = _md(coordinator, token_file)
+    request = load_plan(str(plan))
+    request.wait_seconds = 30 if wait else 0
+    deadline = time.monotonic() + 120
+    try:
+        run = stub.SubmitRun(request, metadata=md, timeout=120)
+        while wait and run.status not in STOPPED and time.monotonic() < deadline:
+            run = stub.WaitRun(
+                runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=30), metadata=md, timeout=60
+            )
+    except grpc.RpcError as exc:
+        raise AssertionError(f"runs submit failed: {exc.code().name}: {exc.details()}") from exc
+    return as_dict(run)
 
 
 def wait_run(
@@ -450,13 +538,21 @@ def wait_run(
     timeout: float = 60,
     token_file: Path | None = None,
 ) -> dict[str, Any]:
-    """Poll `runs show` until `until(run)` holds."""
+    """Poll the run (`runs show --json`'s document) until `until(run)` holds."""
+    stub = _runs_stub(coordinator)
+    md = _md(coordinator, token_file)
 
     def check() -> dict[str, Any] | None:
-        run: dict[str, Any] = coordinator.cli_json("runs", "show", run_id, token_file=token_file)
+        if stub is None:
+            run: dict[str, Any] = coordinator.cli_json(
+                "runs", "show", run_id, token_file=token_file
+            )
+        else:
+            run = as_dict(stub.GetRun(runs_pb2.RunRef(id=run_id), metadata=md, timeout=30))
+            timeline_nulls(run.get("timeline"))
         return run if until(run) else None
 
-    found: dict[str, Any] = wait_until(check, timeout, 0.2, f"run {run_id}")
+    found: dict[str, Any] = wait_until(check, timeout, 0.1, f"run {run_id}")
     return found
 
 
@@ -526,3 +622,55 @@ class TcpProxy:
             except OSError:
                 pass
             conn.close()
+
+
+class ConsoleProcess:
+    """`deskfleet-coordinator console` for a coordinator, on a free loopback port."""
+
+    def __init__(self, coordinator: CoordinatorProcess, *extra: str) -> None:
+        self.coordinator = coordinator
+        self.extra = extra
+        self.log = coordinator.workdir / "console.log"
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self._log_file: Any = None
+
+    def start(self) -> ConsoleProcess:
+        self._log_file = self.log.open("a")
+        argv = [str(BIN / "deskfleet-coordinator"), "console"]
+        argv += ["--coordinator", self.coordinator.address, "--listen", "127.0.0.1:0"]
+        if self.coordinator.ca_file is not None:
+            argv += ["--ca-file", str(self.coordinator.ca_file)]
+        self.proc = subprocess.Popen(
+            [*argv, *self.extra],
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
+            env=base_env(self.coordinator.workdir),
+        )
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(30)
+        sel.close()
+        line = self.proc.stdout.readline().strip() if ready else ""
+        if "console listening on" not in line:
+            self.stop()
+            raise RuntimeError(f"console did not start ({line!r}):\n{tail(self.log)}")
+        self.url = line.rsplit(" ", 1)[1]
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None

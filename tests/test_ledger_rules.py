@@ -17,7 +17,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from coordinator import ledger, outcomes, slots
-from coordinator.ledger import Context, DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.ledger import Context
+from coordinator.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, PresenceRow, RunRow, WorkerRow
 from shared.ids import new_id

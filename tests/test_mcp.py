@@ -105,6 +105,14 @@ async def test_research_returns_the_evidence(
         assert doc["status"] == "SUCCEEDED", doc
         evidence = {s["url"]: s["excerpts"] for s in doc["report"]["sources"] if s["evidence"]}
         assert evidence == {url: [FACTS["/varn/keepers.html"] + "."]}
+        # The same report as structured content, with its passages' headings, scores, links.
+        raw = await session.call_tool(
+            "research", {"query": "keeper 1962", "urls": [url, f"{site}/varn/lens.html"]}
+        )
+        assert raw.structured_content is not None
+        [best] = raw.structured_content["report"]["passages"]
+        assert best["text"] == FACTS["/varn/keepers.html"] + "."
+        assert best["link"].startswith(url + "#:~:text=") and best["score"] > 0
         run = await call_json(session, "run_status", run_id=doc["runId"])
         assert run["id"] == doc["runId"] and run["report"] == doc["report"]
         # Where the run spent its time, without every attempt a second time.

@@ -554,6 +554,39 @@ def test_research_reports_its_totals_and_stops_at_its_page_and_byte_limits(
     assert len(skipped_units) == len(by_bytes)
     assert _events(coordinator, doc["id"], "research.skipped")
 
+    # The counts match what is listed, and every listed source has its passages' links.
+    assert totals["sources"] == len(report["sources"]) == totals["pages_fetched"]
+    assert totals["skipped"] == len(report["skipped"])
+    assert totals["sources_with_evidence"] == report["evidence"]
+    for src in report["sources"]:
+        assert [p["text"] for p in src["passages"]] == src["excerpts"]
+        assert all(p["link"].startswith(src["final_url"] + "#") for p in src["passages"])
+        assert all(":~:text=" in p["link"] and p["score"] > 0 for p in src["passages"])
+    best = report["passages"]
+    assert best and [p["score"] for p in best] == sorted((p["score"] for p in best), reverse=True)
+
+
+def test_research_format_md_is_a_readable_report_of_what_was_read_failed_and_skipped(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
+) -> None:
+    workers("a").wait_online()
+    paths = ["/varn/keepers.html", "/varn/lens.html", "/files/report.pdf", "/varn/range.html"]
+    args = [x for p in paths for x in ("--url", site + p)]
+    done = coordinator.cli(
+        "research", "keeper 1962", *args, "--max-pages", "3", "--wait", "--format", "md",
+        check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    md = done.stdout
+    assert md.startswith("# Research: keeper 1962\n"), md
+    assert "1 of 2 source(s) read hold matching text, 1 not evidence, 1 skipped" in md
+    assert f"### [Varn Keepers](<{site}/varn/keepers.html>)" in md
+    assert FACTS["/varn/keepers.html"] + "." in md
+    assert f"(<{site}/varn/keepers.html#:~:text=" in md
+    assert f"- {site}/files/report.pdf: unsupported_content:" in md
+    assert f"## Skipped\n\n- {site}/varn/range.html: max\\_pages:" in md
+    assert "Traceback" not in done.stderr
+
 
 ENV_APP = """
 import json, os

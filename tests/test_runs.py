@@ -551,7 +551,7 @@ def test_research_requests_refuse_local_urls_and_unbounded_lists() -> None:
     assert error(search_url="chrome://x/?q={query}").startswith("search_url: scheme")
     assert error(urls=tuple(f"https://e.com/{i}" for i in range(5000))).startswith("urls: at most")
     assert error(urls=("https://e.com/" + "x" * 10_000,)).startswith("urls[0]: at most")
-    assert error(query="a\x00b") == "query: must not contain NUL characters"
+    assert error(query="a\x00b").startswith("query: must not contain control")
     assert error(urls=("https://e.com/",), search_url="https://e.com/?q={query}") == ""
 
 

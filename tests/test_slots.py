@@ -1,8 +1,10 @@
 """Worker slots and the line of runs waiting for them, on a real coordinator and real workers.
 
-The coordinator's recovery sweep runs every 10 minutes here, so a waiting run can only move
-because an event woke it: a receipt, a failure, a timeout, a cancel, a worker connecting or
-being undrained. Waits go through an in-process gRPC client, not the CLI.
+The coordinator's recovery sweep and its line check (the backstop for capacity no event
+announces) run every 10 minutes here, so a waiting run can only move because an event woke it:
+a receipt, a failure, a timeout, a cancel, a worker connecting or being undrained. Leases are
+long enough that a loaded machine does not take workers offline. Waits go through an
+in-process gRPC client, not the CLI.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ class Fleet:
     """A coordinator that only events can wake (sweep every 600 s) and two real workers."""
 
     def __init__(self, workdir: Path) -> None:
-        self.coordinator = CoordinatorProcess(workdir, sweep=600.0).start()
+        self.coordinator = CoordinatorProcess(
+            workdir,
+            sweep=600.0,
+            heartbeat=1.0,
+            lease=10.0,
+            serve_args=("--line-check-interval", "600"),
+        ).start()
         self.workers = [WorkerProcess(self.coordinator, name) for name in ("a", "b")]
         for worker in self.workers:
             worker.start()
@@ -302,3 +310,21 @@ async def test_undraining_a_worker_wakes_a_run_in_line(fleet: Fleet) -> None:
         finally:
             await client.workers.UndrainWorker(ref, metadata=client.md, timeout=30)
     assert wait_until(lambda: fleet.in_flight() == 0, 30, what="slots free")
+
+
+# ------------------------------------------------------------------ submit and wait
+
+
+async def test_submit_and_wait_is_one_call(fleet: Fleet) -> None:
+    async with fleet.channel() as channel:
+        client = Client(fleet, channel)
+        request = _echoes(3)
+        request.wait_seconds = 30
+        run = await client.runs.SubmitRun(request, metadata=client.md, timeout=60)
+        assert (run.status, run.actions_succeeded) == ("SUCCEEDED", 3)
+        for bad in (-1.0, 3601.0, float("nan")):
+            request.wait_seconds = bad
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await client.runs.SubmitRun(request, metadata=client.md, timeout=60)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "wait_seconds" in (caught.value.details() or "")

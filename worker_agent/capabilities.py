@@ -17,6 +17,7 @@ from importlib.metadata import version as package_version
 
 from shared import __version__
 from shared.advertisement import Advertisement, Capability, Display
+from worker_agent.macos_permissions import accessibility_problem, screen_recording_problem
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -72,8 +73,6 @@ def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Ca
     if sys.platform == "darwin":
         # macOS drops input and blanks captures silently without these permissions, so
         # their absence must be found here, not by an action that seems to work.
-        from worker_agent.doctor import accessibility_problem, screen_recording_problem
-
         missing = screen_recording_problem() or accessibility_problem()
         if missing:
             return Capability(name, False, missing)
@@ -121,10 +120,25 @@ def probe_headless(options: ProbeOptions) -> tuple[Capability, str]:
     return Capability(name, True), version
 
 
+# A browser that launched once in this process is not launched again to measure it at every
+# reconnect (about a second of a core each time); a failed probe is tried again next time.
+_launched: dict[str, tuple[Capability, str]] = {}
+
+
+def _headless(options: ProbeOptions) -> tuple[Capability, str]:
+    known = _launched.get(options.chromium)
+    if known is not None and os.path.exists(options.chromium):
+        return known
+    found = probe_headless(options)
+    if found[0].available:
+        _launched[options.chromium] = found
+    return found
+
+
 def measure(options: ProbeOptions, labels: dict[str, str]) -> Advertisement:
     """Run the probes (in parallel: the browser launch dominates) and build the advertisement."""
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
-        browser_future = pool.submit(probe_headless, options)
+        browser_future = pool.submit(_headless, options)
         displays, display_problem = probe_displays()
         computer_use = probe_computer_use(display_problem, options)
         headless, browser_version = browser_future.result()

@@ -26,6 +26,9 @@ log = logging.getLogger("deskfleet.worker")
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # The core waits this long for any ping's ack (60 s unless set), keepalive's included:
+    # a coordinator that stopped answering is given up within 15 s.
+    ("grpc.http2.ping_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]
@@ -112,7 +115,9 @@ class WorkerConnection:
             stub = worker_pb2_grpc.WorkerGatewayStub(channel)
             call = stub.Connect(metadata=self._metadata)
             hello = worker_pb2.Hello(
-                advertisement=advertisement.to_proto(), held=self._actions.held()
+                advertisement=advertisement.to_proto(),
+                held=self._actions.held(),
+                stream_liveness=True,
             )
             await call.write(worker_pb2.WorkerMessage(hello=hello))
             first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
@@ -148,10 +153,9 @@ class WorkerConnection:
             for message in self._actions.pending():
                 outgoing.put_nowait(message)
             self._actions.attach(outgoing.put_nowait)
-            tasks = [
-                asyncio.create_task(self._write(call, outgoing)),
-                asyncio.create_task(self._heartbeats(outgoing, welcome)),
-            ]
+            tasks = [asyncio.create_task(self._write(call, outgoing))]
+            if not welcome.stream_liveness:  # an older coordinator: presence by heartbeats
+                tasks.append(asyncio.create_task(self._heartbeats(outgoing, welcome)))
             if self._transport is not None:
                 tasks.append(asyncio.create_task(self._transport.keep_renewed()))
             try:
@@ -210,14 +214,22 @@ class WorkerConnection:
         outgoing: asyncio.Queue[WorkerMessage],
         stub: worker_pb2_grpc.WorkerGatewayStub,
     ) -> None:
-        # No message for a whole lease means the coordinator no longer sees us as online:
-        # give the stream up and reconnect rather than wait on a half-dead connection.
-        silence = max(welcome.lease_ttl_seconds, 2 * welcome.heartbeat_interval_seconds)
+        # With stream liveness, the channel's keepalive pings (CHANNEL_OPTIONS) end a stream
+        # whose coordinator stopped answering. An older coordinator acks heartbeats instead:
+        # there, no message for a whole lease means it no longer sees us as online, so give
+        # the stream up and reconnect rather than wait on a half-dead connection.
+        silence = (
+            None
+            if welcome.stream_liveness
+            else max(welcome.lease_ttl_seconds, 2 * welcome.heartbeat_interval_seconds)
+        )
         while True:
             try:
                 message = await asyncio.wait_for(call.read(), silence)
             except TimeoutError as exc:
-                raise ConnectionLost(f"no answer from the coordinator for {silence:.0f} s") from exc
+                raise ConnectionLost(
+                    f"no answer from the coordinator for {silence or 0:.0f} s"
+                ) from exc
             if not isinstance(message, CoordinatorMessage):  # grpc.aio.EOF
                 await _raise_status(call)
                 return

@@ -40,6 +40,11 @@ from worker_agent.capabilities import (
     probe_displays,
     probe_headless,
 )
+from worker_agent.macos_permissions import (
+    accessibility_problem,
+    real_python,
+    screen_recording_problem,
+)
 from worker_agent.state import CA, CREDENTIAL, StateDir, WorkerIdentity
 
 DEFAULT_MAX_SKEW = 5.0  # seconds; leases are 15 s by default, so a few seconds is harmless
@@ -185,7 +190,7 @@ def _display_fix() -> str:
     if sys.platform == "darwin":
         return (
             "System Settings > Privacy & Security > Screen Recording: allow"
-            f" {_real_python()}, then restart the worker (launchctl kickstart -k"
+            f" {real_python()}, then restart the worker (launchctl kickstart -k"
             " gui/$(id -u)/com.deskfleet.worker)"
         )
     if sys.platform == "win32":
@@ -204,7 +209,7 @@ def _input_fix() -> str:
     if sys.platform == "darwin":
         return (
             "System Settings > Privacy & Security > Accessibility: allow"
-            f" {_real_python()}, then restart the worker"
+            f" {real_python()}, then restart the worker"
         )
     if sys.platform == "win32":
         return "run the worker unelevated in the signed-in user's session (-Mode Desktop)"
@@ -212,11 +217,6 @@ def _input_fix() -> str:
         "make sure this user may use the X display (XAUTHORITY points at its cookie,"
         " `xdpyinfo` works) and that python3-xlib imports; or pass --no-computer-use"
     )
-
-
-def _real_python() -> str:
-    # macOS grants permissions to the real binary, not to the venv's symlink.
-    return os.path.realpath(sys.executable)
 
 
 def _session_problem() -> str | None:
@@ -232,43 +232,6 @@ def _session_problem() -> str | None:
 
 
 # These two ask macOS directly; they are public so that the capability probe can ask the same.
-def screen_recording_problem() -> str | None:
-    """macOS: without Screen Recording, captures show only the wallpaper rather than failing."""
-    if sys.platform == "darwin":
-        granted = _macos_bool(
-            "/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics",
-            "CGPreflightScreenCaptureAccess",
-        )
-        if granted is False:
-            return f"Screen Recording is not allowed for {_real_python()}"
-    return None
-
-
-def accessibility_problem() -> str | None:
-    """macOS: without Accessibility, synthetic input is silently dropped rather than refused."""
-    if sys.platform == "darwin":
-        granted = _macos_bool(
-            "/System/Library/Frameworks/ApplicationServices.framework/ApplicationServices",
-            "AXIsProcessTrusted",
-        )
-        if granted is False:
-            return f"Accessibility is not allowed for {_real_python()}"
-    return None
-
-
-def _macos_bool(library: str, function: str) -> bool | None:
-    """Call a no-argument macOS function returning a boolean; None if it is unavailable."""
-    import ctypes
-
-    try:
-        fn = getattr(ctypes.cdll.LoadLibrary(library), function)
-    except (OSError, AttributeError):
-        return None  # an older macOS without this query: the probes above must do
-    fn.restype = ctypes.c_bool
-    fn.argtypes = []
-    return bool(fn())
-
-
 # --- browser ---------------------------------------------------------------------------------
 
 

@@ -22,6 +22,21 @@ from shared.tracing import METADATA_KEY, TraceParent
 from shared.transport import is_loopback, plaintext_warning
 
 Response = TypeVar("Response")
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+
+
+def channel_credentials(config: ClientConfig) -> grpc.ChannelCredentials | None:
+    """TLS verified against the configured CA, or None for plaintext (warned beyond loopback).
+
+    Shared by the CLI's blocking channel and the console's asyncio channel.
+    """
+    ca = config.read_ca()
+    if ca is not None:
+        return grpc.ssl_channel_credentials(ca)
+    if not is_loopback(config.coordinator):
+        # Loopback stays silent: nothing leaves the machine, and tests match stderr.
+        print(f"deskfleet: {plaintext_warning(config.coordinator)}", file=sys.stderr)
+    return None
 
 
 class CoordinatorClient:
@@ -36,17 +51,13 @@ class CoordinatorClient:
         self.timeout = timeout
         # One trace per command: every call of it carries the same parent span.
         self._trace = ((METADATA_KEY, (traceparent or TraceParent.new()).header()),)
-        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        ca = config.read_ca()
-        if ca is not None:
+        credentials = channel_credentials(config)
+        if credentials is not None:
             self._channel = grpc.secure_channel(
-                config.coordinator, grpc.ssl_channel_credentials(ca), options=options
+                config.coordinator, credentials, options=CHANNEL_OPTIONS
             )
         else:
-            if not is_loopback(config.coordinator):
-                # Loopback stays silent: nothing leaves the machine, and tests match stderr.
-                print(f"deskfleet: {plaintext_warning(config.coordinator)}", file=sys.stderr)
-            self._channel = grpc.insecure_channel(config.coordinator, options=options)
+            self._channel = grpc.insecure_channel(config.coordinator, options=CHANNEL_OPTIONS)
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.fleet = fleet_pb2_grpc.FleetServiceStub(self._channel)
         self.gateway = worker_pb2_grpc.WorkerGatewayStub(self._channel)

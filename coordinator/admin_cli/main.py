@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from coordinator.admin_cli import desktop_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
@@ -189,32 +190,72 @@ def _audit(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 def _status(client: CoordinatorClient, args: argparse.Namespace) -> None:
     doc = render.as_dict(
-        client.call(client.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest())
+        client.call(
+            client.fleet.GetWorkerStatus,
+            fleet_pb2.GetWorkerStatusRequest(limit=args.limit, page_token=args.page_token),
+        )
     )
+    doc.setdefault("nextPageToken", "")
     if args.json:
         render.print_json(doc)
         return
+    by_replica = ", ".join(f"{r['replica']}: {r.get('online', 0)}" for r in doc.get("replicas", []))
     print(
         f"headless online: {doc['headlessOnline']}    "
-        f"computer use online: {doc['computerUseOnline']}"
+        f"computer use online: {doc['computerUseOnline']}    "
+        f"online: {doc.get('online', 0)}{f' ({by_replica})' if by_replica else ''}"
     )
     if doc["workers"]:
         print()
         print(render.worker_rows(doc["workers"]))
+    _more(doc, "status")
 
 
 def _workers_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    doc = render.as_dict(
-        client.call(
-            client.fleet.ListWorkers, fleet_pb2.ListWorkersRequest(include_revoked=args.all)
-        )
+    request = fleet_pb2.ListWorkersRequest(
+        include_revoked=args.all,
+        limit=args.limit,
+        page_token=args.page_token,
+        state=args.state,
+        capability=args.capability,
+        replica=args.replica,
     )
+    if args.online is not None:
+        request.online = args.online
+    doc = render.as_dict(client.call(client.fleet.ListWorkers, request))
+    doc.setdefault("nextPageToken", "")
     if args.json:
         render.print_json(doc)
     elif doc["workers"]:
         print(render.worker_rows(doc["workers"]))
+        _more(doc, "workers list")
+    elif (
+        args.page_token or args.state or args.capability or args.replica or args.online is not None
+    ):
+        print("no workers match")
     else:
         print("no workers enrolled (create a token with `deskfleet tokens create`)")
+
+
+def _more(doc: dict[str, Any], command: str) -> None:
+    if doc["nextPageToken"]:
+        print(
+            f"(first {len(doc['workers'])} workers: the next ones with"
+            f" `deskfleet {command} --page-token {doc['nextPageToken']}`)"
+        )
+
+
+def _paged(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="workers a page (default 100, at most 1000)",
+    )
+    parser.add_argument(
+        "--page-token", default="", metavar="T", help="the next page: a previous nextPageToken"
+    )
 
 
 def _worker_action(rpc: str, verb: str) -> Command:
@@ -319,7 +360,7 @@ def _parser() -> argparse.ArgumentParser:
         help="bytes the user's runs may store, e.g. 500MiB, 2GiB; `none` (0); `default`",
     )
 
-    leaf(sub, "status", _status, "fleet status: workers online by capability")
+    _paged(leaf(sub, "status", _status, "fleet status: workers online by capability"))
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
     audit = leaf(sub, "audit", _audit, "administrative acts: who did what, when, from where")
     audit.add_argument("--since", default="", help="a duration back (1h, 2d) or an ISO 8601 time")
@@ -335,6 +376,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     wlist = leaf(workers, "list", _workers_list, "list enrolled workers")
     wlist.add_argument("--all", action="store_true", help="include revoked workers")
+    _paged(wlist)
+    wlist.add_argument("--state", default="", choices=("active", "draining", "revoked"))
+    wlist.add_argument(
+        "--capability", default="", choices=("headless", "computer_use"), help="offering it now"
+    )
+    wlist.add_argument("--replica", default="", help="streaming to this replica")
+    online = wlist.add_mutually_exclusive_group()
+    online.add_argument("--online", dest="online", action="store_true", default=None)
+    online.add_argument("--offline", dest="online", action="store_false")
     for name, rpc, verb, help_text in (
         ("show", "GetWorker", "", "one worker in detail, with capability reasons"),
         ("revoke", "RevokeWorker", "revoked", "disconnect the worker and refuse it from now on"),

@@ -149,7 +149,9 @@ class FleetTools:
             run = c.call(
                 c.runs.WaitRun, runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=30), timeout=45
             )
-        return CallToolResult(content=[_text(self._run_summary(run))])
+        # The same report as `deskfleet research --format json`, as text and as structure.
+        doc = self._run_summary(run)
+        return CallToolResult(content=[_text(doc)], structured_content=doc)
 
     def _run_summary(self, run: runs_pb2.Run) -> dict[str, Any]:
         doc: dict[str, Any] = {"runId": run.id, "status": run.status}
@@ -298,7 +300,8 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
             Field(description="where to search (default: the coordinator's search)"),
         ] = None,
     ) -> CallToolResult:
-        """Research on headless browsers: sources with the sentences that match, by receipt."""
+        """Research on headless browsers: sources with their passages that answer the query best
+        (text, section heading, score, a link that opens the page at it), by receipt."""
         return await _off_loop(lambda: tools.research(query, urls, max_sources, wait, search))
 
     @server.tool()

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
+from urllib.parse import quote
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
@@ -303,12 +304,30 @@ def event_line(e: dict[str, Any]) -> str:
     return f"{e['seq']:>5}  {_cell(e.get('at'))}  {e['kind']:<18} {text}"
 
 
+def research_counts(report: dict[str, Any]) -> str:
+    """What the report lists, counted the way it lists it."""
+    sources = report["sources"]
+    parts = [
+        f"{sum(1 for s in sources if s['evidence'])} of {len(sources)} source(s) read hold"
+        " matching text"
+    ]
+    if report.get("failures"):
+        parts.append(f"{len(report['failures'])} not evidence")
+    if report.get("skipped"):
+        parts.append(f"{len(report['skipped'])} skipped")
+    return ", ".join(parts)
+
+
+def _by_evidence(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(sources, key=lambda s: not s["evidence"])
+
+
 def research_report(report: dict[str, Any]) -> str:
-    lines = [f"evidence for {report['query']!r}: {report['evidence']} source(s)"]
+    lines = [f"evidence for {report['query']!r}: {research_counts(report)}"]
     for branch in report.get("routes", []):
         why = f": {branch['code']}: {branch['message']}" if branch.get("code") else ""
         lines.append(f"route {branch['route']}: {branch['outcome']}{why}")
-    for src in report["sources"]:
+    for src in _by_evidence(report["sources"]):
         mark = "evidence" if src["evidence"] else "no matching text"
         lines.append(
             f"- {src['title'] or src['url']} <{src['final_url'] or src['url']}>"
@@ -338,6 +357,78 @@ def research_report(report: dict[str, Any]) -> str:
             + (f" ({statuses})" if statuses else "")
         )
     return "\n".join(lines)
+
+
+def _md(text: Any) -> str:
+    """Text as one Markdown line: control characters spelled out, markup characters escaped."""
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", visible(str(text or "")))
+
+
+def _md_url(url: Any) -> str:
+    """A link destination that cannot end early: anything but URL characters percent-encoded."""
+    return quote(str(url or ""), safe=":/?#[]@!$&'()*+,;=%~-._")
+
+
+def research_markdown(report: dict[str, Any], run: dict[str, Any] | None = None) -> str:
+    """The report as Markdown a person reads: sources and their passages (with headings and
+    links to the passage), then what was not evidence or was skipped, and why."""
+    out = [f"# Research: {_md(report['query'])}", ""]
+    if run is not None:
+        line = f"Run `{run.get('id', '')}`: {run.get('status', '')}"
+        if run.get("stopReason"):
+            line += f" ({_md(run['stopReason'])})"
+        out += [line, ""]
+    out += [research_counts(report) + ".", ""]
+    if report.get("passages"):
+        out += ["## Best passages", ""]
+        for i, p in enumerate(report["passages"], 1):
+            where = f" ({_md(p['heading'])})" if p.get("heading") else ""
+            out.append(
+                f"{i}. {_md(p['text'])}  \n   — [{_md(p['title'] or p['url'])}]"
+                f"(<{_md_url(p['link'])}>)"
+                f"{where}, score {p['score']}, receipt `{p['receipt']}`"
+            )
+        out.append("")
+    out += ["## Sources", ""]
+    for src in _by_evidence(report["sources"]):
+        url = src["final_url"] or src["url"]
+        mark = "evidence" if src["evidence"] else "no matching text"
+        out.append(f"### [{_md(src['title'] or url)}](<{_md_url(url)}>)")
+        out.append(f"{src.get('route', 'headless')}; {mark}; receipt `{src['receipt']}`")
+        out.append("")
+        for p in src.get("passages") or [{"text": e} for e in src["excerpts"]]:
+            head = f"**{_md(p['heading'])}**: " if p.get("heading") else ""
+            link = f" ([open](<{_md_url(p['link'])}>))" if p.get("link") else ""
+            score = f" score {p['score']}" if p.get("score") is not None else ""
+            out.append(f"> {head}{_md(p['text'])}{link}{score}")
+            out.append("")
+    for answer in report.get("answers", []):
+        out += [f"Answer from {answer['route']} (not evidence): {_md(answer['answer'])}", ""]
+    if report.get("failures"):
+        out += ["## Not evidence", ""]
+        out += [
+            f"- {_md(f['url'])}: {f['outcome']}: {_md(f['reason'])}" for f in report["failures"]
+        ]
+        out.append("")
+    if report.get("skipped"):
+        out += ["## Skipped", ""]
+        out += [f"- {_md(x['url'])}: {_md(x['reason'])}" for x in report["skipped"]]
+        out.append("")
+    if report.get("disagreements"):
+        out += ["## Where the routes disagree", ""]
+        for d in report["disagreements"]:
+            if d["kind"] == "only_one_route":
+                out.append(f"- {_md(d['url'])}: only {d['found_by']} ({_md(d['detail'])})")
+            else:
+                out.append(
+                    f'- {_md(d["url"])}: {d["route"]} quotes "{_md(d["excerpt"])}":'
+                    f" {_md(d['detail'])}"
+                )
+        out.append("")
+    totals = report.get("totals")
+    if totals:
+        out.append(f"Read {totals['pages_fetched']} page(s), {totals['bytes_read']} bytes.")
+    return "\n".join(out).rstrip() + "\n"
 
 
 def scope_text(scope: dict[str, Any]) -> str:

@@ -93,9 +93,19 @@ def _wait(client: CoordinatorClient, run_id: str) -> runs_pb2.Run:
             return run
 
 
+# With --wait, SubmitRun itself waits this long: a short run is submitted and answered in one
+# round trip; a longer one is announced, then followed with WaitRun.
+SUBMIT_WAIT = 5.0
+
+
 def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    run = client.call(client.runs.SubmitRun, load_plan(args.plan))
+    request = load_plan(args.plan)
     if args.wait:
+        request.wait_seconds = SUBMIT_WAIT
+    run = client.call(
+        client.runs.SubmitRun, request, timeout=SUBMIT_WAIT + 30 if args.wait else None
+    )
+    if args.wait and run.status in ACTIVE:
         if not args.json:
             print(f"run {run.id} submitted; waiting for it to stop...", file=sys.stderr)
         run = _wait(client, run.id)
@@ -291,7 +301,7 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         ),
     )
     if not args.wait:
-        _print_run(render.as_dict(run), args.json)
+        _print_run(render.as_dict(run), args.json or args.format == "json")
         return
     shown = ""
     while run.status in ACTIVE:
@@ -299,7 +309,7 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         line = f"research {run.id}: {done}/{len(run.actions)} work units done, {run.status}"
         if run.waiting.code:
             line += f" ({run.waiting.code}: {run.waiting.detail})"
-        if line != shown and not args.json:
+        if line != shown and not args.json and args.format != "json":
             print(line, file=sys.stderr, flush=True)
             shown = line
         run = client.call(
@@ -307,8 +317,13 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         )
     doc = render.as_dict(run)
     report = _report(client, run.id)
-    if args.json:
+    if args.json or args.format == "json":
         render.print_json({**doc, "report": report})
+    elif args.format == "md":
+        if report is None:
+            print(render.run_detail(doc))
+        else:
+            sys.stdout.write(render.research_markdown(report, doc))
     else:
         print(render.run_detail(doc))
         if report is not None:
@@ -341,14 +356,14 @@ def goal(client: CoordinatorClient, args: argparse.Namespace) -> None:
         ),
     )
     if not args.wait:
-        _print_run(render.as_dict(run), args.json)
+        _print_run(render.as_dict(run), args.json or args.format == "json")
         return
     shown = ""
     while run.status in ACTIVE:
         line = f"goal {run.id}: {run.last_seq} journal events, {run.status}"
         if run.waiting.code:
             line += f" ({run.waiting.code}: {run.waiting.detail})"
-        if line != shown and not args.json:
+        if line != shown and not args.json and args.format != "json":
             print(line, file=sys.stderr, flush=True)
             shown = line
         run = client.call(
@@ -411,6 +426,12 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         action="store_true",
         help="show progress, then the evidence report (exit 6 unless it succeeded, 8 when it"
         " found no evidence)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "md"),
+        default="text",
+        help="the report with --wait: text (default), json (as --json), md (Markdown)",
     )
 
     runs = sub.add_parser("runs", help="durable runs").add_subparsers(

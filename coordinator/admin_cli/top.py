@@ -87,8 +87,10 @@ def snapshot(client: CoordinatorClient) -> dict[str, Any]:
         "at": datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
         "headlessOnline": status["headlessOnline"],
         "computerUseOnline": status["computerUseOnline"],
-        "workersOnline": sum(1 for w in workers if w["online"]),
+        "workersOnline": status.get("online", 0),
         "workers": workers,
+        # `workers` is the first page; the counts above cover the whole fleet.
+        "moreWorkers": bool(status.get("nextPageToken")),
         "runsByState": runs_by_state,
         "fleetWide": activity["fleetWide"],
         "approvalsWaiting": len(approvals),
@@ -144,7 +146,7 @@ def frame(doc: dict[str, Any], note: str = "") -> RenderableType:
     online = Text(
         f"headless online: {doc['headlessOnline']}    computer use online:"
         f" {doc['computerUseOnline']}    workers online: {doc['workersOnline']}"
-        f" of {len(doc['workers'])}"
+        f" of {len(doc['workers'])}{'+ (the first page below)' if doc.get('moreWorkers') else ''}"
     )
     workers = Table(title="workers", title_justify="left", expand=False)
     for column in ("ID", "NAME", "STATE", "ONLINE", "REPLICA", "CAPABILITIES"):

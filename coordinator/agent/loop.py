@@ -45,8 +45,10 @@ from coordinator.agent.conversation import (
 )
 from coordinator.agent.tools import FleetTools, GoalState, specs
 from coordinator.dispatch import Dispatcher
-from coordinator.ledger import Context, Order
+from coordinator.ledger import Context
+from coordinator.orders import Order
 from coordinator.principals import Principal, Role
+from coordinator.run_kinds import RunKind
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries
@@ -77,7 +79,8 @@ def _no_own_advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     return []  # the loop moves a goal run; the sweep must not "complete" it for lack of actions
 
 
-ledger.ADVANCE_HOOKS[KIND] = _no_own_advance
+# A goal run's kind (given to the dispatcher at wiring): only the loop moves it.
+GOAL_RUNS = RunKind(advance=_no_own_advance)
 
 
 @dataclass

@@ -32,4 +32,15 @@ def worker_status(status: FleetStatus) -> fleet_pb2.WorkerStatus:
         headless_online=status.headless_online,
         computer_use_online=status.computer_use_online,
         workers=[worker_info(w) for w in status.workers],
+        next_page_token=status.next_page_token,
+        online=status.online,
+        replicas=[
+            fleet_pb2.ReplicaCount(
+                replica=c.replica,
+                online=c.online,
+                headless_online=c.headless,
+                computer_use_online=c.computer_use,
+            )
+            for c in status.replicas
+        ],
     )

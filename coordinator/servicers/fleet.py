@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 
 from coordinator import audit
-from coordinator.fleet import Fleet
+from coordinator.fleet import Fleet, worker_filter
 from coordinator.servicers.convert import worker_info, worker_status
 from coordinator.servicers.guard import current_principal
 from shared.errors import InvalidArgumentError
@@ -29,13 +29,22 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
     async def GetWorkerStatus(
         self, request: fleet_pb2.GetWorkerStatusRequest, context: Context
     ) -> fleet_pb2.WorkerStatus:
-        return worker_status(await self._fleet.status())
+        return worker_status(await self._fleet.status(request.limit, request.page_token))
 
     async def ListWorkers(
         self, request: fleet_pb2.ListWorkersRequest, context: Context
     ) -> fleet_pb2.ListWorkersResponse:
-        views = await self._fleet.list(include_revoked=request.include_revoked)
-        return fleet_pb2.ListWorkersResponse(workers=[worker_info(v) for v in views])
+        where = worker_filter(
+            include_revoked=request.include_revoked,
+            state=request.state,
+            capability=request.capability,
+            replica=request.replica,
+            online=request.online if request.HasField("online") else None,
+        )
+        page = await self._fleet.page(where, request.limit, request.page_token)
+        return fleet_pb2.ListWorkersResponse(
+            workers=[worker_info(v) for v in page.workers], next_page_token=page.next_page_token
+        )
 
     async def GetWorker(
         self, request: fleet_pb2.WorkerRef, context: Context

@@ -152,7 +152,14 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             lim.estimate_seconds,
             lim.action_timeout_seconds,
         )
-        return run_message(await self._runs.submit(current_principal(), plan))
+        wait = request.wait_seconds
+        if not 0 <= wait <= 3600:  # NaN fails this too
+            raise InvalidArgumentError("wait_seconds: between 0 and 3600")
+        me = current_principal()
+        view = await self._runs.submit(me, plan)
+        if wait > 0 and view.run.status in ledger.ACTIVE:
+            view = await self._runs.wait(me, view.run.id, wait)
+        return run_message(view)
 
     async def StartResearch(
         self, request: runs_pb2.ResearchRequest, context: Context

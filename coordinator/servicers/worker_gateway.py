@@ -13,7 +13,7 @@ from coordinator import enrollment
 from coordinator.certificates import PEER_CERT_PROPERTY, WorkerCertificates
 from coordinator.dispatch import Dispatcher, Started
 from coordinator.killswitch import KillSwitches
-from coordinator.ledger import (
+from coordinator.orders import (
     CancelOrder,
     DispatchOrder,
     Held,
@@ -28,7 +28,6 @@ from coordinator.principals import rotate_worker_credential
 from coordinator.servicers.guard import current_principal
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
-from coordinator.store import workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
@@ -184,7 +183,6 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         try:
             # Read after the session is open: a switch engaged from now on is pushed to it.
             kills = await self._kills.for_worker(worker.id)
-            row = await self._db.read(worker_queries.worker_by_id, worker.id)
             await context.write(
                 worker_pb2.CoordinatorMessage(
                     welcome=worker_pb2.Welcome(
@@ -193,7 +191,8 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         replica=self._config.replica,
                         heartbeat_interval_seconds=self._config.heartbeat_interval,
                         lease_ttl_seconds=self._config.lease_ttl,
-                        rotate_credential=row is not None and row.rotation_requested,
+                        rotate_credential=session.rotate_credential,
+                        stream_liveness=hello.stream_liveness,
                         kills=[
                             worker_pb2.KillState(
                                 kill_id=k.id,
@@ -210,7 +209,9 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             held = [Held(h.action_id, h.attempt_id, h.epoch, h.state) for h in hello.held]
             await self._dispatcher.on_connect(worker.id, held)
             tasks = [
-                asyncio.create_task(self._read(session, context)),
+                asyncio.create_task(
+                    self._read(session, context, ack_beats=not hello.stream_liveness)
+                ),
                 asyncio.create_task(self._write(session, context)),
             ]
             waiters: set[asyncio.Future[Any]] = {*tasks, session.ended}
@@ -242,15 +243,17 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             order = await session.outbox.get()
             await context.write(_message(order))
 
-    async def _read(self, session: WorkerSession, context: Context) -> None:
+    async def _read(self, session: WorkerSession, context: Context, *, ack_beats: bool) -> None:
+        """`ack_beats`: the worker predates stream liveness and wants its heartbeats acknowledged
+        (they renew nothing: presence lives as long as the stream does)."""
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
                 return
             kind = message.WhichOneof("body")
             if kind == "heartbeat":
-                self._presence.heartbeat(session)
-                session.outbox.put_nowait(_Ack(message.heartbeat.seq))
+                if ack_beats:
+                    session.outbox.put_nowait(_Ack(message.heartbeat.seq))
             elif kind == "started":
                 m = message.started
                 self._dispatcher.on_started(Started(session.worker_id, m.action_id, m.attempt_id))

@@ -74,18 +74,24 @@ class WorkerRow(Base):
 
 
 class PresenceRow(Base):
-    """A worker's lease: it is online while `lease_expires_at` is in the future."""
+    """The stream a worker holds, written when it connects and removed when it ends. The
+    worker is online while the named replica's lease (`replicas.lease_expires_at`) runs; the
+    row's own `lease_expires_at` is the lease as of the connect, replaced by the replica's
+    lease when read through `store.workers`. `headless` and `computer_use` say what the
+    worker offered at connect (measured and granted), so fleet counts need no JSON."""
 
     __tablename__ = "presence"
 
     worker_id: Mapped[str] = mapped_column(
         String(64), ForeignKey("workers.id", ondelete="CASCADE"), primary_key=True
     )
-    replica: Mapped[str] = mapped_column(String(200))
+    replica: Mapped[str] = mapped_column(String(200), index=True)
     session_id: Mapped[str] = mapped_column(String(64))
     connected_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float] = mapped_column(Float)
     lease_expires_at: Mapped[float] = mapped_column(Float, index=True)
+    headless: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    computer_use: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class RunRow(Base):
@@ -310,7 +316,9 @@ class AuditRow(Base):
 
 
 class ReplicaRow(Base):
-    """A coordinator replica on this store; alive while `seen_at` is recent."""
+    """A coordinator replica on this store; alive while `seen_at` is recent. Its lease
+    (`lease_expires_at`, moved at every beat) is the presence lease of every worker whose
+    stream it holds."""
 
     __tablename__ = "replicas"
 
@@ -318,6 +326,7 @@ class ReplicaRow(Base):
     address: Mapped[str] = mapped_column(String(200))
     started_at: Mapped[float] = mapped_column(Float)
     seen_at: Mapped[float] = mapped_column(Float)
+    lease_expires_at: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class DeliveryRow(Base):

@@ -4,22 +4,63 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
-from coordinator.store.models import DeliveryRow, PresenceRow, ReplicaRow
+from coordinator.store.models import ActionRow, DeliveryRow, PresenceRow, ReplicaRow
+from coordinator.store.runs import IN_FLIGHT
 
 # PostgreSQL refuses NOTIFY payloads from 8000 bytes on.
 MAX_PAYLOAD = 7000
 
 
-def beat(s: Session, name: str, address: str, started_at: float, now: float) -> None:
-    """Say this replica is alive (insert its row or move its `seen_at`)."""
+def beat(
+    s: Session, name: str, address: str, started_at: float, now: float, ttl: float = 0.0
+) -> None:
+    """Say this replica is alive (insert its row or move its `seen_at`), and renew its lease:
+    the presence lease of every worker streaming to it, in one row."""
     row = s.get(ReplicaRow, name)
     if row is None:
-        s.add(ReplicaRow(name=name, address=address, started_at=started_at, seen_at=now))
+        s.add(
+            ReplicaRow(
+                name=name,
+                address=address,
+                started_at=started_at,
+                seen_at=now,
+                lease_expires_at=now + ttl,
+            )
+        )
     else:
         row.address, row.started_at, row.seen_at = address, started_at, now
+        row.lease_expires_at = now + ttl
+
+
+def clear_presence(s: Session, name: str) -> int:
+    """Forget the streams a previous process of this replica held: they died with it, and the
+    lease this process renews must not bring them back online."""
+    return int(
+        s.execute(delete(PresenceRow).where(PresenceRow.replica == name)).rowcount  # type: ignore[attr-defined]
+        or 0
+    )
+
+
+def renew_held_action_leases(s: Session, name: str, until: float) -> None:
+    """Renew, in one statement, the leases of the attempts held by workers streaming to this
+    replica (its in-flight actions, not its whole fleet)."""
+    workers = select(PresenceRow.worker_id).where(PresenceRow.replica == name)
+    held = (ActionRow.status.in_(IN_FLIGHT), ActionRow.worker_id.in_(workers))
+    target = select(ActionRow.id).where(*held)
+    if s.get_bind().dialect.name == "postgresql":
+        # Rows a receipt or a claim is changing right now are skipped, not waited for: those
+        # transactions settle the lease themselves, and the next renewal takes the rest.
+        # Waiting would lock actions in another order than the ledger does.
+        target = target.with_for_update(skip_locked=True)
+    s.execute(
+        update(ActionRow)
+        .where(ActionRow.id.in_(target.scalar_subquery()))
+        .values(lease_expires_at=until)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def forget(s: Session, name: str) -> None:

@@ -37,6 +37,11 @@ def runs_in(s: Session, statuses: Sequence[str]) -> Sequence[RunRow]:
     return s.execute(select(RunRow).where(RunRow.status.in_(statuses))).scalars().all()
 
 
+def line_is_empty(s: Session) -> bool:
+    first = s.execute(select(RunRow.id).where(RunRow.queued_at.is_not(None)).limit(1)).first()
+    return first is None
+
+
 def queued_run_ids(s: Session) -> Sequence[str]:
     """Runs in line for a worker slot, oldest place first (an index scan)."""
     return (

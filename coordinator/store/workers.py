@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, or_, select, update
+from sqlalchemy import (
+    Select,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    not_,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
-from coordinator.store.models import PresenceRow, WorkerCertificateRow, WorkerRow
+from coordinator.store.models import PresenceRow, ReplicaRow, WorkerCertificateRow, WorkerRow
 
 
 def add_worker(s: Session, row: WorkerRow) -> None:
@@ -47,18 +62,117 @@ def worker_for_update(s: Session, worker_id: str) -> WorkerRow | None:
     ).scalar_one_or_none()
 
 
+def _effective(
+    presence: PresenceRow | None, lease: float | None, seen: float | None
+) -> PresenceRow | None:
+    """The presence row with the lease that decides it: its replica's (0 when the replica is
+    gone). Set as committed values, so nothing is written back."""
+    if presence is not None:
+        set_committed_value(presence, "lease_expires_at", lease or 0.0)
+        if seen is not None:
+            set_committed_value(presence, "last_heartbeat_at", max(seen, presence.connected_at))
+    return presence
+
+
+def _with_presence() -> Select[WorkerRow, PresenceRow, float, float]:
+    return (
+        select(WorkerRow, PresenceRow, ReplicaRow.lease_expires_at, ReplicaRow.seen_at)
+        .outerjoin(PresenceRow, PresenceRow.worker_id == WorkerRow.id)
+        .outerjoin(ReplicaRow, ReplicaRow.name == PresenceRow.replica)
+    )
+
+
 def workers_with_presence(
     s: Session, *, include_revoked: bool, worker_id: str | None = None
 ) -> Sequence[tuple[WorkerRow, PresenceRow | None]]:
-    query = select(WorkerRow, PresenceRow).outerjoin(
-        PresenceRow, PresenceRow.worker_id == WorkerRow.id
-    )
+    """Every worker (or one) with its presence, whose lease is its replica's."""
+    query = _with_presence()
     if not include_revoked:
         query = query.where(WorkerRow.state != "revoked")
     if worker_id is not None:
         query = query.where(WorkerRow.id == worker_id)
     rows = s.execute(query.order_by(WorkerRow.enrolled_at)).all()
-    return rows
+    return [(w, _effective(p, lease, seen)) for w, p, lease, seen in rows]
+
+
+@dataclass(frozen=True)
+class WorkerFilter:
+    """Which workers a page lists. `capability`: offering it now (online, active, granted)."""
+
+    include_revoked: bool = False
+    state: str = ""
+    capability: str = ""
+    replica: str = ""
+    online: bool | None = None
+
+
+def workers_page(
+    s: Session,
+    where: WorkerFilter,
+    after: tuple[float, str] | None,
+    limit: int,
+    now: float,
+) -> tuple[list[tuple[WorkerRow, PresenceRow | None]], bool]:
+    """Up to `limit` workers after the position `after` (enrolled_at, id), in that order, and
+    whether more follow. Keyset paging: a page costs the same wherever it is."""
+    live = and_(PresenceRow.worker_id.is_not(None), ReplicaRow.lease_expires_at > now)
+    online = and_(live, WorkerRow.state != "revoked")
+    query = _with_presence()
+    if not where.include_revoked and where.state != "revoked":
+        query = query.where(WorkerRow.state != "revoked")
+    if where.state:
+        query = query.where(WorkerRow.state == where.state)
+    if where.online is True:
+        query = query.where(online)
+    elif where.online is False:
+        query = query.where(not_(online))
+    if where.replica:
+        query = query.where(online, PresenceRow.replica == where.replica)
+    if where.capability:
+        column = {"headless": PresenceRow.headless, "computer_use": PresenceRow.computer_use}[
+            where.capability
+        ]
+        query = query.where(online, WorkerRow.state == "active", column.is_(True))
+    if after is not None:
+        enrolled_at, worker_id = after
+        query = query.where(
+            or_(
+                WorkerRow.enrolled_at > enrolled_at,
+                and_(WorkerRow.enrolled_at == enrolled_at, WorkerRow.id > worker_id),
+            )
+        )
+    query = query.order_by(WorkerRow.enrolled_at, WorkerRow.id).limit(limit + 1)
+    rows = s.execute(query).all()
+    page = [(w, _effective(p, lease, seen)) for w, p, lease, seen in rows[:limit]]
+    return page, len(rows) > limit
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    replica: str
+    online: int
+    headless: int
+    computer_use: int
+
+
+def fleet_counts(s: Session, now: float) -> list[ReplicaCounts]:
+    """Workers online by replica, and those offering each capability: one aggregate query over
+    the presence rows of live replicas, whatever the fleet's size on the Python side."""
+    active = WorkerRow.state == "active"
+    rows = s.execute(
+        select(
+            PresenceRow.replica,
+            func.count(),
+            func.sum(case((and_(active, PresenceRow.headless.is_(True)), 1), else_=0)),
+            func.sum(case((and_(active, PresenceRow.computer_use.is_(True)), 1), else_=0)),
+        )
+        .join(WorkerRow, WorkerRow.id == PresenceRow.worker_id)
+        .join(ReplicaRow, ReplicaRow.name == PresenceRow.replica)
+        .where(ReplicaRow.lease_expires_at > now, WorkerRow.state != "revoked")
+        .group_by(PresenceRow.replica)
+        .order_by(PresenceRow.replica)
+    )
+    return [ReplicaCounts(r, int(n), int(h or 0), int(c or 0)) for r, n, h, c in rows]
 
 
 def set_state(s: Session, worker_id: str, state: str, **values: Any) -> None:
@@ -71,54 +185,87 @@ def set_advertisement(s: Session, worker_id: str, advertisement: dict[str, Any])
     )
 
 
-def claim_presence(
-    s: Session, worker_id: str, replica: str, session_id: str, now: float, lease_ttl: float
-) -> None:
-    """Record that `session_id` on `replica` holds the worker's stream, replacing any older one."""
-    s.execute(delete(PresenceRow).where(PresenceRow.worker_id == worker_id))
-    s.add(
-        PresenceRow(
-            worker_id=worker_id,
-            replica=replica,
-            session_id=session_id,
-            connected_at=now,
-            last_heartbeat_at=now,
-            lease_expires_at=now + lease_ttl,
+@dataclass(frozen=True)
+class PresenceClaim:
+    """A new stream of a worker: what it advertised, and the capabilities it measured usable."""
+
+    worker_id: str
+    session_id: str
+    advertisement: dict[str, Any]
+    available: frozenset[str]
+
+
+def claim_presences(
+    s: Session, claims: Sequence[PresenceClaim], replica: str, now: float, lease_ttl: float
+) -> dict[str, bool]:
+    """Record many connects at once: advertisements, and presence rows naming `replica` that
+    replace any older ones, with what each worker offers (measured and granted by its token).
+    Returns worker id -> whether an admin asked it to rotate its credential (the welcome says
+    so). A fixed number of statements, whatever the batch size."""
+    latest = {c.worker_id: c for c in claims}  # a worker that connected twice: its last stream
+    if not latest:
+        return {}
+    ids = sorted(latest)
+    workers = cast(Table, WorkerRow.__table__)
+    presence = cast(Table, PresenceRow.__table__)
+    known = {
+        w: (bool(rotate), list(allowed or ()))
+        for w, rotate, allowed in s.execute(
+            select(
+                workers.c.id, workers.c.rotation_requested, workers.c.allowed_capabilities
+            ).where(workers.c.id.in_(ids))
         )
+    }
+    claimed = [c for c in latest.values() if c.worker_id in known]
+    if not claimed:
+        return {}
+
+    def offers(c: PresenceClaim, name: str) -> bool:
+        allowed = known[c.worker_id][1]
+        return name in c.available and (not allowed or name in allowed)
+
+    s.execute(
+        update(workers).where(workers.c.id == bindparam("w")).values(advertisement=bindparam("a")),
+        [{"w": c.worker_id, "a": c.advertisement} for c in claimed],
     )
-    s.flush()
+    s.execute(delete(presence).where(presence.c.worker_id.in_(ids)))
+    s.execute(
+        insert(presence),
+        [
+            {
+                "worker_id": c.worker_id,
+                "replica": replica,
+                "session_id": c.session_id,
+                "connected_at": now,
+                "last_heartbeat_at": now,
+                "lease_expires_at": now + lease_ttl,
+                "headless": offers(c, "headless"),
+                "computer_use": offers(c, "computer_use"),
+            }
+            for c in claimed
+        ],
+    )
+    return {w: rotate for w, (rotate, _) in known.items()}
 
 
-def renew_leases(
-    s: Session, renewals: Iterable[tuple[str, str]], now: float, lease_ttl: float
-) -> None:
-    """Renew many leases in one statement; a session that lost its claim renews nothing."""
-    params = [{"w": w, "sid": sid} for w, sid in renewals]
-    if not params:
+def release_presences(s: Session, sessions: Sequence[tuple[str, str]]) -> None:
+    """Remove the presence rows of streams that ended (worker id, session id); a row a newer
+    stream of the worker has replaced stays."""
+    if not sessions:
         return
-    # Core table, not the ORM entity: an executemany UPDATE with our own WHERE clause.
     table = cast(Table, PresenceRow.__table__)
     s.execute(
-        update(table)
-        .where(table.c.worker_id == bindparam("w"), table.c.session_id == bindparam("sid"))
-        .values(last_heartbeat_at=now, lease_expires_at=now + lease_ttl),
-        params,
+        delete(table).where(
+            table.c.worker_id == bindparam("w"), table.c.session_id == bindparam("sid")
+        ),
+        [{"w": w, "sid": sid} for w, sid in sessions],
     )
 
 
-def release_presence(s: Session, worker_id: str, session_id: str) -> None:
-    s.execute(
-        delete(PresenceRow).where(
-            PresenceRow.worker_id == worker_id, PresenceRow.session_id == session_id
-        )
-    )
-
-
-def revoked_among(s: Session, worker_ids: Sequence[str]) -> list[str]:
-    if not worker_ids:
-        return []
+def revoked_since(s: Session, since: float) -> list[str]:
+    """Workers revoked at or after `since`: the change feed replicas cut streams from."""
     rows = s.execute(
-        select(WorkerRow.id).where(WorkerRow.id.in_(worker_ids), WorkerRow.state == "revoked")
+        select(WorkerRow.id).where(WorkerRow.state == "revoked", WorkerRow.revoked_at >= since)
     )
     return list(rows.scalars())
 

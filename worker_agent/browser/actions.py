@@ -18,6 +18,7 @@ import trafilatura
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
+from shared import passages
 from shared.search import SearchSpec, search_spec
 from worker_agent.actions import ActionContext, ActionFailed, ActionRefused, ActionRegistry
 from worker_agent.browser.navigation import Navigation, Slot, navigate
@@ -97,6 +98,15 @@ def _extract(result: dict[str, Any], policy: BrowserPolicy) -> dict[str, Any]:
     )
     result["text"] = main[: policy.max_text]
     result["text_truncated"] = len(main) > policy.max_text
+    # The page's passages with their headings and anchors (shared/passages.py): the report
+    # ranks these, not the flattened text. Bounded like the text.
+    kept, size = [], 0
+    for block in passages.blocks(html):
+        size += len(block.text) + len(block.heading)
+        if size > policy.max_text:
+            break
+        kept.append(block)
+    result["blocks"] = passages.dump(kept)
     return result
 
 

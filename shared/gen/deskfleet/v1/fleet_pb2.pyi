@@ -112,30 +112,66 @@ class WorkerInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., state: _Optional[str] = ..., online: _Optional[bool] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replica: _Optional[str] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., enrolled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., allowed_capabilities: _Optional[_Iterable[str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class GetWorkerStatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("limit", "page_token")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    page_token: str
+    def __init__(self, limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ReplicaCount(_message.Message):
+    __slots__ = ("replica", "online", "headless_online", "computer_use_online")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    ONLINE_FIELD_NUMBER: _ClassVar[int]
+    HEADLESS_ONLINE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTER_USE_ONLINE_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    online: int
+    headless_online: int
+    computer_use_online: int
+    def __init__(self, replica: _Optional[str] = ..., online: _Optional[int] = ..., headless_online: _Optional[int] = ..., computer_use_online: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("headless_online", "computer_use_online", "workers")
+    __slots__ = ("headless_online", "computer_use_online", "workers", "next_page_token", "online", "replicas")
     HEADLESS_ONLINE_FIELD_NUMBER: _ClassVar[int]
     COMPUTER_USE_ONLINE_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ONLINE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     headless_online: int
     computer_use_online: int
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
-    def __init__(self, headless_online: _Optional[int] = ..., computer_use_online: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    online: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaCount]
+    def __init__(self, headless_online: _Optional[int] = ..., computer_use_online: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., online: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaCount, _Mapping]]] = ...) -> None: ...
 
 class ListWorkersRequest(_message.Message):
-    __slots__ = ("include_revoked",)
+    __slots__ = ("include_revoked", "limit", "page_token", "state", "capability", "replica", "online")
     INCLUDE_REVOKED_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    ONLINE_FIELD_NUMBER: _ClassVar[int]
     include_revoked: bool
-    def __init__(self, include_revoked: _Optional[bool] = ...) -> None: ...
+    limit: int
+    page_token: str
+    state: str
+    capability: str
+    replica: str
+    online: bool
+    def __init__(self, include_revoked: _Optional[bool] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[str] = ..., capability: _Optional[str] = ..., replica: _Optional[str] = ..., online: _Optional[bool] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
-    __slots__ = ("workers",)
+    __slots__ = ("workers", "next_page_token")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WorkerRef(_message.Message):
     __slots__ = ("id",)

@@ -55,14 +55,16 @@ class Limits(_message.Message):
     def __init__(self, max_actions: _Optional[int] = ..., max_seconds: _Optional[float] = ..., estimate_actions: _Optional[int] = ..., estimate_seconds: _Optional[float] = ..., action_timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class SubmitRunRequest(_message.Message):
-    __slots__ = ("actions", "limits", "title")
+    __slots__ = ("actions", "limits", "title", "wait_seconds")
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     actions: _containers.RepeatedCompositeFieldContainer[PlannedAction]
     limits: Limits
     title: str
-    def __init__(self, actions: _Optional[_Iterable[_Union[PlannedAction, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., title: _Optional[str] = ...) -> None: ...
+    wait_seconds: float
+    def __init__(self, actions: _Optional[_Iterable[_Union[PlannedAction, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., title: _Optional[str] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
 
 class ActionInfo(_message.Message):
     __slots__ = ("id", "index", "kind", "intent", "fingerprint", "idempotent", "status", "worker_id", "attempt_id", "epoch", "attempts", "dispatched_at", "finished_at", "error", "receipt_id", "route_json", "artifacts", "receipt_traceparent")

@@ -69,12 +69,14 @@ class HeldAction(_message.Message):
     def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("advertisement", "held")
+    __slots__ = ("advertisement", "held", "stream_liveness")
     ADVERTISEMENT_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    STREAM_LIVENESS_FIELD_NUMBER: _ClassVar[int]
     advertisement: _fleet_pb2.Advertisement
     held: _containers.RepeatedCompositeFieldContainer[HeldAction]
-    def __init__(self, advertisement: _Optional[_Union[_fleet_pb2.Advertisement, _Mapping]] = ..., held: _Optional[_Iterable[_Union[HeldAction, _Mapping]]] = ...) -> None: ...
+    stream_liveness: bool
+    def __init__(self, advertisement: _Optional[_Union[_fleet_pb2.Advertisement, _Mapping]] = ..., held: _Optional[_Iterable[_Union[HeldAction, _Mapping]]] = ..., stream_liveness: _Optional[bool] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("seq",)
@@ -155,7 +157,7 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential")
+    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential", "stream_liveness")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +165,7 @@ class Welcome(_message.Message):
     LEASE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     KILLS_FIELD_NUMBER: _ClassVar[int]
     ROTATE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    STREAM_LIVENESS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     session_id: str
     replica: str
@@ -170,7 +173,8 @@ class Welcome(_message.Message):
     lease_ttl_seconds: float
     kills: _containers.RepeatedCompositeFieldContainer[KillState]
     rotate_credential: bool
-    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ..., rotate_credential: _Optional[bool] = ...) -> None: ...
+    stream_liveness: bool
+    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ..., rotate_credential: _Optional[bool] = ..., stream_liveness: _Optional[bool] = ...) -> None: ...
 
 class RotateCredentialNow(_message.Message):
     __slots__ = ()

@@ -82,8 +82,9 @@ class WorkerGatewayServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Connect(self, request_iterator, context):
-        """One long-lived stream per worker: Hello first, then heartbeats; the coordinator answers
-        with Welcome and acks. The stream ends with PERMISSION_DENIED when the worker is revoked.
+        """One long-lived stream per worker: Hello first; the coordinator answers with Welcome. The
+        stream's keepalive pings tell both ends the other is alive (older workers heartbeat, and
+        get acks). The stream ends with PERMISSION_DENIED when the worker is revoked.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

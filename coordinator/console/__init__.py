@@ -1,0 +1,1 @@
+"""The web console: fleet, runs, approvals, the kill switch and audit, over the gRPC API."""

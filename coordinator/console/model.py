@@ -1,0 +1,273 @@
+"""What the console's pages show, computed from API messages: pure functions, no I/O."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from coordinator.admin_cli.desktop_commands import ACTIONS
+from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+
+PAGE_SIZE = 50
+STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
+
+
+def seconds(ts: Timestamp) -> float | None:
+    """Epoch seconds of a set timestamp, None for an unset one."""
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return ts.seconds + ts.nanos / 1e9
+
+
+def when(value: Timestamp | float | None) -> str:
+    epoch = seconds(value) if isinstance(value, Timestamp) else value
+    if not epoch:
+        return "—"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(value: float) -> str:
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Any]
+    number: int  # 1-based
+    pages: int
+    total: int
+
+    @property
+    def has_prev(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+
+def page_of(items: Sequence[Any], number: int, size: int = PAGE_SIZE) -> Page:
+    pages = max(1, -(-len(items) // size))
+    number = min(max(1, number), pages)
+    start = (number - 1) * size
+    return Page(list(items[start : start + size]), number, pages, len(items))
+
+
+# --- fleet ---------------------------------------------------------------------------------
+
+
+def capabilities_of(worker: fleet_pb2.WorkerInfo) -> list[str]:
+    return [c.name for c in worker.capabilities if c.available]
+
+
+def filter_workers(
+    workers: Sequence[fleet_pb2.WorkerInfo],
+    *,
+    text: str = "",
+    state: str = "",
+    capability: str = "",
+    online: str = "",
+) -> list[fleet_pb2.WorkerInfo]:
+    """Workers matching every given filter; `text` matches id, name, replica or a label."""
+    needle = text.strip().lower()
+    out = []
+    for w in workers:
+        if state and w.state != state:
+            continue
+        if capability and capability not in capabilities_of(w):
+            continue
+        if (online == "yes" and not w.online) or (online == "no" and w.online):
+            continue
+        if needle:
+            hay = [w.id, w.name, w.replica, *(f"{k}={v}" for k, v in w.labels.items())]
+            if not any(needle in h.lower() for h in hay):
+                continue
+        out.append(w)
+    return out
+
+
+@dataclass(frozen=True)
+class FleetCounts:
+    total: int
+    online: int
+    by_state: dict[str, int]
+    by_capability: dict[str, int]  # online workers offering it
+    by_replica: dict[str, int]  # online workers streaming to it
+
+
+def fleet_counts(workers: Sequence[fleet_pb2.WorkerInfo]) -> FleetCounts:
+    online = [w for w in workers if w.online]
+    return FleetCounts(
+        total=len(workers),
+        online=len(online),
+        by_state=dict(sorted(Counter(w.state for w in workers).items())),
+        by_capability=dict(sorted(Counter(c for w in online for c in capabilities_of(w)).items())),
+        by_replica=dict(sorted(Counter(w.replica or "—" for w in online).items())),
+    )
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def filter_runs(
+    runs: Sequence[runs_pb2.Run], *, owner: str = "", text: str = ""
+) -> list[runs_pb2.Run]:
+    needle = text.strip().lower()
+    return [
+        r
+        for r in runs
+        if (not owner or r.owner == owner)
+        and (not needle or needle in r.title.lower() or needle in r.id.lower())
+    ]
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One rectangle of the timeline drawing, in the SVG's user units."""
+
+    x: float
+    width: float
+    row: int
+    css: str  # a class name: the state or attempt status
+    label: str
+    title: str  # the hover text (rendered as text, never markup)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    width: float
+    rows: list[str]  # row labels: "run state", then one per action
+    bars: list[Bar]
+    marks: list[Bar]  # retries, recoveries and events: zero-width ticks
+    ticks: list[tuple[float, str]]  # (x, label) along the time axis
+    wall_seconds: float
+
+
+TIMELINE_WIDTH = 900.0
+
+
+def timeline(t: runs_pb2.RunTimeline, width: float = TIMELINE_WIDTH) -> Timeline | None:
+    """States and attempts placed along one time axis from submission to the stop (or now)."""
+    start = seconds(t.submitted_at)
+    if start is None:
+        return None
+    end = seconds(t.ended_at) or seconds(t.as_of) or start
+    span = max(end - start, t.wall_seconds, 1e-3)
+
+    def x(ts: Timestamp) -> float | None:
+        at = seconds(ts)
+        return None if at is None else max(0.0, min(width, (at - start) / span * width))
+
+    bars: list[Bar] = []
+    for s in t.states:
+        x0 = x(s.entered_at) or 0.0
+        left = x(s.left_at)
+        x1 = width if left is None else left
+        detail = f"{s.state} {duration(s.seconds)}" + (f": {s.reason}" if s.reason else "")
+        bars.append(Bar(x0, max(x1 - x0, 1.0), 0, s.state.lower(), s.state, detail))
+    rows = ["run"]
+    row_of: dict[str, int] = {}
+    for a in t.actions:
+        if a.id not in row_of:
+            row_of[a.id] = len(rows)
+            rows.append(f"#{a.index} {a.kind}")
+        dispatched = x(a.dispatched_at)
+        if dispatched is None:
+            continue
+        x0 = dispatched
+        finished = x(a.finished_at)
+        x1 = min(width, x0 + a.seconds / span * width) if finished is None else finished
+        detail = f"attempt {a.attempt} on {a.worker or '—'}: {a.status} {duration(a.seconds)}"
+        if a.error:
+            detail += f" ({a.error})"
+        bars.append(Bar(x0, max(x1 - x0, 2.0), row_of[a.id], a.status.lower(), a.status, detail))
+    marks: list[Bar] = []
+    for r in t.retries:
+        at = x(r.at)
+        if at is not None:
+            row = row_of.get(r.action_id, 0)
+            marks.append(
+                Bar(at, 0, row, "retry", r.kind, f"{r.kind} after attempt {r.attempt}: {r.cause}")
+            )
+    for css, events in (("recovery", t.recoveries), ("event", t.events)):
+        for e in events:
+            at = x(e.at)
+            if at is not None:
+                detail = f"{e.kind}" + (f": {e.detail}" if e.detail else "")
+                marks.append(Bar(at, 0, row_of.get(e.action_id, 0), css, e.kind, detail))
+    ticks = [(width * i / 4, duration(span * i / 4)) for i in range(5)]
+    return Timeline(width, rows, bars, marks, ticks, t.wall_seconds)
+
+
+def pretty_json(text: str) -> str:
+    """JSON text indented for reading (as stored when it is not JSON)."""
+    try:
+        return json.dumps(_unnested(json.loads(text)), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def _unnested(value: Any) -> Any:
+    """JSON held as a string inside JSON (`result_json`, `args_json`) decoded for reading."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, str) and k.endswith("_json"):
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    pass
+            out[k] = _unnested(v)
+        return out
+    if isinstance(value, list):
+        return [_unnested(v) for v in value]
+    return value
+
+
+# --- approvals -----------------------------------------------------------------------------
+
+DESKTOP_ACTIONS = ACTIONS  # the CLI's list: one place names them
+
+
+def scope_text(scope: desktop_pb2.DesktopScope) -> str:
+    parts = [", ".join(scope.actions) or "every action"]
+    parts.append(
+        "displays " + ", ".join(str(d) for d in scope.displays) if scope.displays else "display 0"
+    )
+    if scope.HasField("region"):
+        r = scope.region
+        parts.append(f"region {r.width}x{r.height}+{r.x}+{r.y}")
+    else:
+        parts.append("the whole display")
+    if scope.ttl_seconds:
+        parts.append(f"for {duration(scope.ttl_seconds)}")
+    if scope.max_actions:
+        parts.append(f"at most {scope.max_actions} actions")
+    return "; ".join(parts)
+
+
+def parse_int(value: Any, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def parse_float(value: Any, default: float = 0.0) -> float:
+    try:
+        number = float(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+    return number if number == number else default  # NaN: the default

@@ -1,0 +1,87 @@
+"""The console's one asyncio channel to the coordinator; every call carries a user's token.
+
+The console holds no authority of its own: it sends the signed-in user's token (as the CLI
+does, `shared.credentials.auth_metadata`) and the coordinator's guard decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from coordinator.admin_cli.client import CHANNEL_OPTIONS, channel_credentials
+from shared.config import ClientConfig
+from shared.credentials import auth_metadata
+from shared.errors import from_rpc_error
+from shared.gen.deskfleet.v1 import (
+    admin_pb2_grpc,
+    desktop_pb2_grpc,
+    fleet_pb2_grpc,
+    runs_pb2,
+    runs_pb2_grpc,
+)
+from shared.tracing import METADATA_KEY, TraceParent
+
+Response = TypeVar("Response")
+
+
+class ConsoleClient:
+    def __init__(self, config: ClientConfig, *, timeout: float = 10.0) -> None:
+        self.config = config
+        self.timeout = timeout
+        credentials = channel_credentials(config)
+        if credentials is not None:
+            self._channel = grpc.aio.secure_channel(
+                config.coordinator, credentials, options=CHANNEL_OPTIONS
+            )
+        else:
+            self._channel = grpc.aio.insecure_channel(config.coordinator, options=CHANNEL_OPTIONS)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.fleet = fleet_pb2_grpc.FleetServiceStub(self._channel)
+        self.runs = runs_pb2_grpc.RunServiceStub(self._channel)
+        self.journal = runs_pb2_grpc.JournalServiceStub(self._channel)
+        self.desktop = desktop_pb2_grpc.DesktopServiceStub(self._channel)
+        self.approvals = desktop_pb2_grpc.ApprovalServiceStub(self._channel)
+        self.kills = desktop_pb2_grpc.KillSwitchServiceStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    @staticmethod
+    def metadata(token: str) -> tuple[tuple[str, str], ...]:
+        # One trace per page: the coordinator's spans of one request share a parent.
+        return (*auth_metadata(token), (METADATA_KEY, TraceParent.new().header()))
+
+    async def call(
+        self,
+        token: str,
+        method: Callable[..., Awaitable[Response]],
+        request: Any,
+    ) -> Response:
+        try:
+            return await method(request, metadata=self.metadata(token), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.config.coordinator) from exc
+
+    async def journal_page(
+        self, token: str, run_id: str, after_seq: int, limit: int
+    ) -> list[runs_pb2.JournalEvent]:
+        """Up to `limit` journal events after `after_seq` (history only, no following)."""
+        events: list[runs_pb2.JournalEvent] = []
+        call = self.runs.WatchRun(
+            runs_pb2.WatchRunRequest(id=run_id, after_seq=after_seq, follow=False),
+            metadata=self.metadata(token),
+            timeout=self.timeout,
+        )
+        try:
+            async for event in call:
+                events.append(event)
+                if len(events) >= limit:
+                    break
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.config.coordinator) from exc
+        finally:
+            call.cancel()
+        return events

@@ -1,0 +1,435 @@
+"""The web console in a real Chromium: a real console process in front of a real coordinator
+and a real worker on Xvfb, one of each for the whole module.
+
+The pure parts (sessions, redirects, the approve form, the timeline's geometry, how text is
+printed) are checked in-process at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import require
+from tests.harness import (
+    ConsoleProcess,
+    CoordinatorProcess,
+    WorkerProcess,
+    Xvfb,
+    submit,
+    wait_run,
+    wait_until,
+    write_plan,
+)
+
+pytestmark = pytest.mark.slow
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+MARKUP_TITLE = '<img src=x onerror="window.pwned=1"><b>bold</b> & "quoted"'
+
+
+@dataclass
+class Stack:
+    coordinator: CoordinatorProcess
+    worker: WorkerProcess
+    console: ConsoleProcess
+    browser: Any
+    admin_token: str
+    tokens: dict[str, str]  # owner name -> token
+    token_files: dict[str, Path]
+
+    def context(self) -> Any:
+        return self.browser.new_context(base_url=self.console.url, service_workers="block")
+
+    def signed_in(self, token: str) -> tuple[Any, Any]:
+        context = self.context()
+        page = context.new_page()
+        page.goto("/signin")
+        page.fill("#token", token)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/fleet")
+        return context, page
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, xvfb: Xvfb) -> Iterator[Stack]:
+    require(Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}")
+    require(shutil.which("xdotool") is not None, "xdotool is not installed")
+    from playwright.sync_api import sync_playwright
+
+    workdir = tmp_path_factory.mktemp("console")
+    coordinator = CoordinatorProcess(workdir / "coord").start()
+    worker = console = None
+    playwright = sync_playwright().start()
+    try:
+        worker = WorkerProcess(coordinator, "desk", display_env=xvfb.env).start()
+        worker.wait_online()
+        tokens, files = {}, {}
+        for name in ("alice", "bob"):
+            tokens[name] = coordinator.cli_json("users", "create", name)["token"]
+            files[name] = workdir / f"{name}.token"
+            files[name].write_text(tokens[name])
+        console = ConsoleProcess(coordinator).start()
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield Stack(
+            coordinator,
+            worker,
+            console,
+            browser,
+            coordinator.admin_token_file.read_text().strip(),
+            tokens,
+            files,
+        )
+        browser.close()
+    finally:
+        playwright.stop()
+        if console is not None:
+            console.stop()
+        if worker is not None:
+            worker.stop()
+        coordinator.stop()
+
+
+def run_as(stack: Stack, owner: str, title: str, value: Any = "hello") -> dict[str, Any]:
+    plan = write_plan(
+        stack.coordinator.workdir / f"plan-{owner}.json",
+        [{"kind": "diag.echo", "args": {"value": value}, "idempotent": True}],
+        title=title,
+    )
+    run = submit(stack.coordinator, plan, token_file=stack.token_files[owner])
+    done: dict[str, Any] = wait_run(
+        stack.coordinator,
+        run["id"],
+        lambda r: r["status"] == "SUCCEEDED",
+        token_file=stack.token_files[owner],
+    )
+    return done
+
+
+def text_of(page: Any) -> str:
+    text: str = page.evaluate("document.body.innerText")
+    return text
+
+
+def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_the_session(
+    stack: Stack,
+) -> None:
+    context = stack.context()
+    page = context.new_page()
+    page.goto("/runs")
+    assert page.url.endswith("/signin?next=%2Fruns")  # no session: to the sign-in form
+    page.fill("#token", "dfu_nobody.not-a-token")
+    page.click("button[type=submit]")
+    assert "sign-in refused" in text_of(page)
+    assert not [c for c in context.cookies() if c["name"] == "df_session"]
+
+    page.fill("#token", stack.tokens["alice"])
+    page.click("button[type=submit]")
+    page.wait_for_url("**/runs")  # back where the person was going
+    [cookie] = [c for c in context.cookies() if c["name"] == "df_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert stack.tokens["alice"] not in json.dumps(context.cookies())  # the token stays server-side
+    assert "alice (owner)" in text_of(page)
+    csp = page.request.get("/fleet").headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "unsafe-inline" not in csp
+
+    page.click("text=Sign out")
+    page.wait_for_url("**/signin")
+    page.goto("/fleet")
+    assert "/signin" in page.url
+    # The old cookie no longer opens anything, even replayed by hand.
+    replay = stack.context()
+    replay.add_cookies([{**cookie, "expires": -1}])
+    replay_page = replay.new_page()
+    replay_page.goto("/fleet")
+    assert "/signin" in replay_page.url
+    replay.close()
+    context.close()
+
+
+def test_an_owner_sees_only_their_own_runs(stack: Stack) -> None:
+    mine = run_as(stack, "alice", "alice's weekly check")
+    theirs = run_as(stack, "bob", "bob's private errand")
+    context, page = stack.signed_in(stack.tokens["alice"])
+    page.goto("/runs")
+    shown = text_of(page)
+    assert "alice's weekly check" in shown and "bob's private errand" not in shown
+    response = page.goto(f"/runs/{theirs['id']}")
+    assert response.status == 404 and f"no run '{theirs['id']}'" in text_of(page)
+    assert "bob's private errand" not in text_of(page)
+    page.goto(f"/runs/{mine['id']}")
+    assert "SUCCEEDED" in text_of(page)
+    assert page.locator("svg.timeline rect.bar").count() >= 2  # a state and an attempt drawn
+    context.close()
+
+    # Runs belong to their owner for every role: bob does not see alice's either.
+    context, page = stack.signed_in(stack.tokens["bob"])
+    page.goto("/runs")
+    shown = text_of(page)
+    assert "bob's private errand" in shown and "alice's weekly check" not in shown
+    context.close()
+
+
+def test_markup_and_control_characters_are_shown_as_text(stack: Stack) -> None:
+    run = run_as(stack, "alice", MARKUP_TITLE, value="\x1b[31mred\u202eevil")
+    context, page = stack.signed_in(stack.tokens["alice"])
+    page.goto("/runs")
+    assert MARKUP_TITLE in text_of(page)
+    page.goto(f"/runs/{run['id']}")
+    heading = page.locator("h1.run-title")
+    assert heading.inner_text() == MARKUP_TITLE
+    assert heading.locator("b, img").count() == 0  # not parsed as elements
+    assert page.evaluate("window.pwned") is None
+    journal = page.locator("ol.journal").inner_text()
+    assert "31mred" in journal and "evil" in journal
+    # Whatever the receipt holds, no raw escape or bidi override reaches the page (the
+    # templates spell them out: test_templates_spell_out_control_characters).
+    assert "\x1b" not in text_of(page) and "\u202e" not in text_of(page)
+    context.close()
+
+
+def test_a_change_without_the_csrf_token_is_refused(stack: Stack) -> None:
+    context, page = stack.signed_in(stack.admin_token)
+    form = {"target": "fleet", "reason": "forged"}
+    missing = page.request.post("/kill/engage", form=form)
+    wrong = page.request.post("/kill/engage", form={**form, "csrf": "guessed"})
+    for response in (missing, wrong):
+        assert response.status == 403 and "CSRF token" in response.text()
+    # The right token from another site is refused too.
+    token = page.locator("input[name=csrf]").first.get_attribute("value")
+    foreign = page.request.post(
+        "/kill/engage", form={**form, "csrf": token}, headers={"Origin": "http://evil.test"}
+    )
+    assert foreign.status == 403 and "another site" in foreign.text()
+    assert stack.coordinator.cli_json("kill", "status")["switches"] == []
+    context.close()
+
+
+def test_engaging_the_fleet_kill_switch_shows_it_engaged_and_acknowledged(stack: Stack) -> None:
+    context, page = stack.signed_in(stack.admin_token)
+    page.fill("#stop-reason", "maintenance <b>now</b>")
+    page.click("text=Stop the fleet")
+    page.wait_for_url("**/kill")
+    assert page.locator(".stopbar.engaged").count() == 1
+    assert "ENGAGED" in page.locator(".stopbar").inner_text()
+    row = page.locator("tr[data-switch]")
+    assert "maintenance <b>now</b>" in row.inner_text()
+
+    def acknowledged() -> bool:
+        page.reload()
+        return stack.worker.worker_id in page.locator("tr[data-switch] .acked").inner_text()
+
+    wait_until(acknowledged, 20, 0.5, "the worker's acknowledgement on the page")
+    assert "none" in page.locator("tr[data-switch] .unacked").inner_text()
+    # Every page says so, and the live stream says so to a page opened before.
+    page.goto("/runs")
+    assert page.locator(".stopbar.engaged").count() == 1
+
+    page.goto("/kill")
+    page.click("text=Release…")
+    assert "Release kill switch" in text_of(page)
+    page.fill("#reason", "done")
+    page.click("button.danger")
+    page.wait_for_url("**/kill")
+    assert "No kill switch is engaged" in text_of(page)
+    assert page.locator(".stopbar.engaged").count() == 0
+    context.close()
+
+
+def test_approving_by_drawing_a_region_grants_that_region_only(stack: Stack) -> None:
+    coordinator = stack.coordinator
+    run = coordinator.cli_json(
+        "desktop",
+        "request",
+        "--worker",
+        stack.worker.worker_id,
+        "--reason",
+        "fill <i>the</i> form",
+        "--action=screenshot",
+        "--action=left_click",
+        token_file=stack.token_files["alice"],
+    )
+    context, page = stack.signed_in(stack.admin_token)
+    wait_until(
+        lambda: page.reload() or page.locator("[data-live=pending]").inner_text() == "1",
+        10,
+        0.3,
+        "the pending count",
+    )
+    page.goto("/approvals")
+    assert "fill <i>the</i> form" in text_of(page)
+    pending = coordinator.cli_json("approvals", "list")["approvals"]
+    [approval] = [a for a in pending if a["runId"] == run["id"]]
+    page.click(f"a[href='/approvals/{approval['id']}']")
+    svg = page.locator("#screen")
+    box = svg.bounding_box()
+    scale = box["width"] / 1280
+    page.mouse.move(box["x"] + 100 * scale, box["y"] + 100 * scale)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 400 * scale, box["y"] + 300 * scale, steps=5)
+    page.mouse.move(box["x"] + 600 * scale, box["y"] + 400 * scale, steps=5)
+    page.mouse.up()
+    drawn = [int(page.input_value(f"#{k}")) for k in ("rx", "ry", "rw", "rh")]
+    for got, want in zip(drawn, (100, 100, 500, 300), strict=True):
+        assert abs(got - want) <= 3, drawn
+    page.uncheck("input[name=actions][value=screenshot]")
+    page.fill("#maxa", "5")
+    page.fill("#a-reason", "only the form")
+    page.click("form[action$='/approve'] button[type=submit]")
+    assert "approved" in text_of(page)
+    granted = page.locator("[data-granted]").inner_text()
+    assert f"region {drawn[2]}x{drawn[3]}+{drawn[0]}+{drawn[1]}" in granted
+    assert "left_click" in granted and "screenshot" not in granted
+    assert "at most 5 actions" in granted
+
+    done = coordinator.cli(
+        "desktop",
+        "act",
+        run["id"],
+        "left_click",
+        "--x",
+        "1000",
+        "--y",
+        "700",
+        token_file=stack.token_files["alice"],
+        json_out=True,
+        check=False,
+        timeout=60,
+    )
+    refused = json.loads(done.stdout)
+    assert refused["status"] == "refused" and refused["code"] == "outside_region", refused
+    context.close()
+
+
+# --- in-process: the pure parts ------------------------------------------------------------
+
+
+def test_templates_spell_out_control_characters_and_escape_markup() -> None:
+    from coordinator.console.app import _templates
+
+    env = _templates()
+    out = env.from_string("<p>{{ v }}</p><pre>{{ v | multiline }}</pre>").render(
+        v="<b>x</b>\x1b[2J\u202eA\nB"
+    )
+    assert out == (
+        "<p>&lt;b&gt;x&lt;/b&gt;\\x1b[2J\\u202eA\\nB</p>"
+        "<pre>&lt;b&gt;x&lt;/b&gt;\\x1b[2J\\u202eA\nB</pre>"
+    )
+
+
+def test_sessions_expire_and_end() -> None:
+    from coordinator.console.sessions import Sessions, tokens_equal
+
+    now = [1000.0]
+    sessions = Sessions(ttl=60, clock=lambda: now[0])
+    s = sessions.create(token="dfu_a.b", user_id="usr_1", name="a", role="owner")
+    assert sessions.get(s.id) is s and len(s.csrf) >= 32 and s.id != s.csrf
+    now[0] += 59
+    assert sessions.get(s.id) is s  # use does not extend it
+    now[0] += 1
+    assert sessions.get(s.id) is None and len(sessions) == 0
+    t = sessions.create(token="dfu_a.b", user_id="usr_1", name="a", role="owner")
+    sessions.end_for_token("dfu_a.b")
+    assert sessions.get(t.id) is None
+    assert not tokens_equal("", "") and tokens_equal("x", "x") and not tokens_equal("x", "y")
+
+
+def test_redirects_after_sign_in_stay_on_the_console() -> None:
+    from coordinator.console.app import _local
+
+    assert _local("/runs?status=FAILED") == "/runs?status=FAILED"
+    for bad in ("https://evil.test/", "//evil.test/x", "/\\evil.test", "", None, "runs"):
+        assert _local(bad) == "/fleet"
+
+
+def test_the_approve_form_becomes_a_narrowing_scope() -> None:
+    from starlette.datastructures import FormData
+
+    from coordinator.console.app import approve_scope
+
+    form = FormData(
+        [
+            ("actions", "left_click"),
+            ("actions", "rm -rf"),
+            ("ttl_minutes", "2.5"),
+            ("max_actions", "7"),
+            ("region_x", "10"),
+            ("region_y", "20"),
+            ("region_width", "300"),
+            ("region_height", "200"),
+        ]
+    )
+    scope = approve_scope(form)
+    assert list(scope.actions) == ["left_click"]  # names the console does not know are dropped
+    assert (scope.ttl_seconds, scope.max_actions) == (150.0, 7)
+    assert (scope.region.x, scope.region.y, scope.region.width, scope.region.height) == (
+        10,
+        20,
+        300,
+        200,
+    )
+    empty = approve_scope(FormData([("region_width", "0"), ("ttl_minutes", "nan")]))
+    assert not empty.HasField("region") and empty.ttl_seconds == 0 and not empty.actions
+
+
+def test_the_timeline_places_states_and_attempts_on_one_axis() -> None:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from coordinator.console.model import timeline
+    from shared.gen.deskfleet.v1 import runs_pb2
+
+    def ts(sec: float) -> Timestamp:
+        return Timestamp(seconds=int(sec), nanos=int((sec % 1) * 1e9))
+
+    t = runs_pb2.RunTimeline(
+        submitted_at=ts(100),
+        ended_at=ts(110),
+        wall_seconds=10,
+        states=[
+            runs_pb2.TimelineState(state="RUNNING", entered_at=ts(100), left_at=ts(105), seconds=5),
+            runs_pb2.TimelineState(state="SUCCEEDED", entered_at=ts(105), seconds=0),
+        ],
+        actions=[
+            runs_pb2.TimelineAttempt(
+                id="a1",
+                index=0,
+                kind="diag.echo",
+                attempt=1,
+                status="FAILED",
+                dispatched_at=ts(101),
+                finished_at=ts(102),
+                seconds=1,
+                error="<boom>",
+            ),
+            runs_pb2.TimelineAttempt(
+                id="a1",
+                index=0,
+                kind="diag.echo",
+                attempt=2,
+                status="SUCCEEDED",
+                dispatched_at=ts(103),
+                finished_at=ts(105),
+                seconds=2,
+            ),
+        ],
+    )
+    drawn = timeline(t, width=1000)
+    assert drawn is not None and drawn.rows == ["run", "#0 diag.echo"]
+    running, done, first, second = drawn.bars
+    assert (running.x, running.width, running.row) == (0, 500, 0)
+    assert (first.x, first.width, first.row, first.css) == (100, 100, 1, "failed")
+    assert (second.x, second.width) == (300, 200) and "<boom>" in first.title
+    assert done.x == 500 and drawn.ticks[-1] == (1000, "10.0 s")

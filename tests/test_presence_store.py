@@ -1,0 +1,194 @@
+"""Presence rules in process (milliseconds): the replica lease decides who is online, counts
+come from one aggregate query, pages walk the fleet once, reconnects start fast."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from coordinator.fleet import page_token, parse_page_token, view_of
+from coordinator.presence import Presence
+from coordinator.settings import CoordinatorConfig
+from coordinator.store import Database
+from coordinator.store import replicas as replica_queries
+from coordinator.store import workers as worker_queries
+from coordinator.store.models import WorkerRow
+from coordinator.store.schema import upgrade
+from shared.advertisement import Advertisement
+from shared.errors import InvalidArgumentError
+from worker_agent.backoff import Backoff
+
+TTL = 15.0
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    url = (
+        f"sqlite:///{tmp_path / 'fleet.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    await asyncio.to_thread(upgrade, url)
+    database = Database(url)
+    yield database
+    await database.close()
+
+
+def _enroll(
+    s: Session, n: int, *, enrolled_at: float = 1000.0, allowed: list[str] | None = None
+) -> list[str]:
+    ids = []
+    for i in range(n):
+        worker_id = f"wrk_{i:03d}"
+        s.add(
+            WorkerRow(
+                id=worker_id,
+                name=f"w{i}",
+                secret_hash=f"{i:064d}",
+                state="active",
+                labels={},
+                allowed_capabilities=allowed or [],
+                advertisement={},
+                # Ties on purpose: pages order by (enrolled_at, id).
+                enrolled_at=enrolled_at + i // 3,
+                enrollment_token_id="tok",
+            )
+        )
+        ids.append(worker_id)
+    s.flush()
+    return ids
+
+
+def _claim(worker_id: str, *available: str) -> worker_queries.PresenceClaim:
+    return worker_queries.PresenceClaim(worker_id, f"ses_{worker_id}", {}, frozenset(available))
+
+
+def test_backoff_first_retry_is_fast_and_jittered_then_grows_with_full_jitter() -> None:
+    firsts = []
+    for seed in range(50):
+        backoff = Backoff(base=0.5, cap=4.0, rng=random.Random(seed))
+        firsts.append(backoff.next_delay())
+        later = [backoff.next_delay() for _ in range(10)]
+        ceilings = [min(4.0, 0.5 * 2**i) for i in range(10)]
+        assert all(0 <= d <= c for d, c in zip(later, ceilings, strict=True))
+        backoff.reset()
+        assert 0.05 <= backoff.next_delay() <= 0.2
+    assert all(0.05 <= d <= 0.2 for d in firsts)
+    assert len(set(firsts)) == len(firsts)  # spread out: a fleet does not come back in lockstep
+
+
+def test_page_tokens_round_trip_and_others_are_refused() -> None:
+    assert parse_page_token("") is None
+    assert parse_page_token(page_token(1234.5, "wrk_x")) == (1234.5, "wrk_x")
+    for bad in ("nope", "w1.!!!", "w1." + "A" * 500, "w1.WzEsMl0", "w1.eyJhIjoxfQ"):
+        with pytest.raises(InvalidArgumentError, match="page_token"):
+            parse_page_token(bad)
+
+
+async def test_online_is_the_replica_lease_and_counts_cover_every_replica(db: Database) -> None:
+    now = time.time()
+
+    def setup(s: Session) -> None:
+        ids = _enroll(s, 4, allowed=["headless"])
+        replica_queries.beat(s, "a", "a:1", now, now, TTL)
+        replica_queries.beat(s, "b", "b:1", now, now, TTL)
+        worker_queries.claim_presences(
+            s,
+            [_claim(ids[0], "headless"), _claim(ids[1], "headless", "computer_use")],
+            "a",
+            now,
+            TTL,
+        )
+        # Streaming to the other replica: counted all the same.
+        worker_queries.claim_presences(s, [_claim(ids[2], "headless")], "b", now, TTL)
+        worker_queries.set_state(s, ids[1], "draining")
+
+    await db.write(setup)
+    counts = await db.read(worker_queries.fleet_counts, now + 1)
+    assert [(c.replica, c.online, c.headless, c.computer_use) for c in counts] == [
+        ("a", 2, 1, 0),  # the draining one is online, offers nothing; computer use not granted
+        ("b", 1, 1, 0),
+    ]
+    # Replica b stops beating: its workers go offline when its lease lapses, all at once.
+    later = now + TTL + 1
+    await db.write(replica_queries.beat, "a", "a:1", now, later, TTL)
+    counts = await db.read(worker_queries.fleet_counts, later)
+    assert [(c.replica, c.online) for c in counts] == [("a", 2)]
+    rows = await db.read(worker_queries.workers_with_presence, include_revoked=False)
+    online = {w.id: view_of(w, p, later).online for w, p in rows}
+    assert online == {"wrk_000": True, "wrk_001": True, "wrk_002": False, "wrk_003": False}
+    # Nothing about the workers was written to keep them online.
+    await db.write(worker_queries.release_presences, [("wrk_000", "ses_wrk_000")])
+    counts = await db.read(worker_queries.fleet_counts, later)
+    assert [(c.replica, c.online) for c in counts] == [("a", 1)]
+
+
+async def test_pages_walk_every_worker_exactly_once_with_filters(db: Database) -> None:
+    now = time.time()
+
+    def setup(s: Session) -> list[str]:
+        ids = _enroll(s, 10)
+        replica_queries.beat(s, "a", "a:1", now, now, TTL)
+        worker_queries.claim_presences(s, [_claim(w, "headless") for w in ids[::2]], "a", now, TTL)
+        return ids
+
+    ids = await db.write(setup)
+
+    async def walk(where: worker_queries.WorkerFilter, limit: int) -> list[str]:
+        seen: list[str] = []
+        after = None
+        while True:
+            page, more = await db.read(worker_queries.workers_page, where, after, limit, now)
+            seen += [w.id for w, _ in page]
+            if not more:
+                return seen
+            last = page[-1][0]
+            after = parse_page_token(page_token(last.enrolled_at, last.id))
+
+    assert await walk(worker_queries.WorkerFilter(), 3) == ids
+    assert await walk(worker_queries.WorkerFilter(), 10) == ids
+    assert await walk(worker_queries.WorkerFilter(online=True), 2) == ids[::2]
+    assert await walk(worker_queries.WorkerFilter(online=False), 4) == ids[1::2]
+    assert await walk(worker_queries.WorkerFilter(capability="headless"), 1) == ids[::2]
+    assert await walk(worker_queries.WorkerFilter(replica="b"), 5) == []
+
+
+async def test_connects_of_a_moment_are_one_write_and_the_welcome_learns_rotation(
+    db: Database,
+) -> None:
+    def setup(s: Session) -> None:
+        _enroll(s, 50)
+        s.get_one(WorkerRow, "wrk_007").rotation_requested = True
+        replica_queries.beat(s, "r", "r:1", time.time(), time.time(), TTL)
+
+    await db.write(setup)
+    writes = 0
+    real_write = db.write
+
+    async def counting_write(*args: object, **kw: object) -> object:
+        nonlocal writes
+        writes += 1
+        return await real_write(*args, **kw)  # type: ignore[arg-type]
+
+    db.write = counting_write  # type: ignore[method-assign]
+    config = CoordinatorConfig(db_url="", replica="r")
+    advertisement = Advertisement.from_json({})
+    async with Presence(db, config) as presence:
+        sessions = await asyncio.gather(
+            *(presence.open(f"wrk_{i:03d}", advertisement) for i in range(50))
+        )
+        assert writes == 1
+        assert [s.worker_id for s in sessions if s.rotate_credential] == ["wrk_007"]
+        assert presence.connected == 50
+        for session in sessions:
+            await presence.close(session)
+        await asyncio.sleep(0.05)
+        assert writes == 2
+    counts = await db.read(worker_queries.fleet_counts, time.time())
+    assert counts == []
