@@ -12,7 +12,9 @@
                coordinator read   Engage returned -> the last ack row's acked_at (stamped
                  all acks         when the coordinator read the ack; from its database after)
              and the same for Release; the Engage RPC itself is reported beside them
-  baseline   AdminService.WhoAmI round trip on the same channel, with the same fleet connected
+  baseline   AdminService.WhoAmI round trip on the same channel, with the same fleet connected;
+             and the floor: a bare grpc.aio server pushing to as many streams and reading as
+             many acks (bench/raw_fanout.py), measured after the coordinator stopped
 
 Usage: python bench/kill_switch.py [--quick] [--json] [--simulated S] [--cycles C]
 """
@@ -20,6 +22,7 @@ Usage: python bench/kill_switch.py [--quick] [--json] [--simulated S] [--cycles 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import platform
 import shlex
@@ -39,6 +42,7 @@ if str(ROOT) not in sys.path:
 import grpc  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
+from bench import raw_fanout  # noqa: E402
 from bench.simulated_workers import SimulatedFleet  # noqa: E402
 from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
 from coordinator.store.engine import create_store_engine  # noqa: E402
@@ -101,7 +105,7 @@ class Client:
             reply = self.kills.Status(request, metadata=self.metadata, timeout=30)
             at = time.time()
             kill = next((k for k in reply.switches if k.id == kill_id), None)
-            if kill is None or kill.unacknowledged or len(kill.acknowledged) < total:
+            if kill is None or kill.unacknowledged_count or kill.acknowledged_count < total:
                 return None
             return at
 
@@ -133,9 +137,9 @@ def cycle(
     called = time.time()
     kill = client.engage(f"bench cycle {index}")
     returned = time.time()
-    if len(kill.unacknowledged) != total:
+    if kill.unacknowledged_count != total:
         raise RuntimeError(
-            f"Engage pushed to {len(kill.unacknowledged)} workers, not the {total} connected"
+            f"Engage pushed to {kill.unacknowledged_count} workers, not the {total} connected"
         )
     acked = status_acked(client.all_acked(kill.id, False, total), 30, pause)
     pushed = sim.wait_kill(kill.id, True, 30)
@@ -233,6 +237,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             worker.stop()
             coordinator.stop()
         acks_received(coordinator.db_url, samples)
+    floor = summary(asyncio.run(raw_fanout.serve(total, max(cycles, 10))))
     figures: dict[str, Any] = {}
     for key in samples[0]:
         if key == "kill_id" or key.endswith("_returned_at"):
@@ -271,6 +276,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "simulator_spawn_to_ready_s": ready_s,
         },
         "baseline": {"what": "AdminService.WhoAmI, sync client, same channel", **baseline},
+        "floor": {"what": f"bare grpc.aio push to {total} streams -> {total} acks read", **floor},
         "figures": figures,
         "aim_p99_ms": AIM_P99_MS,
         "aim_met": worst < AIM_P99_MS,
@@ -295,6 +301,12 @@ def table(doc: dict[str, Any]) -> str:
         (
             "WhoAmI unary round trip (baseline)",
             f"p50 {base['p50_ms']:.2f} / p99 {base['p99_ms']:.2f} ms",
+            "-",
+            "-",
+        ),
+        (
+            f"bare grpc.aio push to {total} streams, {total} acks read (floor)",
+            f"p50 {doc['floor']['p50_ms']:.1f} / p99 {doc['floor']['p99_ms']:.1f} ms",
             "-",
             "-",
         ),

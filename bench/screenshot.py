@@ -5,8 +5,11 @@
              then N sequential DesktopService.Act calls (PNG, the worker's default encoding)
              each followed by GetArtifact, so that every picture really arrived (size and
              sha256 checked)
-  baseline   mss grab + Image.frombytes + the worker's own `encode` (worker_agent/desktop/
+  baseline   mss grab + the worker's own `to_image` and `encode` (worker_agent/desktop/
              screen.py), N times in this process, on the same display
+  beside     the same path without a picture: N Act(desktop.cursor_position) in the same run,
+             so that e2e minus it minus the worker's capture and encode is what moving and
+             storing the picture costs
 
 The display shows a Chromium --app window with a colourful page whose counter changes every
 50 ms, so that successive frames differ (a blank screen encodes unrealistically fast).
@@ -44,7 +47,7 @@ from bench.stats import summary, table_lines, write_results  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until  # noqa: E402
-from worker_agent.desktop.screen import encode  # noqa: E402
+from worker_agent.desktop.screen import encode, to_image  # noqa: E402
 
 WIDTH, HEIGHT = 1280, 800
 AIM = 0.70  # e2e frames/s at least this share of the raw grab + encode
@@ -144,7 +147,7 @@ def raw_grab_encode(xvfb: Xvfb, n: int, warmup: int) -> dict[str, Any]:
                 started = time.perf_counter()
             t0 = time.perf_counter()
             raw = grabber.grab(monitor)
-            image = Image.frombytes("RGB", raw.size, raw.bgra, "raw", "BGRX")
+            image = to_image(raw.raw, raw.size)
             t1 = time.perf_counter()
             data = encode(image, "png")
             t2 = time.perf_counter()
@@ -179,7 +182,9 @@ class Desk:
         run = self.desktop.RequestDesktop(
             desktop_pb2.RequestDesktopRequest(
                 worker=worker_id,
-                scope=desktop_pb2.DesktopScope(actions=["screenshot"], max_actions=actions),
+                scope=desktop_pb2.DesktopScope(
+                    actions=["screenshot", "cursor_position"], max_actions=actions
+                ),
                 title="screenshot benchmark",
                 reason="measure screenshot throughput",
             ),
@@ -225,6 +230,20 @@ class Desk:
             raise RuntimeError(f"artifact {art.sha256[:12]}: the bytes fetched do not match")
         result: dict[str, Any] = json.loads(reply.result_json) if reply.result_json else {}
         return (t1 - t0) * 1000, (t2 - t1) * 1000, data, result
+
+    def no_picture(self) -> float:
+        """One Act(desktop.cursor_position): the same path without a picture; ms."""
+        t0 = time.perf_counter()
+        reply = self.desktop.Act(
+            desktop_pb2.DesktopActRequest(
+                run_id=self.run_id, action="cursor_position", args_json="{}", timeout_seconds=30
+            ),
+            metadata=self.metadata,
+            timeout=45,
+        )
+        if reply.status != "succeeded":
+            raise RuntimeError(f"cursor_position {reply.status} ({reply.code}): {reply.error}")
+        return (time.perf_counter() - t0) * 1000
 
     def close(self) -> None:
         self.channel.close()
@@ -293,8 +312,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # The baseline runs with the same processes up and idle, on the same display.
             raw = raw_grab_encode(xvfb, n, warmup)
             desk = Desk(coordinator)
-            desk.open(worker.worker_id, n + warmup)
+            desk.open(worker.worker_id, 2 * (n + warmup))
             e2e = end_to_end(desk, n, warmup)
+            for _ in range(warmup):
+                desk.no_picture()
+            no_picture = summary([desk.no_picture() for _ in range(n)])
             if worker.proc is not None and worker.proc.poll() is not None:
                 raise RuntimeError(f"the worker exited: {tail(worker.log, 3)}")
         finally:
@@ -326,6 +348,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "baseline": {"what": "mss grab + frombytes + worker encode(), one process", **raw},
         "figure": {"what": "Act(desktop.screenshot) + GetArtifact, real processes", **e2e},
+        "no_picture": {"what": "Act(desktop.cursor_position), same run", **no_picture},
         "ratio_fps": ratio,
         "aim_ratio_fps": AIM,
         "aim_met": ratio >= AIM,
@@ -352,6 +375,12 @@ def table(doc: dict[str, Any]) -> str:
         (
             "  of which Act / GetArtifact p50",
             f"{e2e['act_p50_ms']:.1f} / {e2e['get_artifact_p50_ms']:.1f} ms",
+            "-",
+            "-",
+        ),
+        (
+            "  same path without a picture: Act(cursor_position)",
+            f"p50 {doc['no_picture']['p50_ms']:.1f} / p99 {doc['no_picture']['p99_ms']:.1f} ms",
             "-",
             "-",
         ),

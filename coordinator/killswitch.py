@@ -4,6 +4,12 @@ Engaging writes the switch first, takes back the approvals it covers (a released
 not silently restore control: the runs ask for approval again), then pushes it to every
 connected worker it applies to. Workers acknowledge each change; acknowledgements are written
 in batches so that a thousand of them cost a few commits.
+
+A fleet switch is not routed worker by worker: once it is committed, its message is serialized
+once and queued on every stream this replica holds (the in-memory session map, taken after the
+commit, so a stream opened later reads the switch for its welcome); only workers streaming to
+other replicas are named in the transaction, for the relay. `Status` answers counts from the
+store, and names at most `LISTED` workers each way.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from coordinator import audit, desktop, ledger
 from coordinator.dispatch import Dispatcher
 from coordinator.ledger import Context
 from coordinator.orders import CancelOrder, KillPush, Order
+from coordinator.presence import Presence
 from coordinator.principals import Principal, Role
 from coordinator.runs import owned_run
 from coordinator.store import Database
@@ -28,6 +35,7 @@ from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import KillSwitchRow, RunRow
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, PermissionDeniedError
+from shared.gen.deskfleet.v1 import worker_pb2
 from shared.ids import new_id
 from shared.text import refuse_control
 
@@ -36,6 +44,7 @@ log = logging.getLogger(__name__)
 FLEET, WORKER, RUN = "fleet", "worker", "run"
 MAX_REASON = 1000
 ACK_BATCH = 1024
+LISTED = 100  # workers named per switch and side in a view; the counts are exact
 
 
 @dataclass(frozen=True)
@@ -44,8 +53,10 @@ class KillView:
     that was the owner."""
 
     row: KillSwitchRow
-    acknowledged: tuple[str, ...]
-    unacknowledged: tuple[str, ...]
+    acknowledged: tuple[str, ...]  # at most LISTED, by id
+    unacknowledged: tuple[str, ...]  # at most LISTED, by id
+    acknowledged_count: int
+    unacknowledged_count: int
     engaged_by: str
     released_by: str
 
@@ -62,6 +73,19 @@ def visible(s: Session, who: Principal, kill: KillSwitchRow) -> bool:
     if kill.scope == WORKER:
         return queries.owner_uses_worker(s, who.id, kill.target)
     return run_queries.run_of_owner(s, kill.target, who.id) is not None
+
+
+def push_bytes(push: KillPush) -> bytes:
+    """The stream message of a kill switch change, serialized: the same for every worker."""
+    return worker_pb2.CoordinatorMessage(
+        kill=worker_pb2.KillState(
+            kill_id=push.kill_id,
+            engaged=push.engaged,
+            scope=push.scope,
+            target=push.target,
+            reason=push.reason,
+        )
+    ).SerializeToString()
 
 
 def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
@@ -82,12 +106,13 @@ def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
     return runs
 
 
-def _reached_workers(s: Session, kill: KillSwitchRow, online: frozenset[str]) -> set[str]:
+def _reached_elsewhere(s: Session, kill: KillSwitchRow, now: float, replica: str) -> set[str]:
+    """Online workers the switch applies to, except those a fleet switch reaches on this
+    replica's own streams (pushed from the session map after the commit)."""
     if kill.scope == FLEET:
-        return set(online)
-    if kill.scope == WORKER:
-        return {kill.target} & online
-    return queries.workers_of_run(s, kill.target) & online
+        return set(queries.live_holders(s, now, other_than=replica))
+    candidates = {kill.target} if kill.scope == WORKER else queries.workers_of_run(s, kill.target)
+    return set(queries.live_holders(s, now, worker_ids=candidates))
 
 
 def _applies_to(kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
@@ -99,9 +124,13 @@ def _applies_to(kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
 
 
 class KillSwitches:
-    def __init__(self, db: Database, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self, db: Database, dispatcher: Dispatcher, presence: Presence, replica: str
+    ) -> None:
         self._db = db
         self._dispatcher = dispatcher
+        self._presence = presence
+        self._replica = replica
         self._acks: asyncio.Queue[tuple[str, str, bool, float]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
@@ -194,13 +223,24 @@ class KillSwitches:
                         orders.append(
                             CancelOrder(action.worker_id, action.id, action.attempt_id, why)
                         )
-            for worker in _reached_workers(s, kill, ctx.online(s)):
+            for worker in _reached_elsewhere(s, kill, ctx.now, self._replica):
                 pushes.append(KillPush(worker, kill.id, True, scope, kill.target, reason))
             made.append(kill)
             return orders + pushes
 
         await self._dispatcher.run_unit(unit)
-        return KillView(made[0], (), tuple(sorted(p.worker_id for p in pushes)), who.id, "")
+        kill = made[0]
+        reached = {p.worker_id for p in pushes}
+        if scope == FLEET:
+            reached |= self._broadcast(KillPush("", kill.id, True, scope, kill.target, reason))
+        names = tuple(sorted(reached)[:LISTED])
+        return KillView(kill, (), names, 0, len(reached), who.id, "")
+
+    def _broadcast(self, push: KillPush) -> set[str]:
+        """Queue a fleet switch change on every stream this replica holds, serialized once.
+        Called after the commit: a stream opened from now on reads the switch for its welcome."""
+        message = push_bytes(push)
+        return {w for w in self._presence.connected_ids() if self._presence.send(w, message)}
 
     async def release(
         self, who: Principal, *, kill_id: str, worker_id: str, run_id: str, fleet: bool, reason: str
@@ -250,7 +290,7 @@ class KillSwitches:
                     reason=reason,
                 )
                 released.append(kill)
-                for worker in _reached_workers(s, kill, ctx.online(s)):
+                for worker in _reached_elsewhere(s, kill, ctx.now, self._replica):
                     pushes.append(KillPush(worker, kill.id, False, kill.scope, kill.target, reason))
             s.flush()
             for kill in matching:
@@ -267,6 +307,9 @@ class KillSwitches:
             return list(pushes)
 
         await self._dispatcher.run_unit(unit)
+        for kill in released:
+            if kill.scope == FLEET:
+                self._broadcast(KillPush("", kill.id, False, kill.scope, kill.target, reason))
         return await self._views(released, who)
 
     async def status(self, who: Principal, include_released: bool) -> list[KillView]:
@@ -279,24 +322,36 @@ class KillSwitches:
         return await self._views(list(rows), who)
 
     async def _views(self, rows: Sequence[KillSwitchRow], who: Principal) -> list[KillView]:
+        """Counts and at most LISTED names each way, read with a few set-based queries
+        (no read of the fleet, nor of every acknowledgement)."""
+
         def unit(s: Session) -> list[KillView]:
-            acks = queries.acks(s, [r.id for r in rows])
-            online = {
-                w.id
-                for w, p in worker_queries.workers_with_presence(s, include_revoked=False)
-                if p is not None and p.lease_expires_at > time.time()
-            }
+            now = time.time()
+            ids = [r.id for r in rows]
+            counts = queries.ack_counts(s, ids)
+            names = queries.acked_workers(s, ids, LISTED)
             views = []
             for row in rows:
+                waiting: list[str]
                 engaged = row.released_at is None
-                acked = {a.worker_id for a in acks if a.kill_id == row.id and a.engaged == engaged}
-                # A released switch asks nothing more of anyone: only who confirmed it counts.
-                expected = _reached_workers(s, row, frozenset(online)) if engaged else acked
+                acked = tuple(names.get((row.id, engaged), ()))
+                acked_count = counts.get((row.id, engaged), 0)
+                if not engaged:
+                    # A released switch asks nothing more of anyone: only who confirmed it counts.
+                    waiting_count, waiting = 0, []
+                elif row.scope == FLEET:
+                    waiting_count, waiting = queries.online_unacknowledged(s, row.id, now, LISTED)
+                else:
+                    expected = _reached_elsewhere(s, row, now, "")
+                    missing = sorted(expected - queries.acked_among(s, row.id, expected))
+                    waiting_count, waiting = len(missing), missing[:LISTED]
                 views.append(
                     KillView(
                         row,
-                        tuple(sorted(acked)),
-                        tuple(sorted(expected - acked)),
+                        acked,
+                        tuple(waiting),
+                        acked_count,
+                        waiting_count,
                         _shown_by(who, row.engaged_by),
                         _shown_by(who, row.released_by),
                     )

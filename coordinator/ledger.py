@@ -171,6 +171,7 @@ def set_status(
         ctx.stopped.add(run.id)
     run.status, run.stop_reason = status, stop_reason
     run.waiting_code, run.waiting_detail = waiting
+    run.state_since = ctx.now
     record(
         s,
         run,

@@ -28,6 +28,7 @@ from coordinator.store import counts
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import RunRow
 from shared.metrics_endpoint import MetricsEndpoint
+from shared.run_states import RUN_STATES
 
 if TYPE_CHECKING:
     from coordinator.presence import Presence
@@ -127,8 +128,8 @@ class Notes:
     def state_change(
         self, s: Session, run: RunRow, status: str, stop_reason: str, waiting_code: str, now: float
     ) -> None:
-        since = self.entered.get(run.id)
-        if since is None:
+        since = self.entered.get(run.id) or run.state_since
+        if since is None:  # a run from before the store kept it
             since = counts.state_entered_at(s, run.id) or run.created_at
         self.entered[run.id] = now
         reason = (
@@ -327,8 +328,10 @@ class _StateCollector(Collector):
             online.add_metric([name, self.replica], count)
         yield online
         runs = GaugeMetricFamily("deskfleet_runs", "Runs in each state", labels=["state"])
-        for state, count in sorted(snap.runs.items()):
-            runs.add_metric([state], count)
+        # Every state, at zero when no run is in it: a series that appears only once a run
+        # enters the state cannot be alerted on or graphed before then.
+        for state in (*RUN_STATES, *sorted(set(snap.runs) - set(RUN_STATES))):
+            runs.add_metric([state], snap.runs.get(state, 0))
         yield runs
         yield GaugeMetricFamily(
             "deskfleet_approvals_waiting", "Approvals requested and not answered", snap.approvals

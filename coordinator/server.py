@@ -38,6 +38,7 @@ from coordinator.servicers.fleet import FleetServicer
 from coordinator.servicers.guard import GuardInterceptor
 from coordinator.servicers.runs import JournalServicer, RunServicer
 from coordinator.servicers.worker_gateway import WorkerGatewayServicer
+from coordinator.servicers.worker_gateway import add_to_server as add_worker_gateway
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.schema import head_revision
@@ -53,7 +54,6 @@ from shared.gen.deskfleet.v1 import (
     runs_pb2,
     runs_pb2_grpc,
     worker_pb2,
-    worker_pb2_grpc,
 )
 from shared.transport import is_loopback
 
@@ -213,7 +213,7 @@ def create_server(
     fleet_pb2_grpc.add_FleetServiceServicer_to_server(
         FleetServicer(Fleet(db, presence, auth, dispatcher)), server
     )
-    worker_pb2_grpc.add_WorkerGatewayServicer_to_server(
+    add_worker_gateway(
         WorkerGatewayServicer(db, presence, dispatcher, config, kills, certificates, worker_port),
         server,
     )
@@ -284,7 +284,7 @@ class Coordinator:
             kinds=RUN_KINDS,
         )
         self.metrics.watch(self._db, self._presence)
-        self._kills = KillSwitches(self._db, self._dispatcher)
+        self._kills = KillSwitches(self._db, self._dispatcher, self._presence, self.config.replica)
         await self._kills.__aenter__()
         self._server, (self.port, self.worker_port), self._health, self._goals = create_server(
             self.config.listen,

@@ -4,7 +4,8 @@
 #           it through executable_path: `playwright install` cannot download here)
 #   corpus: python-flask-doc, Flask's HTML documentation (~0.7 MB), the research answer benchmark's
 #           real pages (bench/research_answers.py, tests/test_passages.py)
-#   python: a virtual environment in .venv with the project installed in editable mode
+#   python: a virtual environment in .venv with the project installed in editable mode, its
+#           dependencies at the versions of constraints.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,12 +33,14 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv
 fi
-# Reinstall only when the project's dependencies changed.
+# Reinstall only when the project's dependencies or their pinned versions changed. The
+# constraints pin the whole dependency closure to the versions the suite passed with
+# (scripts/freeze_constraints.py writes them); pyproject.toml keeps the compatible ranges.
 stamp=.venv/.deskfleet-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing the project and its dependencies into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev]'
+  .venv/bin/pip install -q -c constraints.txt -e '.[dev]'
   echo "$want" > "$stamp"
 fi

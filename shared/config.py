@@ -44,24 +44,29 @@ class ClientConfig:
     coordinator: str
     token_file: Path | None
     ca_file: Path | None = None  # TLS verified against this CA; None: plaintext
+    # False when no flag, variable or file named the coordinator (DEFAULT_COORDINATOR is used).
+    coordinator_given: bool = True
 
     @classmethod
     def resolve(
         cls, coordinator: str | None, token_file: str | None, ca_file: str | None = None
     ) -> ClientConfig:
         settings = _file_settings()
-        address = (
-            coordinator
-            or os.environ.get(ENV_COORDINATOR)
-            or settings.get("coordinator")
-            or DEFAULT_COORDINATOR
+        given = (
+            ("--coordinator", coordinator),
+            (ENV_COORDINATOR, os.environ.get(ENV_COORDINATOR)),
+            (str(config_file()), settings.get("coordinator")),
         )
+        source, address = next(((src, a) for src, a in given if a), ("", DEFAULT_COORDINATOR))
+        if source:
+            check_address(address, source)
         tf = token_file or os.environ.get(ENV_TOKEN_FILE) or settings.get("token_file")
         ca = ca_file or os.environ.get(ENV_CA_FILE) or settings.get("ca_file")
         return cls(
             address,
             Path(tf).expanduser() if tf else None,
             Path(ca).expanduser() if ca else None,
+            coordinator_given=bool(source),
         )
 
     def read_ca(self) -> bytes | None:
@@ -80,6 +85,12 @@ class ClientConfig:
 
     def read_token(self) -> str:
         if self.token_file is None:
+            if not self.coordinator_given:
+                raise InvalidArgumentError(
+                    f"no coordinator and no credential given: pass --coordinator HOST:PORT"
+                    f" (or set {ENV_COORDINATOR}; default {DEFAULT_COORDINATOR}) and"
+                    f" --token-file PATH (or set {ENV_TOKEN_FILE})"
+                )
             raise InvalidArgumentError(
                 f"no credential: pass --token-file PATH or set {ENV_TOKEN_FILE}"
             )
@@ -94,6 +105,24 @@ class ClientConfig:
         if not token:
             raise InvalidArgumentError(f"token file {self.token_file} is empty")
         return token
+
+
+def check_address(address: str, source: str) -> None:
+    """HOST:PORT or [V6]:PORT with a port in 1-65535 (or a unix: socket), else a one-line error
+    naming where the address came from (a flag, a variable or the config file)."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return
+    bare = address.removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:")
+    bare = bare.removeprefix("///")
+    host, sep, port = bare.rpartition(":")
+    if host.startswith("["):
+        host = host[1:-1] if host.endswith("]") else ""
+    elif ":" in host:
+        host = ""  # an IPv6 address must be bracketed to carry a port
+    if not sep or not host or not port:
+        raise InvalidArgumentError(f"{source} {address}: expected HOST:PORT")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InvalidArgumentError(f"{source} {address}: the port must be 1-65535")
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")

@@ -20,7 +20,7 @@ from coordinator import ledger, outcomes, slots
 from coordinator.ledger import Context
 from coordinator.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store.engine import create_store_engine
-from coordinator.store.models import Base, PresenceRow, RunRow, WorkerRow
+from coordinator.store.models import Base, PresenceRow, ReplicaRow, RunRow, WorkerRow
 from shared.ids import new_id
 
 Unit = Callable[[Session, Context], list[Order]]
@@ -40,6 +40,16 @@ class Store:
         worker_id = new_id("wrk")
         now = time.time()
         with Session(self.engine) as s, s.begin():
+            if s.get(ReplicaRow, "r1") is None:  # the replica holding the streams, alive
+                s.add(
+                    ReplicaRow(
+                        name="r1",
+                        address="127.0.0.1:1",
+                        started_at=now,
+                        seen_at=now,
+                        lease_expires_at=now + 3600,
+                    )
+                )
             s.add(
                 WorkerRow(
                     id=worker_id,

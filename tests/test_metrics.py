@@ -7,6 +7,7 @@ import re
 import shutil
 import socket
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.metrics import handback_reason, retry_cause
+from coordinator import ledger
+from coordinator.metrics import CoordinatorMetrics, handback_reason, retry_cause
+from shared.run_states import RUN_STATES
 from tests.harness import (
     BIN,
     CoordinatorProcess,
@@ -27,6 +30,7 @@ from tests.harness import (
     wait_until,
     write_plan,
 )
+from worker_agent.metrics import WorkerMetrics
 
 METRICS = ("--metrics-listen", "127.0.0.1:0")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -484,3 +488,96 @@ def test_hand_back_reasons_are_short_codes_from_the_stop_reasons_the_ledger_writ
 )
 def test_retry_causes_are_short_codes(status: str, cause: str, code: str) -> None:
     assert retry_cause(status, cause) == code
+
+
+# --- the exposition: one path, no `*_created` series, every state, promtool's lint --------
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def exposition(port: int) -> str:
+    status, text = get(port, "/metrics")
+    assert status == 200
+    return text
+
+
+def series(text: str) -> set[str]:
+    return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+@pytest.fixture
+def endpoints() -> Iterator[tuple[CoordinatorMetrics, WorkerMetrics]]:
+    """Both processes' registries in this process, each counter and histogram with a child."""
+    c, w = CoordinatorMetrics("r1"), WorkerMetrics()
+    c.actions.labels("browser.fetch", "succeeded").inc()
+    c.action_duration.labels("browser.fetch").observe(0.2)
+    c.dispatched(1.0)
+    w.finished("browser.fetch", "succeeded", 0)
+    w.finished("desktop.screenshot", "succeeded", 1000)
+    c.serve("127.0.0.1:0")
+    w.serve("127.0.0.1:0")
+    yield c, w
+    c.close()
+    w.close()
+
+
+def test_both_endpoints_answer_at_metrics_only(
+    endpoints: tuple[CoordinatorMetrics, WorkerMetrics],
+) -> None:
+    for metrics in endpoints:
+        assert "deskfleet_" in exposition(metrics.port)
+        for path in ("/", "/metrics/", "/metric", "/favicon.ico", "/metrics/x", "/other?x=1"):
+            assert get(metrics.port, path) == (404, "not found: the metrics are at /metrics\n")
+
+
+def test_no_created_series(endpoints: tuple[CoordinatorMetrics, WorkerMetrics]) -> None:
+    c_port, w_port = (m.port for m in endpoints)
+    on_c, on_w = series(exposition(c_port)), series(exposition(w_port))
+    # The children exist (so a `_created` series would have appeared beside them) ...
+    assert {"deskfleet_actions_total", "deskfleet_dispatch_latency_seconds_count"} <= on_c
+    assert "deskfleet_worker_screenshot_bytes_total" in on_w
+    # ... and none did.
+    assert [n for n in on_c | on_w if n.endswith("_created")] == []
+
+
+def test_every_run_state_is_a_series_at_zero_before_any_run(metered: CoordinatorProcess) -> None:
+    port = coordinator_metrics_port(metered)
+    runs = labelled_all(scrape(port), "deskfleet_runs")
+    assert runs == {state: 0.0 for state in RUN_STATES}
+    # The states the ledger writes are among them.
+    assert {ledger.RUNNING, ledger.FAILED, ledger.HAND_BACK_TO_HUMAN} <= set(RUN_STATES)
+
+
+def labelled_all(samples: Samples, name: str) -> dict[str, float]:
+    return {dict(labels)["state"]: v for (n, labels), v in samples.items() if n == name}
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package provides it)")
+    return found
+
+
+def test_promtool_finds_nothing_to_lint_on_either_endpoint(
+    metered: CoordinatorProcess, endpoints: tuple[CoordinatorMetrics, WorkerMetrics]
+) -> None:
+    tool = promtool()
+    texts = {
+        "coordinator (a process, with its store's gauges)": exposition(
+            coordinator_metrics_port(metered)
+        ),
+        "coordinator (counters with children)": exposition(endpoints[0].port),
+        "worker": exposition(endpoints[1].port),
+    }
+    for name, text in texts.items():
+        done = subprocess.run(
+            [tool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+        )
+        assert (done.returncode, done.stdout + done.stderr) == (0, ""), name

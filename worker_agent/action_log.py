@@ -17,7 +17,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -68,12 +68,15 @@ class StoredArtifact:
     height: int
     path: str
 
-    def to_proto(self) -> worker_pb2.ReceiptArtifact | None:
-        try:
-            data = Path(self.path).read_bytes()
-        except OSError as exc:
-            log.warning("artifact %s of a receipt is gone: %s", self.sha256, exc)
-            return None
+    def to_proto(self, data: bytes | None = None) -> worker_pb2.ReceiptArtifact | None:
+        """The artifact for a receipt message: `data` if its bytes are still in memory (the
+        first send), else read back from its file (a resend, after a reconnect or restart)."""
+        if data is None:
+            try:
+                data = Path(self.path).read_bytes()
+            except OSError as exc:
+                log.warning("artifact %s of a receipt is gone: %s", self.sha256, exc)
+                return None
         return worker_pb2.ReceiptArtifact(
             sha256=self.sha256,
             media_type=self.media_type,
@@ -114,10 +117,13 @@ class ReceiptRecord:
             str(data.get("traceparent", "")),
         )
 
-    def to_proto(self) -> worker_pb2.Receipt:
+    def to_proto(self, in_memory: Mapping[str, bytes] | None = None) -> worker_pb2.Receipt:
+        """The receipt message; artifacts whose bytes are in `in_memory` (by sha256) are not
+        read back from their files."""
         fields = asdict(self)
         del fields["artifacts"]
-        protos = [a.to_proto() for a in self.artifacts]
+        held = in_memory or {}
+        protos = [a.to_proto(held.get(a.sha256)) for a in self.artifacts]
         return worker_pb2.Receipt(**fields, artifacts=[p for p in protos if p is not None])
 
 

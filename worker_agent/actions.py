@@ -7,6 +7,7 @@ value, raises ActionFailed (or any exception) to fail, and raises ActionCancelle
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Callable, Mapping
@@ -49,8 +50,9 @@ class Artifact:
     width: int = 0
     height: int = 0
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
+        """Hashed once: the receipt's result, the kept file and its name all use it."""
         return hashlib.sha256(self.data).hexdigest()
 
     def ref(self) -> dict[str, object]:

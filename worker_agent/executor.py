@@ -328,7 +328,10 @@ class ActionExecutor:
             attempt.timer.cancel()
         if self._running.get(attempt.key) is attempt:
             del self._running[attempt.key]
-        self._emit(worker_pb2.WorkerMessage(receipt=receipt.to_proto()))
+        # The artifacts' bytes are still in memory: not read back from the files just written
+        # (on the event loop), only a resend does that.
+        in_memory = {a.sha256: a.data for a in attempt.ctx.artifacts}
+        self._emit(worker_pb2.WorkerMessage(receipt=receipt.to_proto(in_memory)))
         self.observe(attempt.dispatch.kind, receipt.status, _size(attempt))
 
 

@@ -208,7 +208,7 @@ def kill_engage(client: CoordinatorClient, args: argparse.Namespace) -> None:
         render.print_json(doc)
     else:
         target = f" {doc['target']}" if doc.get("target") else ""
-        pushed = len(doc.get("unacknowledged", []))
+        pushed = doc.get("unacknowledgedCount", 0)
         print(
             f"kill switch {doc['id']} engaged for {doc['scope']}{target}; pushed to {pushed}"
             " connected worker(s) (see `deskfleet kill status`)"
@@ -268,15 +268,47 @@ def secrets_set(client: CoordinatorClient, args: argparse.Namespace) -> None:
         )
 
 
+# Positional and option ids read the same in every usage line and help.
+RUN_ID: dict[str, str] = {"metavar": "RUN_ID", "help": "the run's id"}
+WORKER_ID: dict[str, str] = {"metavar": "WORKER_ID", "help": "the worker's id"}
+APPROVAL_ID: dict[str, str] = {"metavar": "APPROVAL_ID", "help": "the approval's id"}
+_INT_ARGS = (
+    ("x", "X", "click, move, drag: the horizontal pixel"),
+    ("y", "Y", "click, move, drag: the vertical pixel"),
+    ("to_x", "X", "drag: where to end, horizontally"),
+    ("to_y", "Y", "drag: where to end, vertically"),
+    ("dx", "DX", "scroll: columns (negative: left)"),
+    ("dy", "DY", "scroll: lines (negative: up)"),
+    ("display", "INDEX", "the display index (default 0)"),
+    ("quality", "Q", "screenshot: JPEG or WebP quality, 1-100"),
+)
+
+
 def _scope_options(p: argparse.ArgumentParser, narrowing: bool) -> None:
     verb = "narrow to" if narrowing else "ask for"
     p.add_argument(
         "--action", action="append", choices=ACTIONS, help=f"{verb} this action (repeatable)"
     )
-    p.add_argument("--display", action="append", type=int, help=f"{verb} this display index")
-    p.add_argument("--region", help=f"{verb} this screen region, WIDTHxHEIGHT+X+Y (real pixels)")
-    p.add_argument("--ttl", help=f"{verb} this duration once approved, e.g. 10m (default 10m)")
-    p.add_argument("--max-actions", type=int, help=f"{verb} at most N actions (default 100)")
+    p.add_argument(
+        "--display",
+        action="append",
+        type=int,
+        metavar="INDEX",
+        help=f"{verb} this display index (repeatable)",
+    )
+    p.add_argument(
+        "--region",
+        metavar="WxH+X+Y",
+        help=f"{verb} this screen region, WIDTHxHEIGHT+X+Y (real pixels)",
+    )
+    p.add_argument(
+        "--ttl",
+        metavar="DURATION",
+        help=f"{verb} this duration once approved, e.g. 10m (default 10m)",
+    )
+    p.add_argument(
+        "--max-actions", type=int, metavar="N", help=f"{verb} at most N actions (default 100)"
+    )
 
 
 def add_parsers(sub: Any, leaf: Any) -> None:
@@ -284,57 +316,79 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         dest="sub", required=True, metavar="ACTION"
     )
     p = leaf(desktop, "request", request, "ask for desktop control of a worker; opens a run")
-    p.add_argument("--worker", required=True)
+    p.add_argument("--worker", required=True, **WORKER_ID)
     _scope_options(p, narrowing=False)
-    p.add_argument("--title")
-    p.add_argument("--reason", help="why, shown to the approver")
+    p.add_argument("--title", metavar="TEXT", help="a short title for the run")
+    p.add_argument("--reason", metavar="TEXT", help="why, shown to the approver")
     p = leaf(desktop, "act", act, "run one action in an approved desktop run")
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("action", choices=ACTIONS)
-    for name in ("x", "y", "to_x", "to_y", "dx", "dy", "display", "quality"):
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
-    p.add_argument("--text", help="text to type; {{secret:NAME}} types a stored secret")
-    p.add_argument("--key", help="a key or combo, e.g. Return, ctrl+a, shift+Tab")
-    p.add_argument("--seconds", type=float, help="for wait")
-    p.add_argument("--space", help="coordinates and screenshots in this space, e.g. 1280x800")
+    p.add_argument("run_id", **RUN_ID)
+    p.add_argument("action", choices=ACTIONS, metavar="ACTION", help=", ".join(ACTIONS))
+    for name, metavar, text in _INT_ARGS:
+        p.add_argument(
+            f"--{name.replace('_', '-')}", dest=name, type=int, metavar=metavar, help=text
+        )
+    p.add_argument(
+        "--text", metavar="TEXT", help="text to type; {{secret:NAME}} types a stored secret"
+    )
+    p.add_argument("--key", metavar="KEY", help="a key or combo, e.g. Return, ctrl+a, shift+Tab")
+    p.add_argument("--seconds", type=float, metavar="SECONDS", help="for wait: how long")
+    p.add_argument(
+        "--space",
+        metavar="WxH",
+        help="coordinates and screenshots in this space, e.g. 1280x800",
+    )
     p.add_argument("--format", choices=("png", "webp", "jpeg"), help="screenshot encoding")
     p.add_argument("--screenshot-after", action="store_true", help="attach a screenshot after")
-    p.add_argument("--args", help="more arguments as a JSON object")
-    p.add_argument("--out", help="write the screenshot to this file")
+    p.add_argument("--args", metavar="JSON", help="more arguments as a JSON object")
+    p.add_argument("--out", metavar="FILE", help="write the screenshot to this file")
     p.add_argument(
-        "--wait-seconds", type=float, default=60.0, help="how long to wait for the receipt"
+        "--wait-seconds",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for the receipt (default 60)",
     )
-    leaf(desktop, "continue", resume, "after human_active: let input resume").add_argument("id")
+    leaf(desktop, "continue", resume, "after human_active: let input resume").add_argument(
+        "id", **RUN_ID
+    )
 
     approvals = sub.add_parser("approvals", help="answer permission requests").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )
     p = leaf(approvals, "list", approvals_list, "approvals (pending by default)")
-    p.add_argument("--status", choices=("pending", "approved", "denied", "suspended", "expired"))
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--status",
+        choices=("pending", "approved", "denied", "suspended", "expired"),
+        help="only approvals in this state (default pending)",
+    )
+    p.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="at most this many (default 50)"
+    )
     p = leaf(approvals, "approve", approve, "approve, optionally narrowing the scope")
-    p.add_argument("id")
+    p.add_argument("id", **APPROVAL_ID)
     _scope_options(p, narrowing=True)
-    p.add_argument("--reason")
+    p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")
     p = leaf(approvals, "deny", deny, "deny: the waiting run is cancelled")
-    p.add_argument("id")
-    p.add_argument("--reason")
+    p.add_argument("id", **APPROVAL_ID)
+    p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")
 
     kill = sub.add_parser("kill", help="the kill switch").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )
     p = leaf(kill, "engage", kill_engage, "stop desktop input: the fleet, a worker or a run")
     target = p.add_mutually_exclusive_group()
-    target.add_argument("--worker")
-    target.add_argument("--run", dest="run_target", metavar="RUN_ID")
-    p.add_argument("--reason", required=True)
+    target.add_argument("--worker", metavar="WORKER_ID", help="stop this worker's input")
+    target.add_argument("--run", dest="run_target", metavar="RUN_ID", help="stop this run's input")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why, kept with the switch")
     p = leaf(kill, "release", kill_release, "release a kill switch (runs need re-approval)")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--id")
-    which.add_argument("--worker")
-    which.add_argument("--run", dest="run_target", metavar="RUN_ID")
-    which.add_argument("--fleet", action="store_true")
-    p.add_argument("--reason")
+    which.add_argument("--id", metavar="SWITCH_ID", help="the switch with this id")
+    which.add_argument("--worker", metavar="WORKER_ID", help="the switches on this worker")
+    which.add_argument(
+        "--run", dest="run_target", metavar="RUN_ID", help="the switches on this run"
+    )
+    which.add_argument("--fleet", action="store_true", help="the fleet-wide switch")
+    p.add_argument("--reason", metavar="TEXT", help="why, kept with the release")
     p = leaf(kill, "status", kill_status, "engaged switches and who has acknowledged them")
     p.add_argument("--all", action="store_true", help="include released switches")
 
@@ -342,6 +396,8 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         dest="sub", required=True, metavar="ACTION"
     )
     p = leaf(secrets, "set", secrets_set, "store a secret (value from stdin or a prompt)")
-    p.add_argument("name")
-    p.add_argument("--owner", help="an owner's name or id (admins); default: yourself")
+    p.add_argument("name", metavar="NAME", help="the secret's name, as {{secret:NAME}} uses it")
+    p.add_argument(
+        "--owner", metavar="USER", help="an owner's name or id (admins); default: yourself"
+    )
     p.add_argument("--value-stdin", action="store_true", help="read the whole of stdin")

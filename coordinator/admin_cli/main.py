@@ -14,9 +14,18 @@ from typing import Any
 
 from coordinator.admin_cli import desktop_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
+from coordinator.admin_cli.completion import SHELLS, completion_help, completion_script
 from coordinator.settings import parse_size
 from shared import __version__, tracing
-from shared.config import ClientConfig, parse_duration
+from shared.config import (
+    DEFAULT_COORDINATOR,
+    ENV_CA_FILE,
+    ENV_COORDINATOR,
+    ENV_TOKEN_FILE,
+    ClientConfig,
+    config_file,
+    parse_duration,
+)
 from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.files import replace_atomically
 from shared.gen.deskfleet.v1 import admin_pb2, fleet_pb2
@@ -295,15 +304,44 @@ def _mcp(client: CoordinatorClient, args: argparse.Namespace) -> None:
     mcp_server.serve(client)
 
 
+WORKER_ID_HELP = "the worker's id (deskfleet workers list)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--coordinator", help="HOST:PORT (env DESKFLEET_COORDINATOR)")
-    common.add_argument("--token-file", help="credential file (env DESKFLEET_TOKEN_FILE)")
-    common.add_argument("--ca-file", help="the coordinator's CA: use TLS (env DESKFLEET_CA_FILE)")
-    common.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    # How to reach the coordinator: every command but `completion`.
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help=f"the coordinator (env {ENV_COORDINATOR}; default {DEFAULT_COORDINATOR})",
+    )
+    connection.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"the credential file (env {ENV_TOKEN_FILE})",
+    )
+    connection.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help=f"the coordinator's CA certificate: use TLS (env {ENV_CA_FILE})",
+    )
+    connection.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="seconds per call"
+    )
+    # Commands that print a result also print it as one JSON document.
+    common = argparse.ArgumentParser(add_help=False, parents=[connection])
     common.add_argument("--json", action="store_true", help="print one JSON document")
 
-    p = argparse.ArgumentParser(prog="deskfleet", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="deskfleet",
+        description=__doc__,
+        epilog=(
+            f"The coordinator is --coordinator, else ${ENV_COORDINATOR}, else the config file"
+            f" ({config_file()}), else {DEFAULT_COORDINATOR}. The credential is --token-file,"
+            f" else ${ENV_TOKEN_FILE}, else the config file. Shell completion:"
+            " `deskfleet completion bash|zsh|fish`."
+        ),
+    )
     p.add_argument("--version", action="version", version=f"deskfleet {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -312,8 +350,15 @@ def _parser() -> argparse.ArgumentParser:
         name: str,
         command: Command,
         help_text: str,
+        *,
+        json_output: bool = True,
     ) -> argparse.ArgumentParser:
-        parser = parent.add_parser(name, parents=[common], help=help_text)
+        parser = parent.add_parser(
+            name,
+            parents=[common if json_output else connection],
+            help=help_text,
+            description=help_text,
+        )
         parser.set_defaults(run=command)
         return parser
 
@@ -327,17 +372,28 @@ def _parser() -> argparse.ArgumentParser:
         choices=["headless", "computer_use"],
         help="a capability the worker may offer (repeatable; default all)",
     )
-    create.add_argument("--ttl", default="1h", help="lifetime, e.g. 10m, 1h, 2d (default 1h)")
-    create.add_argument("--uses", type=int, default=1, help="how many enrollments (default 1)")
+    create.add_argument(
+        "--ttl", default="1h", metavar="DURATION", help="lifetime, e.g. 10m, 1h, 2d (default 1h)"
+    )
+    create.add_argument(
+        "--uses", type=int, default=1, metavar="N", help="how many enrollments (default 1)"
+    )
 
     users = sub.add_parser("users", help="owner and admin principals").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )
     ucreate = leaf(users, "create", _users_create, "create a user and print its token")
-    ucreate.add_argument("name")
-    ucreate.add_argument("--role", choices=["owner", "admin"], default="owner")
+    ucreate.add_argument("name", metavar="NAME", help="the new user's name")
+    ucreate.add_argument(
+        "--role",
+        choices=["owner", "admin"],
+        default="owner",
+        help="owner: runs work on the fleet; admin: also manages it (default owner)",
+    )
     urotate = leaf(users, "rotate", _users_rotate, "replace a user's token (default: your own)")
-    urotate.add_argument("name", nargs="?", default="", help="a user's name or id (admins)")
+    urotate.add_argument(
+        "name", nargs="?", default="", metavar="USER", help="a user's name or id (admins)"
+    )
     urotate.add_argument(
         "--save", type=Path, metavar="FILE", help="write the new token to FILE (0600) instead"
     )
@@ -348,7 +404,9 @@ def _parser() -> argparse.ArgumentParser:
         _users_limits,
         "a user's limits and usage (default: your own); admins set them with the options",
     )
-    ulimits.add_argument("name", nargs="?", default="", help="a user's name or id (admins)")
+    ulimits.add_argument(
+        "name", nargs="?", default="", metavar="USER", help="a user's name or id (admins)"
+    )
     ulimits.add_argument(
         "--max-active-runs",
         metavar="N",
@@ -363,9 +421,22 @@ def _parser() -> argparse.ArgumentParser:
     _paged(leaf(sub, "status", _status, "fleet status: workers online by capability"))
     leaf(sub, "whoami", _whoami, "the principal of the credential in use")
     audit = leaf(sub, "audit", _audit, "administrative acts: who did what, when, from where")
-    audit.add_argument("--since", default="", help="a duration back (1h, 2d) or an ISO 8601 time")
-    audit.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
-    leaf(sub, "mcp", _mcp, "serve the fleet as MCP tools on stdio (for agent applications)")
+    audit.add_argument(
+        "--since",
+        default="",
+        metavar="WHEN",
+        help="a duration back (1h, 2d) or an ISO 8601 time (default: all)",
+    )
+    audit.add_argument(
+        "--limit", type=int, default=1000, metavar="N", help="at most this many (default 1000)"
+    )
+    leaf(
+        sub,
+        "mcp",
+        _mcp,
+        "serve the fleet as MCP tools on stdio (for agent applications)",
+        json_output=False,  # it speaks JSON-RPC on stdio whatever is asked
+    )
 
     runs_commands.add_parsers(sub, leaf)
     desktop_commands.add_parsers(sub, leaf)
@@ -377,34 +448,54 @@ def _parser() -> argparse.ArgumentParser:
     wlist = leaf(workers, "list", _workers_list, "list enrolled workers")
     wlist.add_argument("--all", action="store_true", help="include revoked workers")
     _paged(wlist)
-    wlist.add_argument("--state", default="", choices=("active", "draining", "revoked"))
+    wlist.add_argument(
+        "--state",
+        default="",
+        choices=("active", "draining", "revoked"),
+        help="only workers in this state",
+    )
     wlist.add_argument(
         "--capability", default="", choices=("headless", "computer_use"), help="offering it now"
     )
-    wlist.add_argument("--replica", default="", help="streaming to this replica")
+    wlist.add_argument("--replica", default="", metavar="REPLICA", help="streaming to this replica")
     online = wlist.add_mutually_exclusive_group()
-    online.add_argument("--online", dest="online", action="store_true", default=None)
-    online.add_argument("--offline", dest="online", action="store_false")
+    online.add_argument(
+        "--online", dest="online", action="store_true", default=None, help="only online workers"
+    )
+    online.add_argument(
+        "--offline", dest="online", action="store_false", help="only offline workers"
+    )
     for name, rpc, verb, help_text in (
         ("show", "GetWorker", "", "one worker in detail, with capability reasons"),
         ("revoke", "RevokeWorker", "revoked", "disconnect the worker and refuse it from now on"),
         ("drain", "DrainWorker", "draining: no new work will reach it", "stop new work for it"),
         ("undrain", "UndrainWorker", "active again", "let new work reach it again"),
     ):
-        leaf(workers, name, _worker_action(rpc, verb), help_text).add_argument("id")
+        leaf(workers, name, _worker_action(rpc, verb), help_text).add_argument(
+            "id", metavar="WORKER_ID", help=WORKER_ID_HELP
+        )
     wrotate = leaf(
         workers,
         "rotate",
         _workers_rotate,
         "replace a connected worker's credential; the old one stops once the new one is used",
     )
-    wrotate.add_argument("id")
+    wrotate.add_argument("id", metavar="WORKER_ID", help=WORKER_ID_HELP)
     wrotate.add_argument(
         "--while-offline",
         action="store_true",
         help="the worker is not connected: give the new credential to whoever next connects"
         " with the current one (never for a stolen credential: revoke and enroll again)",
     )
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or fish)",
+        description=completion_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+    completion.set_defaults(run=None)
     return p
 
 
@@ -421,7 +512,11 @@ def _exit_code(exc: DeskfleetError) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.run is None:  # `completion`: needs no coordinator
+        sys.stdout.write(completion_script(parser, args.shell))
+        return 0
     # What the coordinator, workers and web pages wrote reaches a terminal only with its
     # control characters spelled out. `mcp` speaks JSON-RPC on stdio; `top` draws its frames
     # with escape sequences of its own and spells out the text in them itself.

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -53,11 +55,66 @@ def print_json(document: Any) -> None:
     sys.stdout.write("\n")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+# A cut column keeps at least this many characters (or its header's width, if wider).
+MIN_CUT_WIDTH = 12
+ELLIPSIS = "\u2026"
+
+
+def terminal_width() -> int | None:
+    """The width tables must fit: the terminal's (or COLUMNS), or None when the output is not
+    a terminal and COLUMNS is unset (a pipe or a file gets whole cells)."""
+    if not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    cut: Sequence[int] = (),
+    margin: int = 0,
+) -> str:
+    """Aligned columns. The columns in `cut` (free text: reasons, errors, details) are cut with
+    an ellipsis, widest first, until a line fits the terminal less `margin`; `--json` is where
+    the whole text is."""
     cells = [[str(h) for h in headers]] + [[_cell(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    limit = terminal_width()
+    if limit is not None and cut:
+        widths = _fit(widths, [len(h) for h in cells[0]], cut, limit - margin)
+        cells = [cells[0]] + [
+            [
+                _shorten(c, w) if i in cut else c
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            ]
+            for r in cells[1:]
+        ]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
+
+
+def _fit(widths: list[int], floors: list[int], cut: Sequence[int], limit: int) -> list[int]:
+    widths = list(widths)
+    excess = sum(widths) + 2 * (len(widths) - 1) - limit
+    while excess > 0:
+        floor = {i: max(MIN_CUT_WIDTH, floors[i]) for i in cut}
+        room = [i for i in cut if widths[i] > floor[i]]
+        if not room:
+            break  # the other columns alone are wider than the terminal: let it wrap
+        widest = max(room, key=lambda i: widths[i])
+        others = [widths[i] for i in room if i != widest]
+        # Down to the next widest column (so wide columns shrink together), or as needed.
+        target = max(floor[widest], widths[widest] - excess, max(others, default=0))
+        if target >= widths[widest]:
+            target = widths[widest] - 1
+        excess -= widths[widest] - target
+        widths[widest] = target
+    return widths
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + ELLIPSIS
 
 
 _FRACTION = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.\d+Z$")
@@ -150,6 +207,7 @@ def run_rows(runs: list[dict[str, Any]]) -> str:
             ]
             for r in runs
         ],
+        cut=(3, 4),
     )
 
 
@@ -199,6 +257,7 @@ def run_detail(r: dict[str, Any]) -> str:
                     ]
                     for a in r["actions"]
                 ],
+                cut=(6, 7),
             )
         )
     if r.get("timeline"):
@@ -245,6 +304,8 @@ def timeline_lines(t: dict[str, Any]) -> list[str]:
                 ]
                 for s in states
             ],
+            cut=(3,),
+            margin=2,
         )
     )
     if t.get("actions"):
@@ -264,6 +325,8 @@ def timeline_lines(t: dict[str, Any]) -> list[str]:
                     ]
                     for a in t["actions"]
                 ],
+                cut=(6,),
+                margin=2,
             )
         )
     if t.get("retries"):
@@ -468,7 +531,15 @@ def approval_rows(approvals: list[dict[str, Any]]) -> str:
             ]
             for a in approvals
         ],
+        cut=(4, 5),
     )
+
+
+def _waiting(kill: dict[str, Any]) -> str:
+    """Who the switch still waits for: the names given, and how many more there are."""
+    names: list[str] = kill.get("unacknowledged", [])
+    more = int(kill.get("unacknowledgedCount", len(names))) - len(names)
+    return ", ".join(names) + (f" (+{more} more)" if more > 0 else "")
 
 
 def kill_rows(switches: list[dict[str, Any]]) -> str:
@@ -482,11 +553,12 @@ def kill_rows(switches: list[dict[str, Any]]) -> str:
                 k.get("engaged"),
                 k.get("engagedBy"),
                 k.get("reason"),
-                len(k.get("acknowledged", [])),
-                k.get("unacknowledged", []),
+                k.get("acknowledgedCount", 0),
+                _waiting(k),
             ]
             for k in switches
         ],
+        cut=(5, 7),
     )
 
 
@@ -522,4 +594,4 @@ def audit_rows(entries: list[dict[str, Any]]) -> str:
         )
         for e in entries
     ]
-    return table(("TIME", "WHO", "FROM", "ACTION", "TARGET", "DETAIL"), rows)
+    return table(("TIME", "WHO", "FROM", "ACTION", "TARGET", "DETAIL"), rows, cut=(4, 5))

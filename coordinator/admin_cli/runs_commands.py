@@ -374,10 +374,16 @@ def goal(client: CoordinatorClient, args: argparse.Namespace) -> None:
         raise RunNotSucceeded(run.status)
 
 
+# Every positional run id reads the same in usage lines and help.
+RUN_ID: dict[str, str] = {"metavar": "RUN_ID", "help": "the run's id"}
+
+
 def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(sub, "goal", goal, "a goal for a model to reach with the fleet's tools")
-    p.add_argument("text")
-    p.add_argument("--desktop", metavar="WORKER", help="a desktop the computer tool may use")
+    p.add_argument("text", metavar="GOAL", help="what to reach, in words")
+    p.add_argument(
+        "--desktop", metavar="WORKER_ID", help="a worker whose desktop the computer tool may use"
+    )
     p.add_argument(
         "--model",
         required=True,
@@ -385,19 +391,24 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         help="anthropic:MODEL, openai:MODEL, openai-chat:MODEL or scripted:NAME (a script"
         " the operator offers)",
     )
-    p.add_argument("--max-steps", type=int, default=0, help="model calls at most (default 50)")
+    p.add_argument(
+        "--max-steps", type=int, default=0, metavar="N", help="model calls at most (default 50)"
+    )
     p.add_argument(
         "--wait", action="store_true", help="follow it until it stops (exit 6 unless it succeeded)"
     )
     p = leaf(sub, "research", research, "search, fetch sources on workers, report evidence")
-    p.add_argument("query")
-    p.add_argument("--url", action="append", help="fetch this source (repeatable; no search)")
+    p.add_argument("query", metavar="QUERY", help="the question to research")
+    p.add_argument(
+        "--url", action="append", metavar="URL", help="fetch this source (repeatable; no search)"
+    )
     search = p.add_mutually_exclusive_group()
     search.add_argument(
         "--search-url",
         metavar="TEMPLATE",
         help="a search results page, URL template with {query}; its result links are found"
-        " by --result-selector/--link-selector, or else by the generic extractor",
+        " by --result-selector/--link-selector, or else by the generic extractor"
+        " (default: the coordinator's search)",
     )
     search.add_argument(
         "--searxng", metavar="URL", help="a SearXNG instance (its JSON API, format=json)"
@@ -408,7 +419,13 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p.add_argument("--result-selector", metavar="CSS", help="each result on the results page")
     p.add_argument("--link-selector", metavar="CSS", help="a result's link, inside it")
     p.add_argument("--snippet-selector", metavar="CSS", help="a result's snippet, inside it")
-    p.add_argument("--max-sources", type=int, default=5)
+    p.add_argument(
+        "--max-sources",
+        type=int,
+        default=5,
+        metavar="N",
+        help="sources to fetch from the search results at most (default 5)",
+    )
     p.add_argument(
         "--thorough",
         action="store_true",
@@ -416,10 +433,18 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         " listing where they disagree",
     )
     p.add_argument(
-        "--max-pages", type=int, default=0, help="pages the browsers may fetch (default 50)"
+        "--max-pages",
+        type=int,
+        default=0,
+        metavar="N",
+        help="pages the browsers may fetch (default 50)",
     )
     p.add_argument(
-        "--max-bytes", type=int, default=0, help="bytes the browsers may read (default 64 MiB)"
+        "--max-bytes",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="bytes the browsers may read (default 64 MiB)",
     )
     p.add_argument(
         "--wait",
@@ -438,52 +463,68 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         dest="sub", required=True, metavar="ACTION"
     )
     p = leaf(runs, "submit", submit, "submit a plan of actions")
-    p.add_argument("plan", metavar="PLAN.json")
+    p.add_argument("plan", metavar="PLAN.json", help="the plan: a JSON file of actions")
     p.add_argument(
         "--wait", action="store_true", help="wait until the run stops (exit 6 unless it succeeded)"
     )
     p = leaf(runs, "list", list_runs, "your runs, newest first")
-    p.add_argument("--status", help="only runs in this state")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--status", metavar="STATE", help="only runs in this state, e.g. RUNNING")
+    p.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="at most this many (default 50)"
+    )
     p = leaf(
         runs,
         "show",
         show,
         "a run: state, stop or waiting reason, actions, receipts, and its timeline",
     )
-    p.add_argument("id")
+    p.add_argument("id", **RUN_ID)
     p.add_argument(
         "--artifacts-dir",
         metavar="DIR",
         help="save the run's screenshots here and list their paths",
     )
     p = leaf(runs, "watch", watch, "stream a run's journal; resume with --after-seq")
-    p.add_argument("id")
-    p.add_argument("--after-seq", type=int, default=0, metavar="N")
+    p.add_argument("id", **RUN_ID)
+    p.add_argument(
+        "--after-seq",
+        type=int,
+        default=0,
+        metavar="SEQ",
+        help="print only events after this sequence number (default 0: all)",
+    )
     p.add_argument("--no-follow", action="store_true", help="print history only")
     for name, rpc, text in (
         ("cancel", "CancelRun", "stop a run now"),
         ("retry", "RetryRun", "continue a stopped run from its checkpoint"),
         ("abandon", "AbandonRun", "end a stopped run, keeping its results"),
     ):
-        leaf(runs, name, control(rpc), text).add_argument("id")
+        leaf(runs, name, control(rpc), text).add_argument("id", **RUN_ID)
     p = leaf(runs, "guide", guide, "queue a message for the run's next safe boundary")
-    p.add_argument("id")
-    p.add_argument("text")
+    p.add_argument("id", **RUN_ID)
+    p.add_argument("text", metavar="TEXT", help="the message for the run")
 
     journal = sub.add_parser("journal", help="a run's journal").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )
     p = leaf(journal, "read", journal_read, "a page of one event's original text")
-    p.add_argument("run_id")
-    p.add_argument("--seq", type=int, required=True)
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--limit", type=int, default=0, help="characters (default 16384)")
+    p.add_argument("run_id", **RUN_ID)
+    p.add_argument(
+        "--seq", type=int, required=True, metavar="SEQ", help="the event's sequence number"
+    )
+    p.add_argument(
+        "--offset", type=int, default=0, metavar="N", help="start at this character (default 0)"
+    )
+    p.add_argument(
+        "--limit", type=int, default=0, metavar="N", help="characters at most (default 16384)"
+    )
     p = leaf(journal, "search", journal_search, "search a run's journal")
-    p.add_argument("run_id")
-    p.add_argument("text")
-    p.add_argument("--cursor")
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("run_id", **RUN_ID)
+    p.add_argument("text", metavar="TEXT", help="the words to find")
+    p.add_argument(
+        "--cursor", metavar="CURSOR", help="the next page: the cursor the previous page printed"
+    )
+    p.add_argument("--limit", type=int, default=10, metavar="N", help="hits at most (default 10)")
     leaf(
         journal, "verify", journal_verify, "check the hash chain and every receipt's content hash"
-    ).add_argument("run_id")
+    ).add_argument("run_id", **RUN_ID)

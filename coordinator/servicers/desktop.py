@@ -220,6 +220,8 @@ def kill_message(view: KillView) -> desktop_pb2.KillSwitch:
         released_at=to_timestamp(row.released_at),
         acknowledged=list(view.acknowledged),
         unacknowledged=list(view.unacknowledged),
+        acknowledged_count=view.acknowledged_count,
+        unacknowledged_count=view.unacknowledged_count,
     )
 
 

@@ -49,7 +49,38 @@ def _peer_certificate(context: Context) -> bytes | None:
     return values[0] if values else None
 
 
-def _message(order: object) -> worker_pb2.CoordinatorMessage:
+def _serialize(message: worker_pb2.CoordinatorMessage | bytes) -> bytes:
+    """The stream's serializer; a message sent to many streams (a kill switch change) comes
+    serialized once by its sender."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def add_to_server(servicer: WorkerGatewayServicer, server: Any) -> None:
+    """The generated registration, with `_serialize` for the stream's messages."""
+    handlers: dict[str, Any] = {}
+
+    class Capture:
+        def add_generic_rpc_handlers(self, generic: object) -> None:
+            pass
+
+        def add_registered_method_handlers(self, service: str, found: dict[str, Any]) -> None:
+            handlers.update(found)
+
+    worker_pb2_grpc.add_WorkerGatewayServicer_to_server(servicer, Capture())
+    connect = handlers["Connect"]
+    handlers["Connect"] = grpc.stream_stream_rpc_method_handler(
+        connect.stream_stream,
+        request_deserializer=connect.request_deserializer,
+        response_serializer=_serialize,
+    )
+    service = worker_pb2.DESCRIPTOR.services_by_name["WorkerGateway"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
+
+
+def _message(order: object) -> worker_pb2.CoordinatorMessage | bytes:
+    if isinstance(order, bytes):
+        return order  # serialized once for every stream it goes to
     if isinstance(order, DispatchOrder):
         return worker_pb2.CoordinatorMessage(
             dispatch=worker_pb2.Dispatch(

@@ -4,8 +4,11 @@ and secrets."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from sqlalchemy import exists, insert, or_, select
+from sqlalchemy import exists, func, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import (
@@ -16,8 +19,10 @@ from coordinator.store.models import (
     KillAckRow,
     KillSwitchRow,
     PresenceRow,
+    ReplicaRow,
     RunRow,
     SecretRow,
+    WorkerRow,
 )
 
 
@@ -173,32 +178,139 @@ def runs_of_worker(s: Session, worker_id: str) -> set[str]:
     return {*approved, *acting}
 
 
-def acks(s: Session, kill_ids: Sequence[str]) -> Sequence[KillAckRow]:
-    return s.execute(select(KillAckRow).where(KillAckRow.kill_id.in_(kill_ids))).scalars().all()
+def live_holders(
+    s: Session,
+    now: float,
+    *,
+    worker_ids: Iterable[str] | None = None,
+    other_than: str = "",
+) -> dict[str, str]:
+    """worker id -> the replica holding its stream, for workers online now (a live presence
+    lease, not revoked); only `worker_ids` if given, only other replicas' if `other_than`."""
+    query = (
+        select(PresenceRow.worker_id, PresenceRow.replica)
+        .join(WorkerRow, WorkerRow.id == PresenceRow.worker_id)
+        # A presence lease is its replica's (store/workers.py).
+        .join(ReplicaRow, ReplicaRow.name == PresenceRow.replica)
+        .where(ReplicaRow.lease_expires_at > now, WorkerRow.state != "revoked")
+    )
+    if worker_ids is not None:
+        ids = sorted(set(worker_ids))
+        if not ids:
+            return {}
+        query = query.where(PresenceRow.worker_id.in_(ids))
+    if other_than:
+        query = query.where(PresenceRow.replica != other_than)
+    return {w: r for w, r in s.execute(query)}
+
+
+def ack_counts(s: Session, kill_ids: Sequence[str]) -> dict[tuple[str, bool], int]:
+    """(kill id, engaged) -> how many workers acknowledged that change."""
+    if not kill_ids:
+        return {}
+    rows = s.execute(
+        select(KillAckRow.kill_id, KillAckRow.engaged, func.count())
+        .where(KillAckRow.kill_id.in_(kill_ids))
+        .group_by(KillAckRow.kill_id, KillAckRow.engaged)
+    )
+    return {(k, bool(e)): n for k, e, n in rows}
+
+
+def acked_workers(
+    s: Session, kill_ids: Sequence[str], limit: int
+) -> dict[tuple[str, bool], list[str]]:
+    """(kill id, engaged) -> the first `limit` workers (by id) that acknowledged it."""
+    if not kill_ids:
+        return {}
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=(KillAckRow.kill_id, KillAckRow.engaged),
+            order_by=KillAckRow.worker_id,
+        )
+        .label("rank")
+    )
+    ranked = (
+        select(KillAckRow.kill_id, KillAckRow.engaged, KillAckRow.worker_id, rank)
+        .where(KillAckRow.kill_id.in_(kill_ids))
+        .subquery()
+    )
+    out: dict[tuple[str, bool], list[str]] = {}
+    rows = s.execute(
+        select(ranked.c.kill_id, ranked.c.engaged, ranked.c.worker_id)
+        .where(ranked.c.rank <= limit)
+        .order_by(ranked.c.kill_id, ranked.c.engaged, ranked.c.worker_id)
+    )
+    for kill_id, engaged, worker_id in rows:
+        out.setdefault((kill_id, bool(engaged)), []).append(worker_id)
+    return out
+
+
+def acked_among(s: Session, kill_id: str, worker_ids: Iterable[str]) -> set[str]:
+    """Which of these workers acknowledged the switch's engagement."""
+    ids = sorted(set(worker_ids))
+    if not ids:
+        return set()
+    return set(
+        s.execute(
+            select(KillAckRow.worker_id).where(
+                KillAckRow.kill_id == kill_id,
+                KillAckRow.engaged.is_(True),
+                KillAckRow.worker_id.in_(ids),
+            )
+        ).scalars()
+    )
+
+
+def online_unacknowledged(
+    s: Session, kill_id: str, now: float, limit: int
+) -> tuple[int, list[str]]:
+    """Workers online now that have not acknowledged the switch's engagement: how many, and
+    the first `limit` of them by id (a fleet switch asks it of every online worker)."""
+    missing = (
+        select(PresenceRow.worker_id)
+        .join(WorkerRow, WorkerRow.id == PresenceRow.worker_id)
+        .join(ReplicaRow, ReplicaRow.name == PresenceRow.replica)
+        .where(
+            ReplicaRow.lease_expires_at > now,
+            WorkerRow.state != "revoked",
+            ~exists().where(
+                KillAckRow.kill_id == kill_id,
+                KillAckRow.worker_id == PresenceRow.worker_id,
+                KillAckRow.engaged.is_(True),
+            ),
+        )
+    )
+    count = s.execute(select(func.count()).select_from(missing.subquery())).scalar_one()
+    names = s.execute(missing.order_by(PresenceRow.worker_id).limit(limit)).scalars().all()
+    return count, list(names)
+
+
+def fresh_acks(
+    rows: Iterable[tuple[str, str, bool, float]],
+) -> list[dict[str, object]]:
+    """One row per (switch, worker, change), the earliest reading of it kept."""
+    fresh: dict[tuple[str, str, bool], float] = {}
+    for kill_id, worker_id, engaged, at in rows:
+        key = (kill_id, worker_id, engaged)
+        fresh[key] = min(at, fresh.get(key, at))
+    return [
+        {"kill_id": k, "worker_id": w, "engaged": e, "acked_at": at}
+        for (k, w, e), at in fresh.items()
+    ]
 
 
 def add_acks(s: Session, rows: Iterable[tuple[str, str, bool, float]]) -> None:
-    """Record acknowledgements, many in one statement; repeats of a recorded one are dropped."""
-    fresh: dict[tuple[str, str, bool], float] = {}
-    for kill_id, worker_id, engaged, at in rows:
-        fresh.setdefault((kill_id, worker_id, engaged), at)
-    if not fresh:
+    """Record acknowledgements in one statement that skips those recorded already (insert or
+    ignore: no read of the switch's other acknowledgements, whatever their number)."""
+    values = fresh_acks(rows)
+    if not values:
         return
-    known = s.execute(
-        select(KillAckRow.kill_id, KillAckRow.worker_id, KillAckRow.engaged).where(
-            KillAckRow.kill_id.in_({k for k, _, _ in fresh})
-        )
-    )
-    for key in known:
-        fresh.pop((key[0], key[1], key[2]), None)
-    if fresh:
-        s.execute(
-            insert(KillAckRow),
-            [
-                {"kill_id": k, "worker_id": w, "engaged": e, "acked_at": at}
-                for (k, w, e), at in fresh.items()
-            ],
-        )
+    if s.get_bind().dialect.name == "postgresql":
+        statement: Any = pg_insert(KillAckRow).on_conflict_do_nothing()
+    else:
+        statement = sqlite_insert(KillAckRow).on_conflict_do_nothing()
+    s.execute(statement, values)
 
 
 # --------------------------------------------------------------- leases, artifacts, secrets

@@ -126,6 +126,8 @@ class RunRow(Base):
     # The run's place in line for a worker slot while it has units no worker has taken yet
     # (oldest first); NULL when it waits for nothing of the kind.
     queued_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True, default=None)
+    # When the run entered its current state (its newest `run.state` event), for the metrics.
+    state_since: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
 
 class ActionRow(Base):

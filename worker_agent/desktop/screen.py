@@ -140,7 +140,7 @@ class Screen:
             raise
         except Exception as exc:
             raise ActionRefused(f"cannot capture the display: {_short(exc)}", NO_DISPLAY) from exc
-        return Image.frombytes("RGB", raw.size, raw.bgra, "raw", "BGRX")
+        return to_image(raw.raw, raw.size)
 
     def capture(
         self,
@@ -167,6 +167,12 @@ class Screen:
                 grabber.close()
             except Exception:
                 pass  # a capture thread's connection that is already gone
+
+
+def to_image(bgrx: bytes | bytearray | memoryview, size: tuple[int, int]) -> Image.Image:
+    """mss's pixels (BGRX rows) as an RGB image: one conversion straight from the buffer mss
+    filled (its `bgra` property would copy the whole frame to `bytes` first)."""
+    return Image.frombytes("RGB", size, bgrx, "raw", "BGRX")
 
 
 def encode(image: Image.Image, fmt: str, quality: int | None = None) -> bytes:

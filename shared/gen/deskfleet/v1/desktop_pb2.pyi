@@ -201,7 +201,7 @@ class SecretInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_by: _Optional[str] = ...) -> None: ...
 
 class KillSwitch(_message.Message):
-    __slots__ = ("id", "scope", "target", "reason", "engaged_by", "engaged_at", "engaged", "released_by", "released_at", "acknowledged", "unacknowledged")
+    __slots__ = ("id", "scope", "target", "reason", "engaged_by", "engaged_at", "engaged", "released_by", "released_at", "acknowledged", "unacknowledged", "acknowledged_count", "unacknowledged_count")
     ID_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +213,8 @@ class KillSwitch(_message.Message):
     RELEASED_AT_FIELD_NUMBER: _ClassVar[int]
     ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
     UNACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    ACKNOWLEDGED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UNACKNOWLEDGED_COUNT_FIELD_NUMBER: _ClassVar[int]
     id: str
     scope: str
     target: str
@@ -224,7 +226,9 @@ class KillSwitch(_message.Message):
     released_at: _timestamp_pb2.Timestamp
     acknowledged: _containers.RepeatedScalarFieldContainer[str]
     unacknowledged: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., scope: _Optional[str] = ..., target: _Optional[str] = ..., reason: _Optional[str] = ..., engaged_by: _Optional[str] = ..., engaged_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., engaged: _Optional[bool] = ..., released_by: _Optional[str] = ..., released_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., acknowledged: _Optional[_Iterable[str]] = ..., unacknowledged: _Optional[_Iterable[str]] = ...) -> None: ...
+    acknowledged_count: int
+    unacknowledged_count: int
+    def __init__(self, id: _Optional[str] = ..., scope: _Optional[str] = ..., target: _Optional[str] = ..., reason: _Optional[str] = ..., engaged_by: _Optional[str] = ..., engaged_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., engaged: _Optional[bool] = ..., released_by: _Optional[str] = ..., released_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., acknowledged: _Optional[_Iterable[str]] = ..., unacknowledged: _Optional[_Iterable[str]] = ..., acknowledged_count: _Optional[int] = ..., unacknowledged_count: _Optional[int] = ...) -> None: ...
 
 class EngageKillRequest(_message.Message):
     __slots__ = ("worker", "run", "reason")

@@ -1,0 +1,193 @@
+"""Kill switch bookkeeping in the store, in process: acknowledgements recorded exactly once
+(insert or ignore), and the counts `Status` answers; the one serialized push; and a fleet
+switch through real processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from coordinator.admin_cli.render import kill_rows
+from coordinator.killswitch import push_bytes
+from coordinator.orders import KillPush
+from coordinator.servicers.worker_gateway import _message, _serialize
+from coordinator.store import desktop as queries
+from coordinator.store.engine import create_store_engine
+from coordinator.store.models import Base, KillAckRow, PresenceRow, WorkerRow
+from shared.gen.deskfleet.v1 import worker_pb2
+from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
+
+NOW = 1_000_000.0
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    url = (
+        f"sqlite:///{tmp_path / 'store.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    made = create_store_engine(url, immediate=False, pool_size=1)
+    Base.metadata.create_all(made)
+    yield made
+    made.dispose()
+
+
+def _worker(
+    s: Session, worker_id: str, *, state: str = "active", lease: float | None = None
+) -> None:
+    s.add(
+        WorkerRow(
+            id=worker_id,
+            name=worker_id,
+            secret_hash=f"hash-{worker_id}",
+            state=state,
+            labels={},
+            allowed_capabilities=[],
+            advertisement={},
+            enrolled_at=NOW,
+            revoked_at=None,
+            enrollment_token_id="tok",
+        )
+    )
+    s.flush()  # the presence row refers to it
+    if lease is not None:
+        s.add(
+            PresenceRow(
+                worker_id=worker_id,
+                replica="b" if worker_id.endswith("-b") else "a",
+                session_id=f"ses-{worker_id}",
+                connected_at=NOW,
+                last_heartbeat_at=NOW,
+                lease_expires_at=NOW + lease,
+            )
+        )
+
+
+def test_a_batch_keeps_one_row_per_change_and_the_earliest_reading() -> None:
+    rows = queries.fresh_acks(
+        [("k1", "w1", True, 3.0), ("k1", "w1", True, 1.0), ("k1", "w1", False, 2.0)]
+    )
+    assert sorted((r["engaged"], r["acked_at"]) for r in rows) == [(False, 2.0), (True, 1.0)]
+
+
+def test_acks_are_recorded_exactly_once_whatever_repeats(engine: Engine) -> None:
+    with Session(engine) as s, s.begin():
+        queries.add_acks(s, [("k1", "w1", True, 1.0), ("k1", "w1", True, 1.5)])
+    with Session(engine) as s, s.begin():
+        # A repeat of a recorded ack beside new ones: the new ones go in, the repeat is ignored.
+        queries.add_acks(
+            s, [("k1", "w1", True, 9.0), ("k1", "w2", True, 2.0), ("k1", "w1", False, 3.0)]
+        )
+    with Session(engine) as s:
+        got = s.execute(
+            select(KillAckRow.worker_id, KillAckRow.engaged, KillAckRow.acked_at).order_by(
+                KillAckRow.worker_id, KillAckRow.engaged
+            )
+        )
+        assert [tuple(r) for r in got] == [("w1", False, 3.0), ("w1", True, 1.0), ("w2", True, 2.0)]
+
+
+def test_status_counts_online_workers_that_have_not_acknowledged(engine: Engine) -> None:
+    with Session(engine) as s, s.begin():
+        for i in range(5):
+            _worker(s, f"w{i}", lease=30.0)
+        _worker(s, "w5-b", lease=30.0)  # streaming to another replica
+        _worker(s, "lapsed", lease=-1.0)
+        _worker(s, "gone", state="revoked", lease=30.0)
+        _worker(s, "never")
+        queries.add_acks(
+            s,
+            [
+                ("k1", "w0", True, NOW),
+                ("k1", "w1", True, NOW),
+                ("k1", "lapsed", True, NOW),  # acked, then went offline: still counted
+                ("k1", "w2", False, NOW),  # a release ack is not an engage ack
+                ("k2", "w3", True, NOW),
+            ],
+        )
+    with Session(engine) as s:
+        assert queries.online_unacknowledged(s, "k1", NOW, limit=2) == (4, ["w2", "w3"])
+        assert queries.online_unacknowledged(s, "k1", NOW, limit=100)[1] == [
+            "w2",
+            "w3",
+            "w4",
+            "w5-b",
+        ]
+        assert queries.ack_counts(s, ["k1", "k2"]) == {
+            ("k1", True): 3,
+            ("k1", False): 1,
+            ("k2", True): 1,
+        }
+        assert queries.acked_workers(s, ["k1", "k2"], limit=2) == {
+            ("k1", True): ["lapsed", "w0"],
+            ("k1", False): ["w2"],
+            ("k2", True): ["w3"],
+        }
+        assert queries.acked_among(s, "k1", ["w0", "w2", "w4"]) == {"w0"}
+        assert queries.live_holders(s, NOW, other_than="a") == {"w5-b": "b"}
+        assert queries.live_holders(s, NOW, worker_ids=["w1", "lapsed", "gone", "never"]) == {
+            "w1": "a"
+        }
+        assert len(queries.live_holders(s, NOW)) == 6
+
+
+def test_a_push_serialized_once_is_the_message_each_stream_got_before() -> None:
+    push = KillPush("w1", "kill_1", True, "fleet", "", "maintenance: é")
+    data = push_bytes(push)
+    before = _message(push)
+    assert isinstance(before, worker_pb2.CoordinatorMessage)
+    assert worker_pb2.CoordinatorMessage.FromString(data) == before
+    # The stream's serializer passes the bytes through and still encodes a message itself.
+    assert _message(data) is data and _serialize(data) is data
+    assert _serialize(before) == before.SerializeToString()
+
+
+def test_kill_status_says_how_many_more_it_waits_for_than_it_names() -> None:
+    shown = kill_rows(
+        [
+            {"id": "kill_1", "scope": "fleet", "acknowledgedCount": 900, "unacknowledgedCount": 102}
+            | {"unacknowledged": [f"w{i:03}" for i in range(100)]},
+            {"id": "kill_2", "scope": "worker", "acknowledgedCount": 1, "unacknowledgedCount": 0},
+        ]
+    )
+    assert "w099 (+2 more)" in shown and "900" in shown
+    assert "more" not in shown.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_fleet_switch_reaches_every_stream_and_a_later_one_in_its_welcome(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
+) -> None:
+    first, second = workers("one"), workers("two")
+    first.wait_online()
+    second.wait_online()
+    kill = coordinator.cli_json("kill", "engage", "--reason", "fleet test")
+    assert kill["unacknowledgedCount"] == 2
+    assert sorted(kill["unacknowledged"]) == sorted([first.worker_id, second.worker_id])
+
+    def acked(n: int, released: bool = False) -> Callable[[], dict[str, Any] | None]:
+        def poll() -> dict[str, Any] | None:
+            args = ("kill", "status", "--all") if released else ("kill", "status")
+            switches = coordinator.cli_json(*args)["switches"]
+            switch = next(s for s in switches if s["id"] == kill["id"])
+            done = switch["acknowledgedCount"] == n and switch["unacknowledgedCount"] == 0
+            return switch if done else None
+
+        return poll
+
+    switch = wait_until(acked(2), 15, 0.1, "both workers to acknowledge")
+    assert sorted(switch["acknowledged"]) == sorted([first.worker_id, second.worker_id])
+    # Connected after the engage: the switch comes with its welcome, and it acknowledges it.
+    third = workers("three")
+    third.wait_online()
+    switch = wait_until(acked(3), 15, 0.1, "the later worker to acknowledge")
+    assert third.worker_id in switch["acknowledged"]
+    coordinator.cli("kill", "release", "--fleet", "--reason", "done")
+    wait_until(acked(3, released=True), 15, 0.1, "every worker to acknowledge the release")
