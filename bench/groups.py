@@ -225,19 +225,28 @@ def screenshot(quick: bool) -> list[dict[str, Any]]:
 def research(quick: bool) -> list[dict[str, Any]]:
     from bench import research as bench
 
-    doc = bench.run(argparse.Namespace(quick=quick, workers=1))
-    fig, base = doc["figure"], doc["baseline"]
-    return [
-        figure(
-            "research",
-            "research pages fetched and extracted per second, 1 worker",
-            fig["pages_per_s"],
-            "pages/s",
-            better="higher",
-            baseline=("naive sequential Playwright goto + inner_text", base["pages_per_s"]),
-            params={"pages": fig["pages"], "runs": fig["runs"], "site": "local test site"},
+    doc = bench.run(argparse.Namespace(quick=quick, workers=2))
+    out = []
+    for name, goal, what in (
+        ("latency", 4.0, "150-300 ms per document, subresources delayed"),
+        ("zero", 0.8, "no latency: the overhead"),
+    ):
+        fig = doc["sites"][name]
+        out.append(
+            figure(
+                f"research_{name}",
+                f"research pages fetched and extracted per second, 2 workers ({what})",
+                fig["research"]["pages_per_s"],
+                "pages/s",
+                better="higher",
+                baseline=(
+                    "naive sequential Playwright goto + innerText, same site, same run",
+                    fig["naive"]["pages_per_s"],
+                ),
+                params={"pages": doc["pages"], "workers": doc["workers"], "goal_ratio": goal},
+            )
         )
-    ]
+    return out
 
 
 def research_answers(quick: bool) -> list[dict[str, Any]]:

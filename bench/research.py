@@ -1,26 +1,38 @@
-"""Research throughput: pages fetched and extracted per second on 40 local pages.
+"""Research throughput: 40 pages fetched and extracted, against a naive loop on the same site.
 
-Figure: one research run over the 40 note pages of the local site, through the coordinator
-and a real worker (parallel work units, policy checks, extraction, receipts, journal).
-Baseline, in the same run: a naive sequential Playwright loop (goto + inner_text) over the
-same pages with the same Chromium.
+Two sites, both served on loopback by this script:
 
-Usage: python bench/research.py [--quick] [--workers N] [--out bench/results/research.json]
+- `latency`: each document answers after 150-300 ms (fixed per page), and each page has
+  its own stylesheet (100 ms), script (150 ms), three images (200-400 ms) and a web font
+  (300 ms), as a real site would;
+- `zero`: the same pages answered at once (the overhead figure).
+
+Figure, for each site: one research run over the 40 pages (`research --url ... --wait`)
+through a real coordinator and N headless workers (parallel work units, egress guard,
+settling, extraction, receipts, journal). Baseline, in the same run on the same site: the
+naive sequential Playwright loop (`goto` + `document.body.innerText`) with the same Chromium.
+Goals: >= 4x the naive loop with latency, >= 0.8x at zero latency.
+
+Usage: python bench/research.py [--quick] [--workers 2] [--out bench/results/research.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import platform
 import shlex
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -28,12 +40,79 @@ if str(ROOT) not in sys.path:
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from scripts.local_site.server import start  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess  # noqa: E402
 from worker_agent.capabilities import CHROMIUM_ARGS, DEFAULT_CHROMIUM  # noqa: E402
 
+PAGES = 40
+QUERY = "tower painted"
+# The 1x1 PNG the local site also serves.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415478"
+    "9c63f8ffff3f0005fe02fe0def46b80000000049454e44ae426082"
+)
+
+
+def _page(i: int) -> bytes:
+    fact = f"Note {i}: the tower was painted in {1900 + i}."
+    filler = (
+        "<p>Visitors to the Isle of Varn often ask about the tower. The island archive keeps "
+        "letters, log books and drawings that describe the station through the years.</p>"
+    )
+    images = "".join(f"<img src='/img/{i}-{k}.png' alt=''>" for k in range(3))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>Varn note {i}</title><link rel='stylesheet' href='/css/site.css?p={i}'>"
+        f"<style>@font-face{{font-family:V;src:url('/font/v.woff2?p={i}')}}"
+        "body{font-family:V,serif}</style></head><body>"
+        f"<nav><a href='/'>Home</a></nav><article><h1>Varn note {i}</h1>"
+        f"<p>{html.escape(fact)}</p>{filler}{images}</article>"
+        f"<script src='/js/site.js?p={i}'></script></body></html>"
+    ).encode()
+
+
+def serve(latency: bool) -> tuple[ThreadingHTTPServer, str]:
+    """The bench site on 127.0.0.1, with or without realistic latency."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = urlparse(self.path).path
+            delay, kind, body = 0.0, "text/html; charset=utf-8", b""
+            if path.startswith("/notes/"):
+                i = int(path.rsplit("/", 1)[1].removesuffix(".html"))
+                delay, body = 0.150 + (i * 37 % 151) / 1000, _page(i)
+            elif path.startswith("/css/"):
+                delay, kind, body = 0.100, "text/css", b"article{max-width:40em}"
+            elif path.startswith("/js/"):
+                delay, kind, body = 0.150, "text/javascript", b"document.title += '';"
+            elif path.startswith("/img/"):
+                k = int(path.rsplit("-", 1)[1].split(".")[0])
+                delay, kind, body = 0.200 + 0.100 * k, "image/png", PNG
+            elif path.startswith("/font/"):
+                delay, kind, body = 0.300, "font/woff2", b"wOF2" + b"\0" * 60
+            else:
+                self.send_error(404)
+                return
+            if latency:
+                time.sleep(delay)
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="bench-site").start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
 
 def naive(urls: list[str]) -> dict[str, float]:
+    """The baseline: one page, goto then innerText, one URL after another."""
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page()
@@ -42,33 +121,17 @@ def naive(urls: list[str]) -> dict[str, float]:
         chars = 0
         for url in urls:
             page.goto(url)
-            chars += len(page.inner_text("body"))
+            chars += len(page.evaluate("document.body.innerText"))
         elapsed = time.perf_counter() - start_t
         browser.close()
-    return {
-        "pages": len(urls),
-        "seconds": elapsed,
-        "pages_per_s": len(urls) / elapsed,
-        "chars": chars,
-    }
+    return {"pages": len(urls), "seconds": elapsed, "pages_per_s": len(urls) / elapsed}
 
 
 def research(coordinator: CoordinatorProcess, urls: list[str]) -> dict[str, float]:
     args = [x for u in urls for x in ("--url", u)]
-    warm = coordinator.cli("research", "warm up", "--url", urls[0], "--wait", check=False)
-    if warm.returncode != 0:
-        raise RuntimeError(f"warm-up research failed: {warm.stderr.strip()}")
     start_t = time.perf_counter()
     done = coordinator.cli(
-        "research",
-        "tower painted",
-        *args,
-        "--max-sources",
-        "20",
-        "--wait",
-        json_out=True,
-        check=False,
-        timeout=300,
+        "research", QUERY, *args, "--wait", json_out=True, check=False, timeout=300
     )
     elapsed = time.perf_counter() - start_t
     if done.returncode != 0:
@@ -77,46 +140,40 @@ def research(coordinator: CoordinatorProcess, urls: list[str]) -> dict[str, floa
     found = sum(1 for s in report["sources"] if s["evidence"])
     if found != len(urls):
         raise RuntimeError(f"research found evidence in {found} of {len(urls)} pages")
-    return {
-        "pages": len(urls),
-        "seconds": elapsed,
-        "pages_per_s": len(urls) / elapsed,
-        "evidence_pages": found,
-    }
+    return {"pages": len(urls), "seconds": elapsed, "pages_per_s": len(urls) / elapsed}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    server, site = start()
-    count = 10 if args.quick else 40
-    urls = [f"{site}/varn/notes/{i}.html" for i in range(count)]
-    # A research run takes at most 20 sources: the 40 pages go as two runs back to back.
-    batches = [urls[i : i + 20] for i in range(0, count, 20)]
+    count = 10 if args.quick else PAGES
+    sites = {name: serve(latency=name == "latency") for name in ("latency", "zero")}
+    results: dict[str, Any] = {}
     try:
-        baseline = naive(urls)
         with tempfile.TemporaryDirectory() as tmp:
             coordinator = CoordinatorProcess(
-                Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=60.0
+                Path(tmp) / "coord", heartbeat=1.0, lease=8.0, sweep=60.0
             ).start()
             workers = [WorkerProcess(coordinator, f"w{i}") for i in range(args.workers)]
             try:
                 for w in workers:
                     w.start().wait_online(60)
-                parts = [research(coordinator, batch) for batch in batches]
+                _, first = sites["zero"]
+                research(coordinator, [f"{first}/notes/0.html"])  # the browsers start here
+                for name, (_, base) in sites.items():
+                    urls = [f"{base}/notes/{i}.html" for i in range(count)]
+                    results[name] = {
+                        "naive": naive(urls),
+                        "research": research(coordinator, urls),
+                    }
             finally:
                 for w in workers:
                     w.stop()
                 coordinator.stop()
     finally:
-        server.shutdown()
-        server.server_close()
-    seconds = sum(p["seconds"] for p in parts)
-    figure = {
-        "pages": count,
-        "seconds": seconds,
-        "pages_per_s": count / seconds,
-        "workers": args.workers,
-        "runs": len(parts),
-    }
+        for server, _ in sites.values():
+            server.shutdown()
+            server.server_close()
+    for figures in results.values():
+        figures["ratio"] = figures["research"]["pages_per_s"] / figures["naive"]["pages_per_s"]
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
@@ -124,9 +181,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "platform": platform.platform(),
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
+            "load_1min": os.getloadavg()[0],
         },
-        "baseline": {"what": "sequential Playwright goto + inner_text, one page", **baseline},
-        "figure": {"what": "research runs through coordinator and worker(s), end to end", **figure},
+        "pages": count,
+        "workers": args.workers,
+        "baseline": "naive sequential Playwright goto + document.body.innerText, one page",
+        "figure": "one research run over the pages through the coordinator and the workers",
+        "sites": results,
     }
 
 
@@ -135,7 +196,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "research.json")
     args = parser.parse_args()
     try:
@@ -143,16 +204,13 @@ def main() -> int:
     except (RuntimeError, TimeoutError, OSError) as exc:
         print(f"research bench: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    base, fig = doc["baseline"], doc["figure"]
-    print(
-        f"naive sequential goto + inner_text (baseline): {base['pages_per_s']:.1f} pages/s"
-        f" ({base['pages']} pages in {base['seconds']:.2f} s)"
-    )
-    print(
-        f"research runs, {fig['workers']} worker(s): {fig['pages_per_s']:.1f} pages/s"
-        f" ({fig['pages']} pages in {fig['seconds']:.2f} s)"
-        f" = {fig['pages_per_s'] / base['pages_per_s']:.2f}x the baseline"
-    )
+    for name, fig in doc["sites"].items():
+        base, ours = fig["naive"], fig["research"]
+        print(
+            f"{name}: naive {base['pages_per_s']:.1f} pages/s ({base['seconds']:.2f} s),"
+            f" research with {doc['workers']} worker(s) {ours['pages_per_s']:.1f} pages/s"
+            f" ({ours['seconds']:.2f} s) = {fig['ratio']:.2f}x"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"written to {args.out}")

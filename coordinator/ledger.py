@@ -243,9 +243,8 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
         stage = run_queries.next_stage(s, run.id, stage)
     else:
         hook = ctx.kind(run).on_completion
-        if hook is not None:
-            hook(s, run, run_queries.actions_of(s, run.id), ctx)
-        set_status(s, run, ctx, SUCCEEDED, stop_reason="completed: every action succeeded")
+        said = hook(s, run, run_queries.actions_of(s, run.id), ctx) if hook is not None else None
+        set_status(s, run, ctx, SUCCEEDED, stop_reason=said or "completed: every action succeeded")
         return None
     stuck = next((a for a in current if a.status not in (PENDING, *IN_FLIGHT)), None)
     if stuck is not None:  # an UNKNOWN or FAILED unit left in an active run: stop safely

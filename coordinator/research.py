@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import fallback, ledger, research_report
+from coordinator import fallback, journal, ledger, research_report
 from coordinator.research_report import APP_KIND
 from coordinator.run_kinds import RunKind
 from coordinator.runs import Plan, PlannedAction, check_url
@@ -42,6 +42,7 @@ from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
 from shared.errors import InvalidArgumentError
 from shared.receipts import decode_result
+from shared.search import search_spec
 from shared.text import refuse_control
 
 __all__ = ["ResearchRequest", "research_plan"]
@@ -67,10 +68,34 @@ class ResearchRequest:
     thorough: bool = False  # app routes beside the headless route, reports merged
     max_pages: int = 0  # 0: DEFAULT_MAX_PAGES
     max_bytes: int = 0  # 0: DEFAULT_MAX_BYTES
+    search_format: str = ""  # "html" or "searxng" (shared/search.py)
+    result_selector: str = ""  # with link_selector; none: the generic extractor
+    link_selector: str = ""
+    snippet_selector: str = ""
+    search_profile: str = ""
+
+    def search_args(self, default: dict[str, str] | None = None) -> dict[str, str]:
+        """The `browser.search` arguments that say where and how to search: the request's
+        own, else the routing policy's `search` (`default`), else the workers' profile."""
+        asked = {
+            "template": self.search_url,
+            "format": self.search_format,
+            "result": self.result_selector,
+            "link": self.link_selector,
+            "snippet": self.snippet_selector,
+            "profile": self.search_profile,
+        }
+        chosen = asked if any(asked.values()) else dict(default or {})
+        return {k: v for k, v in chosen.items() if v}
 
 
-def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None = None) -> Plan:
-    """The run that answers `request` (fetch units are added after the search, if any)."""
+def research_plan(
+    request: ResearchRequest,
+    routes: list[dict[str, Any]] | None = None,
+    search: dict[str, str] | None = None,
+) -> Plan:
+    """The run that answers `request` (fetch units are added after the search, if any);
+    `search` is the routing policy's search for the owner (used when the request has none)."""
     query = request.query.strip()
     if not query or len(query) > 500:
         raise InvalidArgumentError("query: 1-500 characters")
@@ -83,6 +108,16 @@ def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None 
             raise InvalidArgumentError(
                 "search_url: a template needs {query}, e.g. https://x/?q={query}"
             )
+    search_args = request.search_args(search)
+    if not request.urls:
+        try:
+            search_spec(search_args)
+        except ValueError as exc:
+            field, _, why = str(exc).partition(": ")
+            names = {"template": "search_url", "format": "search_format"}
+            names |= {"result": "result_selector", "link": "link_selector"}
+            names |= {"snippet": "snippet_selector", "profile": "search_profile"}
+            raise InvalidArgumentError(f"{names.get(field, field)}: {why}") from exc
     # URLs past max_pages are listed as skipped, not fetched: still bounded, and each checked
     # (a file:, chrome: or javascript: URL is refused here, not at the worker).
     if len(request.urls) > MAX_URLS:
@@ -104,6 +139,7 @@ def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None 
         "query": query,
         "max_sources": request.max_sources,
         "search_url": request.search_url,
+        "search": search_args,
         "routes": routes,
         "mode": mode,
         "limits": {"max_pages": max_pages, "max_bytes": max_bytes},
@@ -118,8 +154,7 @@ def research_plan(request: ResearchRequest, routes: list[dict[str, Any]] | None 
         headless = [_fetch(url, policy) for url in urls[:max_pages]]
     else:
         args: dict[str, Any] = {"query": query, "max_results": request.max_sources * 2}
-        if request.search_url:
-            args.update(template=request.search_url, profile="local")
+        args.update(search_args)
         if policy:
             args["policy"] = policy
         headless = [PlannedAction("browser.search", args, True, HEADLESS, f"search: {query}")]
@@ -285,10 +320,63 @@ def _skip(action: ActionRow, why: str, ctx: ledger.Context) -> None:
 # ---------------------------------------------------------------------------------- report
 
 
-def report(s: Session, run: RunRow, actions: Sequence[ActionRow], ctx: ledger.Context) -> None:
-    """Fan in: one evidence report from the units' receipts, written to the journal."""
+NO_EVIDENCE = "no_evidence"
+
+
+def report(
+    s: Session, run: RunRow, actions: Sequence[ActionRow], ctx: ledger.Context
+) -> str | None:
+    """Fan in: one evidence report from the units' receipts, written to the journal; the
+    run's stop reason says why when the report holds no evidence."""
     s.flush()  # the last receipt may still be pending in this batch's session
-    ledger.record(s, run, ctx, "research.report", **research_report.build(s, run, actions))
+    built = research_report.build(s, run, actions)
+    ledger.record(s, run, ctx, "research.report", **built)
+    if built.get("evidence"):
+        return None
+    return no_evidence_reason(run, _search_result(s, actions), built)
+
+
+def _search_result(s: Session, actions: Sequence[ActionRow]) -> dict[str, Any] | None:
+    for action in actions:
+        if action.kind == "browser.search" and action.receipt_id:
+            row = run_queries.receipt(s, action.receipt_id)
+            if row is not None:
+                result = journal.read_receipt(row).get("result")
+                return result if isinstance(result, dict) else None
+    return None
+
+
+def no_evidence_reason(run: RunRow, search: dict[str, Any] | None, built: dict[str, Any]) -> str:
+    """`no_evidence: ...`: what was searched, how many results, why none counted."""
+    parts = []
+    if search is not None:
+        where = search.get("search_url") or search.get("url") or "the search page"
+        how = search.get("extractor", "")
+        line = f"searched {run.spec.get('query', '')!r} on {where}" + (f" ({how})" if how else "")
+        found = len(search.get("results") or [])
+        line += f": {found} result{'s' if found != 1 else ''}"
+        if search.get("outcome") not in (None, "ok"):
+            line += f", the search page was {search.get('outcome')}"
+        if not found and search.get("reason"):
+            line += f" ({search['reason']})"
+        parts.append(line)
+    sources = [x for x in built.get("sources") or [] if isinstance(x, dict)]
+    failures = [x for x in built.get("failures") or [] if isinstance(x, dict)]
+    skipped = built.get("skipped") or []
+    if sources:
+        parts.append(f"{len(sources)} page(s) read had no passage that matches the query")
+    if failures:
+        kinds: dict[str, int] = {}
+        for f in failures:
+            kinds[str(f.get("outcome"))] = kinds.get(str(f.get("outcome")), 0) + 1
+        listed = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        first = str(failures[0].get("reason", ""))[:120]
+        parts.append(f"{len(failures)} page(s) not read ({listed}; first: {first})")
+    if skipped:
+        parts.append(f"{len(skipped)} source(s) skipped")
+    if not sources and not failures and search is None:
+        parts.append("no source was read")
+    return f"{NO_EVIDENCE}: " + "; ".join(parts)
 
 
 # --------------------------------------------------------------------------------- routing

@@ -19,6 +19,11 @@ it is tried before the browsers and, when it answers, its sources are the report
 `--thorough` it runs beside them and the report merges both. Its failures (no worker offers
 the app, time-out, credit limit, bad output) are journaled under its branch and never stop
 the other routes. The default policy has no app route.
+
+A policy (or an owner's entry) may also say how research searches when a request names no
+search of its own: `"search": {"url": "https://searx.example/search?q={query}", "format":
+"searxng"}` (a SearXNG instance's JSON API), or an HTML results page with `"result"`,
+`"link"` and `"snippet"` CSS selectors (none: the generic extractor), or a named `"profile"`.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from coordinator import capabilities
+from coordinator.runs import check_url
 from shared.errors import InvalidArgumentError
+from shared.search import search_spec
 
 DEFAULT: dict[str, Any] = {
     "research": {
@@ -51,10 +58,46 @@ MAX_APP_TIMEOUT = 3600.0
 class RoutingPolicy:
     research: tuple[dict[str, Any], ...]
     owners: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    search: dict[str, str] = field(default_factory=dict)
+    owner_search: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def research_routes(self, owner_id: str, owner_name: str) -> list[dict[str, Any]]:
         routes = self.owners.get(owner_id) or self.owners.get(owner_name) or self.research
         return [dict(r) for r in routes]
+
+    def research_search(self, owner_id: str, owner_name: str) -> dict[str, str]:
+        """The search a research run uses when its request names none (may be empty)."""
+        found = self.owner_search.get(owner_id) or self.owner_search.get(owner_name)
+        return dict(found or self.search)
+
+
+SEARCH_KEYS = {"url": "template", "format": "format", "result": "result", "link": "link"}
+SEARCH_KEYS |= {"snippet": "snippet", "profile": "profile"}
+
+
+def _search(data: Any, where: str) -> dict[str, str]:
+    found = data.get("research", {}).get("search") if isinstance(data, dict) else None
+    if found is None:
+        return {}
+    here = f"{where}.research.search"
+    if not isinstance(found, dict):
+        raise InvalidArgumentError(f"{here}: an object (url, format, result, link, snippet)")
+    args: dict[str, str] = {}
+    for key, value in found.items():
+        if key not in SEARCH_KEYS or not isinstance(value, str):
+            raise InvalidArgumentError(
+                f"{here}.{key}: not a search field (a string of {', '.join(SEARCH_KEYS)})"
+            )
+        args[SEARCH_KEYS[key]] = value
+    if "template" in args:
+        check_url(f"{here}.url", args["template"], template=True)
+    try:
+        search_spec(args)
+    except ValueError as exc:
+        field_name, _, why = str(exc).partition(": ")
+        name = {"template": "url"}.get(field_name, field_name)
+        raise InvalidArgumentError(f"{here}.{name}: {why}") from exc
+    return args
 
 
 def _routes(data: Any, where: str) -> tuple[dict[str, Any], ...]:
@@ -112,6 +155,12 @@ def parse(data: Any) -> RoutingPolicy:
     return RoutingPolicy(
         _routes(data, "policy"),
         {str(name): _routes(value, f"owners.{name}") for name, value in owners.items()},
+        _search(data, "policy"),
+        {
+            str(name): found
+            for name, value in owners.items()
+            if (found := _search(value, f"owners.{name}"))
+        },
     )
 
 

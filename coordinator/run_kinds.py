@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from coordinator.store.models import ActionRow, RunRow
 
 ReceiptHook = Callable[["Session", "RunRow", "ActionRow", Any, "Context"], None]
-CompletionHook = Callable[["Session", "RunRow", "Sequence[ActionRow]", "Context"], None]
+# A completion hook may return the run's stop reason (research: why it found no evidence).
+CompletionHook = Callable[["Session", "RunRow", "Sequence[ActionRow]", "Context"], str | None]
 # A route hook that settles a unit without running it marks it SKIPPED and returns
 # (None, SKIPPED, why); the run moves on.
 RouteHook = Callable[["Session", "RunRow", "ActionRow", "Context"], tuple[str | None, str, str]]

@@ -37,6 +37,7 @@ from shared.errors import (
 )
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result
+from shared.search import search_spec
 from shared.text import refuse_control
 
 MAX_ACTIONS_PER_PLAN = 1000
@@ -72,7 +73,8 @@ BROWSER_ARGS = {
     "browser.fetch": {"url", "policy"},
     "browser.screenshot": {"url", "policy", "full_page"},
     "browser.search": {
-        "query", "template", "profile", "result", "link", "snippet", "max_results", "policy",
+        "query", "template", "format", "profile", "result", "link", "snippet", "max_results",
+        "policy",
     },
 }  # fmt: skip
 # A plan narrows the operator's policy: each number at most the worker's own default.
@@ -295,9 +297,13 @@ def _browser_args_checked(field: str, kind: str, args: dict[str, Any]) -> None:
             template = check_url(f"{field}.template", args["template"], template=True)
             if "{query}" not in template:
                 raise InvalidArgumentError(f"{field}.template: needs {{query}}")
-        for key in ("profile", "result", "link", "snippet"):
+        for key in ("format", "profile", "result", "link", "snippet"):
             if key in args and (not isinstance(args[key], str) or len(args[key]) > 200):
                 raise InvalidArgumentError(f"{field}.{key}: a string of at most 200 characters")
+        try:
+            search_spec(args)  # the worker checks the same: a bad profile never gets there
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{field}.{exc}") from exc
         count = args.get("max_results", 10)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
             raise InvalidArgumentError(f"{field}.max_results: an integer between 1 and 100")

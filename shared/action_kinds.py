@@ -64,7 +64,8 @@ KINDS: dict[str, Kind] = {
          "visible": Arg(BOOLEAN, coordinator_only=True)}
     ),
     "browser.search": Kind(
-        {"query": Arg(STRING, required=True), "template": Arg(STRING), "profile": Arg(STRING),
+        {"query": Arg(STRING, required=True), "template": Arg(STRING), "format": Arg(STRING),
+         "profile": Arg(STRING),
          "result": Arg(STRING), "link": Arg(STRING), "snippet": Arg(STRING),
          "max_results": Arg(INTEGER, minimum=1), "policy": _POLICY,
          "visible": Arg(BOOLEAN, coordinator_only=True)}

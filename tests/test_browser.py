@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from scripts.local_site.server import ESCAPE_TARGET, FACTS, REQUESTED, search_template
+from scripts.local_site.server import (
+    ESCAPE_TARGET,
+    FACTS,
+    LATE_DATA,
+    LATE_TEXT,
+    REQUESTED,
+    search_template,
+)
 from tests.conftest import require
 from worker_agent.actions import ActionContext, ActionRegistry
 from worker_agent.browser.actions import BrowserActions
@@ -146,7 +154,8 @@ def test_redirects_of_images_and_frames_are_checked_hop_by_hop(
     port = site.rsplit(":", 1)[1]
     denied = {**LOCAL, "deny_domains": ["localhost"]}
     REQUESTED.clear()
-    page = act(browser, "browser.fetch", {"url": f"{site}/embeds?to=out", "policy": denied})
+    # A screenshot loads the page's images (a text fetch skips them): both hops are checked.
+    page = act(browser, "browser.screenshot", {"url": f"{site}/embeds?to=out", "policy": denied})
     assert page["outcome"] == "ok"
     blocked = {b["url"]: b["reason"] for b in page["blocked_requests"]}
     for what, target in (("img", "/files/photo.png"), ("frame", "/varn/lens.html")):
@@ -157,9 +166,73 @@ def test_redirects_of_images_and_frames_are_checked_hop_by_hop(
     # The redirected requests never left the browser.
     assert not [p for p in REQUESTED if "via=" in p]
     # Redirects that stay within the policy are followed as before.
-    page = act(browser, "browser.fetch", {"url": f"{site}/embeds?to=in", "policy": denied})
+    page = act(browser, "browser.screenshot", {"url": f"{site}/embeds?to=in", "policy": denied})
     assert page["outcome"] == "ok" and page["blocked_requests"] == []
     assert {"/files/photo.png?via=img-in", "/varn/lens.html?via=frame-in"} <= set(REQUESTED)
+
+
+def test_a_text_fetch_skips_images_and_a_screenshot_of_the_same_run_keeps_them(
+    browser: ActionRegistry, site: str
+) -> None:
+    REQUESTED.clear()
+    page = act(browser, "browser.fetch", {"url": f"{site}/embeds?to=in", "policy": LOCAL})
+    assert page["outcome"] == "ok" and "station drawings" in page["text"]
+    assert "/embeds/hop/frame?to=in" in REQUESTED  # the frame is a document: loaded
+    assert not [p for p in REQUESTED if "/embeds/hop/img" in p]  # the image never left
+    # The same run's next page (a reused page) is a screenshot: its image is loaded.
+    act(browser, "browser.screenshot", {"url": f"{site}/embeds?to=in", "policy": LOCAL})
+    assert "/embeds/hop/img?to=in" in REQUESTED
+    REQUESTED.clear()
+    act(browser, "browser.fetch", {"url": f"{site}/embeds?to=in", "policy": LOCAL})
+    assert not [p for p in REQUESTED if "/embeds/hop/img" in p]
+
+
+def test_text_a_script_inserts_after_load_is_read_once_the_page_settles(
+    browser: ActionRegistry, site: str
+) -> None:
+    late = act(browser, "browser.fetch", {"url": f"{site}/late", "policy": LOCAL})
+    assert LATE_TEXT in late["text"], late["text"]
+    assert 450 <= late["settle_ms"] < 3000 and late["settled"] is True
+    data = act(browser, "browser.fetch", {"url": f"{site}/late-fetch", "policy": LOCAL})
+    assert LATE_DATA in data["text"], data["text"]
+    assert 350 <= data["settle_ms"] < 3000
+    # A static page does not wait.
+    still = act(browser, "browser.fetch", {"url": f"{site}/varn/lens.html", "policy": LOCAL})
+    assert still["settle_ms"] < 250 and still["settled"] is True
+
+
+def test_concurrent_units_of_a_run_share_one_context_closed_when_idle(site: str) -> None:
+    """Units of one run arrive together: one context is created, not one each; a context
+    with nothing to do is closed after the idle time."""
+    import concurrent.futures
+
+    require(shutil.which(DEFAULT_CHROMIUM) is not None, f"no Chromium at {DEFAULT_CHROMIUM}")
+    service = BrowserService(DEFAULT_CHROMIUM, context_idle=1.0)
+    registry = ActionRegistry()
+    BrowserActions(service).register(registry)
+    handler, _ = registry.resolve("browser.fetch", "{}")
+
+    def fetch(i: int, run: str) -> dict[str, Any]:
+        ctx = ActionContext(f"act_{run}_{i}", 1, 30, run_id=run)
+        url = f"{site}/varn/notes/{i}.html"
+        result: dict[str, Any] = handler({"url": url, "policy": LOCAL}, ctx)
+        return result
+
+    try:
+        fetch(0, "warm")  # the browser starts here, not inside the race
+        assert service.contexts_opened == 1
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            done = list(pool.map(lambda i: fetch(i, "run_many"), range(8)))
+            assert all(d["outcome"] == "ok" for d in done)
+            assert service.contexts_opened == 2  # one for the eight units of "run_many"
+            list(pool.map(lambda i: fetch(i, f"run_{i}"), range(4)))
+        assert service.contexts_opened == 6 and service.open_contexts >= 1
+        deadline = time.monotonic() + 10
+        while service.open_contexts and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert service.open_contexts == 0
+    finally:
+        service.close()
 
 
 def test_a_page_cannot_take_the_browser_to_local_files(browser: ActionRegistry, site: str) -> None:

@@ -28,7 +28,7 @@ from shared.transport import is_loopback, plaintext_warning
 from worker_agent.action_log import ActionLog
 from worker_agent.actions import default_registry
 from worker_agent.browser.actions import BrowserActions
-from worker_agent.browser.service import BrowserService
+from worker_agent.browser.service import CONTEXT_IDLE, BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.certificates import WorkerTransport, new_request, with_port
 from worker_agent.connection import WorkerConnection
@@ -83,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
         "--chromium",
         default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
+    )
+    run.add_argument(
+        "--browser-idle",
+        type=float,
+        default=CONTEXT_IDLE,
+        metavar="SECONDS",
+        help="close a run's browser context after this long with nothing to do"
+        f" (default {CONTEXT_IDLE:g})",
     )
     run.add_argument(
         "--no-computer-use",
@@ -310,10 +318,16 @@ async def _run(args: argparse.Namespace) -> None:
         research_apps=apps.names,
     )
     # The browser starts with the first browser action, not with the worker.
-    browser = BrowserService(args.chromium)
+    if not args.browser_idle > 0:
+        raise SystemExit("deskfleet-worker: --browser-idle must be positive")
+    browser = BrowserService(args.chromium, context_idle=args.browser_idle)
     registry = default_registry(ScratchDir.of(args.state_dir))
     # The research fallback's visible browser, on this desktop's display, started on first use.
-    visible = None if args.no_computer_use else BrowserService(args.chromium, visible=True)
+    visible = (
+        None
+        if args.no_computer_use
+        else BrowserService(args.chromium, visible=True, context_idle=args.browser_idle)
+    )
     BrowserActions(browser, visible).register(registry)
     apps.register(registry)
     if not args.no_computer_use:

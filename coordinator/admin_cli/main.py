@@ -550,6 +550,8 @@ def _run(args: argparse.Namespace) -> int:
         return _exit_code(exc)
     except runs_commands.RunNotSucceeded:
         return runs_commands.EXIT_RUN_NOT_SUCCEEDED
+    except runs_commands.NoEvidence:
+        return runs_commands.EXIT_NO_EVIDENCE
     except desktop_commands.ActionNotDone:
         return desktop_commands.EXIT_ACTION_NOT_DONE
     except KeyboardInterrupt:

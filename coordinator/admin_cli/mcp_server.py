@@ -23,7 +23,7 @@ from anyio import from_thread, to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
@@ -36,10 +36,23 @@ from coordinator.admin_cli.mcp_results import (
     RunResult,
     RunSummary,
 )
-from coordinator.admin_cli.runs_commands import ACTIVE, _report, plan_request
+from coordinator.admin_cli.runs_commands import ACTIVE, _report, plan_request, searxng_template
 from shared import __version__
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, from_rpc_error
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+
+
+class SearchOptions(BaseModel):
+    """Where research searches: a SearXNG instance, or an HTML results page (with selectors,
+    or read by the generic extractor)."""
+
+    model_config = ConfigDict(extra="forbid")
+    searxng: str = Field(default="", description="a SearXNG instance's URL (its JSON API)")
+    search_url: str = Field(default="", description="a results page URL template with {query}")
+    result_selector: str = Field(default="", description="CSS: each result (with link_selector)")
+    link_selector: str = Field(default="", description="CSS inside a result: its link")
+    snippet_selector: str = Field(default="", description="CSS inside a result: its snippet")
+
 
 DesktopAction = Literal[
     "screenshot",
@@ -137,12 +150,25 @@ class FleetTools:
         max_sources: int,
         wait: bool,
         progress: Progress = _no_progress,
+        search: SearchOptions | None = None,
     ) -> CallToolResult:
         c = self.client
         max_sources = whole("max_sources", max_sources, 0)
+        options = search or SearchOptions()
         run = c.call(
             c.runs.StartResearch,
-            runs_pb2.ResearchRequest(query=query, urls=urls or [], max_sources=max_sources),
+            runs_pb2.ResearchRequest(
+                query=query,
+                urls=urls or [],
+                max_sources=max_sources,
+                search_url=(
+                    searxng_template(options.searxng) if options.searxng else options.search_url
+                ),
+                search_format="searxng" if options.searxng else "",
+                result_selector=options.result_selector,
+                link_selector=options.link_selector,
+                snippet_selector=options.snippet_selector,
+            ),
         )
         run = self._follow(run, wait, progress)
         # The same report as `deskfleet research --format json`, as text and as structure.
@@ -385,12 +411,18 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         ] = None,
         max_sources: Annotated[int, _bounds("sources to read (0 = 5)", 0, INT32_MAX)] = 0,
         wait: Annotated[bool, Field(description="wait for the evidence report")] = True,
+        search: Annotated[
+            SearchOptions | None,
+            Field(description="where to search (default: the coordinator's search)"),
+        ] = None,
     ) -> Annotated[CallToolResult, RunSummary]:
         """Research on headless browsers: sources with their passages that answer the query best
         (text, section heading, score, a link that opens the page at it), by receipt. While it
         waits it reports the run's progress."""
         report = _progress(ctx)
-        return await _off_loop(lambda: tools.research(query, urls, max_sources, wait, report))
+        return await _off_loop(
+            lambda: tools.research(query, urls, max_sources, wait, report, search)
+        )
 
     @server.tool(annotations=ACTS)
     async def submit_plan(

@@ -16,11 +16,16 @@ from shared.errors import InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
 
 EXIT_RUN_NOT_SUCCEEDED = 6
+EXIT_NO_EVIDENCE = 8  # `research --wait`: the run ended without evidence (its stop reason says why)
 ACTIVE = ("RUNNING", "WAITING_FOR_ENVIRONMENT", "WAITING_FOR_AUTHORITY", "RECOVERING")
 
 
 class RunNotSucceeded(Exception):
     """`--wait` saw the run stop without success (the document is printed all the same)."""
+
+
+class NoEvidence(Exception):
+    """`research --wait` saw the run end with no evidence (the report is printed all the same)."""
 
 
 def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
@@ -293,11 +298,16 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         runs_pb2.ResearchRequest(
             query=args.query,
             urls=args.url or [],
-            search_url=args.search_url or "",
+            search_url=searxng_template(args.searxng) if args.searxng else args.search_url or "",
             max_sources=args.max_sources,
             thorough=args.thorough,
             max_pages=args.max_pages,
             max_bytes=args.max_bytes,
+            search_format="searxng" if args.searxng else "",
+            result_selector=args.result_selector or "",
+            link_selector=args.link_selector or "",
+            snippet_selector=args.snippet_selector or "",
+            search_profile=args.search_profile or "",
         ),
     )
     if not args.wait:
@@ -331,6 +341,18 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
             print(render.research_report(report))
     if run.status != "SUCCEEDED":
         raise RunNotSucceeded(run.status)
+    if run.stop_reason.startswith("no_evidence"):
+        if not args.json:
+            print(f"deskfleet: {run.stop_reason}", file=sys.stderr)
+        raise NoEvidence(run.stop_reason)
+
+
+def searxng_template(base: str) -> str:
+    """A SearXNG instance's JSON search for `--searxng URL` (its base URL or its /search)."""
+    base = base.rstrip("/")
+    if not base.endswith("/search"):
+        base += "/search"
+    return f"{base}?q={{query}}&format=json"
 
 
 def goal(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -390,11 +412,23 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p.add_argument(
         "--url", action="append", metavar="URL", help="fetch this source (repeatable; no search)"
     )
-    p.add_argument(
+    search = p.add_mutually_exclusive_group()
+    search.add_argument(
         "--search-url",
         metavar="TEMPLATE",
-        help="search URL template with {query} (default: the coordinator's)",
+        help="a search results page, URL template with {query}; its result links are found"
+        " by --result-selector/--link-selector, or else by the generic extractor"
+        " (default: the coordinator's search)",
     )
+    search.add_argument(
+        "--searxng", metavar="URL", help="a SearXNG instance (its JSON API, format=json)"
+    )
+    search.add_argument(
+        "--search-profile", metavar="NAME", help="a named search profile (duckduckgo-html)"
+    )
+    p.add_argument("--result-selector", metavar="CSS", help="each result on the results page")
+    p.add_argument("--link-selector", metavar="CSS", help="a result's link, inside it")
+    p.add_argument("--snippet-selector", metavar="CSS", help="a result's snippet, inside it")
     p.add_argument(
         "--max-sources",
         type=int,
@@ -425,7 +459,8 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p.add_argument(
         "--wait",
         action="store_true",
-        help="show progress, then the evidence report (exit 6 unless it succeeded)",
+        help="show progress, then the evidence report (exit 6 unless it succeeded, 8 when it"
+        " found no evidence)",
     )
     p.add_argument(
         "--format",

@@ -174,8 +174,14 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
                 thorough=request.thorough,
                 max_pages=request.max_pages,
                 max_bytes=request.max_bytes,
+                search_format=request.search_format,
+                result_selector=request.result_selector,
+                link_selector=request.link_selector,
+                snippet_selector=request.snippet_selector,
+                search_profile=request.search_profile,
             ),
             self._routing.research_routes(me.id, me.name),
+            self._routing.research_search(me.id, me.name),
         )
         return run_message(await self._runs.submit(me, plan))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import struct
 import threading
 import time
@@ -72,6 +73,8 @@ PDF = (
 
 
 ESCAPE_TARGET = "file:///etc/passwd"
+LATE_TEXT = "The relief keeper rowed out every second Tuesday"
+LATE_DATA = "The station log records 211 foggy days in 1921"
 
 # Paths (with their query) that were requested, for tests that check what never left the
 # browser. Only the /embeds family is recorded.
@@ -186,6 +189,25 @@ class Handler(BaseHTTPRequestHandler):
                 "'The fog signal of Varn sounds twice every 30 seconds.';</script>"
             )
             self._html("Fog signal", body)
+        elif path == "/late":
+            # Client-rendered: the text arrives 500 ms after load (tests/test_browser.py).
+            body = (
+                "<p id='t'>Loading…</p><script>addEventListener('load', () => setTimeout(() => {"
+                "document.getElementById('t').textContent = "
+                f"'{LATE_TEXT}';}}, 500));</script>"
+            )
+            self._html("Late keeper", body)
+        elif path == "/late-fetch":
+            # Rendered from data a script fetches after load; the data takes 400 ms.
+            body = (
+                "<p id='t'>Loading…</p><script>addEventListener('load', () => "
+                "fetch('/data/late.json').then(r => r.json()).then(d => {"
+                "document.getElementById('t').textContent = d.text;}));</script>"
+            )
+            self._html("Late data", body)
+        elif path == "/data/late.json":
+            time.sleep(0.4)
+            self._send(200, json.dumps({"text": LATE_DATA}).encode(), "application/json")
         else:
             self._html("Not found", "<p>No such page.</p>", status=404)
 
@@ -222,4 +244,14 @@ def search_template(base: str) -> str:
     return f"{base}/search?q={{query}}"
 
 
-__all__ = ["ESCAPE_TARGET", "FACTS", "PAGES", "REQUESTED", "quote_plus", "search_template", "start"]
+__all__ = [
+    "ESCAPE_TARGET",
+    "FACTS",
+    "LATE_DATA",
+    "LATE_TEXT",
+    "PAGES",
+    "REQUESTED",
+    "quote_plus",
+    "search_template",
+    "start",
+]

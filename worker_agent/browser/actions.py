@@ -15,12 +15,22 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import trafilatura
+from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
 from shared import passages
+from shared.search import SearchSpec, search_spec
 from worker_agent.actions import ActionContext, ActionFailed, ActionRefused, ActionRegistry
-from worker_agent.browser.navigation import Navigation, navigate
+from worker_agent.browser.navigation import Navigation, Slot, navigate
 from worker_agent.browser.policy import BrowserPolicy
+from worker_agent.browser.rendering import settle
+from worker_agent.browser.results import (
+    GENERIC_JS,
+    SELECTORS_JS,
+    results_of,
+    searxng_results,
+    searxng_url,
+)
 from worker_agent.browser.service import BrowserService, Pages
 
 CHALLENGE_STATUS = (401, 403, 429)
@@ -29,18 +39,6 @@ CHALLENGE_TEXT = re.compile(
     r"checking your browser|access denied",
     re.I,
 )
-
-# Search interfaces: a URL template and where the results are on the page.
-SEARCH_PROFILES: dict[str, dict[str, str]] = {
-    "duckduckgo-html": {
-        "template": "https://html.duckduckgo.com/html/?q={query}",
-        "result": ".result",
-        "link": ".result__a",
-        "snippet": ".result__snippet",
-    },
-    "local": {"template": "", "result": ".result", "link": ".result-link", "snippet": ".snippet"},
-}
-DEFAULT_SEARCH_PROFILE = "duckduckgo-html"
 
 _TEXT_JS = "document.body ? document.body.innerText : ''"
 # One round trip to the page for everything a fetch reads from it.
@@ -59,6 +57,16 @@ def _classify(nav: Navigation, text: str) -> tuple[str, str]:
     if nav.status >= 400:
         return "http_error", f"HTTP {nav.status}"
     return "ok", ""
+
+
+async def _open(slot: Slot, url: str, policy: BrowserPolicy, *, text_only: bool) -> Navigation:
+    """Navigate, then wait for the page to settle; a text read skips images, media, fonts."""
+    await slot.skipper.set(text_only)
+    nav = await navigate(slot, url, policy)
+    if not nav.outcome:
+        waited = await settle(slot.page)
+        nav.settle_ms, nav.settled = int(waited.get("settle_ms", 0)), bool(waited.get("settled"))
+    return nav
 
 
 async def _read(page: Page, nav: Navigation, policy: BrowserPolicy) -> dict[str, Any]:
@@ -154,7 +162,7 @@ class BrowserActions:
 
         async def go(pages: Pages, policy: BrowserPolicy) -> dict[str, Any]:
             async with pages.slot() as slot:
-                nav = await navigate(slot, url, policy)
+                nav = await _open(slot, url, policy, text_only=True)
                 if nav.outcome:
                     return _without_page(nav)
                 return await _read(slot.page, nav, policy)
@@ -163,40 +171,32 @@ class BrowserActions:
 
     def search(self, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
         query = _required(args, "query")
-        profile = {
-            **SEARCH_PROFILES[args.get("profile") or DEFAULT_SEARCH_PROFILE],
-            **{
-                k: v
-                for k, v in args.items()
-                if k in ("template", "result", "link", "snippet") and v
-            },
-        }
-        if "{query}" not in profile["template"]:
-            raise ActionFailed("template: a search URL template needs {query}")
-        url = profile["template"].replace("{query}", quote_plus(query))
+        try:
+            spec = search_spec(args)
+        except ValueError as exc:
+            raise ActionRefused(str(exc), code="invalid_argument") from exc
+        url = spec.template.replace("{query}", quote_plus(query))
+        if spec.format == "searxng":
+            url = searxng_url(url)
         limit = int(args.get("max_results", 10))
 
         async def go(pages: Pages, policy: BrowserPolicy) -> dict[str, Any]:
             async with pages.slot() as slot:
-                nav = await navigate(slot, url, policy)
+                nav = await _open(slot, url, policy, text_only=True)
+                about = {"query": query, "search_url": url, "extractor": spec.extractor}
                 if nav.outcome:
-                    return {**_without_page(nav), "query": query, "results": []}
-                page = slot.page
-                visible = await page.evaluate(_TEXT_JS)
+                    return {**_without_page(nav), **about, "results": [], "found": 0}
+                visible = await slot.page.evaluate(_TEXT_JS)
                 outcome, reason = _classify(nav, visible)
-                results = await page.evaluate(
-                    """([r, l, s, n]) => Array.from(document.querySelectorAll(r)).slice(0, n)
-                        .map(e => ({url: e.querySelector(l)?.href || "",
-                                    title: (e.querySelector(l)?.innerText || "").trim(),
-                                    snippet: (e.querySelector(s)?.innerText || "").trim()}))
-                        .filter(x => x.url)""",
-                    [profile["result"], profile["link"], profile["snippet"], limit],
-                )
+                results, why = await _results(slot, nav, spec, limit, visible)
+                if not results and (outcome == "ok" or spec.format == "searxng"):
+                    reason = why or reason
                 return {
                     **nav.metadata(),
+                    **about,
                     "outcome": outcome,
                     "reason": reason,
-                    "query": query,
+                    "found": len(results),
                     # Snippets are what the search page says about a source, not the
                     # source: they are never evidence of its claims.
                     "results": [{**r, "snippet_is_evidence": False} for r in results],
@@ -210,7 +210,7 @@ class BrowserActions:
 
         async def go(pages: Pages, policy: BrowserPolicy) -> dict[str, Any]:
             async with pages.slot() as slot:
-                nav = await navigate(slot, url, policy)
+                nav = await _open(slot, url, policy, text_only=False)
                 if nav.outcome:
                     return _without_page(nav)
                 png = await slot.page.screenshot(type="png", full_page=full_page)
@@ -232,3 +232,30 @@ def _required(args: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ActionFailed(f"{key}: required (a non-empty string)")
     return value
+
+
+async def _results(
+    slot: Slot, nav: Navigation, spec: SearchSpec, limit: int, visible: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The results on the page, and why there are none when there are none."""
+    page = slot.page
+    if spec.format == "searxng":
+        body = visible
+        if nav.document is not None:
+            try:
+                body = (await nav.document.body()).decode("utf-8", "replace")
+            except PlaywrightError:
+                pass  # the text the browser shows is the same JSON
+        if nav.status == 403:
+            return [], "HTTP 403: the instance refuses format=json (enable it in search.formats)"
+        found, why = searxng_results(body, limit)
+        return [dict(r) for r in found], why
+    if spec.result:
+        picked = await page.evaluate(SELECTORS_JS, [spec.result, spec.link, spec.snippet, limit])
+        found = results_of(picked, limit)
+        why = f"no element matches the result selector {spec.result!r} with a link {spec.link!r}"
+        return [dict(r) for r in found], "" if found else why
+    picked = await page.evaluate(GENERIC_JS, [limit])
+    found = results_of(picked.get("results") if isinstance(picked, dict) else None, limit)
+    why = "the page has no repeated list of result links (give --result-selector/--link-selector)"
+    return [dict(r) for r in found], "" if found else why

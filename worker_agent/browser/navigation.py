@@ -21,6 +21,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from worker_agent.browser.egress import EgressGuard
 from worker_agent.browser.policy import BrowserPolicy
+from worker_agent.browser.rendering import Skipper
 
 TEXTUAL = re.compile(r"^(text/|application/(xhtml\+xml|xml|json|[\w.+-]+\+(xml|json))\b)", re.I)
 LOCAL_RESOURCE = "Not allowed to load local resource: "
@@ -46,6 +47,8 @@ class Navigation:
     failed: list[str] = field(default_factory=list)
     locations: dict[str, str] = field(default_factory=dict)  # http redirects the guard saw
     document: Response | None = None  # the main frame's last document response
+    settle_ms: int = 0  # how long the page was given to settle after load (rendering.py)
+    settled: bool = True
     halt: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stop(self, outcome: str, reason: str) -> None:
@@ -93,6 +96,8 @@ class Navigation:
             "redirects": self.redirects,
             "blocked_requests": self.refusals(),
             "blocked_total": len(self.blocked),
+            "settle_ms": self.settle_ms,
+            "settled": self.settled,
         }
 
 
@@ -112,6 +117,7 @@ class Slot:
 
     page: Page
     guard: EgressGuard
+    skipper: Skipper
     nav: Navigation | None = None
     policy: BrowserPolicy | None = None
 
@@ -124,8 +130,8 @@ def _main_document(request: Request, page: Page) -> bool:
 
 
 async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
-    slot = Slot(await context.new_page(), guard)
-    page = slot.page
+    page = await context.new_page()
+    slot = Slot(page, guard, Skipper(page))
 
     def request(request: Request) -> None:
         nav, policy, previous = slot.nav, slot.policy, request.redirected_from

@@ -5,6 +5,12 @@ so several pages load at once in one browser (bounded by `max_pages`). Each run 
 browser context (cookies and storage never cross runs), with downloads refused, service
 workers blocked and pop-ups closed on sight.
 
+A run's context is created once, however many of its units arrive at the same moment (the
+first creates it, the others await the same future), and closed with its egress guard when it
+has been idle for `context_idle` seconds (a run that has ended sends nothing more) or when more
+than `MAX_CONTEXTS` are open (the least recently used idle one goes first), so a worker's
+renderer processes and memory return to their level between runs.
+
 Every context's only way out is its own egress guard (`egress.py`), a proxy that applies the
 run's network policy to each connection; the browser itself starts with a guard that refuses
 everything, no proxy bypass (not even loopback), QUIC off, no UDP outside the proxy (WebRTC)
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
@@ -27,11 +34,13 @@ from worker_agent.actions import ActionCancelled, ActionContext, ActionFailed
 from worker_agent.browser.egress import EgressGuard, EgressSettings
 from worker_agent.browser.navigation import Slot, new_slot
 from worker_agent.browser.policy import BrowserPolicy
+from worker_agent.browser.rendering import SETTLE_SCRIPT
 from worker_agent.capabilities import CHROMIUM_ARGS
 
 T = TypeVar("T")
 MAX_CONTEXTS = 8
 IDLE_PAGES = 4
+CONTEXT_IDLE = 30.0  # seconds a run's context stays open with nothing to do
 EGRESS_ARGS = [
     "--proxy-bypass-list=<-loopback>",
     "--disable-quic",
@@ -50,6 +59,8 @@ class Pages:
         self.context = context
         self.guard = guard
         self._idle: list[Slot] = []
+        self.users = 0  # actions using the context now: it is never closed under them
+        self.last_used = time.monotonic()
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[Slot]:
@@ -70,8 +81,10 @@ class Pages:
                 await slot.page.close()
 
     async def close(self) -> None:
-        await self.context.close()
-        await self.guard.close()
+        try:
+            await self.context.close()
+        finally:
+            await self.guard.close()
 
 
 class BrowserService:
@@ -82,8 +95,10 @@ class BrowserService:
         *,
         visible: bool = False,
         egress: EgressSettings | None = None,
+        context_idle: float = CONTEXT_IDLE,
     ) -> None:
         self.chromium = chromium
+        self.context_idle = context_idle
         self.egress = egress or EgressSettings()
         self.max_pages = max_pages
         # A visible browser is the research fallback on a desktop: a window a person can watch
@@ -95,6 +110,9 @@ class BrowserService:
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._contexts: OrderedDict[tuple[object, ...], Pages] = OrderedDict()
+        self._opening: dict[tuple[object, ...], asyncio.Future[Pages]] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self.contexts_opened = 0  # since the browser started (for tests and metrics)
         self._pages: asyncio.Semaphore | None = None
         self._closed_guard: EgressGuard | None = None
 
@@ -131,15 +149,37 @@ class BrowserService:
     ) -> T:
         assert self._pages is not None
         async with self._pages:
-            return await make(await self._context(run_id, policy))
+            pages = await self._context(run_id, policy)
+            pages.users += 1
+            try:
+                return await make(pages)
+            finally:
+                pages.users -= 1
+                pages.last_used = time.monotonic()
+
+    @property
+    def open_contexts(self) -> int:
+        """How many browser contexts are open now (for tests and metrics)."""
+        return len(self._contexts)
 
     async def _context(self, run_id: str, policy: BrowserPolicy) -> Pages:
         # One context per run and network policy: the context's proxy is its policy.
         key = (run_id, *policy.network)
         pages = self._contexts.get(key)
-        if pages is not None:
+        if pages is None:
+            # Units of one run arrive together: the first opens the context, the others
+            # wait for the same one (opening awaits, so a plain lookup would race).
+            opening = self._opening.get(key)
+            if opening is None:
+                opening = self._opening[key] = asyncio.ensure_future(self._open(key, policy))
+                opening.add_done_callback(lambda _: self._opening.pop(key, None))
+            pages = await asyncio.shield(opening)
+        if self._contexts.get(key) is pages:
             self._contexts.move_to_end(key)
-            return pages
+        pages.last_used = time.monotonic()
+        return pages
+
+    async def _open(self, key: tuple[object, ...], policy: BrowserPolicy) -> Pages:
         assert self._browser is not None
         guard = await EgressGuard(policy, self.egress).start()
         try:
@@ -149,16 +189,36 @@ class BrowserService:
                 service_workers="block",
                 proxy={"server": guard.server},
             )
+            await context.add_init_script(SETTLE_SCRIPT)
         except BaseException:
             await guard.close()
             raise
         # A page opened by a page (window.open, target=_blank) is a pop-up: closed at once.
         context.on("page", _close_if_popup)
         pages = self._contexts[key] = Pages(context, guard)
-        while len(self._contexts) > MAX_CONTEXTS:
-            _, oldest = self._contexts.popitem(last=False)
-            await oldest.close()
+        self.contexts_opened += 1
+        # Past the cap, the least recently used contexts that nothing is using are closed.
+        over = len(self._contexts) - MAX_CONTEXTS
+        for old_key, old in list(self._contexts.items()):
+            if over <= 0:
+                break
+            if old is not pages and old.users == 0:
+                del self._contexts[old_key]
+                await old.close()
+                over -= 1
         return pages
+
+    async def _reap(self) -> None:
+        """Close the contexts of runs that have gone quiet (their run has most likely ended)."""
+        while True:
+            await asyncio.sleep(max(0.05, min(self.context_idle / 4, 5.0)))
+            now = time.monotonic()
+            for key, pages in list(self._contexts.items()):
+                if pages.users == 0 and now - pages.last_used >= self.context_idle:
+                    if self._contexts.get(key) is pages:
+                        del self._contexts[key]
+                    with contextlib.suppress(Exception):  # a browser that went away
+                        await pages.close()
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -196,6 +256,7 @@ class BrowserService:
                 proxy={"server": self._closed_guard.server, "bypass": "<-loopback>"},
             )
             self._pages = asyncio.Semaphore(self.max_pages)
+            self._reaper = asyncio.ensure_future(self._reap())
             ready.set_result(None)
         except Exception as exc:  # reported to the action that asked for the browser
             ready.set_exception(exc)
@@ -212,6 +273,10 @@ class BrowserService:
             self._thread.join(timeout=15)
 
     async def _stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
         for pages in self._contexts.values():
             await pages.close()
         self._contexts.clear()

@@ -347,7 +347,7 @@ class WatchRunRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class ResearchRequest(_message.Message):
-    __slots__ = ("query", "urls", "search_url", "max_sources", "thorough", "max_pages", "max_bytes")
+    __slots__ = ("query", "urls", "search_url", "max_sources", "thorough", "max_pages", "max_bytes", "search_format", "result_selector", "link_selector", "snippet_selector", "search_profile")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     URLS_FIELD_NUMBER: _ClassVar[int]
     SEARCH_URL_FIELD_NUMBER: _ClassVar[int]
@@ -355,6 +355,11 @@ class ResearchRequest(_message.Message):
     THOROUGH_FIELD_NUMBER: _ClassVar[int]
     MAX_PAGES_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    LINK_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    SNIPPET_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_PROFILE_FIELD_NUMBER: _ClassVar[int]
     query: str
     urls: _containers.RepeatedScalarFieldContainer[str]
     search_url: str
@@ -362,7 +367,12 @@ class ResearchRequest(_message.Message):
     thorough: bool
     max_pages: int
     max_bytes: int
-    def __init__(self, query: _Optional[str] = ..., urls: _Optional[_Iterable[str]] = ..., search_url: _Optional[str] = ..., max_sources: _Optional[int] = ..., thorough: _Optional[bool] = ..., max_pages: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    search_format: str
+    result_selector: str
+    link_selector: str
+    snippet_selector: str
+    search_profile: str
+    def __init__(self, query: _Optional[str] = ..., urls: _Optional[_Iterable[str]] = ..., search_url: _Optional[str] = ..., max_sources: _Optional[int] = ..., thorough: _Optional[bool] = ..., max_pages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., search_format: _Optional[str] = ..., result_selector: _Optional[str] = ..., link_selector: _Optional[str] = ..., snippet_selector: _Optional[str] = ..., search_profile: _Optional[str] = ...) -> None: ...
 
 class GoalRequest(_message.Message):
     __slots__ = ("text", "desktop", "model", "max_steps")
