@@ -230,6 +230,8 @@ def blocks(html: str) -> list[Block]:
     walk.visit(root)
     walk.flush()
     found = walk.out
+    if not found:  # a page with no text (an image, an empty body)
+        return []
     # A term followed by its definition is that definition's heading, not a passage itself.
     kept = [
         b

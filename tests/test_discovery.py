@@ -46,4 +46,7 @@ def test_reflection_lists_and_describes_every_service(coordinator: CoordinatorPr
             "headless_online",
             "computer_use_online",
             "workers",
+            "next_page_token",
+            "online",
+            "replicas",
         ]

@@ -147,3 +147,8 @@ def test_real_corpus_pages_answer_their_questions_in_the_top_three() -> None:
     methods = found["methods"]
     assert methods["passages"]["top3"] >= 0.75, methods["passages"]["not_in_top3"]
     assert methods["passages"]["top3"] > methods["lines"]["top3"]
+
+
+def test_a_page_without_text_has_no_passages() -> None:
+    assert passages.blocks("<html><body><img src=x></body></html>") == []
+    assert passages.blocks("<html></html>") == []
