@@ -366,14 +366,14 @@ def goal(client: CoordinatorClient, args: argparse.Namespace) -> None:
         ),
     )
     if not args.wait:
-        _print_run(render.as_dict(run), args.json or args.format == "json")
+        _print_run(render.as_dict(run), args.json)
         return
     shown = ""
     while run.status in ACTIVE:
         line = f"goal {run.id}: {run.last_seq} journal events, {run.status}"
         if run.waiting.code:
             line += f" ({run.waiting.code}: {run.waiting.detail})"
-        if line != shown and not args.json and args.format != "json":
+        if line != shown and not args.json:
             print(line, file=sys.stderr, flush=True)
             shown = line
         run = client.call(
