@@ -19,7 +19,7 @@ from coordinator.orders import KillPush
 from coordinator.servicers.worker_gateway import _message, _serialize
 from coordinator.store import desktop as queries
 from coordinator.store.engine import create_store_engine
-from coordinator.store.models import Base, KillAckRow, PresenceRow, WorkerRow
+from coordinator.store.models import Base, KillAckRow, PresenceRow, ReplicaRow, WorkerRow
 from shared.gen.deskfleet.v1 import worker_pb2
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
 
@@ -58,10 +58,23 @@ def _worker(
     )
     s.flush()  # the presence row refers to it
     if lease is not None:
+        # A presence lease is its replica's: a lapsed one is a replica whose lease ran out.
+        replica = "dead" if lease < 0 else "b" if worker_id.endswith("-b") else "a"
+        if s.get(ReplicaRow, replica) is None:
+            s.add(
+                ReplicaRow(
+                    name=replica,
+                    address="127.0.0.1:1",
+                    started_at=NOW,
+                    seen_at=NOW,
+                    lease_expires_at=NOW + lease,
+                )
+            )
+            s.flush()
         s.add(
             PresenceRow(
                 worker_id=worker_id,
-                replica="b" if worker_id.endswith("-b") else "a",
+                replica=replica,
                 session_id=f"ses-{worker_id}",
                 connected_at=NOW,
                 last_heartbeat_at=NOW,
