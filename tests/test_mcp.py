@@ -84,6 +84,7 @@ async def test_tools_fleet_status_and_errors(
             "urls",
             "max_sources",
             "wait",
+            "search",
         }
         assert tools["desktop_request"].input_schema["required"] == ["worker", "actions"]
         assert tools["journal_read"].input_schema["required"] == ["run_id", "seq"]
