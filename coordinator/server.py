@@ -90,10 +90,12 @@ SERVER_OPTIONS = [
 
 def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
     """The stream is the worker's presence: gRPC's core pings every worker each heartbeat
-    interval and ends the stream of one that has not answered within the rest of the lease
-    (a stopped process, a host gone without a FIN), so a dead worker goes offline within
-    `lease_ttl`, with no Python message per beat."""
-    timeout = max(1000, int((config.lease_ttl - config.heartbeat_interval) * 1000))
+    interval and ends the stream of one that has not answered within the rest of the lease,
+    at least 5 s (a stopped process, a host gone without a FIN), so a dead worker goes offline
+    within `max(lease_ttl, heartbeat + 5 s)`, with no Python message per beat."""
+    # At least 5 s: every client of this server gets these pings, and a CLI waiting in a long
+    # call on a loaded machine (or a GC pause) must not be cut off for a late ack.
+    timeout = max(5000, int((config.lease_ttl - config.heartbeat_interval) * 1000))
     keepalive = {
         "grpc.keepalive_time_ms": max(1000, int(config.heartbeat_interval * 1000)),
         "grpc.keepalive_timeout_ms": timeout,

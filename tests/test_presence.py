@@ -97,7 +97,8 @@ def test_silent_worker_goes_offline_after_its_lease_and_comes_back(
     # A stopped process keeps its TCP connection open: only the lease can tell it is gone.
     worker.signal(signal.SIGSTOP)
     stopped = time.monotonic()
-    wait_until(lambda: not worker.row()["online"], coordinator.lease + 5, what="lease lapse")
+    # The core's ping ack timeout is at least 5 s (server.server_options).
+    wait_until(lambda: not worker.row()["online"], coordinator.lease + 10, what="lease lapse")
     assert time.monotonic() - stopped >= coordinator.lease - coordinator.heartbeat - 0.1
     worker.signal(signal.SIGCONT)
     worker.wait_online(timeout=20)
