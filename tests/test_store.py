@@ -186,10 +186,8 @@ def test_runs_and_receipts_on_postgresql(tmp_path: Path, pg_url: str) -> None:
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps({"title": "bad\x00title", "actions": [{"kind": "diag.echo"}]}))
         refused = coordinator.cli("runs", "submit", str(bad), check=False)
-        assert (refused.returncode, refused.stderr) == (
-            2,
-            "deskfleet: title: must not contain NUL characters\n",
-        )
+        assert refused.returncode == 2
+        assert refused.stderr.startswith("deskfleet: title: must not contain control")
     finally:
         worker.stop()
         coordinator.stop()
