@@ -544,10 +544,11 @@ def test_kill_switch_from_another_thread_stops_a_long_type(desk: Desk) -> None:
     flipper.join()
     assert outcome.status == FAILED, outcome
     typed = int(outcome.error.split("typed ")[1].split(" of")[0])
-    assert 0 < typed < len(text)
+    # On a loaded machine the switch may flip before the first chunk: none typed is a stop too.
+    assert 0 <= typed < len(text)
     desk.ok("key", key="Return", scope=SCOPE)
     # Exactly what the receipt says went out, not a character more.
-    assert desk.submitted() == [text[:typed]]
+    assert desk.submitted() == [text[:typed]] or (typed == 0 and desk.submitted() == [])
 
 
 @display
