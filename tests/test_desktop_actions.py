@@ -542,6 +542,11 @@ def test_kill_switch_from_another_thread_stops_a_long_type(desk: Desk) -> None:
     flipper.start()
     outcome, _, _ = desk.act("type", text=text, scope=SCOPE, input_blocked=blocked)
     flipper.join()
+    if outcome.status == "refused":  # a loaded machine flipped it before the action began
+        assert outcome.error.startswith("kill_switch: "), outcome
+        desk.ok("key", key="Return", scope=SCOPE)
+        assert desk.submitted() in ([], [""])
+        return
     assert outcome.status == FAILED, outcome
     typed = int(outcome.error.split("typed ")[1].split(" of")[0])
     # On a loaded machine the switch may flip before the first chunk: none typed is a stop too.
