@@ -56,15 +56,12 @@ def _runs(client: Client, ids: set[str]) -> dict[str, runs_pb2.Run]:
 
 
 def _reconnected(client: Client, since: float) -> int:
-    """Workers holding a lease that only a stream opened after `since` can have given."""
+    """Workers online again: a restarted replica clears the presence its previous process
+    left before it serves, so every worker it counts online has opened a stream since."""
     status = client.fleet.GetWorkerStatus(
         fleet_pb2.GetWorkerStatusRequest(), metadata=client.metadata, timeout=30
     )
-    return sum(
-        1
-        for w in status.workers
-        if w.online and w.lease_expires_at.ToMicroseconds() / 1e6 > since + LEASE
-    )
+    return int(status.online)
 
 
 def _stuck(
