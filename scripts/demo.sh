@@ -94,8 +94,12 @@ SITE=$(sed -n 's/^SITE //p' "$STATE/site.out")
 echo "local site: $SITE (the lighthouses of the Isle of Varn)"
 "$BIN/deskfleet" research "when was the north light first lit" \
   --search-url "$SITE/search?q={query}" --max-sources 3 --wait
+# Nothing here is evidence (a binary, a challenge, a page without the words): research says
+# why and exits 8 (no_evidence), which is this step's point.
+set +o pipefail
 "$BIN/deskfleet" research "lighthouse files" --url "$SITE/varn/lens.html" \
   --url "$SITE/files/report.pdf" --url "$SITE/challenge" --wait | sed -n '/^evidence/,$p'
+set -o pipefail
 
 step "10. a goal: a scripted model (no model service is reached) uses the fleet's tools"
 cat >"$STATE/scripts/goal-script.json" <<SCRIPT
