@@ -55,7 +55,7 @@ def _runs(client: Client, ids: set[str]) -> dict[str, runs_pb2.Run]:
     return {r.id: r for r in listed.runs if r.id in ids}
 
 
-def _reconnected(client: Client, since: float) -> int:
+def _reconnected(client: Client) -> int:
     """Workers online again: a restarted replica clears the presence its previous process
     left before it serves, so every worker it counts online has opened a stream since."""
     status = client.fleet.GetWorkerStatus(
@@ -136,7 +136,7 @@ def run(quick: bool) -> dict[str, Any]:
         deadline = time.monotonic() + TIMEOUT
         while len(marks) < 4:
             now = time.time()
-            back = _reconnected(client, killed)
+            back = _reconnected(client)
             if "reconnected" not in marks and back >= total_workers:
                 marks["reconnected"] = now - killed
             current = _runs(client, ids)
