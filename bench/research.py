@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
+from coordinator.ledger import MAX_PER_WORKER as SLOTS  # noqa: E402
 from tests.harness import CoordinatorProcess, WorkerProcess  # noqa: E402
 from worker_agent.capabilities import CHROMIUM_ARGS, DEFAULT_CHROMIUM  # noqa: E402
 
@@ -157,7 +158,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for w in workers:
                     w.start().wait_online(60)
                 _, first = sites["zero"]
-                research(coordinator, [f"{first}/notes/0.html"])  # the browsers start here
+                # Every worker's browser starts here, outside the timing: as many units as
+                # the workers have slots, so that each worker takes some.
+                warm = [f"{first}/notes/{i}.html?warm" for i in range(SLOTS * args.workers)]
+                research(coordinator, warm)
                 for name, (_, base) in sites.items():
                     urls = [f"{base}/notes/{i}.html" for i in range(count)]
                     results[name] = {
