@@ -42,9 +42,7 @@ INPUT = frozenset(
     }
 )
 # Reading the screen changes nothing: repeating one after an unknown outcome is harmless.
-IDEMPOTENT = frozenset(
-    k.removeprefix(DESKTOP) for k in IDEMPOTENT_KINDS if k.startswith(DESKTOP)
-)
+IDEMPOTENT = frozenset(k.removeprefix(DESKTOP) for k in IDEMPOTENT_KINDS if k.startswith(DESKTOP))
 
 DEFAULT_TTL = 600.0
 MAX_TTL = 24 * 3600.0
