@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import random
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from coordinator import faults
 from tests.harness import (
     STOPPED,
     CoordinatorProcess,
@@ -17,8 +20,10 @@ from tests.harness import (
     journal,
     submit,
     wait_run,
+    wait_until,
     write_plan,
 )
+from worker_agent.action_log import LOG_NAME, _frames
 
 pytestmark = pytest.mark.slow
 
@@ -224,3 +229,60 @@ def test_chaos_killing_the_coordinator_loses_no_receipt_and_repeats_no_effect(
                 assert len(lines) <= 1  # never repeated blindly
         assert coordinator.cli_json("journal", "verify", final["id"])["ok"] is True
     assert succeeded_appends >= 8  # the test did real work, not only hand-backs
+
+
+def _unacknowledged(worker: WorkerProcess) -> set[tuple[str, str]]:
+    """The receipts in the worker's action log that no acknowledgement follows (read only)."""
+    pending: set[tuple[str, str]] = set()
+    data = (worker.state_dir / "actions" / LOG_NAME).read_bytes()
+    for _, _, payload in _frames(data):
+        record = json.loads(payload)
+        if record["op"] == "receipt":
+            pending.add((record["action_id"], record["attempt_id"]))
+        elif record["op"] == "ack":
+            pending.discard(tuple(record["key"]))
+    return pending
+
+
+def test_chaos_the_coordinator_dies_between_a_receipt_commit_and_its_ack(tmp_path: Path) -> None:
+    """The receipt is in the store but the worker never heard so: after a restart on the same
+    store and port the worker replays it, and the run ends with every receipt exactly once."""
+    coordinator = CoordinatorProcess(tmp_path / "coord").start()
+    worker = WorkerProcess(coordinator, "w").start()
+    try:
+        worker.wait_online()
+        port = coordinator.port
+        coordinator.stop()  # the same store and port, now with the fault armed
+        coordinator.start(port=port, fault=faults.EXIT_AFTER_RECEIPT_COMMIT)
+        worker.wait_online()
+        actions = []
+        for i in range(6):
+            if i % 2 == 0:
+                actions.append({"kind": "diag.append", "args": {"name": f"{i}.txt", "line": "x"}})
+            else:
+                actions.append({"kind": "diag.echo", "args": {"value": i}, "idempotent": True})
+        run_id = submit(coordinator, write_plan(tmp_path / "plan.json", actions))["id"]
+        assert coordinator.proc is not None
+        assert coordinator.proc.wait(30) == faults.EXIT_CODE  # died right after the commit
+        # The first receipt is in the store, and still unacknowledged in the worker's log.
+        db = sqlite3.connect(coordinator.workdir / "fleet.db")
+        [(committed,)] = db.execute("SELECT action_id FROM receipts").fetchall()
+        assert {a for a, _ in _unacknowledged(worker)} == {committed}
+        coordinator.start(port=port)
+        done = wait_run(coordinator, run_id, lambda r: r["status"] in STOPPED, 60)
+        assert done["status"] == "SUCCEEDED", done["stopReason"]
+        assert [a["status"] for a in done["actions"]] == ["SUCCEEDED"] * 6
+        events = journal(coordinator, run_id)
+        receipts = [e["data"]["action"] for e in events if e["kind"] == "receipt"]
+        assert sorted(receipts) == sorted(a["id"] for a in done["actions"])  # each exactly once
+        rows = db.execute("SELECT action_id, COUNT(*) FROM receipts GROUP BY action_id").fetchall()
+        assert sorted(rows) == sorted((a["id"], 1) for a in done["actions"])
+        for i in range(0, 6, 2):
+            assert worker.scratch(f"{i}.txt").read_text() == "x\n"  # no effect repeated
+        assert coordinator.cli_json("journal", "verify", run_id)["ok"] is True
+        # The replayed receipt was acknowledged this time, like every other.
+        wait_until(lambda: not _unacknowledged(worker), 10, 0.1, "every receipt acknowledged")
+        db.close()
+    finally:
+        worker.stop()
+        coordinator.stop()
