@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import faults
+from shared.receipts import encode_result
 from tests.harness import (
     STOPPED,
     CoordinatorProcess,
@@ -286,3 +287,67 @@ def test_chaos_the_coordinator_dies_between_a_receipt_commit_and_its_ack(tmp_pat
     finally:
         worker.stop()
         coordinator.stop()
+
+
+def _as_older_layout(worker: WorkerProcess) -> int:
+    """Rewrite a stopped worker's action log as an older worker left it: one JSON file per
+    unacknowledged receipt in outbox/, per started record in started/. How many receipts."""
+    root = worker.state_dir / "actions"
+    records: dict[tuple[str, str, str], dict[str, object]] = {}
+    for _, _, payload in _frames((root / LOG_NAME).read_bytes()):
+        record = json.loads(payload)
+        op = record.pop("op")
+        if op in ("ack", "forget"):
+            a, t = record["key"]
+            records.pop(("receipt", a, t), None)
+            records.pop(("started", a, t), None)
+        else:
+            records[(op, record["action_id"], record["attempt_id"])] = record
+    for (op, a, t), record in records.items():
+        if op == "started" and ("receipt", a, t) in records:
+            continue
+        directory = root / ("outbox" if op == "receipt" else "started")
+        directory.mkdir(exist_ok=True)
+        (directory / f"{a}.{t}.json").write_text(encode_result(record))
+    (root / LOG_NAME).unlink()
+    return sum(1 for op, _, _ in records if op == "receipt")
+
+
+def test_a_worker_upgraded_in_place_replays_its_older_outbox_once(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    worker = workers("w")
+    worker.wait_online()
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [
+            {"kind": "diag.append", "args": {"name": "before.txt", "line": "x"}},
+            {"kind": "diag.sleep", "args": {"seconds": 1}, "idempotent": False},
+            {"kind": "diag.append", "args": {"name": "after.txt", "line": "y"}},
+        ],
+    )
+    run = wait_run(
+        coordinator,
+        submit(coordinator, plan)["id"],
+        lambda r: r["actions"][1]["status"] == "STARTED",
+    )
+    port = coordinator.port
+    coordinator.kill()
+    time.sleep(2)  # the sleep finishes; its receipt waits, unacknowledged
+    worker.stop()
+    assert _as_older_layout(worker) == 1
+    coordinator.start(port=port)
+    worker.start()
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 40)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    events = journal(coordinator, run["id"])
+    receipts = [e["data"]["action"] for e in events if e["kind"] == "receipt"]
+    assert sorted(receipts) == sorted(a["id"] for a in done["actions"])  # each exactly once
+    dispatched = [e["data"]["index"] for e in events if e["kind"] == "action.dispatched"]
+    assert dispatched == [0, 1, 2]  # the sleep's receipt came from the older outbox
+    assert worker.scratch("before.txt").read_text() == "x\n"
+    assert worker.scratch("after.txt").read_text() == "y\n"
+    actions = worker.state_dir / "actions"
+    assert not (actions / "outbox").exists() and not (actions / "started").exists()
+    wait_until(lambda: not _unacknowledged(worker), 10, 0.1, "every receipt acknowledged")
+    assert coordinator.cli_json("journal", "verify", run["id"])["ok"] is True
