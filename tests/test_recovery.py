@@ -24,7 +24,7 @@ from tests.harness import (
     wait_until,
     write_plan,
 )
-from worker_agent.action_log import LOG_NAME, _frames
+from worker_agent.action_log import LOG_NAME, read_frames
 
 pytestmark = pytest.mark.slow
 
@@ -236,7 +236,7 @@ def _unacknowledged(worker: WorkerProcess) -> set[tuple[str, str]]:
     """The receipts in the worker's action log that no acknowledgement follows (read only)."""
     pending: set[tuple[str, str]] = set()
     data = (worker.state_dir / "actions" / LOG_NAME).read_bytes()
-    for _, _, payload in _frames(data):
+    for _, _, payload in read_frames(data):
         record = json.loads(payload)
         if record["op"] == "receipt":
             pending.add((record["action_id"], record["attempt_id"]))
@@ -294,7 +294,7 @@ def _as_older_layout(worker: WorkerProcess) -> int:
     unacknowledged receipt in outbox/, per started record in started/. How many receipts."""
     root = worker.state_dir / "actions"
     records: dict[tuple[str, str, str], dict[str, object]] = {}
-    for _, _, payload in _frames((root / LOG_NAME).read_bytes()):
+    for _, _, payload in read_frames((root / LOG_NAME).read_bytes()):
         record = json.loads(payload)
         op = record.pop("op")
         if op in ("ack", "forget"):

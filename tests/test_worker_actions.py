@@ -22,8 +22,8 @@ from worker_agent.action_log import (
     ReceiptRecord,
     StartedRecord,
     Verdict,
-    _frame,
-    _frames,
+    framed,
+    read_frames,
 )
 from worker_agent.actions import ActionContext, Outcome, default_registry, run_action
 from worker_agent.executor import ActionExecutor
@@ -354,7 +354,7 @@ def test_a_receipt_written_before_a_crash_wins_over_its_started_file(tmp_path: P
 
 def _records(log: ActionLog) -> list[dict[str, Any]]:
     """The records in the log's file, by the same framing the replay reads."""
-    return [json.loads(p) for _, _, p in _frames(log.path.read_bytes())]
+    return [json.loads(p) for _, _, p in read_frames(log.path.read_bytes())]
 
 
 def test_a_torn_last_record_is_skipped_and_cut_off(tmp_path: Path) -> None:
@@ -362,7 +362,7 @@ def test_a_torn_last_record_is_skipped_and_cut_off(tmp_path: Path) -> None:
     log.finish(_receipt("act_a", "att_1", 1, "kept"))
     log.finish(_receipt("act_b", "att_1", 1, "torn"))
     whole = log.path.read_bytes()
-    first = next(_frames(whole))[1]
+    first = next(read_frames(whole))[1]
     for cut in (first + 3, first + 12, len(whole) - 1):  # in the header, the payload, the end
         log.path.write_bytes(whole[:cut])
         again = ActionLog(tmp_path)
@@ -391,8 +391,8 @@ def test_a_whole_record_that_makes_no_sense_is_skipped_not_fatal(tmp_path: Path)
     log = ActionLog(tmp_path)
     log.finish(_receipt("act_a", "att_1", 1))
     with log.path.open("ab") as fh:
-        fh.write(_frame({"op": "receipt", "action_id": "act_b"}))  # fields missing
-        fh.write(_frame({"op": "launch"}))
+        fh.write(framed({"op": "receipt", "action_id": "act_b"}))  # fields missing
+        fh.write(framed({"op": "launch"}))
     log2 = ActionLog(tmp_path)
     log2.finish(_receipt("act_c", "att_1", 1))
     assert [r.action_id for r in ActionLog(tmp_path).pending_receipts()] == ["act_a", "act_c"]

@@ -264,7 +264,7 @@ class ActionLog:
                 self._forget_started(old)
             if settled:
                 try:
-                    self._write(b"".join(_frame({"op": "forget", "key": list(k)}) for k in settled))
+                    self._write(b"".join(framed({"op": "forget", "key": list(k)}) for k in settled))
                 except OSError as exc:  # after a restart they are reported again: harmless
                     log.warning("could not record settled attempts of %s: %s", action_id, exc)
             superseded = tuple(t for (a, t) in self._live if a == action_id)
@@ -275,7 +275,7 @@ class ActionLog:
     def begin(self, record: StartedRecord) -> None:
         """Record durably that the attempt is about to act."""
         key = (record.action_id, record.attempt_id)
-        frame = _frame({"op": "started", **asdict(record)})
+        frame = framed({"op": "started", **asdict(record)})
         with self._lock:
             end = self._write(frame)
             self._put(key, len(frame), started=record)
@@ -299,7 +299,7 @@ class ActionLog:
     def finish(self, receipt: ReceiptRecord) -> None:
         """Record the receipt durably (it replaces the started record); the attempt is over."""
         key = (receipt.action_id, receipt.attempt_id)
-        frame = _frame({"op": "receipt", **asdict(receipt)})
+        frame = framed({"op": "receipt", **asdict(receipt)})
         try:
             with self._lock:
                 end = self._write(frame)
@@ -333,7 +333,7 @@ class ActionLog:
             if found:
                 self._drop(key)
                 try:
-                    self._write(_frame({"op": "ack", "key": list(key)}))
+                    self._write(framed({"op": "ack", "key": list(key)}))
                 except OSError as exc:  # the receipt comes back after a restart: harmless
                     log.warning("could not record the acknowledgement of %s: %s", action_id, exc)
             self._acked[key] = None
@@ -440,7 +440,7 @@ class ActionLog:
         except FileNotFoundError:
             return 0
         good = 0
-        for offset, end, payload in _frames(data):
+        for offset, end, payload in read_frames(data):
             try:
                 record = json.loads(payload.decode("ascii"))
                 if not isinstance(record, dict):
@@ -509,8 +509,8 @@ class ActionLog:
                 self._sync_turn.wait()
             self._syncing = True
         try:
-            frames = [_frame({"op": "started", **asdict(s)}) for s in self._started.values()]
-            frames += [_frame({"op": "receipt", **asdict(r)}) for r in self._receipts.values()]
+            frames = [framed({"op": "started", **asdict(s)}) for s in self._started.values()]
+            frames += [framed({"op": "receipt", **asdict(r)}) for r in self._receipts.values()]
             data = b"".join(frames)
             tmp = self.root / f".{LOG_NAME}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
@@ -546,13 +546,13 @@ class ActionLog:
             for r in receipts:
                 key = (r.action_id, r.attempt_id)
                 if key not in self._receipts and key not in self._acked:
-                    frame = _frame({"op": "receipt", **asdict(r)})
+                    frame = framed({"op": "receipt", **asdict(r)})
                     frames.append(frame)
                     self._put(key, len(frame), receipt=r)
             for s in started:
                 key = (s.action_id, s.attempt_id)
                 if key not in self._receipts and key not in self._started:
-                    frame = _frame({"op": "started", **asdict(s)})
+                    frame = framed({"op": "started", **asdict(s)})
                     frames.append(frame)
                     self._put(key, len(frame), started=s)
             end = self._write(b"".join(frames))
@@ -570,12 +570,12 @@ class ActionLog:
         )
 
 
-def _frame(record: dict[str, Any]) -> bytes:
+def framed(record: dict[str, Any]) -> bytes:
     payload = encode_result(record).encode("ascii")
     return _FRAME.pack(_MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
-def _frames(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+def read_frames(data: bytes) -> Iterator[tuple[int, int, bytes]]:
     """(start, end, payload) of each whole record, up to the first that is not."""
     offset = 0
     while offset + _FRAME.size <= len(data):
