@@ -58,6 +58,7 @@ COMPACT_AT = 256 * 1024  # bytes of log before acknowledged records are worth dr
 _MAGIC = b"DF"
 _FRAME = struct.Struct(">2sII")  # magic, payload length, CRC-32 of the payload
 MAX_RECORD = 1 << 30  # a length beyond this is damage, not a record
+_BINARY = getattr(os, "O_BINARY", 0)  # Windows would otherwise turn \n into \r\n
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 Key = tuple[str, str]  # (action_id, attempt_id)
@@ -215,7 +216,7 @@ class ActionLog:
 
         created = not self.path.exists()
         good = self._replay()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = self._open()
         if os.fstat(self._fd).st_size > good:
             log.warning(
                 "the action log ends in a torn record (a write cut short): ignoring its last"
@@ -491,6 +492,9 @@ class ActionLog:
         _fdatasync(self._fd)
         self.syncs += 1
 
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _BINARY, 0o600)
+
     def _compact_if_due(self) -> None:
         with self._lock:
             if self._size < self._compact_at or self._live_bytes * 2 >= self._size:
@@ -513,19 +517,26 @@ class ActionLog:
             frames += [framed({"op": "receipt", **asdict(r)}) for r in self._receipts.values()]
             data = b"".join(frames)
             tmp = self.root / f".{LOG_NAME}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _BINARY, 0o600)
             try:
                 _write_all(fd, data)
                 _fdatasync(fd)
                 self.syncs += 1
-                os.replace(tmp, self.path)
-                _sync_directory(self.root)
             except BaseException:
-                os.close(fd)
                 tmp.unlink(missing_ok=True)
                 raise
+            finally:
+                os.close(fd)
+            # Both closed before the rename: Windows renames no open file.
             os.close(self._fd)
-            self._fd = fd
+            try:
+                os.replace(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            finally:
+                self._fd = self._open()  # the new file, or the old one if the rename failed
+            _sync_directory(self.root)
             self._size = len(data)
             self._synced = self._appended  # every live record is in the synced new file
             log.debug("action log compacted to %d live records", len(frames))
