@@ -347,6 +347,46 @@ def journal_search(quick: bool) -> list[dict[str, Any]]:
     ]
 
 
+def worker_log(quick: bool) -> list[dict[str, Any]]:
+    from bench import worker_log as bench
+
+    doc = bench.run(quick)
+    out = []
+    for key, what, raw in (
+        ("idempotent", "no-op action harmless to rerun", "raw_one_sync"),
+        ("not_idempotent", "no-op action not idempotent (started record)", "raw_two_syncs"),
+        ("idempotent_slots", f"no-op action harmless to rerun, {doc['slots']} at a time", None),
+    ):
+        r = doc[key]
+        base = doc[raw or "raw_one_sync"]
+        params = {"actions": r["actions"], "concurrent": r["concurrent"], "path": "in-process"}
+        out.append(
+            figure(
+                "worker_log",
+                f"worker action log: syncs per {what}",
+                r["syncs_per_action"],
+                "",
+                baseline=("one append + fdatasync per durable record", base["syncs_per_action"]),
+                params={**params, "previous_layout": "4 fsyncs (file + directory, twice)"},
+            )
+        )
+        if raw is not None:
+            out.append(
+                figure(
+                    "worker_log",
+                    f"worker action log: time per {what}",
+                    r["us_per_action"],
+                    "us",
+                    baseline=(
+                        f"raw append + fdatasync, {base['syncs_per_action']} per action",
+                        base["us_per_action"],
+                    ),
+                    params=params,
+                )
+            )
+    return out
+
+
 # In the order they run: SPEC §6's.
 GROUPS: dict[str, Group] = {
     "round_trip": round_trip_and_ingest,
@@ -358,4 +398,5 @@ GROUPS: dict[str, Group] = {
     "research_answers": research_answers,
     "recovery": recovery,
     "journal_search": journal_search,
+    "worker_log": worker_log,
 }

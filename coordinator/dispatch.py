@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import ledger, outcomes, slots
+from coordinator import faults, ledger, outcomes, slots
 from coordinator.attempt_spans import AttemptSpans
 from coordinator.journal import JournalBus
 from coordinator.ledger import Context
@@ -114,6 +114,10 @@ class Dispatcher:
             return self._relay.route(s, orders, ctx.touched, here)
 
         orders = await self._db.write(with_relay, ctx)
+        if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT) and any(
+            isinstance(o, ReceiptVerdict) for o in orders
+        ):
+            faults.crash(faults.EXIT_AFTER_RECEIPT_COMMIT)  # tests only: see coordinator/faults
         self.metrics.observe(ctx.notes)
         self.deliver(orders, ctx.touched, ctx.stopped)
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from shared.action_kinds import DESKTOP, IDEMPOTENT_KINDS
 from shared.errors import InvalidArgumentError
 
 # The Computer Use vocabulary (SPEC §5).
@@ -41,7 +42,7 @@ INPUT = frozenset(
     }
 )
 # Reading the screen changes nothing: repeating one after an unknown outcome is harmless.
-IDEMPOTENT = frozenset({"screenshot", "cursor_position", "wait"})
+IDEMPOTENT = frozenset(k.removeprefix(DESKTOP) for k in IDEMPOTENT_KINDS if k.startswith(DESKTOP))
 
 DEFAULT_TTL = 600.0
 MAX_TTL = 24 * 3600.0

@@ -77,6 +77,33 @@ KINDS: dict[str, Kind] = {
     ),
 }  # fmt: skip
 APP_RESEARCH = "app.research"
+DESKTOP = "desktop."
+
+# Kinds whose rerun changes nothing outside the worker: reads, fetches, screenshots, waits.
+# Clicks, typing, keys and writes (`diag.append`, every other `desktop.*`) are not. The worker
+# keeps a durable started record (an fsync before the effect) only for attempts that are not
+# harmless to rerun; desktop runs mark exactly these desktop kinds idempotent.
+IDEMPOTENT_KINDS = frozenset(
+    {
+        "diag.echo",
+        "diag.sleep",
+        "diag.fail",
+        "browser.fetch",
+        "browser.screenshot",
+        "browser.search",
+        APP_RESEARCH,
+        f"{DESKTOP}screenshot",
+        f"{DESKTOP}cursor_position",
+        f"{DESKTOP}wait",
+    }
+)
+
+
+def rerun_is_harmless(kind: str, idempotent: bool) -> bool:
+    """Whether an attempt may be forgotten by a restart and simply sent again: the kind is
+    harmless to repeat and the plan says so too (a plan may call a read non-idempotent, to
+    have a person decide after an unknown outcome; it then keeps its started record)."""
+    return idempotent and kind in IDEMPOTENT_KINDS
 
 
 def _type_ok(arg: Arg, value: Any) -> bool:

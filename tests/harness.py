@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from coordinator import faults
 from coordinator.admin_cli.render import as_dict
 from coordinator.admin_cli.runs_commands import _timeline_nulls as timeline_nulls
 from coordinator.admin_cli.runs_commands import load_plan
@@ -179,7 +180,8 @@ class CoordinatorProcess:
             return
         _init_store(self.db_url, self.admin_token_file, self.secrets_key_file, self.workdir)
 
-    def start(self, *, port: int = 0) -> CoordinatorProcess:
+    def start(self, *, port: int = 0, fault: str = "") -> CoordinatorProcess:
+        """Serve; `fault` arms a test-only fault hook (coordinator/faults.py) in this process."""
         if not self.admin_token_file.exists():
             self.init()
         self._close_files()
@@ -211,7 +213,7 @@ class CoordinatorProcess:
             stdout=subprocess.PIPE,
             stderr=self._log_file,
             text=True,
-            env=base_env(self.workdir),
+            env={**base_env(self.workdir), **({faults.ENV: fault} if fault else {})},
         )
         line = self._read_line(timeout=30)
         self.port = int(line.rsplit(":", 1)[1])

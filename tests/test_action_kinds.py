@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.action_kinds import KINDS, check_args
+from shared.action_kinds import IDEMPOTENT_KINDS, KINDS, check_args, rerun_is_harmless
 from shared.errors import InvalidArgumentError
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_run, write_plan
 from worker_agent.actions import default_registry
 from worker_agent.browser.actions import BrowserActions
 from worker_agent.browser.service import BrowserService
+from worker_agent.desktop.actions import FIELDS, INPUT_KINDS
 from worker_agent.research_app import ResearchApps
 
 
@@ -90,3 +91,13 @@ def test_unknown_kinds_and_arguments_are_refused_at_submit(
     run = coordinator.cli_json("runs", "submit", str(plan))
     waiting = wait_run(coordinator, run["id"], lambda r: r["status"] == "WAITING_FOR_ENVIRONMENT")
     assert "research app notes" in waiting["waiting"]["detail"], waiting
+
+
+def test_the_kinds_harmless_to_rerun_are_reads_never_inputs_or_writes() -> None:
+    desktop = {k.removeprefix("desktop.") for k in IDEMPOTENT_KINDS if k.startswith("desktop.")}
+    assert desktop == set(FIELDS) - INPUT_KINDS  # screenshot, cursor_position, wait
+    assert IDEMPOTENT_KINDS - {f"desktop.{k}" for k in desktop} == set(KINDS) - {"diag.append"}
+    assert rerun_is_harmless("browser.fetch", True)
+    assert not rerun_is_harmless("browser.fetch", False)  # the plan asked for a person
+    assert not rerun_is_harmless("diag.append", True)  # a write, whatever the plan says
+    assert not rerun_is_harmless("desktop.left_click", True)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import random
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from coordinator import faults
+from shared.receipts import encode_result
 from tests.harness import (
     STOPPED,
     CoordinatorProcess,
@@ -17,8 +21,10 @@ from tests.harness import (
     journal,
     submit,
     wait_run,
+    wait_until,
     write_plan,
 )
+from worker_agent.action_log import LOG_NAME, read_frames
 
 pytestmark = pytest.mark.slow
 
@@ -224,3 +230,124 @@ def test_chaos_killing_the_coordinator_loses_no_receipt_and_repeats_no_effect(
                 assert len(lines) <= 1  # never repeated blindly
         assert coordinator.cli_json("journal", "verify", final["id"])["ok"] is True
     assert succeeded_appends >= 8  # the test did real work, not only hand-backs
+
+
+def _unacknowledged(worker: WorkerProcess) -> set[tuple[str, str]]:
+    """The receipts in the worker's action log that no acknowledgement follows (read only)."""
+    pending: set[tuple[str, str]] = set()
+    data = (worker.state_dir / "actions" / LOG_NAME).read_bytes()
+    for _, _, payload in read_frames(data):
+        record = json.loads(payload)
+        if record["op"] == "receipt":
+            pending.add((record["action_id"], record["attempt_id"]))
+        elif record["op"] == "ack":
+            pending.discard(tuple(record["key"]))
+    return pending
+
+
+def test_chaos_the_coordinator_dies_between_a_receipt_commit_and_its_ack(tmp_path: Path) -> None:
+    """The receipt is in the store but the worker never heard so: after a restart on the same
+    store and port the worker replays it, and the run ends with every receipt exactly once."""
+    coordinator = CoordinatorProcess(tmp_path / "coord").start()
+    worker = WorkerProcess(coordinator, "w").start()
+    try:
+        worker.wait_online()
+        port = coordinator.port
+        coordinator.stop()  # the same store and port, now with the fault armed
+        coordinator.start(port=port, fault=faults.EXIT_AFTER_RECEIPT_COMMIT)
+        worker.wait_online()
+        actions = []
+        for i in range(6):
+            if i % 2 == 0:
+                actions.append({"kind": "diag.append", "args": {"name": f"{i}.txt", "line": "x"}})
+            else:
+                actions.append({"kind": "diag.echo", "args": {"value": i}, "idempotent": True})
+        run_id = submit(coordinator, write_plan(tmp_path / "plan.json", actions))["id"]
+        assert coordinator.proc is not None
+        assert coordinator.proc.wait(30) == faults.EXIT_CODE  # died right after the commit
+        # The first receipt is in the store, and still unacknowledged in the worker's log.
+        db = sqlite3.connect(coordinator.workdir / "fleet.db")
+        [(committed,)] = db.execute("SELECT action_id FROM receipts").fetchall()
+        assert {a for a, _ in _unacknowledged(worker)} == {committed}
+        coordinator.start(port=port)
+        done = wait_run(coordinator, run_id, lambda r: r["status"] in STOPPED, 60)
+        assert done["status"] == "SUCCEEDED", done["stopReason"]
+        assert [a["status"] for a in done["actions"]] == ["SUCCEEDED"] * 6
+        events = journal(coordinator, run_id)
+        receipts = [e["data"]["action"] for e in events if e["kind"] == "receipt"]
+        assert sorted(receipts) == sorted(a["id"] for a in done["actions"])  # each exactly once
+        rows = db.execute("SELECT action_id, COUNT(*) FROM receipts GROUP BY action_id").fetchall()
+        assert sorted(rows) == sorted((a["id"], 1) for a in done["actions"])
+        for i in range(0, 6, 2):
+            assert worker.scratch(f"{i}.txt").read_text() == "x\n"  # no effect repeated
+        assert coordinator.cli_json("journal", "verify", run_id)["ok"] is True
+        # The replayed receipt was acknowledged this time, like every other.
+        wait_until(lambda: not _unacknowledged(worker), 10, 0.1, "every receipt acknowledged")
+        db.close()
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
+def _as_older_layout(worker: WorkerProcess) -> int:
+    """Rewrite a stopped worker's action log as an older worker left it: one JSON file per
+    unacknowledged receipt in outbox/, per started record in started/. How many receipts."""
+    root = worker.state_dir / "actions"
+    records: dict[tuple[str, str, str], dict[str, object]] = {}
+    for _, _, payload in read_frames((root / LOG_NAME).read_bytes()):
+        record = json.loads(payload)
+        op = record.pop("op")
+        if op in ("ack", "forget"):
+            a, t = record["key"]
+            records.pop(("receipt", a, t), None)
+            records.pop(("started", a, t), None)
+        else:
+            records[(op, record["action_id"], record["attempt_id"])] = record
+    for (op, a, t), record in records.items():
+        if op == "started" and ("receipt", a, t) in records:
+            continue
+        directory = root / ("outbox" if op == "receipt" else "started")
+        directory.mkdir(exist_ok=True)
+        (directory / f"{a}.{t}.json").write_text(encode_result(record))
+    (root / LOG_NAME).unlink()
+    return sum(1 for op, _, _ in records if op == "receipt")
+
+
+def test_a_worker_upgraded_in_place_replays_its_older_outbox_once(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    worker = workers("w")
+    worker.wait_online()
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [
+            {"kind": "diag.append", "args": {"name": "before.txt", "line": "x"}},
+            {"kind": "diag.sleep", "args": {"seconds": 1}, "idempotent": False},
+            {"kind": "diag.append", "args": {"name": "after.txt", "line": "y"}},
+        ],
+    )
+    run = wait_run(
+        coordinator,
+        submit(coordinator, plan)["id"],
+        lambda r: r["actions"][1]["status"] == "STARTED",
+    )
+    port = coordinator.port
+    coordinator.kill()
+    time.sleep(2)  # the sleep finishes; its receipt waits, unacknowledged
+    worker.stop()
+    assert _as_older_layout(worker) == 1
+    coordinator.start(port=port)
+    worker.start()
+    done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 40)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    events = journal(coordinator, run["id"])
+    receipts = [e["data"]["action"] for e in events if e["kind"] == "receipt"]
+    assert sorted(receipts) == sorted(a["id"] for a in done["actions"])  # each exactly once
+    dispatched = [e["data"]["index"] for e in events if e["kind"] == "action.dispatched"]
+    assert dispatched == [0, 1, 2]  # the sleep's receipt came from the older outbox
+    assert worker.scratch("before.txt").read_text() == "x\n"
+    assert worker.scratch("after.txt").read_text() == "y\n"
+    actions = worker.state_dir / "actions"
+    assert not (actions / "outbox").exists() and not (actions / "started").exists()
+    wait_until(lambda: not _unacknowledged(worker), 10, 0.1, "every receipt acknowledged")
+    assert coordinator.cli_json("journal", "verify", run["id"])["ok"] is True

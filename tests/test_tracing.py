@@ -33,6 +33,7 @@ from tests.harness import (
     wait_until,
     write_plan,
 )
+from worker_agent.action_log import LOG_NAME, read_frames
 
 
 @dataclass(frozen=True)
@@ -137,15 +138,21 @@ def test_the_callers_trace_is_the_runs_down_to_the_workers_receipt(
     plan = write_plan(
         tmp_path / "plan.json",
         [
-            {"kind": "diag.sleep", "args": {"seconds": 1.0}, "idempotent": True},
+            # Not idempotent: the worker records the start before it acts.
+            {"kind": "diag.sleep", "args": {"seconds": 1.0}, "idempotent": False},
             {"kind": "diag.echo", "args": {"value": "traced"}, "idempotent": True},
         ],
     )
     run = submit(coordinator, plan)
     # The worker's action log records the attempt's trace before it acts.
-    started_dir = worker.state_dir / "actions" / "started"
-    started = wait_until(lambda: sorted(started_dir.glob("*.json")), 30, 0.02, "a started record")
-    record = json.loads(started[0].read_text())
+    log_file = worker.state_dir / "actions" / LOG_NAME
+
+    def started() -> list[dict[str, Any]]:
+        data = log_file.read_bytes() if log_file.exists() else b""
+        records = [json.loads(payload) for _, _, payload in read_frames(data)]
+        return [r for r in records if r["op"] == "started"]
+
+    record = wait_until(started, 30, 0.02, "a started record")[0]
     assert record["run_id"] == run["id"]
     logged = TraceParent.parse(record["traceparent"])
     assert logged is not None and logged.trace_id == trace_id

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ import pytest
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.receipts import content_hash, decode_result, encode_result, fingerprint, safe_text
-from worker_agent.action_log import ActionLog, ReceiptRecord, StartedRecord, Verdict
+from worker_agent.action_log import (
+    ActionLog,
+    ReceiptRecord,
+    StartedRecord,
+    Verdict,
+    framed,
+    read_frames,
+)
 from worker_agent.actions import ActionContext, Outcome, default_registry, run_action
 from worker_agent.executor import ActionExecutor
 from worker_agent.scratch import ScratchDir
@@ -271,12 +279,13 @@ def test_log_lifecycle_started_then_outbox_then_acknowledged(tmp_path: Path) -> 
     assert log.admit("act_a", "att_1", 1).verdict is Verdict.ACCEPT
     assert log.held() == [("act_a", "att_1", 1, "running")]  # admitted, not begun yet
     log.begin(_started("act_a", "att_1", 1))
-    assert json.loads((log.started_dir / "act_a.att_1.json").read_text())["epoch"] == 1
+    assert [r["op"] for r in _records(log)] == ["started"]
     assert log.held() == [("act_a", "att_1", 1, "running")]
 
     receipt = _receipt("act_a", "att_1", 1, {"v": "\x00\ud800"})
     log.finish(receipt)
-    assert not list(log.started_dir.iterdir())
+    assert ActionLog(tmp_path / "other").held() == []
+    assert ActionLog(log.root).held() == [("act_a", "att_1", 1, "finished")]
     assert log.held() == [("act_a", "att_1", 1, "finished")]
     assert log.pending_receipts() == [receipt]
     assert log.admit("act_a", "att_1", 1).receipt == receipt  # repeat: resend, do not rerun
@@ -340,7 +349,143 @@ def test_a_receipt_written_before_a_crash_wins_over_its_started_file(tmp_path: P
     log.begin(_started("act_a", "att_1", 1))  # as if the process died before removing it
     again = ActionLog(tmp_path)
     assert again.held() == [("act_a", "att_1", 1, "finished")]
-    assert not list(again.started_dir.iterdir())
+    assert again.admit("act_a", "att_1", 1).verdict is Verdict.FINISHED
+
+
+def _records(log: ActionLog) -> list[dict[str, Any]]:
+    """The records in the log's file, by the same framing the replay reads."""
+    return [json.loads(p) for _, _, p in read_frames(log.path.read_bytes())]
+
+
+def test_a_torn_last_record_is_skipped_and_cut_off(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path)
+    log.finish(_receipt("act_a", "att_1", 1, "kept"))
+    log.finish(_receipt("act_b", "att_1", 1, "torn"))
+    whole = log.path.read_bytes()
+    first = next(read_frames(whole))[1]
+    for cut in (first + 3, first + 12, len(whole) - 1):  # in the header, the payload, the end
+        log.path.write_bytes(whole[:cut])
+        again = ActionLog(tmp_path)
+        assert [r.action_id for r in again.pending_receipts()] == ["act_a"]
+        assert log.path.stat().st_size == first  # cut back to the last whole record
+        again.finish(_receipt("act_c", "att_1", 1))  # appends follow whole records
+        assert [r.action_id for r in ActionLog(tmp_path).pending_receipts()] == ["act_a", "act_c"]
+
+
+@pytest.mark.parametrize(
+    "tail", [b"\0" * 4096, b"DF\0\0\0\x05\0\0\0\0hello", b"DF\xff\xff\xff\xff"]
+)
+def test_zeros_or_a_bad_checksum_after_a_power_cut_end_the_replay(
+    tmp_path: Path, tail: bytes
+) -> None:
+    log = ActionLog(tmp_path)
+    log.begin(_started("act_a", "att_1", 4))
+    with log.path.open("ab") as fh:
+        fh.write(tail)
+    again = ActionLog(tmp_path)
+    assert again.held() == [("act_a", "att_1", 4, "interrupted")]
+    assert again.highest_epoch("act_a") == 4
+
+
+def test_a_whole_record_that_makes_no_sense_is_skipped_not_fatal(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path)
+    log.finish(_receipt("act_a", "att_1", 1))
+    with log.path.open("ab") as fh:
+        fh.write(framed({"op": "receipt", "action_id": "act_b"}))  # fields missing
+        fh.write(framed({"op": "launch"}))
+    log2 = ActionLog(tmp_path)
+    log2.finish(_receipt("act_c", "att_1", 1))
+    assert [r.action_id for r in ActionLog(tmp_path).pending_receipts()] == ["act_a", "act_c"]
+
+
+def test_a_replay_after_restart_sends_every_unacknowledged_receipt_once(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path)
+    for i in range(5):
+        key = (f"act_{i}", "att_1")
+        log.admit(*key, 1)
+        log.begin(_started(*key, 1))
+        log.finish(_receipt(*key, 1, i))
+    log.finish(_receipt("act_1", "att_1", 1, 1))  # a duplicate append changes nothing
+    for i in (0, 3):
+        assert log.acknowledge(f"act_{i}", "att_1")
+    assert not log.acknowledge("act_0", "att_1")  # a repeated ack finds nothing
+    again = ActionLog(tmp_path)
+    assert sorted(r.action_id for r in again.pending_receipts()) == ["act_1", "act_2", "act_4"]
+    assert [h.state for h in again.held()] == ["finished"] * 3
+    assert again.admit("act_0", "att_1", 1).verdict is Verdict.ACKNOWLEDGED
+
+
+def test_acknowledged_records_are_compacted_away(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path, compact_at=4096)
+    big = "x" * 500
+    for i in range(40):
+        log.admit(f"act_{i}", "att_1", 1)
+        log.begin(_started(f"act_{i}", "att_1", 1))
+        log.finish(_receipt(f"act_{i}", "att_1", 1, big))
+        if i != 7:
+            log.acknowledge(f"act_{i}", "att_1")
+        assert log.path.stat().st_size < 4096 + 3 * 700  # never much past the threshold
+    log.begin(_started("act_x", "att_1", 2))  # started, not finished: live
+    assert {r.get("action_id") for r in _records(log) if r["op"] != "ack"} <= {
+        "act_7",
+        "act_36",
+        "act_37",
+        "act_38",
+        "act_39",
+        "act_x",
+    }
+    again = ActionLog(tmp_path, compact_at=4096)
+    assert [r.action_id for r in again.pending_receipts()] == ["act_7"]
+    assert again.held() == [("act_7", "att_1", 1, "finished"), ("act_x", "att_1", 2, "interrupted")]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_concurrent_receipts_share_syncs_and_all_survive(tmp_path: Path) -> None:
+    log = ActionLog(tmp_path)
+    before = log.syncs
+
+    def finish(i: int) -> None:
+        for j in range(50):
+            log.finish(_receipt(f"act_{i}_{j}", "att_1", 1))
+
+    threads = [threading.Thread(target=finish, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 0 < log.syncs - before <= 200  # never more than one per record
+    assert len(ActionLog(tmp_path).pending_receipts()) == 200
+
+
+def test_an_older_workers_directories_are_taken_in_once(tmp_path: Path) -> None:
+    """A worker upgraded in place: its started/ and outbox/ files become log records."""
+    started, outbox = tmp_path / "started", tmp_path / "outbox"
+    started.mkdir()
+    outbox.mkdir()
+    done = _receipt("act_a", "att_1", 2, "old")
+    (outbox / "act_a.att_1.json").write_text(encode_result(asdict(done)))
+    (started / "act_a.att_1.json").write_text(encode_result(asdict(_started("act_a", "att_1", 2))))
+    (started / "act_b.att_1.json").write_text(encode_result(asdict(_started("act_b", "att_1", 3))))
+    (started / "act_c.att_1.json").write_text("{not json")
+    (outbox / ".act_d.att_1.json.tmp").write_text("half")
+
+    log = ActionLog(tmp_path)
+    assert log.pending_receipts() == [done]
+    assert log.held() == [("act_a", "att_1", 2, "finished"), ("act_b", "att_1", 3, "interrupted")]
+    assert not started.exists() and not outbox.exists()
+    again = ActionLog(tmp_path)  # taken in once, not again
+    assert again.pending_receipts() == [done]
+    assert len([r for r in _records(again) if r["op"] == "receipt"]) == 1
+    assert again.acknowledge("act_a", "att_1") and again.acknowledge("act_b", "att_1")
+    assert ActionLog(tmp_path).held() == []
+
+
+def test_an_older_layout_left_by_a_crash_mid_import_changes_nothing(tmp_path: Path) -> None:
+    ActionLog(tmp_path).finish(_receipt("act_a", "att_1", 1, "new"))
+    outbox = tmp_path / "outbox"  # as if the import's removal was lost
+    outbox.mkdir()
+    (outbox / "act_a.att_1.json").write_text(encode_result(asdict(_receipt("act_a", "att_1", 1))))
+    assert [r.action_id for r in ActionLog(tmp_path).pending_receipts()] == ["act_a"]
 
 
 @pytest.mark.parametrize("bad", ["../escape", "a/b", "", "a.b", "x" * 200])
@@ -499,3 +644,30 @@ async def test_receipts_made_while_disconnected_wait_in_the_outbox(
     [pending] = executor.pending()
     assert (pending.receipt.status, pending.receipt.error) == ("failed", "ActionFailed: no")
     assert [(h.action_id, h.state) for h in executor.held()] == [("act_a", "finished")]
+
+
+async def test_only_an_attempt_unsafe_to_rerun_waits_for_a_started_record(
+    executor: ActionExecutor,
+) -> None:
+    stream = Stream()
+    executor.attach(stream.queue.put_nowait)
+    cases = [
+        ("diag.echo", {}, True, 1),  # harmless: the receipt is its one sync
+        ("diag.echo", {}, False, 2),  # the plan wants a person to decide after a crash
+        ("diag.append", {"name": "f.txt", "line": "x"}, True, 2),  # a write, whatever it says
+    ]
+    for i, (kind, args, idempotent, syncs) in enumerate(cases):
+        before = executor.log.syncs
+        executor.dispatch(_dispatch(kind, args, action=f"act_{i}", idempotent=idempotent))
+        await stream.next("receipt")
+        assert executor.log.syncs - before == syncs, kind
+    executor.dispatch(_dispatch("diag.sleep", {"seconds": 30}, action="act_h", idempotent=True))
+    executor.dispatch(_dispatch("diag.sleep", {"seconds": 30}, action="act_u"))
+    await stream.next("started")
+    await stream.next("started")
+    # The next process knows only the attempt it must not rerun; the coordinator sends the
+    # other one again.
+    assert [(h.action_id, h.state) for h in ActionLog(executor.log.root).held()][-1:] == [
+        ("act_u", "interrupted")
+    ]
+    assert "act_h" not in {h.action_id for h in ActionLog(executor.log.root).held()}

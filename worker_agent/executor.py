@@ -19,6 +19,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind, StatusCode
 
 from shared import tracing
+from shared.action_kinds import rerun_is_harmless
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.logs import log_context
@@ -157,7 +158,7 @@ class ActionExecutor:
             self._cancel(attempt, c.reason or "cancelled by the coordinator")
         if not targets and c.attempt_id:
             # Already over: the coordinator may have missed the receipt.
-            receipt = self._stored_receipt(c.action_id, c.attempt_id)
+            receipt = self.log.receipt(c.action_id, c.attempt_id)
             if receipt is not None:
                 self._emit(worker_pb2.WorkerMessage(receipt=receipt.to_proto()))
 
@@ -200,12 +201,6 @@ class ActionExecutor:
         self._emit(worker_pb2.WorkerMessage(receipt=receipt))
         self.observe(d.kind, REFUSED, 0)
 
-    def _stored_receipt(self, action_id: str, attempt_id: str) -> ReceiptRecord | None:
-        try:
-            return self.log.receipt(action_id, attempt_id)
-        except OSError:
-            return None
-
     def _emit(self, message: worker_pb2.WorkerMessage) -> None:
         if self._sink is not None:
             self._sink(message)
@@ -241,17 +236,20 @@ class ActionExecutor:
                 outcome = Outcome(CANCELLED, error="ActionCancelled: cancelled before it started")
             else:
                 try:
-                    self.log.begin(
-                        StartedRecord(
-                            d.action_id,
-                            d.attempt_id,
-                            d.epoch,
-                            d.run_id,
-                            d.kind,
-                            started_at,
-                            traceparent,
+                    # A restart forgets an attempt that is harmless to rerun (it is sent
+                    # again); any other is reported as interrupted, never rerun blindly.
+                    if not rerun_is_harmless(d.kind, d.idempotent):
+                        self.log.begin(
+                            StartedRecord(
+                                d.action_id,
+                                d.attempt_id,
+                                d.epoch,
+                                d.run_id,
+                                d.kind,
+                                started_at,
+                                traceparent,
+                            )
                         )
-                    )
                 except OSError as exc:
                     outcome = Outcome(FAILED, error=f"not started: {error_line(exc)}")
                 else:
