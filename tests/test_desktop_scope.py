@@ -309,6 +309,11 @@ def test_every_refusal_code_is_in_the_contract_as_who_refuses_with_it() -> None:
     assert worker == by[contract.WORKER]
 
 
+def test_the_readme_names_every_code() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert [c for c in contract.CODES if f"`{c}`" not in readme] == []
+
+
 def test_the_coordinator_reads_every_code_off_a_worker_error_line() -> None:
     from coordinator.store.models import ActionRow
 
