@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from shared.gen.deskfleet.v1 import desktop_pb2, worker_pb2
 
 PREFIX = "desktop."  # a worker registers each action as the kind PREFIX + name
 
-# The Computer Use vocabulary (SPEC §5).
-ACTIONS = (
+# The Computer Use vocabulary (SPEC §5); as a type for schemas that name the choices.
+Action = Literal[
     "screenshot",
     "cursor_position",
     "mouse_move",
@@ -33,7 +33,8 @@ ACTIONS = (
     "type",
     "key",
     "wait",
-)
+]
+ACTIONS: tuple[str, ...] = get_args(Action)
 # Reading the screen (or waiting) changes nothing: repeating one after an unknown outcome is
 # harmless. Every other action touches input: it stops under a kill switch and yields to a person.
 IDEMPOTENT = frozenset({"screenshot", "cursor_position", "wait"})
