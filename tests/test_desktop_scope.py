@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator import desktop as coordinator_desktop
 from coordinator import relay
@@ -430,3 +432,43 @@ def test_actions_that_need_no_scope_still_refuse_one_in_the_args() -> None:
         ActionContext("act", 1),
     )
     assert outcome.status == REFUSED and outcome.error.startswith("invalid_scope: 'scope'")
+
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+
+
+@given(
+    actions=st.lists(
+        st.sampled_from(contract.ACTIONS) | st.text(st.characters(exclude_categories=["Cs"])),
+        max_size=4,
+    ),
+    displays=st.lists(INT32, max_size=3),
+    region=st.none() | st.tuples(INT32, INT32, INT32, INT32),
+    expires_in=st.floats(),
+    remaining=INT32,
+)
+@settings(max_examples=100, deadline=None)
+def test_any_scope_a_coordinator_sends_is_within_the_contract_or_refused(
+    actions: list[str],
+    displays: list[int],
+    region: tuple[int, int, int, int] | None,
+    expires_in: float,
+    remaining: int,
+) -> None:
+    message = worker_pb2.ScopeGrant(
+        actions=actions, displays=displays, expires_in_seconds=expires_in,
+        remaining_actions=remaining,
+    )  # fmt: skip
+    if region is not None:
+        x, y, width, height = region
+        message.region.CopyFrom(desktop_pb2.Region(x=x, y=y, width=width, height=height))
+    try:
+        grant = received(message).grant
+    except ActionRefused as exc:
+        assert exc.code == contract.INVALID_SCOPE
+        return
+    assert grant.actions and set(grant.actions) <= set(contract.ACTIONS)
+    assert grant.displays and all(0 <= d < contract.MAX_DISPLAYS for d in grant.displays)
+    assert grant.region is None or grant.region.fits()
+    assert math.isfinite(grant.expires_in) and grant.expires_in <= contract.MAX_TTL
+    assert 0 <= grant.remaining <= contract.MAX_ACTIONS
