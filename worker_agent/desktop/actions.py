@@ -5,10 +5,9 @@ invalid_scope), the scope sent as Dispatch.scope (no_scope; invalid_scope if it 
 contract, shared/desktop_scope.py), the display (no_display), the scope's rule (expired,
 max_actions, out_of_scope, outside_region), then, holding the input turn, the kill switch
 (kill_switch) and a person's presence (human_active). Only then does it touch the pointer or
-keyboard.
-Screenshots and cursor_position are not input: they run while input is paused or the kill
-switch is engaged; a screenshot still needs "screenshot" in an approved scope, and so does
-`screenshot_before` / `screenshot_after` on any action.
+keyboard. Screenshots and cursor_position are not input: they run while input is paused or
+the kill switch is engaged; a screenshot still needs "screenshot" in an approved scope, and
+so does `screenshot_before` / `screenshot_after` on any action.
 
 Every result has `action`, `display` ({index, width, height} in real pixels), `space` when
 one was given, `cursor` (in the caller's space), `timings` (ms) and the refs of screenshots
