@@ -26,7 +26,7 @@ from coordinator.orders import DispatchOrder, Order
 from coordinator.principals import Principal, Role
 from coordinator.run_kinds import RunKind
 from coordinator.runs import RunView, new_run, owned_run
-from coordinator.scope import Refusal, Scope
+from coordinator.scope import Scope
 from coordinator.secret_box import NO_KEY, SecretBox
 from coordinator.store import Database, quotas
 from coordinator.store import desktop as queries
@@ -43,6 +43,8 @@ from coordinator.store.models import (
     RunRow,
     SecretRow,
 )
+from shared import desktop_scope as contract
+from shared.desktop_scope import Grant, Refusal, Region
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -63,10 +65,10 @@ PENDING, APPROVED, DENIED, SUSPENDED, EXPIRED = (
 )
 SECRET_REF = re.compile(r"\{\{secret:([A-Za-z0-9_.-]{1,100})\}\}")
 MAX_ARGS_CHARS = 64 * 1024
-MAX_TEXT = 10_000
 DEFAULT_ACT_TIMEOUT = 60.0
-# The coordinator adds these to what it sends; a caller may not set them.
-RESERVED_ARGS = ("scope",)
+# A caller may not set these: `resume` is the coordinator's to add after `desktop continue` (it
+# lifts the worker's human_active pause), and the scope travels apart (`Dispatch.scope`).
+RESERVED_ARGS = ("scope", "resume")
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     elif approval.status == APPROVED:
         if _expired(approval, ctx.now):
             _end_expired(s, run, approval, ctx)
-        elif run.waiting_code == "human_active":
+        elif run.waiting_code == contract.HUMAN_ACTIVE:
             pass  # only `desktop continue` moves it on
         elif holder := take_input(s, run, approval.worker_id, ctx):
             ledger.set_status(
@@ -155,7 +157,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
                 ctx,
                 ledger.WAITING_FOR_ENVIRONMENT,
                 waiting=(
-                    "input_lease_held",
+                    contract.INPUT_LEASE_HELD,
                     f"worker {approval.worker_id}'s desktop is controlled by run {holder};"
                     " this run takes it when that one ends",
                 ),
@@ -167,14 +169,14 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
 
 def on_failure(s: Session, run: RunRow, action: ActionRow, ctx: Context) -> list[Order]:
     """A failed or refused desktop action leaves the run open; a person at the desk pauses it."""
-    if action.error.startswith("human_active"):
+    if action.error.startswith(contract.HUMAN_ACTIVE):
         ledger.set_status(
             s,
             run,
             ctx,
             ledger.WAITING_FOR_AUTHORITY,
             waiting=(
-                "human_active",
+                contract.HUMAN_ACTIVE,
                 f"a person is using worker {action.worker_id}'s desktop; input is paused"
                 f" (deskfleet desktop continue {run.id} when they are done)",
             ),
@@ -243,7 +245,7 @@ def new_approval(
 def _granted(
     run: RunRow,
     approval: ApprovalRow,
-    grant: tuple[list[str], list[int], scope.Region | None, float, int],
+    grant: tuple[list[str], list[int], Region | None, float, int],
 ) -> Scope:
     """What an approver's answer grants: the approval's scope, narrowed by any field given."""
     asked = Scope.from_json(approval.requested)
@@ -266,23 +268,27 @@ def _refusal_before_scope(
 ) -> Refusal | None:
     if approval is None or approval.status == PENDING:
         detail = f"approval {approval.id} waits for an answer" if approval else "no approval"
-        return Refusal("not_approved", f"{detail}; nothing runs without one")
+        return Refusal(contract.NOT_APPROVED, f"{detail}; nothing runs without one")
     worker_id = approval.worker_id
     kills = queries.kills_applying(s, worker_id, [run.id])
     if kills:
         k = kills[0]
-        return Refusal("kill_switch", f"kill switch {k.id} ({k.scope}) is engaged: {k.reason}")
+        return Refusal(
+            contract.KILL_SWITCH, f"kill switch {k.id} ({k.scope}) is engaged: {k.reason}"
+        )
     if approval.status == SUSPENDED:
-        return Refusal("reapproval_needed", f"{approval.answer}; approve the run again")
+        return Refusal(contract.REAPPROVAL_NEEDED, f"{approval.answer}; approve the run again")
     if approval.status == DENIED:
-        return Refusal("denied", f"approval {approval.id} was denied: {approval.answer}")
+        return Refusal(contract.DENIED, f"approval {approval.id} was denied: {approval.answer}")
     if _expired(approval, ctx.now):
-        return Refusal("expired", f"approval {approval.id} has expired")
-    if run.waiting_code == "human_active":
-        return Refusal("human_active", run.waiting_detail)
+        return Refusal(contract.EXPIRED, f"approval {approval.id} has expired")
+    if run.waiting_code == contract.HUMAN_ACTIVE:
+        return Refusal(contract.HUMAN_ACTIVE, run.waiting_detail)
     granted = Scope.from_json(approval.granted)
     if approval.actions_used >= granted.max_actions:
-        return Refusal("max_actions", f"the approval's {granted.max_actions} actions are used up")
+        return Refusal(
+            contract.MAX_ACTIONS_USED, f"the approval's {granted.max_actions} actions are used up"
+        )
     return None
 
 
@@ -313,9 +319,9 @@ def _secrets(
 
 
 def _validate_args(action: str, args_json: str) -> dict[str, Any]:
-    if action not in scope.ACTIONS:
+    if action not in contract.ACTIONS:
         raise InvalidArgumentError(
-            f"action: unknown {action!r} (known: {', '.join(scope.ACTIONS)})"
+            f"action: unknown {action!r} (known: {', '.join(contract.ACTIONS)})"
         )
     if len(args_json) > MAX_ARGS_CHARS:
         raise InvalidArgumentError(f"args: at most {MAX_ARGS_CHARS} characters")
@@ -329,12 +335,13 @@ def _validate_args(action: str, args_json: str) -> dict[str, Any]:
         if key in args:
             raise InvalidArgumentError(f"args.{key}: set by the coordinator, not by the caller")
     text = args.get("text")
-    if text is not None and (not isinstance(text, str) or len(text) > MAX_TEXT):
-        raise InvalidArgumentError(f"args.text: a string of at most {MAX_TEXT} characters")
+    if text is not None and (not isinstance(text, str) or len(text) > contract.MAX_TEXT):
+        raise InvalidArgumentError(f"args.text: a string of at most {contract.MAX_TEXT} characters")
     display = args.get("display", 0)
-    if type(display) is not int or display < 0:
-        raise InvalidArgumentError("args.display: an integer >= 0")
+    if type(display) is not int or not 0 <= display < contract.MAX_DISPLAYS:
+        raise InvalidArgumentError(f"args.display: an integer in 0..{contract.MAX_DISPLAYS - 1}")
     scope.points_of(args)  # coordinates are integers, or the caller hears it now
+    scope.space_checked(args.get("space"))
     if action == "key":
         scope.check_keys(args.get("key"), "args.key")  # before an approval is even looked at
     return args
@@ -390,15 +397,11 @@ def _refuse(s: Session, run: RunRow, action: ActionRow, refusal: Refusal, ctx: C
     )
 
 
-def _worker_scope(granted: Scope, approval: ApprovalRow, now: float) -> dict[str, Any]:
+def _grant(granted: Scope, approval: ApprovalRow, now: float) -> Grant:
     assert approval.expires_at is not None
-    return {
-        "actions": list(granted.actions),
-        "displays": list(granted.displays),
-        "region": granted.to_json()["region"],
-        "expires_in": round(approval.expires_at - now, 3),
-        "remaining": granted.max_actions - approval.actions_used,
-    }
+    return granted.grant(
+        round(approval.expires_at - now, 3), granted.max_actions - approval.actions_used
+    )
 
 
 class Desktop:
@@ -442,9 +445,9 @@ class Desktop:
                 )
             limits = {
                 "max_actions": asked.max_actions,
-                "max_seconds": scope.MAX_TTL,
+                "max_seconds": contract.MAX_TTL,
                 "estimate_actions": asked.max_actions,
-                "estimate_seconds": scope.MAX_TTL,
+                "estimate_seconds": contract.MAX_TTL,
                 "action_timeout_seconds": DEFAULT_ACT_TIMEOUT,
             }
             run = new_run(
@@ -503,7 +506,7 @@ class Desktop:
         who: Principal,
         approval_id: str,
         *,
-        grant: tuple[list[str], list[int], scope.Region | None, float, int] | None,
+        grant: tuple[list[str], list[int], Region | None, float, int] | None,
         reason: str,
     ) -> ApprovalRow:
         """Approve (with `grant`, narrowing what was asked) or deny (grant None)."""
@@ -610,7 +613,7 @@ class Desktop:
                 idx,
                 f"desktop.{action}",
                 args,
-                idempotent=action in scope.IDEMPOTENT,
+                idempotent=action in contract.IDEMPOTENT,
                 route={"worker": worker_id, "capability": capabilities.COMPUTER_USE},
                 intent=action,
                 timeout=float(run.limits.get("action_timeout_seconds", DEFAULT_ACT_TIMEOUT)),
@@ -640,7 +643,7 @@ class Desktop:
     ) -> tuple[Refusal | None, DispatchOrder | None]:
         refusal = _refusal_before_scope(s, run, approval, ctx)
         if refusal is not None or approval is None:
-            if refusal is not None and refusal.code == "expired" and approval is not None:
+            if refusal is not None and refusal.code == contract.EXPIRED and approval is not None:
                 _end_expired(s, run, approval, ctx)
             return refusal, None
         worker_id = approval.worker_id
@@ -651,19 +654,20 @@ class Desktop:
         if refusal is not None:
             return refusal, None
         if holder := take_input(s, run, worker_id, ctx):
-            return Refusal("input_lease_held", f"the desktop is controlled by run {holder}"), None
+            held = f"the desktop is controlled by run {holder}"
+            return Refusal(contract.INPUT_LEASE_HELD, held), None
         if worker_id not in ctx.online(s):
-            return Refusal("worker_offline", f"worker {worker_id} is not connected"), None
+            return Refusal(contract.WORKER_OFFLINE, f"worker {worker_id} is not connected"), None
         session = queries.session_of(s, worker_id)
         if approval.session_id and approval.session_id != session:
             why = f"worker {worker_id} lost its coordinator since the approval"
-            suspend(s, run, approval, why, "reapproval_needed", ctx)
+            suspend(s, run, approval, why, contract.REAPPROVAL_NEEDED, ctx)
             ask_again(s, run, approval, why, ctx)
-            return Refusal("reapproval_needed", f"{why}; approve the run again"), None
+            return Refusal(contract.REAPPROVAL_NEEDED, f"{why}; approve the run again"), None
         values, missing = _secrets(s, self._box, run.owner_id, args)
         if missing:
             return Refusal(
-                "unknown_secret", f"no secret named {missing!r} is stored for the owner"
+                contract.UNKNOWN_SECRET, f"no secret named {missing!r} is stored for the owner"
             ), None
         if action == "type":
             # A secret's value is typed as it is: a newline in it presses Return all the same.
@@ -672,16 +676,15 @@ class Desktop:
                 if refusal := scope.keys_in_text(granted, value, "a secret 'text' refers to"):
                     return refusal, None
         approval.session_id = session
-        sent = dict(args, scope=_worker_scope(granted, approval, ctx.now))
+        grant = _grant(granted, approval, ctx.now)
         approval.actions_used += 1
         if run.spec.get("resume"):
-            sent["resume"] = True
+            row.args = encode_result(dict(args, resume=True))
             run.spec = {k: v for k, v in run.spec.items() if k != "resume"}
-        row.args = encode_result(sent)
         ledger.set_status(s, run, ctx, ledger.RUNNING)
         order = ledger.claim(s, run, row, worker_id, ctx)
         assert isinstance(order, DispatchOrder)
-        return None, replace(order, secrets=values)
+        return None, replace(order, secrets=values, scope=grant)
 
     async def _outcome(
         self,
@@ -726,7 +729,7 @@ class Desktop:
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             run = owned_run(s, who, run_id, lock=True)
-            if run.kind != KIND or run.waiting_code != "human_active":
+            if run.kind != KIND or run.waiting_code != contract.HUMAN_ACTIVE:
                 raise FailedPreconditionError(
                     f"run {run_id} is not paused for a person at the desk"
                 )
@@ -752,8 +755,8 @@ class Desktop:
     async def set_secret(self, who: Principal, owner: str, name: str, value: str) -> SecretRow:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", name):
             raise InvalidArgumentError("name: 1-100 letters, digits, '_', '.', '-'")
-        if not value or len(value) > MAX_TEXT or "\x00" in value:
-            raise InvalidArgumentError(f"value: 1-{MAX_TEXT} characters, no NUL")
+        if not value or len(value) > contract.MAX_TEXT or "\x00" in value:
+            raise InvalidArgumentError(f"value: 1-{contract.MAX_TEXT} characters, no NUL")
         if self._box is None:
             raise FailedPreconditionError(NO_KEY)
         box = self._box

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from shared.desktop_scope import Grant
+
 
 @dataclass(frozen=True)
 class DispatchOrder:
@@ -24,6 +26,7 @@ class DispatchOrder:
     trace_id: str = ""  # the run's
     # The attempt's span, set by the replica that sends the order down the worker's stream.
     traceparent: str = ""
+    scope: Grant | None = None  # a desktop action's approved scope, as the worker is sent it
 
 
 @dataclass(frozen=True)

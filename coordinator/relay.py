@@ -41,6 +41,7 @@ from coordinator.store import desktop as desktop_queries
 from coordinator.store import replicas as queries
 from coordinator.store.engine import Dialect
 from coordinator.store.models import DeliveryRow, ReplicaRow, RunRow
+from shared.desktop_scope import Grant
 from shared.errors import DeskfleetError, FailedPreconditionError
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ def encode(order: Order) -> str:
         # Secret values never rest in the store outside their own table: the sending replica
         # reads them again, from the names, when it takes the order.
         fields["secrets"] = sorted(order.secrets)
+        fields["scope"] = None if order.scope is None else order.scope.to_json()
     return json.dumps({"type": _NAMES[type(order)], **fields})
 
 
@@ -83,6 +85,8 @@ def decode(s: Session, body: str) -> Order:
     if cls is DispatchOrder:
         names: list[str] = fields.pop("secrets")
         fields["secrets"] = _secret_values(s, fields["run_id"], names)
+        scope = fields.pop("scope", None)
+        fields["scope"] = None if scope is None else Grant.from_json(scope)
     order: Order = cls(**fields)
     return order
 

@@ -1,5 +1,6 @@
 """Desktop scopes: what an approval allows, how an approver narrows it, and the checks an
-action must pass under it. Pure functions: the worker repeats the same checks on its side.
+action must pass under it. Pure functions; the vocabulary, limits, codes and the rule itself
+are the contract both ends keep (shared/desktop_scope.py): the worker checks the same again.
 """
 
 from __future__ import annotations
@@ -9,74 +10,30 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.action_kinds import DESKTOP, IDEMPOTENT_KINDS
+from shared.desktop_scope import (
+    ACTIONS,
+    DEFAULT_MAX_ACTIONS,
+    DEFAULT_TTL,
+    MAX_ACTIONS,
+    MAX_COMBOS,
+    MAX_DISPLAYS,
+    MAX_KEY_CHARS,
+    MAX_PIXELS,
+    MAX_TTL,
+    OUTSIDE_REGION,
+    REGION_RULE,
+    Grant,
+    Refusal,
+    Region,
+    outside,
+    scale,
+    space_of,
+)
+from shared.desktop_scope import keys_in_text as _keys_in_text
 from shared.errors import InvalidArgumentError
 
-# The Computer Use vocabulary (SPEC §5).
-ACTIONS = (
-    "screenshot",
-    "cursor_position",
-    "mouse_move",
-    "left_click",
-    "right_click",
-    "middle_click",
-    "double_click",
-    "left_click_drag",
-    "scroll",
-    "type",
-    "key",
-    "wait",
-)
-# Actions that touch input: these stop under a kill switch and yield to a person.
-INPUT = frozenset(
-    {
-        "mouse_move",
-        "left_click",
-        "right_click",
-        "middle_click",
-        "double_click",
-        "left_click_drag",
-        "scroll",
-        "type",
-        "key",
-    }
-)
-# Reading the screen changes nothing: repeating one after an unknown outcome is harmless.
-IDEMPOTENT = frozenset(k.removeprefix(DESKTOP) for k in IDEMPOTENT_KINDS if k.startswith(DESKTOP))
-
-DEFAULT_TTL = 600.0
-MAX_TTL = 24 * 3600.0
-DEFAULT_MAX_ACTIONS = 100
-MAX_ACTIONS = 10_000
-MAX_DISPLAYS = 16
-# No display is this large: a coordinate or size past it is a mistake, refused by name.
-MAX_PIXELS = 65_536
-MAX_KEY_CHARS = 200
-MAX_COMBOS = 16  # the worker's own limit (worker_agent/desktop/keys.py)
 # The shape of xdotool-style key combos ("ctrl+shift+t Return"); the worker knows the names.
 _KEY_PART = re.compile(r"[A-Za-z0-9_]+|[!-~]")
-
-
-@dataclass(frozen=True)
-class Region:
-    x: int
-    y: int
-    width: int
-    height: int
-
-    def contains(self, x: int, y: int) -> bool:
-        return self.x <= x < self.x + self.width and self.y <= y < self.y + self.height
-
-    def within(self, other: Region) -> bool:
-        return (
-            other.x <= self.x
-            and other.y <= self.y
-            and self.x + self.width <= other.x + other.width
-            and self.y + self.height <= other.y + other.height
-        )
-
-    def __str__(self) -> str:
-        return f"{self.width}x{self.height}+{self.x}+{self.y}"
 
 
 @dataclass(frozen=True)
@@ -108,6 +65,10 @@ class Scope:
             float(data.get("ttl", DEFAULT_TTL)),
             int(data.get("max_actions", DEFAULT_MAX_ACTIONS)),
         )
+
+    def grant(self, expires_in: float, remaining: int) -> Grant:
+        """What the worker is sent with an action: the scope as it stands now."""
+        return Grant(self.actions, self.displays, self.region, expires_in, remaining)
 
     def describe(self) -> str:
         where = f" in region {self.region}" if self.region else ""
@@ -201,27 +162,14 @@ def narrowed(
 def _region_checked(region: Region | None) -> None:
     if region is None:
         return
-    if not (
-        0 <= region.x < MAX_PIXELS
-        and 0 <= region.y < MAX_PIXELS
-        and 0 < region.width <= MAX_PIXELS
-        and 0 < region.height <= MAX_PIXELS
-    ):
-        raise InvalidArgumentError(
-            f"scope.region: x, y in 0..{MAX_PIXELS - 1} and width, height in 1..{MAX_PIXELS}"
-        )
+    if not region.fits():
+        raise InvalidArgumentError(f"scope.region: {REGION_RULE}")
 
 
 def _ttl_checked(ttl: float, most: float) -> None:
     # NaN passes every comparison, so it is refused first.
     if not math.isfinite(ttl) or not 0 <= ttl <= most:
         raise InvalidArgumentError(f"scope.ttl: between 0 and {most:g} seconds")
-
-
-@dataclass(frozen=True)
-class Refusal:
-    code: str
-    message: str
 
 
 def points_of(args: dict[str, Any]) -> list[tuple[int, int]]:
@@ -258,50 +206,28 @@ def check_keys(value: object, field: str = "key") -> str:
     return value
 
 
-def control_character(text: str) -> tuple[int, str] | None:
-    """The first control character (C0, DEL or C1) in `text` and its index, or None.
-
-    Typed, these press keys (a newline is Return, a tab is Tab): `type` text that holds one
-    needs `key` in the approved actions as well as `type`.
-    """
-    for index, ch in enumerate(text):
-        code = ord(ch)
-        if code < 0x20 or 0x7F <= code <= 0x9F:
-            return index, ch
-    return None
-
-
 def keys_in_text(scope: Scope, text: object, what: str = "'text'") -> Refusal | None:
     """out_of_scope if `text` would press keys that the scope does not approve."""
-    if "key" in scope.actions or not isinstance(text, str):
-        return None
-    found = control_character(text)
-    if found is None:
-        return None
-    index, ch = found
-    where = f" (U+{ord(ch):04X} at index {index})" if what == "'text'" else ""
-    return Refusal(
-        "out_of_scope",
-        f"{what} has a control character{where}, which presses a key: typing it needs key in"
-        f" the approved actions ({', '.join(scope.actions)})",
-    )
+    return _keys_in_text(scope.actions, text, what)
+
+
+def space_checked(space: object) -> tuple[int, int] | None:
+    """(width, height) of a scaled space argument, or None; InvalidArgumentError if malformed."""
+    try:
+        return space_of(space)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"space: {exc}") from None
 
 
 def to_real(point: tuple[int, int], space: object, display: tuple[int, int]) -> tuple[int, int]:
-    """Map a point given in a scaled space onto the display's real pixels."""
-    if space is None or space == {}:
+    """Map a point given in a scaled space onto the display's real pixels, as the worker does."""
+    size = space_checked(space)
+    if size is None:
         return point
-    if not isinstance(space, dict):
-        raise InvalidArgumentError(f"space: {{width, height}} as integers in 1..{MAX_PIXELS}")
-    width, height = space.get("width"), space.get("height")
-    if (
-        type(width) is not int
-        or type(height) is not int
-        or not 0 < width <= MAX_PIXELS
-        or not 0 < height <= MAX_PIXELS
-    ):
-        raise InvalidArgumentError(f"space: {{width, height}} as integers in 1..{MAX_PIXELS}")
-    return (point[0] * display[0] // width, point[1] * display[1] // height)
+    (x, y), (width, height) = point, size
+    if not (0 <= x < width and 0 <= y < height):
+        raise InvalidArgumentError(f"({x}, {y}) is outside the space {width}x{height}")
+    return scale(x, width, display[0]), scale(y, height, display[1])
 
 
 def check(
@@ -317,29 +243,15 @@ def check(
     """
     if action == "key":
         check_keys(args.get("key"))
-    if action not in scope.actions:
-        return Refusal(
-            "out_of_scope", f"{action} is not in the approved actions ({', '.join(scope.actions)})"
-        )
-    if action == "type" and (refusal := keys_in_text(scope, args.get("text"))):
-        return refusal
     display = args.get("display", 0)
-    if display not in scope.displays:
-        return Refusal("out_of_scope", f"display {display} is not approved")
-    if scope.region is None:
-        return None
-    points = points_of(args)
-    if not points:
-        return None
-    if display_size is None:
-        return Refusal(
-            "outside_region", "the display's size is unknown, so no region can be checked"
-        )
-    for point in points:
-        real = to_real(point, args.get("space"), display_size)
-        if not scope.region.contains(*real):
+    refusal = outside(scope.actions, scope.displays, None, action, display)
+    if refusal is None and scope.region is not None and (points := points_of(args)):
+        if display_size is None:
             return Refusal(
-                "outside_region",
-                f"({real[0]}, {real[1]}) is outside the approved region {scope.region}",
+                OUTSIDE_REGION, "the display's size is unknown, so no region can be checked"
             )
-    return None
+        real = [to_real(point, args.get("space"), display_size) for point in points]
+        refusal = outside(scope.actions, scope.displays, scope.region, action, display, real)
+    if refusal is None and action == "type":
+        refusal = keys_in_text(scope, args.get("text"))
+    return refusal

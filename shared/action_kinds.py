@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from shared import desktop_scope
 from shared.errors import InvalidArgumentError
 
 ANY, STRING, NUMBER, INTEGER = "any", "string", "number", "integer"
@@ -92,9 +93,7 @@ IDEMPOTENT_KINDS = frozenset(
         "browser.screenshot",
         "browser.search",
         APP_RESEARCH,
-        f"{DESKTOP}screenshot",
-        f"{DESKTOP}cursor_position",
-        f"{DESKTOP}wait",
+        *(f"{DESKTOP}{action}" for action in desktop_scope.IDEMPOTENT),
     }
 )
 

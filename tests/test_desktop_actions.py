@@ -15,13 +15,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image
 
+from shared.desktop_scope import Grant, Region
+from shared.gen.deskfleet.v1 import worker_pb2
 from shared.receipts import encode_result
 from tests.desktop_site import FIELD, MARKER, DesktopSite
 from tests.harness import Xvfb, wait_until
@@ -55,13 +57,7 @@ ALL_ACTIONS = [
     "type",
     "key",
 ]
-SCOPE: dict[str, Any] = {
-    "actions": ALL_ACTIONS,
-    "displays": [0],
-    "region": None,
-    "expires_in": 300,
-    "remaining": 50,
-}
+SCOPE = Grant(tuple(ALL_ACTIONS), (0,), None, 300.0, 50).to_proto()
 SPACE = {"width": 1024, "height": 640}  # the 1280x800 screen, scaled by 0.8
 SENTENCE = "Grüße, Zoë! 3 \u00d7 4 = 12; naïve café \u2014 ok?"  # times sign, em dash
 
@@ -79,8 +75,13 @@ display = pytest.mark.display
 # Pure checks: no display ----------------------------------------------------------------------
 
 
-def scope_of(now: float = 100.0, **overrides: Any) -> DesktopScope:
-    return DesktopScope.from_args(SCOPE | overrides, received_at=now)
+def scope_with(**changes: Any) -> worker_pb2.ScopeGrant:
+    """SCOPE with some fields changed, as the coordinator would send it."""
+    return replace(Grant.from_proto(SCOPE), **changes).to_proto()
+
+
+def scope_of(now: float = 100.0, **changes: Any) -> DesktopScope:
+    return DesktopScope.received(scope_with(**changes), received_at=now)
 
 
 def refusal(call: Callable[[], object]) -> ActionRefused:
@@ -90,7 +91,7 @@ def refusal(call: Callable[[], object]) -> ActionRefused:
 
 
 def test_scope_allows_what_was_approved() -> None:
-    scope = scope_of(region=[100, 100, 200, 50])
+    scope = scope_of(region=Region(100, 100, 200, 50))
     check_scope(scope, "left_click", 0, [(100, 100), (299, 149)], now=100.0)
 
 
@@ -98,10 +99,11 @@ def test_scope_allows_what_was_approved() -> None:
     ("overrides", "action", "display_index", "points", "now", "code"),
     [
         ({}, "left_click", 0, [], 100.0, None),
-        ({"actions": ["screenshot"]}, "left_click", 0, [], 100.0, "out_of_scope"),
+        ({"actions": ("screenshot",)}, "left_click", 0, [], 100.0, "out_of_scope"),
         ({}, "left_click", 1, [], 100.0, "out_of_scope"),
-        ({"region": [0, 0, 100, 100]}, "left_click", 0, [(100, 5)], 100.0, "outside_region"),
-        ({"region": [0, 0, 100, 100]}, "left_click_drag", 0, [(5, 5), (5, 400)], 100.0,
+        ({"region": Region(0, 0, 100, 100)}, "left_click", 0, [(100, 5)], 100.0,
+         "outside_region"),
+        ({"region": Region(0, 0, 100, 100)}, "left_click_drag", 0, [(5, 5), (5, 400)], 100.0,
          "outside_region"),
         ({"expires_in": 0}, "left_click", 0, [], 100.0, "expired"),
         ({"expires_in": 5}, "left_click", 0, [], 105.0, "expired"),
@@ -125,20 +127,14 @@ def test_scope_refusals(
     assert refusal(lambda: check_scope(scope, action, display_index, points, now=now)).code == code
 
 
-def test_no_scope_is_refused_and_malformed_scopes_name_the_field() -> None:
-    assert refusal(lambda: DesktopScope.from_args(None, 0.0)).code == "no_scope"
+def test_no_scope_is_refused() -> None:
+    assert refusal(lambda: DesktopScope.received(None, 0.0)).code == "no_scope"
     assert refusal(lambda: check_scope(None, "type", 0, now=0.0)).code == "no_scope"
-    bad = refusal(lambda: DesktopScope.from_args(SCOPE | {"region": [0, 0, 0, 5]}, 0.0))
-    assert bad.code == "invalid_argument" and "scope.region" in str(bad)
-    bad = refusal(lambda: DesktopScope.from_args(SCOPE | {"expires_in": None}, 0.0))
-    assert bad.code == "invalid_argument" and "scope.expires_in" in str(bad)
-    prefixed = DesktopScope.from_args(SCOPE | {"actions": ["desktop.type"]}, 0.0)
-    check_scope(prefixed, "type", 0, now=0.0)
 
 
 @pytest.mark.parametrize("ch", ["\n", "\t", "\r", "\x1b", "\x7f", "\x85"])
 def test_type_text_with_a_control_character_needs_key_in_scope(ch: str) -> None:
-    typing_only = scope_of(actions=["type", "screenshot"])
+    typing_only = scope_of(actions=("type", "screenshot"))
     refused = refusal(lambda: check_text_keys(typing_only, f"ls{ch}exit"))
     assert refused.code == "out_of_scope"
     assert f"(U+{ord(ch):04X} at index 2)" in str(refused) and "needs key" in str(refused)
@@ -146,7 +142,7 @@ def test_type_text_with_a_control_character_needs_key_in_scope(ch: str) -> None:
     refused = refusal(lambda: check_text_keys(typing_only, f"pw{ch}", "a secret 'text' refers to"))
     assert refused.code == "out_of_scope" and "U+" not in str(refused)
     check_text_keys(typing_only, "plain text, accents é and emoji \U0001f600")
-    check_text_keys(scope_of(actions=["type", "key"]), f"ls{ch}exit")
+    check_text_keys(scope_of(actions=("type", "key")), f"ls{ch}exit")
 
 
 def test_key_combos_parse_to_keysyms_and_unknown_keys_are_refused() -> None:
@@ -221,6 +217,7 @@ class Desk:
         secrets: dict[str, str] | None = None,
         input_blocked: Callable[[], str | None] | None = None,
         cancelled: threading.Event | None = None,
+        scope: worker_pb2.ScopeGrant | None = None,
         **args: Any,
     ) -> tuple[Outcome, dict[str, Any], ActionContext]:
         extra: dict[str, Any] = {}
@@ -231,6 +228,7 @@ class Desk:
             1,
             secrets=secrets or {},
             cancelled=cancelled or threading.Event(),
+            scope=scope,
             **extra,
         )
         outcome = run_action(self.registry, f"desktop.{kind}", encode_result(args), ctx)
@@ -421,7 +419,7 @@ def test_secret_references_type_the_value_and_results_show_only_the_reference(
 
 @display
 def test_scope_is_checked_again_on_the_worker_before_any_input(desk: Desk) -> None:
-    region = SCOPE | {"region": [0, 0, 640, 400]}
+    region = scope_with(region=Region(0, 0, 640, 400))
     outcome, _, _ = desk.act("left_click", x=700, y=100, scope=region)
     assert outcome.status == REFUSED and outcome.error.startswith("outside_region:")
     outcome, _, _ = desk.act("left_click_drag", x=10, y=10, to_x=700, to_y=10, scope=region)
@@ -431,13 +429,13 @@ def test_scope_is_checked_again_on_the_worker_before_any_input(desk: Desk) -> No
     assert outcome.status == REFUSED and outcome.error.startswith("outside_region:")
     outcome, _, _ = desk.act("left_click", x=10, y=10)
     assert outcome.status == REFUSED and outcome.error.startswith("no_scope:")
-    outcome, _, _ = desk.act("left_click", x=10, y=10, scope=SCOPE | {"actions": ["type"]})
+    outcome, _, _ = desk.act("left_click", x=10, y=10, scope=scope_with(actions=("type",)))
     assert outcome.status == REFUSED and outcome.error.startswith("out_of_scope:")
-    outcome, _, _ = desk.act("screenshot", scope=SCOPE | {"displays": [1]})
+    outcome, _, _ = desk.act("screenshot", scope=scope_with(displays=(1,)))
     assert outcome.status == REFUSED and outcome.error.startswith("out_of_scope:")
-    outcome, _, _ = desk.act("type", text="x", scope=SCOPE | {"expires_in": 0})
+    outcome, _, _ = desk.act("type", text="x", scope=scope_with(expires_in=0.0))
     assert outcome.status == REFUSED and outcome.error.startswith("expired:")
-    outcome, _, _ = desk.act("key", key="a", scope=SCOPE | {"remaining": 0})
+    outcome, _, _ = desk.act("key", key="a", scope=scope_with(remaining=0))
     assert outcome.status == REFUSED and outcome.error.startswith("max_actions:")
     time.sleep(0.3)
     assert desk.site.snapshot()[1] == []  # not one of them reached the page
@@ -448,7 +446,7 @@ def test_type_presses_no_key_that_was_not_approved(desk: Desk) -> None:
     desk.ok("left_click", x=FIELD_CENTER[0], y=FIELD_CENTER[1], scope=SCOPE)
     desk.ok("key", key="ctrl+a", scope=SCOPE)  # whatever an earlier test left in the field
     desk.ok("key", key="BackSpace", scope=SCOPE)
-    typing_only = SCOPE | {"actions": ["type", "screenshot"]}
+    typing_only = scope_with(actions=("type", "screenshot"))
     for text in ("ls\nexit\t", "tab\tonly"):
         outcome, _, _ = desk.act("type", text=text, scope=typing_only)
         assert outcome.status == REFUSED and outcome.error.startswith("out_of_scope:"), outcome
@@ -560,7 +558,7 @@ def test_kill_switch_from_another_thread_stops_a_long_type(desk: Desk) -> None:
 def test_a_scope_that_expires_while_typing_stops_it(desk: Desk) -> None:
     desk.ok("left_click", x=FIELD_CENTER[0], y=FIELD_CENTER[1], scope=SCOPE)
     text = "cd" * 1000  # ~0.1-3 s of typing here: it cannot be done in 0.02 s
-    outcome, _, _ = desk.act("type", text=text, scope=SCOPE | {"expires_in": 0.02})
+    outcome, _, _ = desk.act("type", text=text, scope=scope_with(expires_in=0.02))
     assert outcome.status == FAILED and "the approved scope expired" in outcome.error
     typed = int(outcome.error.split("typed ")[1].split(" of")[0])
     desk.ok("key", key="Return", scope=SCOPE)
@@ -634,7 +632,7 @@ def test_screenshots_before_and_after_an_action_are_attached_as_refs(desk: Desk)
     assert result["timings"]["capture_ms"] > 0
     # Taking a picture is a permission of its own.
     outcome, _, _ = desk.act(
-        "mouse_move", x=10, y=10, scope=SCOPE | {"actions": ["mouse_move"]}, screenshot_after=True
+        "mouse_move", x=10, y=10, scope=scope_with(actions=("mouse_move",)), screenshot_after=True
     )
     assert outcome.status == REFUSED and outcome.error.startswith("out_of_scope:")
 
@@ -652,16 +650,17 @@ def test_wait_is_interrupted_by_cancellation(desk: Desk) -> None:
 
 _NO_DISPLAY_SCRIPT = """
 import json
+from shared.desktop_scope import Grant
 from shared.receipts import encode_result
 from worker_agent.actions import ActionContext, ActionRegistry, run_action
 from worker_agent.desktop import DesktopActions
 
 registry = ActionRegistry()
 DesktopActions().register(registry)
-scope = {"actions": ["screenshot", "left_click"], "displays": [0], "expires_in": 60}
+scope = Grant(("screenshot", "left_click"), (0,), None, 60.0, 5).to_proto()
 for kind, args in [("screenshot", {}), ("left_click", {"x": 1, "y": 1})]:
-    outcome = run_action(registry, "desktop." + kind, encode_result({"scope": scope, **args}),
-                         ActionContext("a", 1))
+    outcome = run_action(registry, "desktop." + kind, encode_result(args),
+                         ActionContext("a", 1, scope=scope))
     print(json.dumps([outcome.status, outcome.error]))
 """
 

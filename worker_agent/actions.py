@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import worker_pb2
 from shared.receipts import decode_result, encode_result, safe_text
 from worker_agent.scratch import OUTSIDE, ScratchDir, ScratchRefused, check_name
 
@@ -84,6 +85,8 @@ class ActionContext:
     # Why desktop input may not happen right now (kill switch, no coordinator), or None.
     # Input handlers ask before they start and between chunks.
     input_blocked: Callable[[], str | None] = _never_blocked
+    # A desktop action's approved scope as sent (`Dispatch.scope`); its handler checks it.
+    scope: worker_pb2.ScopeGrant | None = None
 
 
 MAX_ERROR = 2000  # characters; an error is a line for people, not a dump

@@ -142,6 +142,7 @@ class ActionExecutor:
             run_id=run_id,
             secrets=dict(d.secrets),
             input_blocked=(lambda: guard.blocked(run_id)) if guard else _no_input,
+            scope=d.scope if d.HasField("scope") else None,
         )
         attempt = Attempt(d, handler, args, context)
         self._running[attempt.key] = attempt

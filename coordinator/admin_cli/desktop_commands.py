@@ -11,24 +11,12 @@ from typing import Any
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
+from shared import desktop_scope
 from shared.config import parse_duration
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
 
-ACTIONS = (
-    "screenshot",
-    "cursor_position",
-    "mouse_move",
-    "left_click",
-    "right_click",
-    "middle_click",
-    "double_click",
-    "left_click_drag",
-    "scroll",
-    "type",
-    "key",
-    "wait",
-)
+ACTIONS = desktop_scope.ACTIONS
 EXIT_ACTION_NOT_DONE = 7  # the action was refused, failed, or its outcome is not known
 
 

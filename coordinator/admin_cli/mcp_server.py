@@ -16,7 +16,7 @@ import base64
 import json
 import math
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import grpc
 from anyio import from_thread, to_thread
@@ -37,7 +37,7 @@ from coordinator.admin_cli.mcp_results import (
     RunSummary,
 )
 from coordinator.admin_cli.runs_commands import ACTIVE, _report, plan_request, searxng_template
-from shared import __version__
+from shared import __version__, desktop_scope
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, from_rpc_error
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 
@@ -54,20 +54,7 @@ class SearchOptions(BaseModel):
     snippet_selector: str = Field(default="", description="CSS inside a result: its snippet")
 
 
-DesktopAction = Literal[
-    "screenshot",
-    "cursor_position",
-    "mouse_move",
-    "left_click",
-    "right_click",
-    "middle_click",
-    "double_click",
-    "left_click_drag",
-    "scroll",
-    "type",
-    "key",
-    "wait",
-]
+DesktopAction = desktop_scope.Action
 RunId = Annotated[str, Field(description="a run id, as returned by research or desktop_request")]
 INSTRUCTIONS = (
     "Tools of a deskfleet coordinator: research on headless browsers, and control of a real "

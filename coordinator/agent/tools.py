@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator import journal, ledger, scope
+from coordinator import journal, ledger
 from coordinator.agent.conversation import (
     ComputerSpec,
     Content,
@@ -31,11 +31,12 @@ from coordinator.runs import Plan, PlannedAction, Runs
 from coordinator.scope import Scope
 from coordinator.store import Database
 from coordinator.store import runs as run_queries
+from shared import desktop_scope
 from shared.errors import DeskfleetError, FailedPreconditionError
 
 MAX_TEXT = 20_000  # characters of a page or report handed back; the rest stays in the journal
 RUN_TIMEOUT = 300.0
-COMPUTER_ACTIONS = scope.ACTIONS
+COMPUTER_ACTIONS = desktop_scope.ACTIONS
 DEFAULT_SPACE = ComputerSpec(1280, 800)
 
 

@@ -10,10 +10,11 @@ import grpc
 from coordinator import scope
 from coordinator.desktop import ActResult, Desktop
 from coordinator.killswitch import KillSwitches, KillView
-from coordinator.scope import Region, Scope
+from coordinator.scope import Scope
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.runs import ID, run_message
 from coordinator.store.models import ApprovalRow
+from shared.desktop_scope import Region
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2
 from shared.receipts import encode_result

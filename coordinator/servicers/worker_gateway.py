@@ -95,6 +95,7 @@ def _message(order: object) -> worker_pb2.CoordinatorMessage | bytes:
                 timeout_seconds=order.timeout_seconds,
                 secrets=order.secrets,
                 traceparent=order.traceparent,
+                scope=None if order.scope is None else order.scope.to_proto(),
             )
         )
     if isinstance(order, RotateOrder):

@@ -1,12 +1,13 @@
 """The desktop action kinds (`desktop.screenshot`, `desktop.left_click`, ...) and their checks.
 
-Every input action passes, in order: its arguments (invalid_argument), the presence of a
-scope (no_scope), the display (no_display), the approved scope (expired, max_actions,
-out_of_scope, outside_region), then, holding the input turn, the kill switch (kill_switch)
-and a person's presence (human_active). Only then does it touch the pointer or keyboard.
-Screenshots and cursor_position are not input: they run while input is paused or the kill
-switch is engaged; a screenshot still needs "screenshot" in an approved scope, and so does
-`screenshot_before` / `screenshot_after` on any action.
+Every input action passes, in order: its arguments (invalid_argument; a `scope` among them is
+invalid_scope), the scope sent as Dispatch.scope (no_scope; invalid_scope if it breaks the
+contract, shared/desktop_scope.py), the display (no_display), the scope's rule (expired,
+max_actions, out_of_scope, outside_region), then, holding the input turn, the kill switch
+(kill_switch) and a person's presence (human_active). Only then does it touch the pointer or
+keyboard. Screenshots and cursor_position are not input: they run while input is paused or
+the kill switch is engaged; a screenshot still needs "screenshot" in an approved scope, and
+so does `screenshot_before` / `screenshot_after` on any action.
 
 Every result has `action`, `display` ({index, width, height} in real pixels), `space` when
 one was given, `cursor` (in the caller's space), `timings` (ms) and the refs of screenshots
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared import desktop_scope as contract
 from worker_agent.actions import (
     ActionCancelled,
     ActionContext,
@@ -40,20 +42,26 @@ from worker_agent.actions import (
 )
 from worker_agent.desktop.inputs import DesktopSession, Pointer
 from worker_agent.desktop.keys import KeyCombo, parse_keys
-from worker_agent.desktop.scope import DesktopScope, check_scope, check_text_keys
+from worker_agent.desktop.scope import (
+    DesktopScope,
+    check_scope,
+    check_text_keys,
+    refuse_scope_in_args,
+)
 from worker_agent.desktop.screen import FORMATS, DisplayGeometry, Screen, Space
 from worker_agent.desktop.text import SecretText, TypingStopped, type_chunks
 
-PREFIX = "desktop."
-KILL_SWITCH = "kill_switch"
-MAX_WAIT = 60.0
-MAX_SCROLL = 100
-MAX_SPACE = 16384
+PREFIX = contract.PREFIX
+KILL_SWITCH = contract.KILL_SWITCH
+MAX_WAIT = contract.MAX_WAIT
+MAX_SCROLL = contract.MAX_SCROLL
+MAX_INTERVAL = contract.MAX_INTERVAL
 
 _SHOTS = {"screenshot_before", "screenshot_after", "format", "quality"}
 _POINT = {"x", "y"}
-# The argument names each kind takes besides display, space and scope; input kinds also
-# take `resume`. Anything else is refused: a misspelt `x` must not become "click here".
+# The argument names each kind takes besides display and space; input kinds also take
+# `resume` (which only the coordinator sets). Anything else is refused: a misspelt `x` must
+# not become "click here".
 FIELDS: dict[str, set[str]] = {
     "screenshot": {"format", "quality"},
     "cursor_position": set(),
@@ -68,7 +76,7 @@ FIELDS: dict[str, set[str]] = {
     "key": {"key"} | _SHOTS,
     "wait": {"seconds"} | _SHOTS,
 }
-INPUT_KINDS = frozenset(FIELDS) - {"screenshot", "cursor_position", "wait"}
+INPUT_KINDS = contract.INPUT
 _CLICKS = {
     "left_click": ("left", 1),
     "right_click": ("right", 1),
@@ -81,7 +89,7 @@ class _Args:
     """One action's arguments, read field by field; every refusal names the field."""
 
     def __init__(self, kind: str, args: dict[str, Any]) -> None:
-        allowed = FIELDS[kind] | {"display", "space", "scope"}
+        allowed = FIELDS[kind] | {"display", "space"}
         if kind in INPUT_KINDS:
             allowed.add("resume")
         unknown = sorted(set(args) - allowed)
@@ -103,6 +111,9 @@ class _Args:
             raise _invalid(name, f"must be an integer in {low}..{high}, not {value!r}")
         return int(value)
 
+    def display(self) -> int:
+        return self.integer("display", default=0, high=contract.MAX_DISPLAYS - 1)
+
     def flag(self, name: str) -> bool:
         value = self._args.get(name, False)
         if not isinstance(value, bool):
@@ -119,15 +130,11 @@ class _Args:
         return self.point(xname, yname)
 
     def space(self) -> Space | None:
-        value = self._args.get("space")
-        if value is None:
-            return None
-        if not isinstance(value, dict) or set(value) != {"width", "height"}:
-            raise _invalid("space", 'must be {"width": W, "height": H}')
-        width, height = value["width"], value["height"]
-        if not (_is_int(width) and _is_int(height) and 0 < width <= MAX_SPACE >= height > 0):
-            raise _invalid("space", f"width and height must be integers in 1..{MAX_SPACE}")
-        return Space(width, height)
+        try:
+            size = contract.space_of(self._args.get("space"))
+        except ValueError as exc:
+            raise _invalid("space", f"must be {exc}") from None
+        return None if size is None else Space(*size)
 
     def image_format(self) -> tuple[str, int | None]:
         fmt = self._args.get("format", "png")
@@ -199,8 +206,9 @@ class DesktopActions:
 
     def run(self, kind: str, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
         """Check and run one action of `kind` (without the prefix)."""
+        refuse_scope_in_args(args)
         a = _Args(kind, args)
-        index = a.integer("display", default=0, high=63)
+        index = a.display()
         space = a.space()
         before, after = a.flag("screenshot_before"), a.flag("screenshot_after")
         fmt, quality = a.image_format()
@@ -209,7 +217,7 @@ class DesktopActions:
         started = time.monotonic()
         captures = kind == "screenshot" or before or after
         needs_scope = kind in INPUT_KINDS or captures
-        scope = DesktopScope.from_args(a.get("scope"), started) if needs_scope else None
+        scope = DesktopScope.received(ctx.scope, started) if needs_scope else None
         geometry = self.screen.display(index)
         real = [_check_point(geometry, space, target) for target in plan.targets]
         if kind in INPUT_KINDS:
@@ -279,7 +287,8 @@ class DesktopActions:
             here = call.geometry.from_root(*position)
             if not call.geometry.contains(*here):
                 raise ActionRefused(
-                    f"the pointer is not on display {call.geometry.index}", code="out_of_scope"
+                    f"the pointer is not on display {call.geometry.index}",
+                    code=contract.OUT_OF_SCOPE,
                 )
             check_scope(call.scope, call.kind, call.geometry.index, [here], now=time.monotonic())
         return position
@@ -387,8 +396,8 @@ def _seconds(a: _Args) -> float:
 
 
 # Some applications drop keystrokes that come faster than they redraw: `interval` paces typing
-# like pyautogui's write(interval=...), and the kill switch is still asked before every chunk.
-MAX_INTERVAL = 0.5
+# (at most MAX_INTERVAL) like pyautogui's write(interval=...), and the kill switch is still
+# asked before every chunk.
 
 
 def _type(template: str, interval: float = 0.0) -> _Act:
@@ -404,7 +413,7 @@ def _type(template: str, interval: float = 0.0) -> _Act:
             if reason is not None:
                 return KILL_SWITCH, f"desktop input is blocked: {reason}"
             if call.scope is not None and call.scope.seconds_left(time.monotonic()) <= 0:
-                return "expired", "the approved scope expired"
+                return contract.EXPIRED, "the approved scope expired"
             return None
 
         try:
@@ -478,7 +487,7 @@ def _check_point(
 
 
 def _invalid(field: str, message: str) -> ActionRefused:
-    return ActionRefused(f"'{field}' {message}", code="invalid_argument")
+    return ActionRefused(f"'{field}' {message}", code=contract.INVALID_ARGUMENT)
 
 
 def _is_int(value: Any) -> bool:

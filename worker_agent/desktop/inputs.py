@@ -23,11 +23,11 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Protocol
 
+from shared.desktop_scope import HUMAN_ACTIVE, INVALID_ARGUMENT, NO_DISPLAY
 from worker_agent.actions import ActionCancelled, ActionFailed, ActionRefused
 from worker_agent.desktop.keys import KeyCombo
-from worker_agent.desktop.screen import NO_DISPLAY, display_problem
+from worker_agent.desktop.screen import display_problem
 
-HUMAN_ACTIVE = "human_active"
 # After binding a keysym to a spare keycode, give the application a moment to take the new
 # keymap before the first key press that needs it.
 BIND_SETTLE = 0.02
@@ -206,7 +206,7 @@ class XTestKeyboard:
     def _keysym(self, name: str) -> int:
         sym = int(self._xk.string_to_keysym(name))
         if not sym:
-            raise ActionRefused(f"this X server knows no key named {name!r}", "invalid_argument")
+            raise ActionRefused(f"this X server knows no key named {name!r}", INVALID_ARGUMENT)
         return sym
 
     def _bind(self, syms: list[int]) -> None:
@@ -295,7 +295,7 @@ class GuiKeyboard:
     def type(self, text: str) -> None:
         if not text.isascii():
             raise ActionRefused(
-                "this platform's keyboard path types ASCII only", code="invalid_argument"
+                "this platform's keyboard path types ASCII only", code=INVALID_ARGUMENT
             )
         self._gui.write(text, interval=0.0)
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.desktop_scope import INVALID_ARGUMENT, MAX_COMBOS, MAX_KEY_CHARS
 from worker_agent.actions import ActionRefused
-
-MAX_COMBOS = 16
 
 # xdotool's own aliases for modifiers, plus the names agents commonly send.
 MODIFIERS = {
@@ -113,6 +112,8 @@ def parse_keys(value: object, field: str = "key") -> tuple[KeyCombo, ...]:
     """`"ctrl+shift+t"` or `"ctrl+a Delete"` -> combos; ActionRefused(invalid_argument) if not."""
     if not isinstance(value, str) or not value.strip():
         raise _invalid(field, f"must be a key combo such as 'ctrl+a' or 'Return', not {value!r}")
+    if len(value) > MAX_KEY_CHARS:
+        raise _invalid(field, f"at most {MAX_KEY_CHARS} characters, got {len(value)}")
     words = value.split()
     if len(words) > MAX_COMBOS:
         raise _invalid(field, f"at most {MAX_COMBOS} combos per action, got {len(words)}")
@@ -142,4 +143,4 @@ def _parse_combo(word: str, field: str) -> KeyCombo:
 
 
 def _invalid(field: str, message: str) -> ActionRefused:
-    return ActionRefused(f"'{field}' {message}", code="invalid_argument")
+    return ActionRefused(f"'{field}' {message}", code=INVALID_ARGUMENT)

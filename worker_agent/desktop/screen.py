@@ -12,9 +12,9 @@ from typing import Any
 
 from PIL import Image
 
+from shared.desktop_scope import INVALID_ARGUMENT, NO_DISPLAY, scale
 from worker_agent.actions import ActionRefused, Artifact
 
-NO_DISPLAY = "no_display"
 FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 DEFAULT_QUALITY = 80
 
@@ -47,13 +47,13 @@ class DisplayGeometry:
         """A point in `space` (or real pixels) -> real pixels relative to this display."""
         if space is None:
             return x, y
-        return _scale(x, space.width, self.width), _scale(y, space.height, self.height)
+        return scale(x, space.width, self.width), scale(y, space.height, self.height)
 
     def to_space(self, x: int, y: int, space: Space | None) -> tuple[int, int]:
         """Real pixels relative to this display -> the caller's space."""
         if space is None:
             return x, y
-        return _scale(x, self.width, space.width), _scale(y, self.height, space.height)
+        return scale(x, self.width, space.width), scale(y, self.height, space.height)
 
     def to_root(self, x: int, y: int) -> tuple[int, int]:
         return self.left + x, self.top + y
@@ -64,11 +64,6 @@ class DisplayGeometry:
     def contains(self, x: int, y: int) -> bool:
         """Whether a display-relative point is on this display."""
         return 0 <= x < self.width and 0 <= y < self.height
-
-
-def _scale(value: int, source: int, target: int) -> int:
-    # The centre of the source pixel, so that a point maps back to itself after a round trip.
-    return min(target - 1, max(0, int((value + 0.5) * target / source)))
 
 
 @dataclass(frozen=True)
@@ -123,7 +118,7 @@ class Screen:
             raise ActionRefused(
                 f"'display' {index} does not exist: this machine has {len(found)} "
                 f"(indexes 0..{len(found) - 1})",
-                code="invalid_argument",
+                code=INVALID_ARGUMENT,
             )
         return found[index]
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.desktop_scope import INVALID_ARGUMENT, MAX_TEXT, UNKNOWN_SECRET
 from worker_agent.actions import ActionRefused
 
 CHUNK = 8  # characters typed between two looks at the kill switch
@@ -19,7 +20,6 @@ class TextKeyboard(Protocol):
 
 
 SECRET_REF = re.compile(r"\{\{secret:([A-Za-z0-9_.-]+)\}\}")
-MAX_TEXT = 20_000
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class SecretText:
             if name not in secrets:
                 raise ActionRefused(
                     f"'text' refers to {{{{secret:{name}}}}}, which was not sent with this action",
-                    code="unknown_secret",
+                    code=UNKNOWN_SECRET,
                 )
             value = secrets[name]
             check_typeable(value, f"the value of {{{{secret:{name}}}}}", secret=True)
@@ -89,7 +89,7 @@ def check_typeable(text: str, what: str, secret: bool = False) -> None:
     """Refuse characters no keyboard types: control characters other than newline and tab,
     and lone surrogates. For a secret, says nothing about the character or where it is."""
     if len(text) > MAX_TEXT:
-        raise ActionRefused(f"{what} is longer than {MAX_TEXT} characters", "invalid_argument")
+        raise ActionRefused(f"{what} is longer than {MAX_TEXT} characters", INVALID_ARGUMENT)
     for index, ch in enumerate(text):
         code = ord(ch)
         if (code < 0x20 and ch not in "\n\t") or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xDFFF:
@@ -97,7 +97,7 @@ def check_typeable(text: str, what: str, secret: bool = False) -> None:
             raise ActionRefused(
                 f"{what} has a character that cannot be typed{where}; "
                 "send keys such as Return or Escape with desktop.key",
-                code="invalid_argument",
+                code=INVALID_ARGUMENT,
             )
 
 
@@ -106,7 +106,7 @@ def _no_stray_reference(literal: str) -> None:
         raise ActionRefused(
             "'text' has a malformed secret reference: write {{secret:NAME}} with a name of "
             "letters, digits, '_', '.' or '-'",
-            code="invalid_argument",
+            code=INVALID_ARGUMENT,
         )
 
 

@@ -1,7 +1,7 @@
 """The neutral `computer` tool every adapter speaks, whatever its provider calls it.
 
 A computer ToolCall's arguments are `{"action": NAME, ...}` with NAME from the Computer Use
-vocabulary the workers run (coordinator/scope.py ACTIONS) and, as each action needs them:
+vocabulary the workers run (shared/desktop_scope.py ACTIONS) and, as each action needs them:
 
     x, y          the point acted on (clicks, mouse_move, scroll, a drag's start)
     to_x, to_y    a drag's end
@@ -19,21 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.agent.conversation import ToolSpec
+from shared import desktop_scope
 
-ACTIONS = (
-    "screenshot",
-    "cursor_position",
-    "mouse_move",
-    "left_click",
-    "right_click",
-    "middle_click",
-    "double_click",
-    "left_click_drag",
-    "scroll",
-    "type",
-    "key",
-    "wait",
-)
+ACTIONS = desktop_scope.ACTIONS
 
 # For providers without a built-in computer tool, when the ToolSpec brings no schema itself.
 SCHEMA: dict[str, Any] = {

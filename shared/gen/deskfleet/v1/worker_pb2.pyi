@@ -1,3 +1,4 @@
+from shared.gen.deskfleet.v1 import desktop_pb2 as _desktop_pb2
 from shared.gen.deskfleet.v1 import fleet_pb2 as _fleet_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -211,7 +212,7 @@ class HeartbeatAck(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class Dispatch(_message.Message):
-    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "attempt", "kind", "args_json", "idempotent", "timeout_seconds", "secrets", "traceparent")
+    __slots__ = ("action_id", "run_id", "attempt_id", "epoch", "attempt", "kind", "args_json", "idempotent", "timeout_seconds", "secrets", "traceparent", "scope")
     class SecretsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +231,7 @@ class Dispatch(_message.Message):
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SECRETS_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     run_id: str
     attempt_id: str
@@ -241,7 +243,22 @@ class Dispatch(_message.Message):
     timeout_seconds: float
     secrets: _containers.ScalarMap[str, str]
     traceparent: str
-    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., timeout_seconds: _Optional[float] = ..., secrets: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    scope: ScopeGrant
+    def __init__(self, action_id: _Optional[str] = ..., run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., timeout_seconds: _Optional[float] = ..., secrets: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ..., scope: _Optional[_Union[ScopeGrant, _Mapping]] = ...) -> None: ...
+
+class ScopeGrant(_message.Message):
+    __slots__ = ("actions", "displays", "region", "expires_in_seconds", "remaining_actions")
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DISPLAYS_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    displays: _containers.RepeatedScalarFieldContainer[int]
+    region: _desktop_pb2.Region
+    expires_in_seconds: float
+    remaining_actions: int
+    def __init__(self, actions: _Optional[_Iterable[str]] = ..., displays: _Optional[_Iterable[int]] = ..., region: _Optional[_Union[_desktop_pb2.Region, _Mapping]] = ..., expires_in_seconds: _Optional[float] = ..., remaining_actions: _Optional[int] = ...) -> None: ...
 
 class ReceiptAck(_message.Message):
     __slots__ = ("action_id", "attempt_id", "accepted", "reason")
