@@ -148,11 +148,6 @@ def _target(s: Session, approval_id: str) -> _Target:
         raise NotFoundError(f"approval {approval_id} not found")
     if approval.kind != "desktop":
         raise FailedPreconditionError(f"approval {approval_id} is not a desktop request")
-    if approval.status != "pending":
-        raise FailedPreconditionError(
-            f"approval {approval_id} is {approval.status}, not pending: a peek is for"
-            " deciding a request"
-        )
     s.expunge(approval)
     display = Scope.from_json(approval.requested).displays[0]
     presence = s.get(PresenceRow, approval.worker_id)
@@ -165,6 +160,12 @@ def _target(s: Session, approval_id: str) -> _Target:
         ):
             kill = f"kill switch {k.id} ({k.scope}) is engaged"
             break
+    # After the switch: engaging one ends the requests it covers, and it is the better reason.
+    if not kill and approval.status != "pending":
+        raise FailedPreconditionError(
+            f"approval {approval_id} is {approval.status}, not pending: a peek is for"
+            " deciding a request"
+        )
     return _Target(approval, display, presence.replica if presence else None, kill)
 
 

@@ -156,6 +156,23 @@ def resume(client: CoordinatorClient, args: argparse.Namespace) -> None:
         print(f"run {doc['id']} continues: input may resume with the next action")
 
 
+def peek(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    shot = client.call(
+        client.approvals.PeekScreen, desktop_pb2.PeekScreenRequest(id=args.id), timeout=30
+    )
+    Path(args.out).write_bytes(shot.data)
+    doc = render.as_dict(shot)
+    doc.pop("data", None)
+    doc["out"] = args.out
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(
+            f"display {shot.display} of worker {shot.worker_id} ({shot.width}x{shot.height},"
+            f" {shot.media_type}) written to {args.out}; the look is in the audit log"
+        )
+
+
 def approvals_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
     reply = client.call(
         client.approvals.ListApprovals,
@@ -348,6 +365,14 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         metavar="SECONDS",
         help="how long to wait for the receipt (default 60)",
     )
+    p = leaf(
+        desktop,
+        "peek",
+        peek,
+        "admins: one screenshot of the display a pending request targets (audited)",
+    )
+    p.add_argument("id", **APPROVAL_ID)
+    p.add_argument("--out", required=True, metavar="FILE", help="write the image to this file")
     leaf(desktop, "continue", resume, "after human_active: let input resume").add_argument(
         "id", **RUN_ID
     )

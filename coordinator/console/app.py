@@ -569,6 +569,9 @@ class Console:
         if worker is not None:
             display = next((d for d in worker.displays if d.index == shown[0]), None)
         requested = approval.requested
+        peek = session.peeks.get(approval_id) if approval.status == "pending" else None
+        if peek is not None:  # the screen as it was captured: its real size is the surface's
+            display = fleet_pb2.Display(index=peek.display, width=peek.width, height=peek.height)
         return await self.page(
             request,
             session,
@@ -576,6 +579,7 @@ class Console:
             approval=approval,
             worker=worker,
             display=display,
+            peek=peek,
             region=requested.region if requested.HasField("region") else None,
             actions=list(requested.actions) or list(model.DESKTOP_ACTIONS),
             csrf=session.csrf,
@@ -606,6 +610,19 @@ class Console:
             )
             session.flash("ok", f"approval {answer.id} denied")
             return self.redirect("/approvals")
+        if op == "peek":
+            peek = await self.rpc.call(
+                session.token,
+                self.rpc.approvals.PeekScreen,
+                desktop_pb2.PeekScreenRequest(id=approval_id),
+            )
+            session.keep_peek(peek)
+            session.flash(
+                "ok",
+                f"screen of display {peek.display} captured at {model.when(peek.taken_at)}"
+                f" ({peek.width}x{peek.height}); the look is in the audit log",
+            )
+            return self.redirect(f"/approvals/{approval_id}#screen")
         if op != "approve":
             raise Refused(404, f"no such approval operation: {op}")
         scope = approve_scope(form)
@@ -616,6 +633,17 @@ class Console:
         )
         session.flash("ok", f"approval {answer.id} approved: {model.scope_text(answer.granted)}")
         return self.redirect(f"/approvals/{approval_id}")
+
+    async def approval_screen(self, request: Request, session: Session) -> Response:
+        """The image this session peeked for the approval (never another session's)."""
+        peek = session.peeks.get(request.path_params["id"])
+        if peek is None:
+            raise Refused(404, "no screen captured for this approval: use “Show the screen”")
+        return Response(
+            peek.data,
+            media_type=peek.media_type,
+            headers={"cache-control": "no-store", "content-disposition": "inline"},
+        )
 
     # --- kill switch -------------------------------------------------------------------------
 
@@ -854,6 +882,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/runs/{id}/{op}", s(console.run_change, change=True), methods=["POST"]),
         Route("/approvals", s(console.approvals)),
         Route("/approvals/{id}", s(console.approval)),
+        Route("/approvals/{id}/screen", s(console.approval_screen), methods=["GET"]),
         Route("/approvals/{id}/{op}", s(console.approval_change, change=True), methods=["POST"]),
         Route("/kill", s(console.kill)),
         Route("/kill/engage", s(console.kill_engage, change=True), methods=["POST"]),
