@@ -316,6 +316,25 @@ def test_approving_by_drawing_a_region_grants_that_region_only(stack: Stack) -> 
     context.close()
 
 
+def test_the_fleet_page_filters_and_pages_in_the_coordinator(stack: Stack) -> None:
+    worker_id = stack.worker.worker_id
+    context, page = stack.signed_in(stack.admin_token)
+    page.goto("/fleet?q=DESK&online=yes")
+    assert page.locator(f"a[href='/workers/{worker_id}']").count() == 1
+    assert page.locator("[data-count=online] .n").inner_text() == "1"
+    page.goto("/fleet?q=no-such-worker")
+    assert "No worker matches." in text_of(page)
+    assert page.locator("[data-count=online] .n").inner_text() == "1"  # counts: the whole fleet
+    response = page.goto("/fleet?after=forged")
+    assert response.status == 400 and "page_token: not a token" in text_of(page)
+    context.close()
+    # An owner sees the workers, without the admin's filters.
+    context, page = stack.signed_in(stack.tokens["alice"])
+    assert page.locator(f"a[href='/workers/{worker_id}']").count() == 1
+    assert page.locator("form.filters").count() == 0
+    context.close()
+
+
 def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(stack: Stack) -> None:
     from io import BytesIO
 

@@ -327,35 +327,49 @@ class Console:
     # --- fleet -------------------------------------------------------------------------------
 
     async def fleet(self, request: Request, session: Session) -> Response:
+        """Counts of the whole fleet and one page of its workers, both read by the coordinator
+        (keyset pages and filters in the store): the cost does not grow with the fleet."""
         q = request.query_params
-        status = await self.rpc.call(
-            session.token, self.rpc.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest()
-        )
-        workers = list(status.workers)
+        rpc, token = self.rpc, session.token
         filters = {k: q.get(k, "") for k in ("q", "state", "capability", "online")}
-        shown = model.filter_workers(
-            workers,
-            text=filters["q"],
-            state=filters["state"],
-            capability=filters["capability"],
-            online=filters["online"],
-        )
-        page = model.page_of(shown, model.parse_int(q.get("page"), 1))
-        activity = await self.rpc.call(
-            session.token, self.rpc.admin.GetFleetActivity, admin_pb2.FleetActivityRequest()
+        after = q.get("after", "")
+        rows: Awaitable[fleet_pb2.ListWorkersResponse | fleet_pb2.WorkerStatus]
+        if session.is_admin:  # listing with filters (and revoked workers) is an admin's
+            listing = fleet_pb2.ListWorkersRequest(
+                limit=model.PAGE_SIZE,
+                page_token=after,
+                state=filters["state"],
+                capability=filters["capability"],
+                text=filters["q"].strip(),
+                include_revoked=filters["state"] == "revoked",
+            )
+            if filters["online"] in ("yes", "no"):
+                listing.online = filters["online"] == "yes"
+            rows = rpc.call(token, rpc.fleet.ListWorkers, listing)
+        else:
+            rows = rpc.call(
+                token,
+                rpc.fleet.GetWorkerStatus,
+                fleet_pb2.GetWorkerStatusRequest(limit=model.PAGE_SIZE, page_token=after),
+            )
+        status, listed, activity = await asyncio.gather(
+            rpc.call(token, rpc.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest(limit=1)),
+            rows,
+            rpc.call(token, rpc.admin.GetFleetActivity, admin_pb2.FleetActivityRequest()),
         )
         current = {a.worker_id: a for a in activity.actions}
         return await self.page(
             request,
             session,
             "fleet.html",
-            counts=model.fleet_counts(workers),
             status=status,
-            page=page,
+            workers=list(listed.workers),
+            next_after=listed.next_page_token,
+            first=not after,
             filters=filters,
             current=current,
             activity=activity,
-            query=_query_without_page(request),
+            query=urlencode([(k, v) for k, v in filters.items() if v]),
         )
 
     async def worker(self, request: Request, session: Session) -> Response:
