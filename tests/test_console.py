@@ -357,7 +357,7 @@ def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(stack: S
     out = coordinator.workdir / "peek.png"
     # The owner who asked may not look: the screen is not theirs until an admin says so.
     refused = coordinator.cli(
-        "desktop",
+        "approvals",
         "peek",
         approval["id"],
         "--out",
@@ -401,7 +401,7 @@ def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(stack: S
     assert entry["detail"]["worker"] == stack.worker.worker_id and entry["at"]
 
     # The CLI writes the same screen to a file.
-    coordinator.cli("desktop", "peek", approval["id"], "--out", str(out))
+    coordinator.cli("approvals", "peek", approval["id"], "--out", str(out))
     with Image.open(out) as img:
         assert img.size == (width, height)
 
@@ -417,7 +417,7 @@ def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(stack: S
     # The switch ended the request (it must be asked again): no longer one to peek for.
     response = page.request.post(f"/approvals/{approval['id']}/peek", form={"csrf": _csrf(page)})
     assert response.status == 409 and "ended, not pending" in response.text()
-    done = coordinator.cli("desktop", "peek", approval["id"], "--out", str(out), check=False)
+    done = coordinator.cli("approvals", "peek", approval["id"], "--out", str(out), check=False)
     assert done.returncode != 0 and "not pending" in done.stderr
     context.close()
 

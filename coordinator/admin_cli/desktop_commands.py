@@ -365,14 +365,6 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         metavar="SECONDS",
         help="how long to wait for the receipt (default 60)",
     )
-    p = leaf(
-        desktop,
-        "peek",
-        peek,
-        "admins: one screenshot of the display a pending request targets (audited)",
-    )
-    p.add_argument("id", **APPROVAL_ID)
-    p.add_argument("--out", required=True, metavar="FILE", help="write the image to this file")
     leaf(desktop, "continue", resume, "after human_active: let input resume").add_argument(
         "id", **RUN_ID
     )
@@ -393,6 +385,14 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p.add_argument("id", **APPROVAL_ID)
     _scope_options(p, narrowing=True)
     p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")
+    p = leaf(
+        approvals,
+        "peek",
+        peek,
+        "admins: one screenshot of the display a pending request targets (audited)",
+    )
+    p.add_argument("id", **APPROVAL_ID)
+    p.add_argument("--out", required=True, metavar="FILE", help="write the image to this file")
     p = leaf(approvals, "deny", deny, "deny: the waiting run is cancelled")
     p.add_argument("id", **APPROVAL_ID)
     p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")
