@@ -422,6 +422,37 @@ def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(stack: S
     context.close()
 
 
+def test_a_peek_at_a_display_that_is_gone_or_a_worker_offline_says_so(stack: Stack) -> None:
+    coordinator = stack.coordinator
+    away = WorkerProcess(coordinator, "away")
+    assert away.enroll().returncode == 0  # enrolled, never connected
+    out = coordinator.workdir / "nothing.png"
+    cases = (
+        (stack.worker.worker_id, "3", f"display 3 is gone from worker {stack.worker.worker_id}"),
+        (away.worker_id, "0", f"worker {away.worker_id} is offline: there is no screen to show"),
+    )
+    for worker_id, display, said in cases:
+        run = coordinator.cli_json(
+            "desktop",
+            "request",
+            "--worker",
+            worker_id,
+            "--display",
+            display,
+            "--action=left_click",
+            token_file=stack.token_files["alice"],
+        )
+        [approval] = [
+            a
+            for a in coordinator.cli_json("approvals", "list")["approvals"]
+            if a["runId"] == run["id"]
+        ]
+        done = coordinator.cli("approvals", "peek", approval["id"], "--out", str(out), check=False)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+        coordinator.cli("approvals", "deny", approval["id"], "--reason", "tested")
+
+
 def _csrf(page: Any) -> str:
     token: str = page.locator("input[name=csrf]").first.get_attribute("value")
     return token
