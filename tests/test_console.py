@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -335,7 +335,9 @@ def test_the_fleet_page_filters_and_pages_in_the_coordinator(stack: Stack) -> No
     context.close()
 
 
-def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(stack: Stack) -> None:
+def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(
+    stack: Stack, window: Callable[[], None]
+) -> None:
     from io import BytesIO
 
     from PIL import Image
@@ -387,6 +389,10 @@ def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(stack: S
     assert shot.status == 200 and shot.headers["content-type"] in ("image/png", "image/jpeg")
     with Image.open(BytesIO(shot.body())) as img:
         assert img.size == (width, height)
+        # The display as it is: the form page's window (white, with its red target), not the
+        # bare black screen.
+        colors = {c: n for n, c in img.convert("RGB").getcolors(maxcolors=width * height) or []}
+        assert colors.get((255, 255, 255), 0) > width * height // 2 and (255, 0, 0) in colors
     # Another session (even an admin's) does not see this session's peek.
     other, other_page = stack.signed_in(stack.admin_token)
     assert other_page.request.get(f"/approvals/{approval['id']}/screen").status == 404
