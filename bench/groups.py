@@ -388,10 +388,52 @@ def worker_log(quick: bool) -> list[dict[str, Any]]:
 
 
 # In the order they run: SPEC §6's.
+def fleet_page(quick: bool) -> list[dict[str, Any]]:
+    from bench import fleet_page as bench
+
+    doc = bench.run(bench.QUICK_WORKERS if quick else bench.FULL_WORKERS, quick)
+    f, s = doc["figures"], doc["settings"]
+    params = {
+        "simulated_workers": s["workers"],
+        "online": doc["online"],
+        "page_size": s["page_size"],
+        "rows_on_page": doc["rows_on_page"],
+        "samples": s["samples"],
+        "store": s["store"],
+        "path": "HTTP GET through the console: session, chrome, counts, one page, activity",
+    }
+    out = [
+        figure(
+            "fleet_page",
+            f"console fleet page, first page {stat}, {s['workers']} workers",
+            f["page"][f"{stat}_ms"],
+            "ms",
+            baseline=(
+                f"GetWorkerStatus page RPC {stat}, same fleet",
+                f["status_rpc"][f"{stat}_ms"],
+            ),
+            params=params,
+        )
+        for stat in ("p50", "p99")
+    ]
+    out.append(
+        figure(
+            "fleet_page",
+            f"console fleet page filtered by text p99, {s['workers']} workers",
+            f["filtered"]["p99_ms"],
+            "ms",
+            baseline=("GetWorkerStatus page RPC p99, same fleet", f["status_rpc"]["p99_ms"]),
+            params=params | {"filter": s["filter"], "matches": doc["filter_matches"]},
+        )
+    )
+    return out
+
+
 GROUPS: dict[str, Group] = {
     "round_trip": round_trip_and_ingest,
     "many_runs": many_runs,
     "fleet_scale": fleet_scale,
+    "fleet_page": fleet_page,
     "kill_switch": kill_switch,
     "screenshot": screenshot,
     "research": research,

@@ -141,6 +141,7 @@ def worker_filter(
     capability: str = "",
     replica: str = "",
     online: bool | None = None,
+    text: str = "",
 ) -> worker_queries.WorkerFilter:
     """The filters of a worker list, checked: an unknown state or capability is refused."""
     if state and state not in STATES:
@@ -151,7 +152,11 @@ def worker_filter(
         )
     if len(replica) > 200:
         raise InvalidArgumentError("replica: a replica name is at most 200 characters")
-    return worker_queries.WorkerFilter(include_revoked, state, capability, replica, online)
+    if len(text) > 200:
+        raise InvalidArgumentError("text: at most 200 characters")
+    return worker_queries.WorkerFilter(
+        include_revoked, state, capability, replica, online, text.strip()
+    )
 
 
 STATES = ("active", "draining", "revoked")

@@ -22,6 +22,7 @@ from coordinator.fleet import Fleet
 from coordinator.journal import JournalBus
 from coordinator.killswitch import KillSwitches
 from coordinator.metrics import CoordinatorMetrics
+from coordinator.peeks import Peeks
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 from coordinator.quota import OwnerLimits, Quotas
@@ -208,6 +209,7 @@ def create_server(
         if listeners.ca is not None
         else None
     )
+    peeks = Peeks(db, presence, config.replica)
     quotas = Quotas(db, OwnerLimits(config.owner_max_active_runs, config.owner_max_stored_bytes))
     admin_pb2_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(db, config, auth, quotas), server
@@ -216,7 +218,9 @@ def create_server(
         FleetServicer(Fleet(db, presence, auth, dispatcher)), server
     )
     add_worker_gateway(
-        WorkerGatewayServicer(db, presence, dispatcher, config, kills, certificates, worker_port),
+        WorkerGatewayServicer(
+            db, presence, dispatcher, config, kills, peeks, certificates, worker_port
+        ),
         server,
     )
     runs = Runs(db, dispatcher, bus, config.allow_private_networks)
@@ -237,7 +241,7 @@ def create_server(
     runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs, policy, goals), server)
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
     desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)
-    desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(ApprovalServicer(desktop), server)
+    desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(ApprovalServicer(desktop, peeks), server)
     desktop_pb2_grpc.add_KillSwitchServiceServicer_to_server(KillSwitchServicer(kills), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,16 +1,20 @@
 """Screenshots of the web console's main pages for the README (docs/console/*.png).
 
 Starts a real coordinator, one worker and the console on loopback, makes a few runs and a
-pending desktop request, and photographs the pages in Chromium at a laptop's width.
+pending desktop request (its display shows the project's local site in a Chromium window, for
+the approval's "Show the screen"), and photographs the pages in Chromium at a laptop's width.
 `python -m scripts.console_screenshots [--out docs/console]`
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
+from scripts.local_site.server import start as start_site
 from tests.harness import (
     ConsoleProcess,
     CoordinatorProcess,
@@ -38,9 +42,27 @@ def main() -> None:
         coordinator = CoordinatorProcess(work / "coord").start()
         worker = WorkerProcess(coordinator, "desk-01", display_env=xvfb.env).start()
         console = ConsoleProcess(coordinator)
+        site, site_url = start_site()
+        desktop = subprocess.Popen(
+            [
+                CHROMIUM,
+                "--test-type",
+                "--no-sandbox",
+                "--no-first-run",
+                "--disable-gpu",
+                f"--user-data-dir={work / 'desktop-profile'}",
+                "--window-position=0,0",
+                "--window-size=1280,800",
+                f"--app={site_url}",
+            ],
+            env={**xvfb.env, "HOME": str(work), "PATH": "/usr/bin:/bin"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             worker.wait_online()
             console.start()
+            time.sleep(3.0)  # the desktop window's first paint
             for title, kind, extra in (
                 ("nightly link check", "diag.echo", {"value": "ok"}),
                 ("flaky export", "diag.fail", {"message": "export timed out", "fail_attempts": 1}),
@@ -93,6 +115,10 @@ def main() -> None:
                 for name, url in shots.items():
                     page.goto(url)
                     if name == "approval":
+                        page.click("form[data-peek] button[type=submit]")
+                        page.wait_for_selector("svg#screen image.peek")
+                        # The screen at the bottom, the peek's card above it.
+                        page.locator("#screen").evaluate("e => e.scrollIntoView({block: 'end'})")
                         box = page.locator("#screen").bounding_box()
                         assert box is not None
                         s = box["width"] / 1280
@@ -104,6 +130,10 @@ def main() -> None:
                     print(out / f"{name}.png")
                 browser.close()
         finally:
+            desktop.terminate()
+            desktop.wait(10)
+            site.shutdown()
+            site.server_close()
             console.stop()
             worker.stop()
             coordinator.stop()

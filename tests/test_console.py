@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ class Stack:
     admin_token: str
     tokens: dict[str, str]  # owner name -> token
     token_files: dict[str, Path]
+    xvfb_size: tuple[int, int]
 
     def context(self) -> Any:
         return self.browser.new_context(base_url=self.console.url, service_workers="block")
@@ -92,6 +93,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, xvfb: Xvfb) -> Iterator[Stac
             coordinator.admin_token_file.read_text().strip(),
             tokens,
             files,
+            xvfb.size,
         )
         browser.close()
     finally:
@@ -312,6 +314,154 @@ def test_approving_by_drawing_a_region_grants_that_region_only(stack: Stack) -> 
     refused = json.loads(done.stdout)
     assert refused["status"] == "refused" and refused["code"] == "outside_region", refused
     context.close()
+
+
+def test_the_fleet_page_filters_and_pages_in_the_coordinator(stack: Stack) -> None:
+    worker_id = stack.worker.worker_id
+    context, page = stack.signed_in(stack.admin_token)
+    page.goto("/fleet?q=DESK&online=yes")
+    assert page.locator(f"a[href='/workers/{worker_id}']").count() == 1
+    assert page.locator("[data-count=online] .n").inner_text() == "1"
+    page.goto("/fleet?q=no-such-worker")
+    assert "No worker matches." in text_of(page)
+    assert page.locator("[data-count=online] .n").inner_text() == "1"  # counts: the whole fleet
+    response = page.goto("/fleet?after=forged")
+    assert response.status == 400 and "page_token: not a token" in text_of(page)
+    context.close()
+    # An owner sees the workers, without the admin's filters.
+    context, page = stack.signed_in(stack.tokens["alice"])
+    assert page.locator(f"a[href='/workers/{worker_id}']").count() == 1
+    assert page.locator("form.filters").count() == 0
+    context.close()
+
+
+def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(
+    stack: Stack, window: Callable[[], None]
+) -> None:
+    from io import BytesIO
+
+    from PIL import Image
+
+    coordinator = stack.coordinator
+    run = coordinator.cli_json(
+        "desktop",
+        "request",
+        "--worker",
+        stack.worker.worker_id,
+        "--reason",
+        "look first",
+        "--action=left_click",
+        token_file=stack.token_files["alice"],
+    )
+    [approval] = [
+        a for a in coordinator.cli_json("approvals", "list")["approvals"] if a["runId"] == run["id"]
+    ]
+    out = coordinator.workdir / "peek.png"
+    # The owner who asked may not look: the screen is not theirs until an admin says so.
+    refused = coordinator.cli(
+        "approvals",
+        "peek",
+        approval["id"],
+        "--out",
+        str(out),
+        token_file=stack.token_files["alice"],
+        check=False,
+    )
+    assert (
+        refused.returncode != 0 and "admin" in refused.stderr and "Traceback" not in refused.stderr
+    )
+    assert not out.exists()
+
+    context, page = stack.signed_in(stack.admin_token)
+    page.goto(f"/approvals/{approval['id']}")
+    assert page.locator("svg#screen image.peek").count() == 0
+    page.click("form[data-peek] button[type=submit]")
+    page.wait_for_selector("svg#screen image.peek")
+    width, height = stack.xvfb_size
+    image = page.locator("svg#screen image.peek")
+    assert (image.get_attribute("width"), image.get_attribute("height")) == (
+        str(width),
+        str(height),
+    )
+    assert page.locator("#screen").get_attribute("viewBox") == f"0 0 {width} {height}"
+    # The browser loaded the captured image itself, at the display's real size.
+    shot = page.request.get(f"/approvals/{approval['id']}/screen")
+    assert shot.status == 200 and shot.headers["content-type"] in ("image/png", "image/jpeg")
+    with Image.open(BytesIO(shot.body())) as img:
+        assert img.size == (width, height)
+        # The display as it is: the form page's window (white, with its red target), not the
+        # bare black screen.
+        colors = {c: n for n, c in img.convert("RGB").getcolors(maxcolors=width * height) or []}
+        assert colors.get((255, 255, 255), 0) > width * height // 2 and (255, 0, 0) in colors
+    # Another session (even an admin's) does not see this session's peek.
+    other, other_page = stack.signed_in(stack.admin_token)
+    assert other_page.request.get(f"/approvals/{approval['id']}/screen").status == 404
+    other.close()
+
+    [entry] = [
+        e
+        for e in coordinator.cli_json("audit")["entries"]
+        if e["action"] == "approval.peek" and e["target"] == approval["id"]
+    ]
+    assert entry["actorRole"] == "admin" and entry["detail"]["run"] == run["id"]
+    assert entry["detail"]["worker"] == stack.worker.worker_id and entry["at"]
+
+    # The CLI writes the same screen to a file.
+    coordinator.cli("approvals", "peek", approval["id"], "--out", str(out))
+    with Image.open(out) as img:
+        assert img.size == (width, height)
+
+    # Under a kill switch the screen stays unseen; the refusal says why, in one line.
+    switch = coordinator.cli_json(
+        "kill", "engage", "--worker", stack.worker.worker_id, "--reason", "x"
+    )
+    response = page.request.post(f"/approvals/{approval['id']}/peek", form={"csrf": _csrf(page)})
+    assert response.status == 409 and "kill switch" in response.text()
+    assert f"kill switch {switch['id']} (worker) is engaged" in response.text()
+    coordinator.cli("kill", "release", "--worker", stack.worker.worker_id, "--reason", "done")
+
+    # The switch ended the request (it must be asked again): no longer one to peek for.
+    response = page.request.post(f"/approvals/{approval['id']}/peek", form={"csrf": _csrf(page)})
+    assert response.status == 409 and "ended, not pending" in response.text()
+    done = coordinator.cli("approvals", "peek", approval["id"], "--out", str(out), check=False)
+    assert done.returncode != 0 and "not pending" in done.stderr
+    context.close()
+
+
+def test_a_peek_at_a_display_that_is_gone_or_a_worker_offline_says_so(stack: Stack) -> None:
+    coordinator = stack.coordinator
+    away = WorkerProcess(coordinator, "away")
+    assert away.enroll().returncode == 0  # enrolled, never connected
+    out = coordinator.workdir / "nothing.png"
+    cases = (
+        (stack.worker.worker_id, "3", f"display 3 is gone from worker {stack.worker.worker_id}"),
+        (away.worker_id, "0", f"worker {away.worker_id} is offline: there is no screen to show"),
+    )
+    for worker_id, display, said in cases:
+        run = coordinator.cli_json(
+            "desktop",
+            "request",
+            "--worker",
+            worker_id,
+            "--display",
+            display,
+            "--action=left_click",
+            token_file=stack.token_files["alice"],
+        )
+        [approval] = [
+            a
+            for a in coordinator.cli_json("approvals", "list")["approvals"]
+            if a["runId"] == run["id"]
+        ]
+        done = coordinator.cli("approvals", "peek", approval["id"], "--out", str(out), check=False)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+        coordinator.cli("approvals", "deny", approval["id"], "--reason", "tested")
+
+
+def _csrf(page: Any) -> str:
+    token: str = page.locator("input[name=csrf]").first.get_attribute("value")
+    return token
 
 
 # --- in-process: the pure parts ------------------------------------------------------------

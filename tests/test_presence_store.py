@@ -159,6 +159,37 @@ async def test_pages_walk_every_worker_exactly_once_with_filters(db: Database) -
     assert await walk(worker_queries.WorkerFilter(replica="b"), 5) == []
 
 
+async def test_the_text_filter_finds_ids_names_replicas_and_labels_ignoring_case(
+    db: Database,
+) -> None:
+    now = time.time()
+
+    def setup(s: Session) -> list[str]:
+        ids = _enroll(s, 4)
+        for worker_id, labels in zip(
+            ids, ({"site": "Lab"}, {"site": "home"}, {"room": "lab_2%"}, {}), strict=True
+        ):
+            s.get(WorkerRow, worker_id).labels = labels  # type: ignore[union-attr]
+        replica_queries.beat(s, "east", "east:1", now, now, TTL)
+        worker_queries.claim_presences(s, [_claim(ids[3], "headless")], "east", now, TTL)
+        return ids
+
+    ids = await db.write(setup)
+
+    async def found(text: str) -> list[str]:
+        where = worker_queries.WorkerFilter(text=text)
+        page, _ = await db.read(worker_queries.workers_page, where, None, 50, now)
+        return [w.id for w, _ in page]
+
+    assert await found("WRK_001") == [ids[1]]
+    assert await found("w2") == [ids[2]]
+    assert await found("lab") == [ids[0], ids[2]]
+    assert await found("site=lab") == [ids[0]]  # the pair, not any key's "lab"
+    assert await found("2%") == [ids[2]]  # LIKE's wildcards are plain characters
+    assert await found("EAST") == [ids[3]]
+    assert await found("nowhere") == []
+
+
 async def test_connects_of_a_moment_are_one_write_and_the_welcome_learns_rotation(
     db: Database,
 ) -> None:

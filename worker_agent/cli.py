@@ -33,6 +33,7 @@ from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.certificates import WorkerTransport, new_request, with_port
 from worker_agent.connection import WorkerConnection
 from worker_agent.desktop.actions import DesktopActions
+from worker_agent.desktop.peek import ScreenPeeker, no_desktop
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
 from worker_agent.executor import ActionExecutor
 from worker_agent.hotkey import DEFAULT_HOTKEY
@@ -330,8 +331,9 @@ async def _run(args: argparse.Namespace) -> None:
     )
     BrowserActions(browser, visible).register(registry)
     apps.register(registry)
-    if not args.no_computer_use:
-        DesktopActions().register(registry)
+    desktop = None if args.no_computer_use else DesktopActions()
+    if desktop is not None:
+        desktop.register(registry)
     guard = InputGuard(args.state_dir)
     guard.install_signal()
     if not args.no_computer_use and args.kill_hotkey != "none":
@@ -354,6 +356,7 @@ async def _run(args: argparse.Namespace) -> None:
         guard=guard,
         transport=transport,
         save_credential=state.save_credential,
+        peek=no_desktop if desktop is None else ScreenPeeker(desktop.screen, guard).answer,
     )
     metrics.watch(connection)
     task = asyncio.create_task(connection.run_forever())

@@ -17,6 +17,7 @@ from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
 from worker_agent.backoff import Backoff
 from worker_agent.certificates import WorkerTransport
+from worker_agent.desktop.peek import no_desktop
 from worker_agent.executor import ActionExecutor
 from worker_agent.input_guard import InputGuard, Kill
 from worker_agent.state import WorkerIdentity
@@ -56,7 +57,10 @@ class WorkerConnection:
         guard: InputGuard | None = None,
         transport: WorkerTransport | None = None,
         save_credential: Callable[[str], None] | None = None,
+        peek: Callable[[worker_pb2.PeekScreenNow], worker_pb2.PeekResult] = no_desktop,
     ) -> None:
+        self._peek = peek
+        self._peeking: set[asyncio.Task[None]] = set()
         self._save_credential = save_credential
         self._transport = transport
         self._guard = guard
@@ -241,6 +245,10 @@ class WorkerConnection:
                 self._actions.cancel(message.cancel)
             elif kind == "receipt_ack":
                 self._actions.acknowledge(message.receipt_ack)
+            elif kind == "peek":
+                task = asyncio.create_task(self._answer_peek(message.peek, outgoing))
+                self._peeking.add(task)
+                task.add_done_callback(self._peeking.discard)
             elif kind == "rotate_credential":
                 await self._rotate(stub)
             elif kind == "kill":
@@ -254,6 +262,19 @@ class WorkerConnection:
                     message.kill.reason,
                 )
                 outgoing.put_nowait(_kill_ack(message.kill))
+
+    async def _answer_peek(
+        self, order: worker_pb2.PeekScreenNow, outgoing: asyncio.Queue[WorkerMessage]
+    ) -> None:
+        # Off the loop: a capture and encode of a large screen takes a while.
+        result = await asyncio.to_thread(self._peek, order)
+        log.info(
+            "screen peek %s of display %d: %s",
+            order.peek_id,
+            order.display,
+            result.error or f"{result.width}x{result.height} {result.media_type}",
+        )
+        outgoing.put_nowait(WorkerMessage(peek_result=result))
 
 
 def _kill(state: worker_pb2.KillState) -> Kill:

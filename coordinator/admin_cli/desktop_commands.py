@@ -144,6 +144,23 @@ def resume(client: CoordinatorClient, args: argparse.Namespace) -> None:
         print(f"run {doc['id']} continues: input may resume with the next action")
 
 
+def peek(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    shot = client.call(
+        client.approvals.PeekScreen, desktop_pb2.PeekScreenRequest(id=args.id), timeout=30
+    )
+    Path(args.out).write_bytes(shot.data)
+    doc = render.as_dict(shot)
+    doc.pop("data", None)
+    doc["out"] = args.out
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(
+            f"display {shot.display} of worker {shot.worker_id} ({shot.width}x{shot.height},"
+            f" {shot.media_type}) written to {args.out}; the look is in the audit log"
+        )
+
+
 def approvals_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
     reply = client.call(
         client.approvals.ListApprovals,
@@ -356,6 +373,14 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p.add_argument("id", **APPROVAL_ID)
     _scope_options(p, narrowing=True)
     p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")
+    p = leaf(
+        approvals,
+        "peek",
+        peek,
+        "admins: one screenshot of the display a pending request targets (audited)",
+    )
+    p.add_argument("id", **APPROVAL_ID)
+    p.add_argument("--out", required=True, metavar="FILE", help="write the image to this file")
     p = leaf(approvals, "deny", deny, "deny: the waiting run is cancelled")
     p.add_argument("id", **APPROVAL_ID)
     p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")

@@ -327,35 +327,49 @@ class Console:
     # --- fleet -------------------------------------------------------------------------------
 
     async def fleet(self, request: Request, session: Session) -> Response:
+        """Counts of the whole fleet and one page of its workers, both read by the coordinator
+        (keyset pages and filters in the store): the cost does not grow with the fleet."""
         q = request.query_params
-        status = await self.rpc.call(
-            session.token, self.rpc.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest()
-        )
-        workers = list(status.workers)
+        rpc, token = self.rpc, session.token
         filters = {k: q.get(k, "") for k in ("q", "state", "capability", "online")}
-        shown = model.filter_workers(
-            workers,
-            text=filters["q"],
-            state=filters["state"],
-            capability=filters["capability"],
-            online=filters["online"],
-        )
-        page = model.page_of(shown, model.parse_int(q.get("page"), 1))
-        activity = await self.rpc.call(
-            session.token, self.rpc.admin.GetFleetActivity, admin_pb2.FleetActivityRequest()
+        after = q.get("after", "")
+        rows: Awaitable[fleet_pb2.ListWorkersResponse | fleet_pb2.WorkerStatus]
+        if session.is_admin:  # listing with filters (and revoked workers) is an admin's
+            listing = fleet_pb2.ListWorkersRequest(
+                limit=model.PAGE_SIZE,
+                page_token=after,
+                state=filters["state"],
+                capability=filters["capability"],
+                text=filters["q"].strip(),
+                include_revoked=filters["state"] == "revoked",
+            )
+            if filters["online"] in ("yes", "no"):
+                listing.online = filters["online"] == "yes"
+            rows = rpc.call(token, rpc.fleet.ListWorkers, listing)
+        else:
+            rows = rpc.call(
+                token,
+                rpc.fleet.GetWorkerStatus,
+                fleet_pb2.GetWorkerStatusRequest(limit=model.PAGE_SIZE, page_token=after),
+            )
+        status, listed, activity = await asyncio.gather(
+            rpc.call(token, rpc.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest(limit=1)),
+            rows,
+            rpc.call(token, rpc.admin.GetFleetActivity, admin_pb2.FleetActivityRequest()),
         )
         current = {a.worker_id: a for a in activity.actions}
         return await self.page(
             request,
             session,
             "fleet.html",
-            counts=model.fleet_counts(workers),
             status=status,
-            page=page,
+            workers=list(listed.workers),
+            next_after=listed.next_page_token,
+            first=not after,
             filters=filters,
             current=current,
             activity=activity,
-            query=_query_without_page(request),
+            query=urlencode([(k, v) for k, v in filters.items() if v]),
         )
 
     async def worker(self, request: Request, session: Session) -> Response:
@@ -560,15 +574,22 @@ class Console:
     async def approval(self, request: Request, session: Session) -> Response:
         approval_id = request.path_params["id"]
         approval = await self._approval(session, approval_id)
-        status = await self.rpc.call(
-            session.token, self.rpc.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest()
-        )
-        worker = next((w for w in status.workers if w.id == approval.worker_id), None)
+        worker: fleet_pb2.WorkerInfo | None = None
+        if session.is_admin:  # the worker's displays size the drawing (admins answer)
+            with contextlib.suppress(NotFoundError):
+                worker = await self.rpc.call(
+                    session.token,
+                    self.rpc.fleet.GetWorker,
+                    fleet_pb2.WorkerRef(id=approval.worker_id),
+                )
         shown = list(approval.requested.displays) or [0]
         display = None
         if worker is not None:
             display = next((d for d in worker.displays if d.index == shown[0]), None)
         requested = approval.requested
+        peek = session.peeks.get(approval_id) if approval.status == "pending" else None
+        if peek is not None:  # the screen as it was captured: its real size is the surface's
+            display = fleet_pb2.Display(index=peek.display, width=peek.width, height=peek.height)
         return await self.page(
             request,
             session,
@@ -576,6 +597,7 @@ class Console:
             approval=approval,
             worker=worker,
             display=display,
+            peek=peek,
             region=requested.region if requested.HasField("region") else None,
             actions=list(requested.actions) or list(model.DESKTOP_ACTIONS),
             csrf=session.csrf,
@@ -606,6 +628,19 @@ class Console:
             )
             session.flash("ok", f"approval {answer.id} denied")
             return self.redirect("/approvals")
+        if op == "peek":
+            peek = await self.rpc.call(
+                session.token,
+                self.rpc.approvals.PeekScreen,
+                desktop_pb2.PeekScreenRequest(id=approval_id),
+            )
+            session.keep_peek(peek)
+            session.flash(
+                "ok",
+                f"screen of display {peek.display} captured at {model.when(peek.taken_at)}"
+                f" ({peek.width}x{peek.height}); the look is in the audit log",
+            )
+            return self.redirect(f"/approvals/{approval_id}#screen")
         if op != "approve":
             raise Refused(404, f"no such approval operation: {op}")
         scope = approve_scope(form)
@@ -616,6 +651,17 @@ class Console:
         )
         session.flash("ok", f"approval {answer.id} approved: {model.scope_text(answer.granted)}")
         return self.redirect(f"/approvals/{approval_id}")
+
+    async def approval_screen(self, request: Request, session: Session) -> Response:
+        """The image this session peeked for the approval (never another session's)."""
+        peek = session.peeks.get(request.path_params["id"])
+        if peek is None:
+            raise Refused(404, "no screen captured for this approval: use “Show the screen”")
+        return Response(
+            peek.data,
+            media_type=peek.media_type,
+            headers={"cache-control": "no-store", "content-disposition": "inline"},
+        )
 
     # --- kill switch -------------------------------------------------------------------------
 
@@ -854,6 +900,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/runs/{id}/{op}", s(console.run_change, change=True), methods=["POST"]),
         Route("/approvals", s(console.approvals)),
         Route("/approvals/{id}", s(console.approval)),
+        Route("/approvals/{id}/screen", s(console.approval_screen), methods=["GET"]),
         Route("/approvals/{id}/{op}", s(console.approval_change, change=True), methods=["POST"]),
         Route("/kill", s(console.kill)),
         Route("/kill/engage", s(console.kill_engage, change=True), methods=["POST"]),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.admin_cli.desktop_commands import ACTIONS
-from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
 
 PAGE_SIZE = 50
 STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
@@ -63,59 +62,6 @@ def page_of(items: Sequence[Any], number: int, size: int = PAGE_SIZE) -> Page:
     number = min(max(1, number), pages)
     start = (number - 1) * size
     return Page(list(items[start : start + size]), number, pages, len(items))
-
-
-# --- fleet ---------------------------------------------------------------------------------
-
-
-def capabilities_of(worker: fleet_pb2.WorkerInfo) -> list[str]:
-    return [c.name for c in worker.capabilities if c.available]
-
-
-def filter_workers(
-    workers: Sequence[fleet_pb2.WorkerInfo],
-    *,
-    text: str = "",
-    state: str = "",
-    capability: str = "",
-    online: str = "",
-) -> list[fleet_pb2.WorkerInfo]:
-    """Workers matching every given filter; `text` matches id, name, replica or a label."""
-    needle = text.strip().lower()
-    out = []
-    for w in workers:
-        if state and w.state != state:
-            continue
-        if capability and capability not in capabilities_of(w):
-            continue
-        if (online == "yes" and not w.online) or (online == "no" and w.online):
-            continue
-        if needle:
-            hay = [w.id, w.name, w.replica, *(f"{k}={v}" for k, v in w.labels.items())]
-            if not any(needle in h.lower() for h in hay):
-                continue
-        out.append(w)
-    return out
-
-
-@dataclass(frozen=True)
-class FleetCounts:
-    total: int
-    online: int
-    by_state: dict[str, int]
-    by_capability: dict[str, int]  # online workers offering it
-    by_replica: dict[str, int]  # online workers streaming to it
-
-
-def fleet_counts(workers: Sequence[fleet_pb2.WorkerInfo]) -> FleetCounts:
-    online = [w for w in workers if w.online]
-    return FleetCounts(
-        total=len(workers),
-        online=len(online),
-        by_state=dict(sorted(Counter(w.state for w in workers).items())),
-        by_capability=dict(sorted(Counter(c for w in online for c in capabilities_of(w)).items())),
-        by_replica=dict(sorted(Counter(w.replica or "—" for w in online).items())),
-    )
 
 
 # --- runs ----------------------------------------------------------------------------------

@@ -14,9 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shared.gen.deskfleet.v1.desktop_pb2 import ScreenPeek
+
 COOKIE = "df_session"
 PRE_COOKIE = "df_signin"  # the sign-in form's double-submit token (no session exists yet)
 DEFAULT_TTL = 8 * 3600.0
+PEEKS_KEPT = 4
 
 
 @dataclass
@@ -29,6 +32,9 @@ class Session:
     csrf: str
     expires_at: float
     flashes: list[tuple[str, str]] = field(default_factory=list)  # (kind, text), shown once
+    # The last screen peeked per approval, shown only to this session (the peek is audited as
+    # this user's): at most PEEKS_KEPT, the oldest dropped first.
+    peeks: dict[str, ScreenPeek] = field(default_factory=dict)
 
     @property
     def is_admin(self) -> bool:
@@ -36,6 +42,12 @@ class Session:
 
     def flash(self, kind: str, text: str) -> None:
         self.flashes.append((kind, text))
+
+    def keep_peek(self, peek: ScreenPeek) -> None:
+        self.peeks.pop(peek.approval_id, None)
+        self.peeks[peek.approval_id] = peek
+        while len(self.peeks) > PEEKS_KEPT:
+            del self.peeks[next(iter(self.peeks))]
 
     def take_flashes(self) -> list[tuple[str, str]]:
         taken, self.flashes = self.flashes, []

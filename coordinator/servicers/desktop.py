@@ -10,6 +10,7 @@ import grpc
 from coordinator import scope
 from coordinator.desktop import ActResult, Desktop
 from coordinator.killswitch import KillSwitches, KillView
+from coordinator.peeks import Peeks
 from coordinator.scope import Scope
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.runs import ID, run_message
@@ -170,8 +171,9 @@ class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
 
 
 class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
-    def __init__(self, desktop: Desktop) -> None:
+    def __init__(self, desktop: Desktop, peeks: Peeks) -> None:
         self._desktop = desktop
+        self._peeks = peeks
 
     async def ListApprovals(
         self, request: desktop_pb2.ListApprovalsRequest, context: Context
@@ -205,6 +207,21 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
             current_principal(), _id(request.id, "id"), grant=None, reason=request.reason
         )
         return approval_message(row)
+
+    async def PeekScreen(
+        self, request: desktop_pb2.PeekScreenRequest, context: Context
+    ) -> desktop_pb2.ScreenPeek:
+        peek = await self._peeks.peek(current_principal(), _id(request.id, "id"))
+        return desktop_pb2.ScreenPeek(
+            approval_id=peek.approval_id,
+            worker_id=peek.worker_id,
+            display=peek.display,
+            media_type=peek.media_type,
+            data=peek.data,
+            width=peek.width,
+            height=peek.height,
+            taken_at=to_timestamp(peek.taken_at),
+        )
 
 
 def kill_message(view: KillView) -> desktop_pb2.KillSwitch:

@@ -40,6 +40,7 @@ class FleetServicer(fleet_pb2_grpc.FleetServiceServicer):
             capability=request.capability,
             replica=request.replica,
             online=request.online if request.HasField("online") else None,
+            text=request.text,
         )
         page = await self._fleet.page(where, request.limit, request.page_token)
         return fleet_pb2.ListWorkersResponse(

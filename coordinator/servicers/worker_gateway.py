@@ -23,6 +23,7 @@ from coordinator.orders import (
     ReceiptVerdict,
     RotateOrder,
 )
+from coordinator.peeks import PeekAnswer, PeekOrder, Peeks
 from coordinator.presence import Presence, WorkerSession
 from coordinator.principals import rotate_worker_credential
 from coordinator.servicers.guard import current_principal
@@ -98,6 +99,12 @@ def _message(order: object) -> worker_pb2.CoordinatorMessage | bytes:
                 scope=None if order.scope is None else order.scope.to_proto(),
             )
         )
+    if isinstance(order, PeekOrder):
+        return worker_pb2.CoordinatorMessage(
+            peek=worker_pb2.PeekScreenNow(
+                peek_id=order.peek_id, display=order.display, max_bytes=order.max_bytes
+            )
+        )
     if isinstance(order, RotateOrder):
         return worker_pb2.CoordinatorMessage(rotate_credential=worker_pb2.RotateCredentialNow())
     if isinstance(order, KillPush):
@@ -140,9 +147,11 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         dispatcher: Dispatcher,
         config: CoordinatorConfig,
         kills: KillSwitches,
+        peeks: Peeks,
         certificates: WorkerCertificates | None = None,
         worker_port: int = 0,
     ) -> None:
+        self._peeks = peeks
         self._certificates = certificates
         self._worker_port = worker_port
         self._db = db
@@ -269,6 +278,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self._presence.close(session)
+            self._peeks.on_disconnect(worker.id)
 
     async def _write(self, session: WorkerSession, context: Context) -> None:
         while True:
@@ -320,6 +330,12 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         trace_id=parent.trace_id if parent is not None else "",
                     ):
                         log.debug("receipt %s of attempt %s", r.status, r.attempt_id)
+            elif kind == "peek_result":
+                p = message.peek_result
+                self._peeks.on_answer(
+                    session.worker_id,
+                    PeekAnswer(p.peek_id, p.media_type, p.data, p.width, p.height, p.error, p.code),
+                )
             elif kind == "kill_ack":
                 ack = message.kill_ack
                 self._kills.on_ack(session.worker_id, ack.kill_id, ack.engaged)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import (
     Select,
+    String,
     Table,
     and_,
     bindparam,
@@ -20,6 +22,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -104,6 +107,7 @@ class WorkerFilter:
     capability: str = ""
     replica: str = ""
     online: bool | None = None
+    text: str = ""  # in the id, name, replica or a label, ignoring case
 
 
 def workers_page(
@@ -133,6 +137,8 @@ def workers_page(
             where.capability
         ]
         query = query.where(online, WorkerRow.state == "active", column.is_(True))
+    if where.text:
+        query = query.where(_matching(where.text))
     if after is not None:
         enrolled_at, worker_id = after
         query = query.where(
@@ -145,6 +151,24 @@ def workers_page(
     rows = s.execute(query).all()
     page = [(w, _effective(p, lease, seen)) for w, p, lease, seen in rows[:limit]]
     return page, len(rows) > limit
+
+
+def _matching(text: str) -> Any:
+    """Rows with `text` in the id, name, replica or labels (their JSON text: "key=value" is
+    looked for as the JSON pair), ignoring case, on SQLite and PostgreSQL alike."""
+    needle = text.lower()
+    labels = func.lower(sql_cast(WorkerRow.labels, String))
+    found = [
+        func.lower(WorkerRow.id).contains(needle, autoescape=True),
+        func.lower(WorkerRow.name).contains(needle, autoescape=True),
+        func.lower(func.coalesce(PresenceRow.replica, "")).contains(needle, autoescape=True),
+        labels.contains(needle, autoescape=True),
+    ]
+    if "=" in needle:
+        key, value = needle.split("=", 1)
+        pair = json.dumps({key: value})[1:-1]  # as the store wrote it
+        found.append(labels.contains(pair, autoescape=True))
+    return or_(*found)
 
 
 @dataclass(frozen=True)

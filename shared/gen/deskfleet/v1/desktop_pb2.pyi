@@ -96,6 +96,32 @@ class ListApprovalsResponse(_message.Message):
     approvals: _containers.RepeatedCompositeFieldContainer[Approval]
     def __init__(self, approvals: _Optional[_Iterable[_Union[Approval, _Mapping]]] = ...) -> None: ...
 
+class PeekScreenRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ScreenPeek(_message.Message):
+    __slots__ = ("approval_id", "worker_id", "display", "media_type", "data", "width", "height", "taken_at")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_AT_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    worker_id: str
+    display: int
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+    taken_at: _timestamp_pb2.Timestamp
+    def __init__(self, approval_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., display: _Optional[int] = ..., media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., taken_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class ApproveRequest(_message.Message):
     __slots__ = ("id", "scope", "reason")
     ID_FIELD_NUMBER: _ClassVar[int]

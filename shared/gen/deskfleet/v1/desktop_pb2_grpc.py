@@ -301,6 +301,11 @@ class ApprovalServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_desktop__pb2.DenyRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
                 _registered_method=True)
+        self.PeekScreen = channel.unary_unary(
+                '/deskfleet.v1.ApprovalService/PeekScreen',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.PeekScreenRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.ScreenPeek.FromString,
+                _registered_method=True)
 
 
 class ApprovalServiceServicer:
@@ -325,6 +330,14 @@ class ApprovalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PeekScreen(self, request, context):
+        """One screenshot of the display a pending desktop request targets, taken now by the worker
+        that holds it; no input. Admins only, written to the audit log.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ApprovalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -342,6 +355,11 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     servicer.Deny,
                     request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.DenyRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.SerializeToString,
+            ),
+            'PeekScreen': grpc.unary_unary_rpc_method_handler(
+                    servicer.PeekScreen,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.PeekScreenRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.ScreenPeek.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -425,6 +443,33 @@ class ApprovalService:
             '/deskfleet.v1.ApprovalService/Deny',
             deskfleet_dot_v1_dot_desktop__pb2.DenyRequest.SerializeToString,
             deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PeekScreen(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.ApprovalService/PeekScreen',
+            deskfleet_dot_v1_dot_desktop__pb2.PeekScreenRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.ScreenPeek.FromString,
             options,
             channel_credentials,
             insecure,

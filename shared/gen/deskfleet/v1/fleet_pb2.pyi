@@ -148,7 +148,7 @@ class WorkerStatus(_message.Message):
     def __init__(self, headless_online: _Optional[int] = ..., computer_use_online: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., online: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaCount, _Mapping]]] = ...) -> None: ...
 
 class ListWorkersRequest(_message.Message):
-    __slots__ = ("include_revoked", "limit", "page_token", "state", "capability", "replica", "online")
+    __slots__ = ("include_revoked", "limit", "page_token", "state", "capability", "replica", "online", "text")
     INCLUDE_REVOKED_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +156,7 @@ class ListWorkersRequest(_message.Message):
     CAPABILITY_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     ONLINE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     include_revoked: bool
     limit: int
     page_token: str
@@ -163,7 +164,8 @@ class ListWorkersRequest(_message.Message):
     capability: str
     replica: str
     online: bool
-    def __init__(self, include_revoked: _Optional[bool] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[str] = ..., capability: _Optional[str] = ..., replica: _Optional[str] = ..., online: _Optional[bool] = ...) -> None: ...
+    text: str
+    def __init__(self, include_revoked: _Optional[bool] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[str] = ..., capability: _Optional[str] = ..., replica: _Optional[str] = ..., online: _Optional[bool] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers", "next_page_token")

@@ -143,19 +143,39 @@ class KillAck(_message.Message):
     engaged: bool
     def __init__(self, kill_id: _Optional[str] = ..., engaged: _Optional[bool] = ...) -> None: ...
 
+class PeekResult(_message.Message):
+    __slots__ = ("peek_id", "media_type", "data", "width", "height", "error", "code")
+    PEEK_ID_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    peek_id: str
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+    error: str
+    code: str
+    def __init__(self, peek_id: _Optional[str] = ..., media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., error: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
+
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "started", "receipt", "kill_ack")
+    __slots__ = ("hello", "heartbeat", "started", "receipt", "kill_ack", "peek_result")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     KILL_ACK_FIELD_NUMBER: _ClassVar[int]
+    PEEK_RESULT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     started: ActionStarted
     receipt: Receipt
     kill_ack: KillAck
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ...) -> None: ...
+    peek_result: PeekResult
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ..., peek_result: _Optional[_Union[PeekResult, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential", "stream_liveness")
@@ -282,8 +302,18 @@ class CancelAction(_message.Message):
     reason: str
     def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class PeekScreenNow(_message.Message):
+    __slots__ = ("peek_id", "display", "max_bytes")
+    PEEK_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    peek_id: str
+    display: int
+    max_bytes: int
+    def __init__(self, peek_id: _Optional[str] = ..., display: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel", "kill", "rotate_credential")
+    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel", "kill", "rotate_credential", "peek")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_FIELD_NUMBER: _ClassVar[int]
@@ -291,6 +321,7 @@ class CoordinatorMessage(_message.Message):
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     KILL_FIELD_NUMBER: _ClassVar[int]
     ROTATE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    PEEK_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
     dispatch: Dispatch
@@ -298,4 +329,5 @@ class CoordinatorMessage(_message.Message):
     cancel: CancelAction
     kill: KillState
     rotate_credential: RotateCredentialNow
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ..., kill: _Optional[_Union[KillState, _Mapping]] = ..., rotate_credential: _Optional[_Union[RotateCredentialNow, _Mapping]] = ...) -> None: ...
+    peek: PeekScreenNow
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ..., kill: _Optional[_Union[KillState, _Mapping]] = ..., rotate_credential: _Optional[_Union[RotateCredentialNow, _Mapping]] = ..., peek: _Optional[_Union[PeekScreenNow, _Mapping]] = ...) -> None: ...
