@@ -652,7 +652,7 @@ class Desktop:
             return refusal, None
         if holder := take_input(s, run, worker_id, ctx):
             return Refusal("input_lease_held", f"the desktop is controlled by run {holder}"), None
-        if worker_id not in ctx.online(s):
+        if not ctx.is_online(s, worker_id):
             return Refusal("worker_offline", f"worker {worker_id} is not connected"), None
         session = queries.session_of(s, worker_id)
         if approval.session_id and approval.session_id != session:
