@@ -348,6 +348,32 @@ def journal_search(quick: bool) -> list[dict[str, Any]]:
 
 
 # In the order they run: SPEC §6's.
+ROUTING_FULL = (50, 1000, 5000)
+ROUTING_QUICK = (50, 1000)
+
+
+def routing(quick: bool) -> list[dict[str, Any]]:
+    from bench import routing as routing_bench
+
+    samples = 50 if quick else 200
+    doc = routing_bench.run(list(ROUTING_QUICK if quick else ROUTING_FULL), samples)
+    out = []
+    for size in doc["sizes"]:
+        n, submit, raw = size["workers"], size["submit"], size["write_only_baseline"]
+        for stat in ("p50", "p99"):
+            out.append(
+                figure(
+                    "routing",
+                    f"submit transaction {stat} (write, route, claim), {n} workers online",
+                    submit[f"{stat}_ms"],
+                    "ms",
+                    baseline=(f"the same writes without routing {stat}", raw[f"{stat}_ms"]),
+                    params={"workers": n, "samples": size["samples"], "store": doc["store"]},
+                )
+            )
+    return out
+
+
 GROUPS: dict[str, Group] = {
     "round_trip": round_trip_and_ingest,
     "many_runs": many_runs,
@@ -358,4 +384,5 @@ GROUPS: dict[str, Group] = {
     "research_answers": research_answers,
     "recovery": recovery,
     "journal_search": journal_search,
+    "routing": routing,
 }
