@@ -3,6 +3,7 @@ drains, revocations, label changes and replica leases, read from a SQLite store.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +13,12 @@ import pytest
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
+from coordinator.store import Database
 from coordinator.store import workers as worker_queries
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, PresenceRow, ReplicaRow, WorkerRow
-from coordinator.worker_index import ELIGIBLE_CACHE, WorkerIndex
+from coordinator.store.schema import upgrade
+from coordinator.worker_index import ELIGIBLE_CACHE, IndexUpdates, WorkerIndex
 
 HEADLESS = {"capabilities": [{"name": "headless", "available": True}]}
 
@@ -250,3 +253,40 @@ def test_many_route_shapes_do_not_grow_a_snapshot_without_bound(fleet: Fleet) ->
 def _leases(fleet: Fleet) -> list[tuple[str, float, float]]:
     with Session(fleet.engine) as s:
         return worker_queries.replica_leases(s)
+
+
+async def test_updates_merge_the_changes_told_while_a_read_is_under_way(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'updates.db'}"
+    await asyncio.to_thread(upgrade, url)
+    db = Database(url)
+    try:
+        fleet = Fleet(create_store_engine(url))
+        fleet.replica("r1")
+        for w in ("w1", "w2", "w3"):
+            fleet.enroll(w)
+        reads = 0
+        real_read = db.read
+
+        async def counting_read(*args: object, **kw: object) -> object:
+            nonlocal reads
+            reads += 1
+            return await real_read(*args, **kw)  # type: ignore[arg-type]
+
+        db.read = counting_read  # type: ignore[method-assign]
+        updates = IndexUpdates(db, fleet.index)
+        async with updates:
+            assert reads == 1  # the start reads the whole fleet
+            for w in ("w1", "w2", "w3"):
+                fleet.connect(w)
+            # Told of three changes at once, the index reads them in one go.
+            updates.mark(["w1"])
+            updates.mark(["w2"])
+            await updates.refresh(["w3"])
+            assert reads == 2
+            assert fleet.online() == {"w1", "w2", "w3"}
+            fleet.disconnect("w2")
+            await updates.refresh(None)
+            assert fleet.online() == {"w1", "w3"}
+        fleet.engine.dispose()
+    finally:
+        await db.close()
