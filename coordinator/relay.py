@@ -139,15 +139,17 @@ class Relay:
     async def __aenter__(self) -> Relay:
         await self._refuse_a_namesake()
 
-        def first_beat(s: Session) -> None:
+        def first_beat(s: Session) -> list[tuple[str, float, float]]:
             queries.beat(
                 s, self.name, self._config.listen, self._started, time.time(), self.replica_ttl
             )
             stale = queries.clear_presence(s, self.name)
             if stale:
                 log.info("%d streams held by this replica's previous process are gone", stale)
+            return worker_queries.replica_leases(s)
 
-        await self._db.write(first_beat)
+        # Routing knows this replica's lease before the first worker connects to it.
+        self._index.index.set_leases(await self._db.write(first_beat))
         self._tasks = [asyncio.create_task(self._poll_loop(), name="relay-poll")]
         if self._db.dialect is Dialect.POSTGRESQL:
             self._tasks.append(asyncio.create_task(self._listen_loop(), name="relay-listen"))
