@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 # owners choose labels freely, so the memory is bounded.
 ELIGIBLE_CACHE = 256
 RETRY_AFTER = 1.0
+# More changed workers than this at once (a connect storm) are read as the whole fleet: one
+# plain query instead of an IN list past what the store takes as parameters.
+FULL_READ_OVER = 1000
 
 
 @dataclass(frozen=True)
@@ -274,7 +277,7 @@ class IndexUpdates:
             if todo is None:
                 continue
             try:
-                if todo.ids is None:
+                if todo.ids is None or len(todo.ids) > FULL_READ_OVER:
                     await self._db.read(self.index.read)
                 elif todo.ids:
                     await self._db.read(self.index.read, sorted(todo.ids))
