@@ -387,7 +387,6 @@ def worker_log(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
-# In the order they run: SPEC §6's.
 def fleet_page(quick: bool) -> list[dict[str, Any]]:
     from bench import fleet_page as bench
 
@@ -429,6 +428,33 @@ def fleet_page(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+ROUTING_FULL = (50, 1000, 5000)
+ROUTING_QUICK = (50, 1000)
+
+
+def routing(quick: bool) -> list[dict[str, Any]]:
+    from bench import routing as routing_bench
+
+    samples = 50 if quick else 200
+    doc = routing_bench.run(list(ROUTING_QUICK if quick else ROUTING_FULL), samples)
+    out = []
+    for size in doc["sizes"]:
+        n, submit, raw = size["workers"], size["submit"], size["write_only_baseline"]
+        for stat in ("p50", "p99"):
+            out.append(
+                figure(
+                    "routing",
+                    f"submit transaction {stat} (write, route, claim), {n} workers online",
+                    submit[f"{stat}_ms"],
+                    "ms",
+                    baseline=(f"the same writes without routing {stat}", raw[f"{stat}_ms"]),
+                    params={"workers": n, "samples": size["samples"], "store": doc["store"]},
+                )
+            )
+    return out
+
+
+# In the order they run: SPEC §6's.
 GROUPS: dict[str, Group] = {
     "round_trip": round_trip_and_ingest,
     "many_runs": many_runs,
@@ -441,4 +467,5 @@ GROUPS: dict[str, Group] = {
     "recovery": recovery,
     "journal_search": journal_search,
     "worker_log": worker_log,
+    "routing": routing,
 }

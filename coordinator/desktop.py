@@ -656,7 +656,7 @@ class Desktop:
         if holder := take_input(s, run, worker_id, ctx):
             held = f"the desktop is controlled by run {holder}"
             return Refusal(contract.INPUT_LEASE_HELD, held), None
-        if worker_id not in ctx.online(s):
+        if not ctx.is_online(s, worker_id):
             return Refusal(contract.WORKER_OFFLINE, f"worker {worker_id} is not connected"), None
         session = queries.session_of(s, worker_id)
         if approval.session_id and approval.session_id != session:

@@ -25,6 +25,7 @@ from coordinator.run_kinds import RunKind
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import runs as run_queries
+from coordinator.worker_index import WorkerIndex
 from shared.errors import DeskfleetError
 from shared.logs import log_context
 
@@ -52,9 +53,11 @@ class Dispatcher:
         bus: JournalBus,
         config: CoordinatorConfig,
         relay: Relay,
+        index: WorkerIndex,
         metrics: CoordinatorMetrics | None = None,
         kinds: Mapping[str, RunKind] | None = None,
     ) -> None:
+        self._index = index
         self.metrics = metrics or CoordinatorMetrics(config.replica)
         self._kinds = dict(kinds or {})  # what research, desktop and goal runs add to the rules
         self._db = db
@@ -94,6 +97,7 @@ class Dispatcher:
         return Context(
             lease_ttl=self._config.lease_ttl,
             max_attempts=self._config.max_attempts,
+            workers=self._index,
             kinds=self._kinds,
         )
 

@@ -84,7 +84,7 @@ def route(
         return _skip(
             s, run, action, f"the desktop fallback's {granted.max_actions} pages are used up", ctx
         )
-    if approval.worker_id not in ctx.online(s):
+    if not ctx.is_online(s, approval.worker_id):
         return None, "no_eligible_worker", f"the approved desktop {approval.worker_id} is offline"
     approval.actions_used += 1
     args = decode_result(action.args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from coordinator.principals import Authenticator
 if TYPE_CHECKING:
     from coordinator.dispatch import Dispatcher
     from coordinator.ledger import Context
+    from coordinator.worker_index import IndexUpdates
 from coordinator.store import Database
+from coordinator.store import replicas as replica_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import PresenceRow, WorkerRow
 from shared.advertisement import Advertisement, Capability
@@ -63,11 +66,17 @@ class WorkerView:
                 out.append(measured)
         return tuple(out)
 
+    @functools.cached_property
+    def available(self) -> frozenset[str]:
+        """The capabilities measured available and granted (worked out once per view: routing
+        asks for every eligible worker)."""
+        return frozenset(c.name for c in self.capabilities if c.available)
+
     def offers(self, capability: str) -> bool:
         """Whether new work needing `capability` may be routed here now."""
         if not self.online or self.state != "active":
             return False
-        return any(c.name == capability and c.available for c in self.capabilities)
+        return capability in self.available
 
 
 @dataclass(frozen=True)
@@ -181,10 +190,16 @@ def view_of(worker: WorkerRow, presence: PresenceRow | None, now: float) -> Work
 
 class Fleet:
     def __init__(
-        self, db: Database, presence: Presence, auth: Authenticator, dispatcher: Dispatcher
+        self,
+        db: Database,
+        presence: Presence,
+        auth: Authenticator,
+        dispatcher: Dispatcher,
+        index: IndexUpdates,
     ) -> None:
         self._db = db
         self._presence = presence
+        self._index = index
         self._auth = auth
         self._dispatcher = dispatcher
 
@@ -234,8 +249,10 @@ class Fleet:
             if worker.state != "revoked":
                 worker_queries.set_state(s, worker_id, "revoked", revoked_at=time.time())
                 audit.record(s, by, "worker.revoke", worker_id, name=worker.name)
+                replica_queries.announce_workers(s, [worker_id])
 
         await self._db.write(mark)
+        await self._index.refresh([worker_id])  # no new work for it from here on
         self._auth.forget(worker_id)
         self._presence.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
         return await self.get(worker_id)
@@ -255,7 +272,7 @@ class Fleet:
                 raise NotFoundError(f"no worker {worker_id!r}")
             if worker.state == "revoked":
                 raise FailedPreconditionError(f"worker {worker_id} is revoked; enroll it again")
-            online = worker_id in ctx.online(s)
+            online = ctx.is_online(s, worker_id)
             if not online and not while_offline:
                 raise FailedPreconditionError(
                     f"worker {worker_id} is not connected: its new credential would go to"
@@ -281,8 +298,10 @@ class Fleet:
             worker_queries.set_state(s, worker_id, "draining" if draining else "active")
             action = "worker.drain" if draining else "worker.undrain"
             audit.record(s, by, action, worker_id, name=worker.name)
+            replica_queries.announce_workers(s, [worker_id])
 
         await self._db.write(mark)
+        await self._index.refresh([worker_id])
         if not draining:
             # Its slots are free again: runs in line take them now, not at the next sweep.
             await self._dispatcher.capacity_added()

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import journal
+from coordinator import journal, worker_index
 from coordinator.fleet import WorkerView, view_of
 from coordinator.metrics import Notes
 from coordinator.orders import (
@@ -25,6 +25,7 @@ from coordinator.run_kinds import PLAN, RunKind
 from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
+from coordinator.worker_index import FleetSnapshot, WorkerIndex
 from shared.action_kinds import APP_RESEARCH
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result, fingerprint
@@ -66,6 +67,8 @@ class Context:
 
     lease_ttl: float
     max_attempts: int
+    # The fleet as this replica knows it (kept in memory, see `worker_index`).
+    workers: WorkerIndex
     # What each kind of run adds to the rules (research, desktop, goal), given at wiring.
     kinds: Mapping[str, RunKind] = field(default_factory=dict)
     now: float = field(default_factory=time.time)
@@ -77,17 +80,17 @@ class Context:
     queued: dict[str, None] = field(default_factory=dict)
     # A slot was freed or a worker came (back): runs in line may go on now.
     capacity_changed: bool = False
-    # The fleet as this transaction sees it, read once however many actions it routes.
-    _views: list[WorkerView] | None = None
+    # The fleet as this transaction sees it, taken once however many actions it routes.
+    _fleet: FleetSnapshot | None = None
     # Attempts in flight per worker, kept true through this transaction's own changes (`move`).
     _busy: dict[str, int] | None = None
-    _serving: set[str] = field(default_factory=set)  # online and active: their slots count
+    _serving: frozenset[str] = frozenset()  # online and active: their slots count
     _free: int = 0
     _positions: int = 0
 
     def reset(self) -> None:
         """Forget what an earlier try of the transaction read (it was rolled back)."""
-        self._views = self._busy = None
+        self._fleet = self._busy = None
         self.now = time.time()
         self.notes = Notes()
         self.queued = {}
@@ -95,24 +98,34 @@ class Context:
         self.capacity_changed = False
         self._positions = 0
 
-    def fleet(self, s: Session) -> list[WorkerView]:
-        if self._views is None:
-            rows = worker_queries.workers_with_presence(s, include_revoked=True)
-            self._views = [view_of(w, p, self.now) for w, p in rows]
-        return self._views
+    def fleet(self, s: Session) -> FleetSnapshot:
+        """Enrolled workers, from memory: no store read, whatever the fleet's size."""
+        if self._fleet is None:
+            self._fleet = self.workers.snapshot(self.now)
+        return self._fleet
 
-    def online(self, s: Session) -> frozenset[str]:
-        """Workers with a live presence lease, on whichever replica holds their stream."""
-        return frozenset(v.id for v in self.fleet(s) if v.online)
+    def is_online(self, s: Session, worker_id: str) -> bool:
+        """Whether the worker streams to a live replica now, read from the store: for checks
+        of one named worker (desktop control, rotation) that must not act on a stale view."""
+        return worker_queries.is_online(s, worker_id, self.now)
 
     def busy(self, s: Session) -> dict[str, int]:
+        """Attempts in flight per worker (workers with none are absent).
+
+        Read from the store in each transaction, never carried over: a rolled-back try
+        forgets it with everything else (`reset`), so no count can drift from the ledger.
+        The read covers the attempts in flight, not the fleet, and `move` keeps it true
+        through the transaction's own changes.
+        """
         if self._busy is None:
             # The ledger's own changes must be in the count: a batch runs without autoflush,
             # and a receipt it applied would otherwise still count as a slot in use.
             s.flush()
-            self._busy = run_queries.in_flight_counts(s, sorted(self.online(s)))
-            self._serving = {v.id for v in self.fleet(s) if v.online and v.state == "active"}
-            self._free = sum(self._room(w) for w in self._serving)
+            self._busy = run_queries.in_flight_counts(s)
+            self._serving = self.fleet(s).serving
+            self._free = MAX_PER_WORKER * len(self._serving) - sum(
+                min(n, MAX_PER_WORKER) for w, n in self._busy.items() if w in self._serving
+            )
         return self._busy
 
     def free_slots(self, s: Session) -> int:
@@ -485,10 +498,6 @@ def _plain_route(
     return choose_worker(s, action, ctx)
 
 
-def _labels_match(view: WorkerView, wanted: dict[str, str]) -> bool:
-    return all(view.labels.get(k) == v for k, v in wanted.items())
-
-
 def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | None, str, str]:
     """The least busy eligible online worker (on any replica), or why there is none."""
     route: dict[str, Any] = action.route
@@ -497,30 +506,30 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
     capability = route.get("capability") or ""
     # A research app is offered by the workers that advertise it, not by every worker.
     app = str(decode_result(action.args).get("app", "")) if action.kind == APP_RESEARCH else ""
-    views = ctx.fleet(s)
+    fleet = ctx.fleet(s)
     if wanted_worker:
-        view = next((v for v in views if v.id == wanted_worker), None)
+        view = fleet.get(wanted_worker) or _enrolled(s, wanted_worker, ctx)
         if view is None:
             return None, "no_eligible_worker", f"worker {wanted_worker} is not enrolled"
         if view.state == "revoked":
             return None, "no_eligible_worker", f"worker {wanted_worker} is revoked"
         if view.state == "draining":
             return None, "worker_draining", f"worker {wanted_worker} is draining"
-        views = [view]
+        eligible: Sequence[WorkerView] = (
+            [view] if worker_index.routable(view, capability, labels, app) else []
+        )
+        online = int(view.online)
     else:
-        views = [v for v in views if v.state != "revoked"]
-    eligible = [
-        v
-        for v in views
-        if v.online
-        and v.state == "active"
-        and _labels_match(v, labels)
-        and (not capability or v.offers(capability))
-        and (not app or app in v.advertisement.research_apps)
-    ]
+        eligible = fleet.eligible(capability, labels, app)
+        online = fleet.online
     busy = ctx.busy(s)
-    here = [v for v in eligible if busy.get(v.id, 0) < MAX_PER_WORKER]
-    if not here:
+    # Eligible workers come by id: the first idle one is the least busy (ties go to the
+    # lowest id), found without looking at the rest when the fleet has room.
+    best = next((v for v in eligible if not busy.get(v.id)), None)
+    if best is None and eligible:
+        least = min(eligible, key=lambda v: (busy.get(v.id, 0), v.id))
+        best = least if busy.get(least.id, 0) < MAX_PER_WORKER else None
+    if best is None:
         needs = []
         if capability:
             needs.append(f"capability {capability}")
@@ -538,12 +547,17 @@ def choose_worker(s: Session, action: ActionRow, ctx: Context) -> tuple[str | No
                 f"needs {what}: all {len(eligible)} eligible worker(s) are busy"
                 f" ({MAX_PER_WORKER} attempts each); in line for the next free slot",
             )
-        online = sum(v.online for v in views)
         return (
             None,
             "no_eligible_worker",
             f"needs {what}: none online and eligible ({online} online)",
         )
     # The claim takes the slot (`move`), so that a route that is not used takes nothing.
-    best = min(here, key=lambda v: (busy.get(v.id, 0), v.id))
     return best.id, "", ""
+
+
+def _enrolled(s: Session, worker_id: str, ctx: Context) -> WorkerView | None:
+    """A worker the index does not hold: enrolled here or elsewhere and never connected since
+    this replica last read the fleet. Offline either way; read for the reason given."""
+    row = worker_queries.worker_by_id(s, worker_id)
+    return view_of(row, None, ctx.now) if row is not None else None

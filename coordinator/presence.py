@@ -17,9 +17,11 @@ over every stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
@@ -31,6 +33,9 @@ from coordinator.store import workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, RevokedError
 from shared.ids import new_id
+
+if TYPE_CHECKING:
+    from coordinator.worker_index import IndexUpdates
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +77,10 @@ class _Claim:
 class Presence:
     """Opens and closes worker sessions (written in batches); renews what this replica holds."""
 
-    def __init__(self, db: Database, config: CoordinatorConfig) -> None:
+    def __init__(self, db: Database, config: CoordinatorConfig, index: IndexUpdates) -> None:
         self._db = db
         self._config = config
+        self._index = index
         self._sessions: dict[str, WorkerSession] = {}
         self._claims: list[_Claim] = []
         self._releases: list[tuple[str, str]] = []
@@ -175,11 +181,15 @@ class Presence:
         releases, self._releases = self._releases[:WRITE_BATCH], self._releases[WRITE_BATCH:]
         config = self._config
 
+        changed = sorted({w for w, _ in releases} | {c.claim.worker_id for c in claims})
+
         def unit(s: Session) -> dict[str, bool]:
             worker_queries.release_presences(s, releases)
-            return worker_queries.claim_presences(
+            rotate = worker_queries.claim_presences(
                 s, [c.claim for c in claims], config.replica, time.time(), config.lease_ttl
             )
+            replica_queries.announce_workers(s, changed)
+            return rotate
 
         try:
             rotate = await self._db.write(unit)
@@ -191,6 +201,10 @@ class Presence:
                 if not c.done.done():
                     c.done.set_exception(exc)
             raise
+        # Routing sees the connects before their welcome goes on to `on_connect`, which gives
+        # the new slots to the runs in line. A failed read is tried again by the index itself.
+        with contextlib.suppress(DeskfleetError):
+            await self._index.refresh(changed)
         for c in claims:
             if c.done.done():  # the stream went away while its connect was being written
                 self._releases.append((c.claim.worker_id, c.claim.session_id))

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -39,10 +39,14 @@ from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import desktop as desktop_queries
 from coordinator.store import replicas as queries
+from coordinator.store import workers as worker_queries
 from coordinator.store.engine import Dialect
 from coordinator.store.models import DeliveryRow, ReplicaRow, RunRow
 from shared.desktop_scope import Grant
 from shared.errors import DeskfleetError, FailedPreconditionError
+
+if TYPE_CHECKING:
+    from coordinator.worker_index import IndexUpdates
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +111,16 @@ class Relay:
     """Forwards orders to other replicas and takes the ones forwarded to this replica."""
 
     def __init__(
-        self, db: Database, presence: Presence, bus: JournalBus, config: CoordinatorConfig
+        self,
+        db: Database,
+        presence: Presence,
+        bus: JournalBus,
+        config: CoordinatorConfig,
+        index: IndexUpdates,
     ) -> None:
         self._db = db
         self._presence = presence
+        self._index = index
         self._bus = bus
         self._config = config
         self._started = time.time()
@@ -133,15 +143,17 @@ class Relay:
     async def __aenter__(self) -> Relay:
         await self._refuse_a_namesake()
 
-        def first_beat(s: Session) -> None:
+        def first_beat(s: Session) -> list[tuple[str, float, float]]:
             queries.beat(
                 s, self.name, self._config.listen, self._started, time.time(), self.replica_ttl
             )
             stale = queries.clear_presence(s, self.name)
             if stale:
                 log.info("%d streams held by this replica's previous process are gone", stale)
+            return worker_queries.replica_leases(s)
 
-        await self._db.write(first_beat)
+        # Routing knows this replica's lease before the first worker connects to it.
+        self._index.index.set_leases(await self._db.write(first_beat))
         self._tasks = [asyncio.create_task(self._poll_loop(), name="relay-poll")]
         if self._db.dialect is Dialect.POSTGRESQL:
             self._tasks.append(asyncio.create_task(self._listen_loop(), name="relay-listen"))
@@ -226,18 +238,23 @@ class Relay:
                 beats += 1
                 if beats % 10 == 0:
                     await self._db.write(self._housekeeping)
+                    # A worker change whose notification was lost (or never sent: a change
+                    # made by a process that is not a replica) reaches routing here.
+                    self._index.mark(None)
             except DeskfleetError as exc:
                 log.warning("could not take orders relayed to this replica: %s", exc)
 
     async def take(self) -> int:
         """Send the orders other replicas left for streams on this one; returns how many."""
 
-        def unit(s: Session) -> list[Order]:
+        def unit(s: Session) -> tuple[list[Order], list[tuple[str, float, float]]]:
             now = time.time()
             queries.beat(s, self.name, self._config.listen, self._started, now, self.replica_ttl)
-            return [decode(s, row.body) for row in queries.take_deliveries(s, self.name)]
+            orders = [decode(s, row.body) for row in queries.take_deliveries(s, self.name)]
+            return orders, worker_queries.replica_leases(s)
 
-        orders = await self._db.write(unit)
+        orders, leases = await self._db.write(unit)
+        self._index.index.set_leases(leases)  # workers are online while their replica's lease runs
         if orders:
             self.receiver(orders)
         return len(orders)
@@ -264,12 +281,16 @@ class Relay:
                 ) as conn:
                     await conn.execute(f"LISTEN {DELIVERIES}")
                     await conn.execute(f"LISTEN {RUNS}")
+                    await conn.execute(f"LISTEN {queries.WORKERS}")
                     self.listening = True
                     self._wake.set()  # whatever was written while we were not listening
+                    self._index.mark(None)  # the same for workers
                     async for note in conn.notifies():
                         if note.channel == DELIVERIES:
                             if note.payload == self.name:
                                 self._wake.set()
+                        elif note.channel == queries.WORKERS:
+                            self._index.mark(note.payload.split())
                         else:
                             self._bus.notify(set(note.payload.split()))
             except (psycopg.Error, OSError) as exc:

@@ -316,6 +316,8 @@ def _browser_args_checked(field: str, kind: str, args: dict[str, Any]) -> None:
 def _apps_offered(s: Session, ctx: Context, actions: Sequence[PlannedAction]) -> None:
     """Every research app a plan names is offered by an enrolled worker (online or not: a run
     for an app only an offline worker offers waits for it, and says so)."""
+    if not any(a.kind == action_kinds.APP_RESEARCH for a in actions):
+        return  # no need to look at the fleet
     offered = {
         app
         for view in ctx.fleet(s)

@@ -44,6 +44,7 @@ from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.schema import head_revision
 from coordinator.tls import SERVER_CERT, SERVER_KEY, CertificateAuthority
+from coordinator.worker_index import IndexUpdates, WorkerIndex
 from shared.errors import FailedPreconditionError
 from shared.gen.deskfleet.v1 import (
     admin_pb2,
@@ -189,6 +190,7 @@ def create_server(
     config: CoordinatorConfig,
     kills: KillSwitches,
     relay: Relay,
+    index: IndexUpdates,
     listeners: Transport | None = None,
     box: SecretBox | None = None,
 ) -> tuple[grpc.aio.Server, tuple[int, int], health.aio.HealthServicer, Goals]:
@@ -215,7 +217,7 @@ def create_server(
         AdminServicer(db, config, auth, quotas), server
     )
     fleet_pb2_grpc.add_FleetServiceServicer_to_server(
-        FleetServicer(Fleet(db, presence, auth, dispatcher)), server
+        FleetServicer(Fleet(db, presence, auth, dispatcher, index)), server
     )
     add_worker_gateway(
         WorkerGatewayServicer(
@@ -264,6 +266,7 @@ class Coordinator:
         self._dispatcher: Dispatcher | None = None
         self._kills: KillSwitches | None = None
         self._relay: Relay | None = None
+        self._index: IndexUpdates | None = None
         self._goals: Goals | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -276,16 +279,19 @@ class Coordinator:
         self._db.on_error = self.metrics.store_error
         await self._db.check_schema(head_revision())
         box = await self._secret_box(self._db)
-        self._presence = Presence(self._db, self.config)
+        self._index = IndexUpdates(self._db, WorkerIndex())
+        await self._index.__aenter__()
+        self._presence = Presence(self._db, self.config, self._index)
         await self._presence.__aenter__()
         bus = JournalBus()
-        self._relay = Relay(self._db, self._presence, bus, self.config)
+        self._relay = Relay(self._db, self._presence, bus, self.config, self._index)
         self._dispatcher = Dispatcher(
             self._db,
             self._presence,
             bus,
             self.config,
             self._relay,
+            self._index.index,
             self.metrics,
             kinds=RUN_KINDS,
         )
@@ -301,6 +307,7 @@ class Coordinator:
             self.config,
             self._kills,
             self._relay,
+            self._index,
             listeners,
             box,
         )
@@ -357,6 +364,9 @@ class Coordinator:
         if self._presence is not None:
             await self._presence.aclose()
             self._presence = None
+        if self._index is not None:
+            await self._index.aclose()
+            self._index = None
         if self._db is not None:
             await self._db.close()
             self._db = None

@@ -21,6 +21,7 @@ from coordinator.ledger import Context
 from coordinator.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, PresenceRow, ReplicaRow, RunRow, WorkerRow
+from coordinator.worker_index import WorkerIndex
 from shared.ids import new_id
 
 Unit = Callable[[Session, Context], list[Order]]
@@ -29,10 +30,11 @@ Unit = Callable[[Session, Context], list[Order]]
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.index = WorkerIndex()  # read again after each change of the fleet, as a replica does
 
     def run(self, unit: Unit) -> list[Order]:
         """One transaction as the dispatcher runs it: the unit, then the line is served."""
-        ctx = Context(lease_ttl=30.0, max_attempts=3)
+        ctx = Context(lease_ttl=30.0, max_attempts=3, workers=self.index)
         with Session(self.engine, expire_on_commit=False) as s, s.begin(), s.no_autoflush:
             return unit(s, ctx) + slots.serve(s, ctx)
 
@@ -74,6 +76,8 @@ class Store:
                     lease_expires_at=now + 3600,
                 )
             )
+        with Session(self.engine) as s:
+            self.index.read(s)
         return worker_id
 
     def submit(self, actions: int, *, stage_all: bool = False, idempotent: bool = True) -> str:

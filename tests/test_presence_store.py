@@ -20,6 +20,7 @@ from coordinator.store import replicas as replica_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import WorkerRow
 from coordinator.store.schema import upgrade
+from coordinator.worker_index import IndexUpdates, WorkerIndex
 from shared.advertisement import Advertisement
 from shared.errors import InvalidArgumentError
 from worker_agent.backoff import Backoff
@@ -210,16 +211,24 @@ async def test_connects_of_a_moment_are_one_write_and_the_welcome_learns_rotatio
     db.write = counting_write  # type: ignore[method-assign]
     config = CoordinatorConfig(db_url="", replica="r")
     advertisement = Advertisement.from_json({})
-    async with Presence(db, config) as presence:
+    updates = IndexUpdates(db, WorkerIndex())
+    async with updates, Presence(db, config, updates) as presence:
+        assert updates.index.snapshot(time.time()).online == 0
         sessions = await asyncio.gather(
             *(presence.open(f"wrk_{i:03d}", advertisement) for i in range(50))
         )
         assert writes == 1
         assert [s.worker_id for s in sessions if s.rotate_credential] == ["wrk_007"]
         assert presence.connected == 50
+        # Routing knows of the connects once they are welcomed, without a fleet read of its own.
+        assert updates.index.snapshot(time.time()).online == 50
         for session in sessions:
             await presence.close(session)
-        await asyncio.sleep(0.05)
+        for _ in range(100):  # the disconnects' write, then the index reading them back
+            if updates.index.snapshot(time.time()).online == 0:
+                break
+            await asyncio.sleep(0.05)
         assert writes == 2
+        assert updates.index.snapshot(time.time()).online == 0
     counts = await db.read(worker_queries.fleet_counts, time.time())
     assert counts == []

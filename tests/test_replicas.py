@@ -131,6 +131,24 @@ def test_both_replicas_show_one_fleet_and_a_plan_submitted_on_a_runs_on_bs_worke
     assert [r["result"] for r in receipts] == [{"echo": i} for i in range(3)]
 
 
+def test_a_worker_drained_on_b_gets_no_work_from_a_until_b_undrains_it(
+    pair: Pair, tmp_path: Path
+) -> None:
+    """Each replica routes from its own copy of the fleet: a drain or undrain made on one
+    reaches the other's routing, whichever holds the worker's stream."""
+    worker = pair.worker(pair.a, "w")
+    _online(pair.b, worker)
+    pair.b.cli("workers", "drain", worker.worker_id)
+    plan = write_plan(tmp_path / "plan.json", [{"kind": "diag.echo", "args": {"value": 1}}])
+    run = submit(pair.a, plan)
+    waiting = wait_run(pair.a, run["id"], lambda r: r["status"] == "WAITING_FOR_ENVIRONMENT", 30)
+    assert waiting["actions"][0]["status"] == "PENDING"
+    pair.b.cli("workers", "undrain", worker.worker_id)
+    done = wait_run(pair.a, run["id"], lambda r: r["status"] in STOPPED, 30)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    assert done["actions"][0]["workerId"] == worker.worker_id
+
+
 def test_a_kill_switch_engaged_on_b_reaches_a_worker_streaming_to_a(pair: Pair) -> None:
     wa = pair.worker(pair.a, "wa")
     _online(pair.b, wa)

@@ -12,6 +12,8 @@ from coordinator.store.runs import IN_FLIGHT
 
 # PostgreSQL refuses NOTIFY payloads from 8000 bytes on.
 MAX_PAYLOAD = 7000
+# Workers whose routing state changed (connect, disconnect, drain, revoke): ids, space-joined.
+WORKERS = "deskfleet_workers"
 
 
 def beat(
@@ -125,6 +127,13 @@ def notify(s: Session, channel: str, payloads: Iterable[str]) -> None:
         s.execute(
             text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload}
         )
+
+
+def announce_workers(s: Session, worker_ids: Iterable[str]) -> None:
+    """Tell every replica's worker index, at commit, to read these workers again (PostgreSQL;
+    on SQLite one replica holds the store and reads its own changes back)."""
+    if s.get_bind().dialect.name == "postgresql":
+        notify(s, WORKERS, chunks(sorted(set(worker_ids))))
 
 
 def chunks(words: Iterable[str]) -> list[str]:

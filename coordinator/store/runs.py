@@ -266,10 +266,12 @@ def guidance_totals(s: Session, run_id: str) -> tuple[int, int]:
     return int(count), int(chars)
 
 
-def in_flight_counts(s: Session, worker_ids: Sequence[str]) -> dict[str, int]:
+def in_flight_counts(s: Session) -> dict[str, int]:
+    """Attempts in flight per worker that has any: the cost follows the work in flight, not
+    the number of enrolled workers."""
     rows = s.execute(
         select(ActionRow.worker_id, func.count(ActionRow.id))
-        .where(ActionRow.worker_id.in_(worker_ids), ActionRow.status.in_(IN_FLIGHT))
+        .where(ActionRow.status.in_(IN_FLIGHT))
         .group_by(ActionRow.worker_id)
     ).all()
     return {worker: int(count) for worker, count in rows}

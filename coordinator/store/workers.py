@@ -99,6 +99,71 @@ def workers_with_presence(
 
 
 @dataclass(frozen=True)
+class RoutingRow:
+    """What routing needs of a worker, without its advertisement (read only when it changed)."""
+
+    id: str
+    name: str
+    labels: dict[str, str]
+    state: str
+    allowed_capabilities: list[str]
+    enrolled_at: float
+    replica: str  # holding its stream; "" when no presence row names one
+    session_id: str
+    connected_at: float
+
+
+def routing_rows(s: Session, worker_ids: Sequence[str] | None) -> list[RoutingRow]:
+    """These workers (None: every one) as routing sees them."""
+    query = select(
+        WorkerRow.id,
+        WorkerRow.name,
+        WorkerRow.labels,
+        WorkerRow.state,
+        WorkerRow.allowed_capabilities,
+        WorkerRow.enrolled_at,
+        PresenceRow.replica,
+        PresenceRow.session_id,
+        PresenceRow.connected_at,
+    ).outerjoin(PresenceRow, PresenceRow.worker_id == WorkerRow.id)
+    if worker_ids is not None:
+        query = query.where(WorkerRow.id.in_(worker_ids))
+    return [
+        RoutingRow(w, n, dict(lab or {}), st, list(al or ()), e, r or "", sid or "", c or 0.0)
+        for w, n, lab, st, al, e, r, sid, c in s.execute(query)
+    ]
+
+
+def advertisements(s: Session, worker_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The last advertisement of each of these workers."""
+    rows = s.execute(
+        select(WorkerRow.id, WorkerRow.advertisement).where(WorkerRow.id.in_(worker_ids))
+    )
+    return {w: dict(a or {}) for w, a in rows}
+
+
+def replica_leases(s: Session) -> list[tuple[str, float, float]]:
+    """(name, lease expiry, process start) of every replica."""
+    rows = s.execute(select(ReplicaRow.name, ReplicaRow.lease_expires_at, ReplicaRow.started_at))
+    return [(n, float(e), float(st)) for n, e, st in rows]
+
+
+def is_online(s: Session, worker_id: str, now: float) -> bool:
+    """Whether the worker streams to a replica whose lease runs, and is not revoked."""
+    row = s.execute(
+        select(WorkerRow.id)
+        .join(PresenceRow, PresenceRow.worker_id == WorkerRow.id)
+        .join(ReplicaRow, ReplicaRow.name == PresenceRow.replica)
+        .where(
+            WorkerRow.id == worker_id,
+            WorkerRow.state != "revoked",
+            ReplicaRow.lease_expires_at > now,
+        )
+    ).first()
+    return row is not None
+
+
+@dataclass(frozen=True)
 class WorkerFilter:
     """Which workers a page lists. `capability`: offering it now (online, active, granted)."""
 
