@@ -126,6 +126,7 @@ def _templates() -> Environment:
     env.filters["scope_text"] = model.scope_text
     env.filters["pretty_json"] = model.pretty_json
     env.filters["multiline"] = _multiline
+    env.filters["href"] = model.href
     env.globals["DESKTOP_ACTIONS"] = model.DESKTOP_ACTIONS
     return env
 
@@ -420,12 +421,19 @@ class Console:
 
     async def runs(self, request: Request, session: Session) -> Response:
         q = request.query_params
-        filters = {k: q.get(k, "") for k in ("status", "q")}
+        filters = {k: q.get(k, "") for k in ("status", "kind", "owner", "q")}
         limit = min(max(model.parse_int(q.get("limit"), 200), 1), 1000)
+        # Whose runs is the coordinator's decision: an owner naming anyone else is refused
+        # there, not filtered here.
         listed = await self.rpc.call(
             session.token,
             self.rpc.runs.ListRuns,
-            runs_pb2.ListRunsRequest(limit=limit, status=filters["status"]),
+            runs_pb2.ListRunsRequest(
+                limit=limit,
+                status=filters["status"],
+                kind=filters["kind"],
+                owner=filters["owner"].strip(),
+            ),
         )
         shown = model.filter_runs(listed.runs, text=filters["q"])
         page = model.page_of(shown, model.parse_int(q.get("page"), 1))
@@ -435,6 +443,7 @@ class Console:
             "runs.html",
             page=page,
             filters=filters,
+            kinds=RUN_KINDS,
             query=_query_without_page(request),
         )
 
@@ -454,11 +463,17 @@ class Console:
                     run_id=run_id, text=search, cursor=q.get("cursor", ""), limit=20
                 ),
             )
+        report = None
+        if run.kind == "research":
+            found = await self.rpc.events_of(session.token, run_id, ("research.report",))
+            report = model.research_report(found[-1].data_json) if found else None
         return await self.page(
             request,
             session,
             "run.html",
             run=run,
+            report=report,
+            replayable=any(a.kind.startswith("desktop.") for a in run.actions),
             timeline=model.timeline(run.timeline),
             events=events,
             after=after,
@@ -467,6 +482,22 @@ class Console:
             matches=matches,
             stopped=run.status in model.STOPPED,
             csrf=session.csrf,
+        )
+
+    async def replay(self, request: Request, session: Session) -> Response:
+        run_id = request.path_params["id"]
+        run = await self.rpc.call(session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id))
+        results: dict[str, dict[str, Any]] = {}
+        for event in await self.rpc.events_of(session.token, run_id, ("receipt",)):
+            data = json.loads(event.data_json)
+            action_id = str(data.get("action", ""))
+            if "archive" in data:  # a bulky result: the journal holds a preview only
+                data = json.loads(await self.rpc.entry_text(session.token, run_id, event.seq))
+            result = data.get("result")
+            if isinstance(result, dict):
+                results[action_id] = result  # the newest attempt's
+        return await self.page(
+            request, session, "replay.html", run=run, frames=model.replay(run.actions, results)
         )
 
     async def run_confirm(self, request: Request, session: Session) -> Response:
@@ -776,6 +807,7 @@ RUN_OPS = {
     ),
     "abandon": ("Abandon", "The run is given up for good; it cannot be retried."),
 }
+RUN_KINDS = ("plan", "research", "desktop", "goal")
 APPROVAL_STATUSES = ("pending", "approved", "denied", "suspended", "expired", "ended")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 
@@ -850,6 +882,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/runs", s(console.runs)),
         Route("/runs/{id}", s(console.run)),
         Route("/runs/{id}/artifacts/{sha}", s(console.artifact)),
+        Route("/runs/{id}/replay", s(console.replay), methods=["GET"]),
         Route("/runs/{id}/{op}", s(console.run_confirm), methods=["GET"]),
         Route("/runs/{id}/{op}", s(console.run_change, change=True), methods=["POST"]),
         Route("/approvals", s(console.approvals)),
