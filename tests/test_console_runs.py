@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import require
-from tests.harness import ConsoleProcess, CoordinatorProcess, WorkerProcess, Xvfb
+from tests.harness import (
+    ConsoleProcess,
+    CoordinatorProcess,
+    WorkerProcess,
+    Xvfb,
+    submit,
+    wait_until,
+    write_plan,
+)
 from tests.test_console import CHROMIUM, FLAGS, Stack, run_as, text_of
 
 pytestmark = pytest.mark.slow
@@ -344,3 +352,42 @@ def test_a_replay_scales_each_action_to_the_frame_it_is_drawn_on() -> None:
     assert frames[2].point == (10.0, 10.0) and frames[2].to == (20.0, 30.0)
     assert frames[3].text == "{{secret:PW}}" and frames[3].shot == frames[0].shot
     assert replay([action(0, "left_click")], {})[0].shot is None  # nothing seen yet
+
+
+def test_the_worker_page_shows_its_current_and_recent_actions_of_runs_one_may_see(
+    stack: Stack,
+) -> None:
+    alice = run_as(stack, "alice", "alice before the sleep")
+    bob = run_as(stack, "bob", "bob before the sleep")
+    plan = write_plan(
+        stack.coordinator.workdir / "sleep.json",
+        [{"kind": "diag.sleep", "args": {"seconds": 30}, "idempotent": True}],
+        title="alice sleeps",
+    )
+    sleeping = submit(stack.coordinator, plan, token_file=stack.token_files["alice"])
+    worker = stack.worker.worker_id
+    context, page = stack.signed_in(stack.tokens["alice"])
+
+    def current() -> str:
+        page.goto(f"/workers/{worker}")
+        text: str = page.locator("ul.current-actions").inner_text()
+        return text if "diag.sleep" in text else ""
+
+    shown = wait_until(current, 20, 0.3, "the sleep on the worker page")
+    assert sleeping["id"] in shown and ("STARTED" in shown or "DISPATCHED" in shown)
+    recent = page.locator("table.recent-actions").inner_text()
+    assert alice["id"] in recent and "diag.echo" in recent and "SUCCEEDED" in recent
+    assert bob["id"] not in recent  # another owner's work on the same worker is not shown
+    assert "Only your own runs' actions are shown." in text_of(page)
+    rows = page.locator("table.recent-actions tbody tr td:first-child").all_inner_texts()
+    assert rows == sorted(rows, reverse=True)  # newest first
+    context.close()
+
+    context, page = stack.signed_in(stack.admin_token)
+    page.goto(f"/workers/{worker}")
+    assert sleeping["id"] in page.locator("ul.current-actions").inner_text()
+    recent = page.locator("table.recent-actions").inner_text()
+    assert alice["id"] in recent and bob["id"] in recent
+    assert page.locator("table.recent-actions tbody tr").count() <= 20
+    context.close()
+    stack.coordinator.cli("runs", "cancel", sleeping["id"], token_file=stack.token_files["alice"])

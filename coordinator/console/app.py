@@ -59,6 +59,7 @@ CSP = (
     " frame-ancestors 'none'"
 )
 JOURNAL_PAGE = 50
+RECENT_ACTIONS = 20  # a worker page's finished attempts
 LIVE_INTERVAL = 2.0  # seconds between the live stream's looks at the coordinator
 
 
@@ -372,7 +373,9 @@ class Console:
         if worker is None:
             raise NotFoundError(f"worker {worker_id} not found")
         activity = await self.rpc.call(
-            session.token, self.rpc.admin.GetFleetActivity, admin_pb2.FleetActivityRequest()
+            session.token,
+            self.rpc.admin.GetFleetActivity,
+            admin_pb2.FleetActivityRequest(worker=worker_id, recent=RECENT_ACTIONS),
         )
         kills = await self.rpc.call(
             session.token, self.rpc.kills.Status, desktop_pb2.KillStatusRequest()
@@ -383,6 +386,8 @@ class Console:
             "worker.html",
             worker=worker,
             actions=[a for a in activity.actions if a.worker_id == worker_id],
+            recent=activity.recent,
+            fleet_wide=activity.fleet_wide,
             switches=[k for k in kills.switches if k.target == worker_id or k.scope == "fleet"],
             csrf=session.csrf,
         )
