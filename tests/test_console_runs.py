@@ -6,10 +6,12 @@ offers both the headless browser and the desktop) for the whole module.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,7 @@ def pages() -> Iterator[str]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+    server.server_close()
 
 
 def titles(page: Any) -> list[str]:
@@ -176,9 +179,9 @@ def test_the_runs_list_filters_by_state_kind_and_for_admins_owner(stack: Stack) 
     context.close()
 
 
-def test_a_research_run_shows_its_report_with_passages_links_and_reasons(
-    stack: Stack, pages: str
-) -> None:
+@pytest.fixture(scope="module")
+def research_run(stack: Stack, pages: str) -> dict[str, Any]:
+    """alice's research over a hostile page, a plain one, a PDF and one past the page limit."""
     urls = [f"{pages}/hostile.html", f"{pages}/notes.html", f"{pages}/report.pdf"]
     done = stack.coordinator.cli(
         "research",
@@ -192,8 +195,15 @@ def test_a_research_run_shows_its_report_with_passages_links_and_reasons(
         check=False,
         timeout=180,
     )
-    doc = json.loads(done.stdout)
+    doc: dict[str, Any] = json.loads(done.stdout)
     assert doc["status"] == "SUCCEEDED", (doc.get("stopReason"), done.stderr)
+    return doc
+
+
+def test_a_research_run_shows_its_report_with_passages_links_and_reasons(
+    stack: Stack, pages: str, research_run: dict[str, Any]
+) -> None:
+    doc = research_run
     context, page = stack.signed_in(stack.tokens["alice"])
     page.goto(f"/runs/{doc['id']}")
     report = page.locator("section.report")
@@ -241,9 +251,18 @@ def desktop_act(stack: Stack, run_id: str, action: str, *args: str) -> dict[str,
     return doc
 
 
-def test_a_desktop_runs_replay_shows_its_frames_in_order_with_each_action_drawn(
-    stack: Stack,
-) -> None:
+@dataclass(frozen=True)
+class Replayed:
+    run_id: str
+    first: str  # the screenshot step's frame
+    after_fourth: str  # the fourth step's screenshot_after
+    secret: str
+
+
+@pytest.fixture(scope="module")
+def replayed(stack: Stack) -> Replayed:
+    """An admin's desktop run of five steps (then cancelled): a screenshot, a click, typing
+    a secret, a click with a screenshot after, a key."""
     coordinator = stack.coordinator
     secret = "hunter2-<b>Ü</b>"
     coordinator.cli("secrets", "set", "PW", input_text=secret + "\n")
@@ -267,12 +286,20 @@ def test_a_desktop_runs_replay_shows_its_frames_in_order_with_each_action_drawn(
         stack, run["id"], "left_click", "--x", "300", "--y", "200", "--screenshot-after", *space
     )
     desktop_act(stack, run["id"], "key", "--key", "Escape")
+    coordinator.cli("runs", "cancel", run["id"])
+    return Replayed(
+        run["id"],
+        first["result"]["screenshot"]["sha256"],
+        fourth["result"]["screenshot_after"]["sha256"],
+        secret,
+    )
 
-    def shot(doc: dict[str, Any], role: str) -> str:
-        sha: str = doc["result"][role]["sha256"]
-        return sha
 
-    one, after_four = shot(first, "screenshot"), shot(fourth, "screenshot_after")
+def test_a_desktop_runs_replay_shows_its_frames_in_order_with_each_action_drawn(
+    stack: Stack, replayed: Replayed
+) -> None:
+    run = {"id": replayed.run_id}
+    one, after_four, secret = replayed.first, replayed.after_fourth, replayed.secret
     context, page = stack.signed_in(stack.admin_token)
     page.goto(f"/runs/{run['id']}")
     page.click("text=Replay the desktop steps")
@@ -325,7 +352,6 @@ def test_a_desktop_runs_replay_shows_its_frames_in_order_with_each_action_drawn(
     assert page.goto(f"/runs/{run['id']}/replay").status == 404
     assert page.request.get(f"/runs/{run['id']}/artifacts/{one}").status == 404
     context.close()
-    coordinator.cli("runs", "cancel", run["id"])
 
 
 def test_a_replay_scales_each_action_to_the_frame_it_is_drawn_on() -> None:
@@ -391,3 +417,155 @@ def test_the_worker_page_shows_its_current_and_recent_actions_of_runs_one_may_se
     assert page.locator("table.recent-actions tbody tr").count() <= 20
     context.close()
     stack.coordinator.cli("runs", "cancel", sleeping["id"], token_file=stack.token_files["alice"])
+
+
+# --- accessibility -------------------------------------------------------------------------
+# Checked against Chromium's own accessibility tree (CDP `Accessibility.getFullAXTree`): the
+# names it computes are what a screen reader announces. No checker library is vendored.
+
+NAMED_ROLES = {
+    "button",
+    "link",
+    "textbox",
+    "searchbox",
+    "combobox",
+    "listbox",
+    "checkbox",
+    "radio",
+    "spinbutton",
+    "slider",
+    "switch",
+    "image",
+    "img",
+}
+
+
+def accessibility_problems(page: Any) -> list[str]:
+    """Controls, links and images without a name, headings out of order, no main landmark,
+    no language or title, duplicate ids: each as one line naming the element."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        nodes = cdp.send("Accessibility.getFullAXTree")["nodes"]
+
+        def describe(node: dict[str, Any]) -> str:
+            backend = node.get("backendDOMNodeId")
+            if backend is None:
+                return f"node {node['nodeId']}"
+            dom = cdp.send("DOM.describeNode", {"backendNodeId": backend})["node"]
+            attrs = dom.get("attributes", [])
+            shown = " ".join(f'{k}="{v}"' for k, v in zip(attrs[::2], attrs[1::2], strict=True))
+            return f"<{dom['nodeName'].lower()} {shown}>"
+
+        problems: list[str] = []
+        levels: list[int] = []
+        roles: set[str] = set()
+        for node in nodes:
+            if node.get("ignored"):
+                continue
+            role = str(node.get("role", {}).get("value", ""))
+            name = str((node.get("name") or {}).get("value", "")).strip()
+            roles.add(role)
+            if role in NAMED_ROLES and not name:
+                problems.append(f"{role} without an accessible name: {describe(node)}")
+            if role == "heading":
+                props = {p["name"]: p["value"].get("value") for p in node.get("properties", [])}
+                levels.append(int(props.get("level") or 0))
+        if levels.count(1) != 1:
+            problems.append(f"{levels.count(1)} level-1 headings (want one): {levels}")
+        for before, after in itertools.pairwise(levels):
+            if after > before + 1:
+                problems.append(f"heading levels skip from {before} to {after}: {levels}")
+        if "main" not in roles:
+            problems.append("no main landmark")
+    finally:
+        cdp.detach()
+    doc = page.evaluate(
+        """() => {
+          const ids = [...document.querySelectorAll('[id]')].map(e => e.id);
+          return {lang: document.documentElement.lang, title: document.title,
+                  dupes: ids.filter((id, i) => ids.indexOf(id) !== i)};
+        }"""
+    )
+    if not doc["lang"]:
+        problems.append("no lang on <html>")
+    if not doc["title"].strip():
+        problems.append("no <title>")
+    if doc["dupes"]:
+        problems.append(f"duplicate ids: {doc['dupes']}")
+    return problems
+
+
+FOCUSABLE = """() => [...document.querySelectorAll(
+    'a[href], button, input:not([type=hidden]), select, textarea, [tabindex]')]
+  .filter(e => !e.disabled && e.tabIndex >= 0 && e.getClientRects().length > 0
+               && getComputedStyle(e).visibility !== 'hidden')
+  .map(e => e.outerHTML.slice(0, 120))"""
+FOCUSED = """() => {
+  const e = document.activeElement;
+  const style = getComputedStyle(e);
+  return {html: e.outerHTML.slice(0, 120), outline: style.outlineStyle !== 'none'
+          && parseFloat(style.outlineWidth) > 0, inMain: !!e.closest('main')};
+}"""
+
+
+def keyboard_problems(page: Any) -> list[str]:
+    """Tab from the top: the skip link first, then every visible control once, each with a
+    visible focus ring; the skip link takes the next Tab into the page's content."""
+    focusable = page.evaluate(FOCUSABLE)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    problems: list[str] = []
+    reached: list[str] = []
+    # Chromium also stops on scrollable boxes (a wide table, a long journal entry): Tab on
+    # until the focus leaves the page or comes back to the first element.
+    for _ in range(2 * len(focusable) + 20):
+        page.keyboard.press("Tab")
+        now = page.evaluate(FOCUSED)
+        if now["html"].startswith("<body") or (reached and now["html"] == reached[0]):
+            break
+        reached.append(now["html"])
+        if not now["outline"]:
+            problems.append(f"no visible focus on {now['html']}")
+    if not reached or "Skip to content" not in reached[0]:
+        problems.append(f"the first Tab does not reach the skip link: {reached[:1]}")
+    missing = [f for f in focusable if f not in reached]
+    if missing:
+        problems.append(f"not reached by Tab: {missing[:5]}")
+    page.focus("a.skip")
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    landed = page.evaluate(FOCUSED)
+    if not landed["inMain"]:
+        problems.append(f"after the skip link, Tab lands outside the content: {landed['html']}")
+    return problems
+
+
+def test_the_main_pages_pass_an_accessibility_check_and_work_from_the_keyboard(
+    stack: Stack, research_run: dict[str, Any], replayed: Replayed
+) -> None:
+    signin = stack.context().new_page()
+    signin.goto("/signin")
+    assert accessibility_problems(signin) == []
+    signin.context.close()
+
+    worker = stack.worker.worker_id
+    context, page = stack.signed_in(stack.admin_token)
+    for path, keyboard in (
+        ("/fleet", True),
+        ("/runs?owner=*", True),
+        (f"/runs/{replayed.run_id}/replay", True),
+        (f"/workers/{worker}", True),
+        ("/approvals", False),
+        ("/kill", False),
+        ("/audit", False),
+    ):
+        page.goto(path)
+        assert accessibility_problems(page) == [], path
+        if keyboard:
+            assert keyboard_problems(page) == [], path
+    context.close()
+
+    context, page = stack.signed_in(stack.tokens["alice"])
+    page.goto(f"/runs/{research_run['id']}")
+    assert accessibility_problems(page) == []
+    assert keyboard_problems(page) == []
+    context.close()
