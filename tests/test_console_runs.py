@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,10 +21,12 @@ import pytest
 
 from tests.conftest import require
 from tests.harness import (
+    BIN,
     ConsoleProcess,
     CoordinatorProcess,
     WorkerProcess,
     Xvfb,
+    base_env,
     submit,
     wait_until,
     write_plan,
@@ -569,3 +572,56 @@ def test_the_main_pages_pass_an_accessibility_check_and_work_from_the_keyboard(
     assert accessibility_problems(page) == []
     assert keyboard_problems(page) == []
     context.close()
+
+
+# --- the console inside the coordinator ----------------------------------------------------
+
+
+def test_serve_console_listen_serves_the_console_over_https_through_the_api(
+    tmp_path: Path, stack: Stack
+) -> None:
+    ca_dir = tmp_path / "ca"
+    ca = [BIN / "deskfleet-coordinator", "ca", "init", "--dir", ca_dir]
+    done = subprocess.run(
+        [*ca, "--host", "coordinator.test", "--host", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        env=base_env(tmp_path),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    coordinator = CoordinatorProcess(
+        tmp_path / "coord",
+        serve_args=("--ca-dir", str(ca_dir), "--console-listen", "127.0.0.1:0"),
+        ca_file=ca_dir / "ca.pem",
+    ).start()
+    try:
+        assert coordinator.proc is not None and coordinator.proc.stdout is not None
+        line = coordinator.proc.stdout.readline().strip()
+        assert " console on https://127.0.0.1:" in line, line
+        url = line.rsplit(" ", 1)[1]
+        alice = coordinator.cli_json("users", "create", "alice")["token"]
+        context = stack.browser.new_context(base_url=url, ignore_https_errors=True)
+        page = context.new_page()
+        page.goto("/signin")
+        page.fill("#token", coordinator.admin_token_file.read_text().strip())
+        page.click("button[type=submit]")
+        page.wait_for_url("**/fleet")
+        [cookie] = [c for c in context.cookies() if c["name"] == "df_session"]
+        assert cookie["secure"] and cookie["httpOnly"]
+        assert page.goto("/runs?owner=*").status == 200
+        context.close()
+
+        context = stack.browser.new_context(base_url=url, ignore_https_errors=True)
+        page = context.new_page()
+        page.goto("/signin")
+        page.fill("#token", alice)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/fleet")
+        # The coordinator's guard decides, as for any client.
+        response = page.goto("/runs?owner=*")
+        assert response.status == 403 and "only admins list every owner's runs" in text_of(page)
+        context.close()
+    finally:
+        coordinator.stop()
+    assert "Traceback" not in coordinator.log.read_text()

@@ -69,6 +69,9 @@ class ConsoleSettings:
     session_ttl: float = DEFAULT_TTL
     secure_cookies: bool = False  # set when the console itself is served over TLS
     live_interval: float = LIVE_INTERVAL
+    # The name the coordinator's TLS certificate is checked against when the address is not
+    # it (the console inside the coordinator dials its own loopback address).
+    tls_name: str = ""
 
 
 class SecurityHeaders:
@@ -167,7 +170,7 @@ class Console:
     @property
     def rpc(self) -> ConsoleClient:
         if self.client is None:  # made on the server's event loop (grpc.aio binds to it)
-            self.client = ConsoleClient(self.settings.coordinator)
+            self.client = ConsoleClient(self.settings.coordinator, tls_name=self.settings.tls_name)
         return self.client
 
     async def shutdown(self) -> None:

@@ -28,13 +28,14 @@ Response = TypeVar("Response")
 
 
 class ConsoleClient:
-    def __init__(self, config: ClientConfig, *, timeout: float = 10.0) -> None:
+    def __init__(self, config: ClientConfig, *, timeout: float = 10.0, tls_name: str = "") -> None:
         self.config = config
         self.timeout = timeout
         credentials = channel_credentials(config)
         if credentials is not None:
+            named = [("grpc.ssl_target_name_override", tls_name)] if tls_name else []
             self._channel = grpc.aio.secure_channel(
-                config.coordinator, credentials, options=CHANNEL_OPTIONS
+                config.coordinator, credentials, options=[*CHANNEL_OPTIONS, *named]
             )
         else:
             self._channel = grpc.aio.insecure_channel(config.coordinator, options=CHANNEL_OPTIONS)
