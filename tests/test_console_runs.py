@@ -361,8 +361,14 @@ def test_a_replay_scales_each_action_to_the_frame_it_is_drawn_on() -> None:
     from coordinator.console.model import replay
     from shared.gen.deskfleet.v1 import runs_pb2
 
-    def action(i: int, kind: str) -> runs_pb2.ActionInfo:
-        return runs_pb2.ActionInfo(id=f"a{i}", index=i, kind=f"desktop.{kind}", status="SUCCEEDED")
+    def action(i: int, kind: str, *shas: str) -> runs_pb2.ActionInfo:
+        return runs_pb2.ActionInfo(
+            id=f"a{i}",
+            index=i,
+            kind=f"desktop.{kind}",
+            status="SUCCEEDED",
+            artifacts=[runs_pb2.ArtifactRef(sha256=sha) for sha in shas],
+        )
 
     shot = {"sha256": "s1", "width": 640, "height": 400}
     results = {
@@ -373,7 +379,12 @@ def test_a_replay_scales_each_action_to_the_frame_it_is_drawn_on() -> None:
         "a3": {"text": "{{secret:PW}}"},
     }
     frames = replay(
-        [action(3, "type"), action(0, "screenshot"), action(1, "left_click"), action(2, "drag")],
+        [
+            action(3, "type"),
+            action(0, "screenshot", "s1"),
+            action(1, "left_click"),
+            action(2, "drag"),
+        ],
         results,
     )
     assert [f.action for f in frames] == ["screenshot", "left_click", "drag", "type"]
@@ -381,6 +392,10 @@ def test_a_replay_scales_each_action_to_the_frame_it_is_drawn_on() -> None:
     assert frames[2].point == (10.0, 10.0) and frames[2].to == (20.0, 30.0)
     assert frames[3].text == "{{secret:PW}}" and frames[3].shot == frames[0].shot
     assert replay([action(0, "left_click")], {})[0].shot is None  # nothing seen yet
+    # A worker's result naming a file the coordinator did not keep for the run is not drawn
+    # (its "sha256" would have become a path on the console).
+    forged = {"a0": {"screenshot": {"sha256": "../../signout", "width": 1, "height": 1}}}
+    assert replay([action(0, "screenshot", "s1")], forged)[0].shot is None
 
 
 def test_the_worker_page_shows_its_current_and_recent_actions_of_runs_one_may_see(

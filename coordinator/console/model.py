@@ -295,8 +295,10 @@ class Frame:
     key: str
 
 
-def _shot(ref: Any, role: str) -> Shot | None:
-    if not isinstance(ref, dict) or not isinstance(ref.get("sha256"), str):
+def _shot(ref: Any, role: str, kept: frozenset[str]) -> Shot | None:
+    # Only an artifact the coordinator checked and kept for this run: the result is the
+    # worker's word, and its sha256 becomes part of a URL on the console.
+    if not isinstance(ref, dict) or ref.get("sha256") not in kept:
         return None
     return Shot(ref["sha256"], parse_int(ref.get("width")), parse_int(ref.get("height")), role)
 
@@ -315,18 +317,20 @@ def replay(
 ) -> list[Frame]:
     """A desktop run's steps in order, each over the newest screen seen before it acted.
 
-    `results` holds each action's receipt result by action id. A step is drawn over its own
+    `results` holds each action's receipt result by action id; a screenshot counts only when
+    the run's actions list it among their artifacts. A step is drawn over its own
     `screenshot_before`, a screenshot step over what it captured, any other over the last
     screenshot of an earlier step; coordinates are scaled from the step's space (or display)
     to that image's pixels, since an earlier shot may have been taken in another space.
     """
+    kept = frozenset(art.sha256 for a in actions for art in a.artifacts)
     frames: list[Frame] = []
     last: Shot | None = None
     for a in sorted(actions, key=lambda a: a.index):
         if not a.kind.startswith("desktop."):
             continue
         result = results.get(a.id) or {}
-        shots = {role: _shot(result.get(role), f"#{a.index} {role}") for role in SHOTS}
+        shots = {role: _shot(result.get(role), f"#{a.index} {role}", kept) for role in SHOTS}
         shown = shots["screenshot_before"] or shots["screenshot"] or last
         space = result.get("space") or result.get("display") or {}
         sx = sy = 1.0
