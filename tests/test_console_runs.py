@@ -28,10 +28,12 @@ from tests.harness import (
     Xvfb,
     base_env,
     submit,
+    wait_run,
     wait_until,
     write_plan,
 )
 from tests.test_console import CHROMIUM, FLAGS, Stack, run_as, text_of
+from tests.test_goal import STOPPED, _computer
 
 pytestmark = pytest.mark.slow
 
@@ -640,3 +642,54 @@ def test_serve_console_listen_serves_the_console_over_https_through_the_api(
     finally:
         coordinator.stop()
     assert "Traceback" not in coordinator.log.read_text()
+
+
+def test_a_goal_run_links_to_the_replay_of_the_desktop_run_its_computer_used(
+    stack: Stack,
+) -> None:
+    coordinator = stack.coordinator
+    model = coordinator.script(
+        "console-goal.json",
+        [
+            {"tool_calls": [_computer("screenshot")]},
+            {"tool_calls": [_computer("left_click", x=200, y=120)]},
+            {"text": "Done.", "tool_calls": []},
+        ],
+    )
+    goal = coordinator.cli_json(
+        "goal",
+        "look at the screen and click once",
+        "--desktop",
+        stack.worker.worker_id,
+        "--model",
+        model,
+        token_file=stack.token_files["alice"],
+    )
+
+    def pending() -> dict[str, Any] | None:
+        approvals = coordinator.cli_json("approvals", "list")["approvals"]
+        return next((a for a in approvals if goal["id"] in a["reason"]), None)
+
+    approval = wait_until(pending, 60, 0.3, "the goal's desktop approval")
+    coordinator.cli("approvals", "approve", approval["id"])
+    done = wait_run(
+        coordinator,
+        goal["id"],
+        lambda r: r["status"] in STOPPED,
+        120,
+        token_file=stack.token_files["alice"],
+    )
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    context, page = stack.signed_in(stack.tokens["alice"])
+    page.goto(f"/runs/{goal['id']}")
+    page.click("text=Replay the computer's steps")
+    page.wait_for_url("**/replay")
+    frames = page.locator("li.frame")
+    assert [frames.nth(i).get_attribute("data-action") for i in range(frames.count())] == [
+        "screenshot",
+        "left_click",
+    ]
+    shot = frames.nth(0).get_attribute("data-shot")
+    assert shot and frames.nth(1).get_attribute("data-shot") == shot
+    assert frames.nth(1).locator("circle.click").count() == 1
+    context.close()

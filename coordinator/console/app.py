@@ -472,15 +472,20 @@ class Console:
                 ),
             )
         report = None
+        desktop_runs: list[str] = []
         if run.kind == "research":
             found = await self.rpc.events_of(session.token, run_id, ("research.report",))
             report = model.research_report(found[-1].data_json) if found else None
+        elif run.kind == "goal":
+            found = await self.rpc.events_of(session.token, run_id, ("goal.tool_result",))
+            desktop_runs = model.desktop_runs_of(found)
         return await self.page(
             request,
             session,
             "run.html",
             run=run,
             report=report,
+            desktop_runs=desktop_runs,
             replayable=any(a.kind.startswith("desktop.") for a in run.actions),
             timeline=model.timeline(run.timeline),
             events=events,
