@@ -25,6 +25,8 @@ class AttemptInFlight:
     status: str  # DISPATCHED | STARTED
     attempt: int
     since: float | None
+    finished_at: float | None = None
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,12 @@ class FleetActivity:
     attempts: tuple[AttemptInFlight, ...]
     runs_by_status: dict[str, int]
     fleet_wide: bool
+    recent: tuple[AttemptInFlight, ...] = ()  # one worker's finished attempts, newest first
 
 
-async def read(db: Database, who: Principal) -> FleetActivity:
-    """One consistent snapshot (a single read transaction) of what is in flight."""
+async def read(db: Database, who: Principal, worker: str = "", recent: int = 0) -> FleetActivity:
+    """One consistent snapshot (a single read transaction) of what is in flight, and of the
+    attempts `worker` finished last when asked."""
     owner = None if who.role == Role.ADMIN else who.id
 
     def unit(s: Session) -> FleetActivity:
@@ -45,6 +49,21 @@ async def read(db: Database, who: Principal) -> FleetActivity:
             )
             for a, _ in queries.in_flight_actions(s, owner)
         )
-        return FleetActivity(attempts, queries.runs_by_status(s, owner), owner is None)
+        finished = tuple(
+            AttemptInFlight(
+                a.worker_id,
+                a.run_id,
+                a.id,
+                a.idx,
+                a.kind,
+                a.status,
+                a.attempts,
+                a.dispatched_at,
+                a.finished_at,
+                a.error,
+            )
+            for a in (queries.recent_actions(s, worker, owner, recent) if worker and recent else ())
+        )
+        return FleetActivity(attempts, queries.runs_by_status(s, owner), owner is None, finished)
 
     return await db.read(unit)

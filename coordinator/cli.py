@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coordinator import secret_box
 from coordinator.principals import NewUser, Role, create_user, has_admin_secret
@@ -24,10 +25,22 @@ from coordinator.settings import (
 from coordinator.store import Database, SchemaError
 from coordinator.store.engine import sqlite_path
 from coordinator.store.schema import upgrade
-from coordinator.tls import DEFAULT_HOSTS, DEFAULT_SERVER_DAYS, DEFAULT_WORKER_DAYS, init_ca
+from coordinator.tls import (
+    CA_CERT,
+    DEFAULT_HOSTS,
+    DEFAULT_SERVER_DAYS,
+    DEFAULT_WORKER_DAYS,
+    SERVER_CERT,
+    SERVER_KEY,
+    certificate_hosts,
+    init_ca,
+)
 from shared import __version__, logs, telemetry_options, tracing
 from shared.errors import AlreadyExistsError, DeskfleetError
 from shared.ids import new_id
+
+if TYPE_CHECKING:  # the console (Starlette, uvicorn) is imported only when it is served
+    from coordinator.console.server import Embedded
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
     _key_file_option(serve)
     serve.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")
     serve.add_argument("--replica", default=None, help="this replica's name (default: hostname)")
+    serve.add_argument(
+        "--console-listen",
+        metavar="HOST:PORT",
+        help="also serve the web console here; it calls this coordinator's API like any client"
+        " (HTTPS with the API's certificate when it has one)",
+    )
     serve.add_argument("--heartbeat-interval", type=float, default=5.0, metavar="SECONDS")
     serve.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
     serve.add_argument(
@@ -304,7 +323,7 @@ def _write_secret(path: Path, secret: str) -> None:
         fh.write(secret + "\n")
 
 
-async def _serve(config: CoordinatorConfig) -> None:
+async def _serve(config: CoordinatorConfig, console_listen: str | None = None) -> None:
     coordinator = Coordinator(config)
     try:
         port = await coordinator.start()
@@ -328,13 +347,52 @@ async def _serve(config: CoordinatorConfig) -> None:
             f" {metrics_host}:{coordinator.metrics.port}",
             flush=True,
         )
+    console = None
+    if console_listen:
+        try:
+            console = await _console_beside(config, console_listen, port)
+        except BaseException:
+            await coordinator.stop()
+            raise
+        print(f"deskfleet-coordinator {config.replica} console on {console.url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     logging.getLogger(__name__).info("stopping")
+    if console is not None:
+        await console.stop()
     await coordinator.stop()
+
+
+async def _console_beside(config: CoordinatorConfig, listen: str, port: int) -> Embedded:
+    """The console in this process, dialling this coordinator's API on its own address with
+    the API's certificate checked against the CA of --ca-dir."""
+    from coordinator.console.server import ConsoleOptions, start_beside
+
+    host = config.listen.rsplit(":", 1)[0]
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+    cert, key, ca_file, name = config.tls_cert, config.tls_key, None, ""
+    if config.ca_dir is not None:
+        cert = cert or config.ca_dir / SERVER_CERT
+        key = key or config.ca_dir / SERVER_KEY
+        ca_file = config.ca_dir / CA_CERT
+        name = min(certificate_hosts(cert.read_bytes()), default="")
+    elif cert is not None:
+        raise DeskfleetError(
+            "--console-listen with --tls-cert needs --ca-dir, whose CA the console checks this"
+            " coordinator's certificate with (or run `deskfleet-coordinator console --ca-file`)"
+        )
+    options = ConsoleOptions(
+        coordinator=f"{host}:{port}",
+        listen=listen,
+        ca_file=ca_file,
+        tls_cert=cert,
+        tls_key=key,
+        plaintext=config.plaintext,
+    )
+    return await start_beside(options, tls_name=name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -440,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             tracing.COORDINATOR, {"service.instance.id": config.replica}, endpoint
         ).start()
         try:
-            asyncio.run(_serve(config))
+            asyncio.run(_serve(config, args.console_listen))
         finally:
             spans.shutdown()
         return 0

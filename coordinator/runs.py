@@ -22,17 +22,26 @@ from coordinator.dispatch import Dispatcher
 from coordinator.journal import JournalBus
 from coordinator.ledger import Context
 from coordinator.orders import CancelOrder, Order
-from coordinator.principals import Principal
+from coordinator.principals import Principal, Role
 from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries
+from coordinator.store import principals as principal_queries
 from coordinator.store import runs as run_queries
-from coordinator.store.models import ActionRow, ArtifactRow, GuidanceRow, JournalRow, RunRow
+from coordinator.store.models import (
+    ActionRow,
+    ArtifactRow,
+    GuidanceRow,
+    JournalRow,
+    PrincipalRow,
+    RunRow,
+)
 from coordinator.timeline import Timeline
 from shared import action_kinds, tracing
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
 )
 from shared.ids import new_id
@@ -54,6 +63,7 @@ GUIDANCE_TOTAL_CHARS = 16000
 # Explicit bounds on everything a plan carries: past them a request is a mistake or an attack,
 # and a clear INVALID_ARGUMENT beats a store error or a run that can never finish.
 MAX_TITLE_CHARS = 1000
+EVERY_OWNER = "*"  # a list of every owner's runs (admins)
 MAX_INTENT_CHARS = 4000
 MAX_ID_CHARS = 64
 MAX_LABELS = 32
@@ -464,9 +474,16 @@ class Runs:
 
         return await self._db.read(unit)
 
-    async def list(self, owner: Principal, status: str, limit: int) -> list[RunView]:
-        rows = await self._db.read(run_queries.runs_of_owner, owner.id, status, limit)
-        return [RunView(r) for r in rows]
+    async def list(
+        self, who: Principal, status: str, limit: int, *, kind: str = "", owner: str = ""
+    ) -> list[RunView]:
+        """The caller's runs; an admin may name another owner, or `*` for every owner."""
+
+        def unit(s: Session) -> Sequence[RunRow]:
+            owner_id = _listed_owner(s, who, owner)
+            return run_queries.runs_listed(s, owner_id, status, kind, limit)
+
+        return [RunView(r) for r in await self._db.read(unit)]
 
     async def wait(self, owner: Principal, run_id: str, timeout: float) -> RunView:  # noqa: ASYNC109
         deadline = time.monotonic() + timeout
@@ -692,6 +709,23 @@ def new_run(
 
 def _status_of(s: Session, who: Principal, run_id: str) -> str:
     return owned_run(s, who, run_id).status
+
+
+def _listed_owner(s: Session, who: Principal, owner: str) -> str | None:
+    """Whose runs a list shows (None: everyone's). Owners list their own only: naming anyone
+    else is NOT_FOUND, as if that user did not exist."""
+    if not owner or owner in (who.id, who.name):
+        return who.id
+    if who.role is not Role.ADMIN:
+        if owner == EVERY_OWNER:
+            raise PermissionDeniedError("owner '*': only admins list every owner's runs")
+        raise NotFoundError(f"no user {owner!r}")
+    if owner == EVERY_OWNER:
+        return None
+    row = s.get(PrincipalRow, owner) or principal_queries.principal_by_name(s, owner)
+    if row is None:
+        raise NotFoundError(f"no user {owner!r}")
+    return row.id
 
 
 def owned_run(s: Session, who: Principal, run_id: str, *, lock: bool = False) -> RunRow:

@@ -269,6 +269,11 @@ class CertificateAuthority:
         return issued
 
 
+def certificate_hosts(pem: bytes) -> set[str]:
+    """The DNS names and addresses a certificate is for."""
+    return _hosts_of(pem)
+
+
 def _hosts_of(pem: bytes) -> set[str]:
     cert = x509.load_pem_x509_certificate(pem)
     try:

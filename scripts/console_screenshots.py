@@ -9,12 +9,15 @@ the approval's "Show the screen"), and photographs the pages in Chromium at a la
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from scripts.local_site.server import start as start_site
+from tests.desktop_site import FIELD, DesktopSite
 from tests.harness import (
     ConsoleProcess,
     CoordinatorProcess,
@@ -26,6 +29,49 @@ from tests.harness import (
 )
 
 CHROMIUM = "/usr/bin/chromium"
+
+
+def research_run(coordinator: CoordinatorProcess, site: str) -> str:
+    """A research run over the local site: evidence, a PDF that is not, a page past the limit."""
+    paths = ["/varn/keepers.html", "/varn/lens.html", "/files/report.pdf", "/varn/range.html"]
+    done = coordinator.cli(
+        "research",
+        "keeper 1962",
+        *[a for p in paths for a in ("--url", site + p)],
+        "--max-pages",
+        "3",
+        "--wait",
+        json_out=True,
+        check=False,
+        timeout=180,
+    )
+    run_id: str = json.loads(done.stdout)["id"]
+    return run_id
+
+
+def desktop_run(coordinator: CoordinatorProcess, worker: WorkerProcess) -> str:
+    """A desktop run that fills in the form shown on the display, for its replay."""
+    run: dict[str, Any] = coordinator.cli_json(
+        "desktop",
+        "request",
+        "--worker",
+        worker.worker_id,
+        "--reason",
+        "note the lunch",
+        *[f"--action={a}" for a in ("screenshot", "left_click", "type", "key")],
+    )
+    approval = coordinator.cli_json("approvals", "list")["approvals"][0]
+    coordinator.cli("approvals", "approve", approval["id"])
+    x, y, w, h = FIELD
+    for args in (
+        ["screenshot"],
+        ["left_click", "--x", str(x + w // 2), "--y", str(y + h // 2)],
+        ["type", "--text", "lunch with the team"],
+        ["key", "--key", "Return", "--screenshot-after"],
+    ):
+        coordinator.cli("desktop", "act", run["id"], *args, timeout=90)
+    coordinator.cli("runs", "cancel", run["id"])
+    return str(run["id"])
 
 
 def main() -> None:
@@ -42,18 +88,19 @@ def main() -> None:
         coordinator = CoordinatorProcess(work / "coord").start()
         worker = WorkerProcess(coordinator, "desk-01", display_env=xvfb.env).start()
         console = ConsoleProcess(coordinator)
+        form = DesktopSite().start()
         site, site_url = start_site()
-        desktop = subprocess.Popen(
+        window = subprocess.Popen(
             [
                 CHROMIUM,
                 "--test-type",
                 "--no-sandbox",
                 "--no-first-run",
                 "--disable-gpu",
-                f"--user-data-dir={work / 'desktop-profile'}",
+                f"--user-data-dir={work / 'profile'}",
                 "--window-position=0,0",
                 "--window-size=1280,800",
-                f"--app={site_url}",
+                f"--app={form.url}",
             ],
             env={**xvfb.env, "HOME": str(work), "PATH": "/usr/bin:/bin"},
             stdout=subprocess.DEVNULL,
@@ -62,7 +109,9 @@ def main() -> None:
         try:
             worker.wait_online()
             console.start()
-            time.sleep(3.0)  # the desktop window's first paint
+            time.sleep(3)  # the form's window comes up
+            researched = research_run(coordinator, site_url)
+            replayed = desktop_run(coordinator, worker)
             for title, kind, extra in (
                 ("nightly link check", "diag.echo", {"value": "ok"}),
                 ("flaky export", "diag.fail", {"message": "export timed out", "fail_attempts": 1}),
@@ -111,6 +160,8 @@ def main() -> None:
                     "run": f"/runs/{last['id']}",
                     "approval": f"/approvals/{pending['id']}",
                     "kill": "/kill",
+                    "research": f"/runs/{researched}#report",
+                    "replay": f"/runs/{replayed}/replay",
                 }
                 for name, url in shots.items():
                     page.goto(url)
@@ -126,14 +177,17 @@ def main() -> None:
                         page.mouse.down()
                         page.mouse.move(box["x"] + 800 * s, box["y"] + 500 * s, steps=4)
                         page.mouse.up()
+                    if name == "replay":  # the click on the field, drawn over its frame
+                        page.click("button[data-replay=next]")
                     page.screenshot(path=str(out / f"{name}.png"), full_page=False)
                     print(out / f"{name}.png")
                 browser.close()
         finally:
-            desktop.terminate()
-            desktop.wait(10)
+            window.terminate()
+            window.wait()
             site.shutdown()
             site.server_close()
+            form.stop()
             console.stop()
             worker.stop()
             coordinator.stop()

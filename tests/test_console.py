@@ -290,7 +290,8 @@ def test_approving_by_drawing_a_region_grants_that_region_only(stack: Stack) -> 
     page.uncheck("input[name=actions][value=screenshot]")
     page.fill("#maxa", "5")
     page.fill("#a-reason", "only the form")
-    page.click("form[action$='/approve'] button[type=submit]")
+    with page.expect_navigation():  # the same URL again: wait for the new page, not the old
+        page.click("form[action$='/approve'] button[type=submit]")
     assert "approved" in text_of(page)
     granted = page.locator("[data-granted]").inner_text()
     assert f"region {drawn[2]}x{drawn[3]}+{drawn[0]}+{drawn[1]}" in granted

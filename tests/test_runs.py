@@ -459,6 +459,18 @@ def test_runs_are_owner_scoped_on_every_read_path(
         assert "secret" not in done.stdout
     assert coordinator.cli_json("runs", "list", token_file=bob)["runs"] == []
     assert coordinator.cli_json("runs", "show", run["id"], token_file=tokens["alice"])["id"]
+    # Naming another owner (or every owner) in a list is for admins only.
+    for owner, said in (
+        ("alice", "deskfleet: no user 'alice'"),
+        (run["owner"], f"deskfleet: no user '{run['owner']}'"),
+        ("*", "deskfleet: owner '*': only admins list every owner's runs"),
+    ):
+        done = coordinator.cli("runs", "list", "--owner", owner, token_file=bob, check=False)
+        assert done.returncode != 0 and done.stderr.strip() == said and run["id"] not in done.stdout
+    for owner in ("alice", run["owner"], "*"):
+        listed = coordinator.cli_json("runs", "list", "--owner", owner, "--kind", "plan")["runs"]
+        assert [r["id"] for r in listed] == [run["id"]] and listed[0]["kind"] == "plan"
+    assert coordinator.cli_json("runs", "list", "--owner", "*", "--kind", "research")["runs"] == []
 
 
 def test_watch_resumes_after_a_disconnect_without_gaps_or_duplicates(

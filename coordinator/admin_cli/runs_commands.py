@@ -170,7 +170,12 @@ def list_runs(client: CoordinatorClient, args: argparse.Namespace) -> None:
     doc = render.as_dict(
         client.call(
             client.runs.ListRuns,
-            runs_pb2.ListRunsRequest(limit=args.limit, status=(args.status or "").upper()),
+            runs_pb2.ListRunsRequest(
+                limit=args.limit,
+                status=(args.status or "").upper(),
+                kind=args.kind or "",
+                owner=args.owner or "",
+            ),
         )
     )
     if args.json:
@@ -479,6 +484,14 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     )
     p = leaf(runs, "list", list_runs, "your runs, newest first")
     p.add_argument("--status", metavar="STATE", help="only runs in this state, e.g. RUNNING")
+    p.add_argument(
+        "--kind", choices=("plan", "research", "desktop", "goal"), help="only runs of this kind"
+    )
+    p.add_argument(
+        "--owner",
+        metavar="USER",
+        help="admins: another user's runs (name or id), or '*' for every owner's",
+    )
     p.add_argument(
         "--limit", type=int, default=50, metavar="N", help="at most this many (default 50)"
     )

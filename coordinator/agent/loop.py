@@ -345,6 +345,12 @@ class Goals:
                 for p in result.content
                 if isinstance(p, ImagePart)
             ],
+            # Where the computer's steps and screenshots are (the console's replay).
+            **(
+                {"desktop_run": goal.state.desktop_run}
+                if call.name == "computer" and goal.state.desktop_run
+                else {}
+            ),
         )
         if goal.errors >= ERROR_LIMIT:
             raise _Stop(

@@ -59,6 +59,7 @@ CSP = (
     " frame-ancestors 'none'"
 )
 JOURNAL_PAGE = 50
+RECENT_ACTIONS = 20  # a worker page's finished attempts
 LIVE_INTERVAL = 2.0  # seconds between the live stream's looks at the coordinator
 
 
@@ -68,6 +69,9 @@ class ConsoleSettings:
     session_ttl: float = DEFAULT_TTL
     secure_cookies: bool = False  # set when the console itself is served over TLS
     live_interval: float = LIVE_INTERVAL
+    # The name the coordinator's TLS certificate is checked against when the address is not
+    # it (the console inside the coordinator dials its own loopback address).
+    tls_name: str = ""
 
 
 class SecurityHeaders:
@@ -126,6 +130,7 @@ def _templates() -> Environment:
     env.filters["scope_text"] = model.scope_text
     env.filters["pretty_json"] = model.pretty_json
     env.filters["multiline"] = _multiline
+    env.filters["href"] = model.href
     env.globals["DESKTOP_ACTIONS"] = model.DESKTOP_ACTIONS
     return env
 
@@ -165,7 +170,7 @@ class Console:
     @property
     def rpc(self) -> ConsoleClient:
         if self.client is None:  # made on the server's event loop (grpc.aio binds to it)
-            self.client = ConsoleClient(self.settings.coordinator)
+            self.client = ConsoleClient(self.settings.coordinator, tls_name=self.settings.tls_name)
         return self.client
 
     async def shutdown(self) -> None:
@@ -385,7 +390,9 @@ class Console:
         if worker is None:
             raise NotFoundError(f"worker {worker_id} not found")
         activity = await self.rpc.call(
-            session.token, self.rpc.admin.GetFleetActivity, admin_pb2.FleetActivityRequest()
+            session.token,
+            self.rpc.admin.GetFleetActivity,
+            admin_pb2.FleetActivityRequest(worker=worker_id, recent=RECENT_ACTIONS),
         )
         kills = await self.rpc.call(
             session.token, self.rpc.kills.Status, desktop_pb2.KillStatusRequest()
@@ -396,6 +403,8 @@ class Console:
             "worker.html",
             worker=worker,
             actions=[a for a in activity.actions if a.worker_id == worker_id],
+            recent=activity.recent,
+            fleet_wide=activity.fleet_wide,
             switches=[k for k in kills.switches if k.target == worker_id or k.scope == "fleet"],
             csrf=session.csrf,
         )
@@ -434,12 +443,19 @@ class Console:
 
     async def runs(self, request: Request, session: Session) -> Response:
         q = request.query_params
-        filters = {k: q.get(k, "") for k in ("status", "q")}
+        filters = {k: q.get(k, "") for k in ("status", "kind", "owner", "q")}
         limit = min(max(model.parse_int(q.get("limit"), 200), 1), 1000)
+        # Whose runs is the coordinator's decision: an owner naming anyone else is refused
+        # there, not filtered here.
         listed = await self.rpc.call(
             session.token,
             self.rpc.runs.ListRuns,
-            runs_pb2.ListRunsRequest(limit=limit, status=filters["status"]),
+            runs_pb2.ListRunsRequest(
+                limit=limit,
+                status=filters["status"],
+                kind=filters["kind"],
+                owner=filters["owner"].strip(),
+            ),
         )
         shown = model.filter_runs(listed.runs, text=filters["q"])
         page = model.page_of(shown, model.parse_int(q.get("page"), 1))
@@ -449,6 +465,7 @@ class Console:
             "runs.html",
             page=page,
             filters=filters,
+            kinds=RUN_KINDS,
             query=_query_without_page(request),
         )
 
@@ -468,11 +485,22 @@ class Console:
                     run_id=run_id, text=search, cursor=q.get("cursor", ""), limit=20
                 ),
             )
+        report = None
+        desktop_runs: list[str] = []
+        if run.kind == "research":
+            found = await self.rpc.events_of(session.token, run_id, ("research.report",))
+            report = model.research_report(found[-1].data_json) if found else None
+        elif run.kind == "goal":
+            found = await self.rpc.events_of(session.token, run_id, ("goal.tool_result",))
+            desktop_runs = model.desktop_runs_of(found)
         return await self.page(
             request,
             session,
             "run.html",
             run=run,
+            report=report,
+            desktop_runs=desktop_runs,
+            replayable=any(a.kind.startswith("desktop.") for a in run.actions),
             timeline=model.timeline(run.timeline),
             events=events,
             after=after,
@@ -481,6 +509,22 @@ class Console:
             matches=matches,
             stopped=run.status in model.STOPPED,
             csrf=session.csrf,
+        )
+
+    async def replay(self, request: Request, session: Session) -> Response:
+        run_id = request.path_params["id"]
+        run = await self.rpc.call(session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id))
+        results: dict[str, dict[str, Any]] = {}
+        for event in await self.rpc.events_of(session.token, run_id, ("receipt",)):
+            data = json.loads(event.data_json)
+            action_id = str(data.get("action", ""))
+            if "archive" in data:  # a bulky result: the journal holds a preview only
+                data = json.loads(await self.rpc.entry_text(session.token, run_id, event.seq))
+            result = data.get("result")
+            if isinstance(result, dict):
+                results[action_id] = result  # the newest attempt's
+        return await self.page(
+            request, session, "replay.html", run=run, frames=model.replay(run.actions, results)
         )
 
     async def run_confirm(self, request: Request, session: Session) -> Response:
@@ -822,6 +866,7 @@ RUN_OPS = {
     ),
     "abandon": ("Abandon", "The run is given up for good; it cannot be retried."),
 }
+RUN_KINDS = ("plan", "research", "desktop", "goal")
 APPROVAL_STATUSES = ("pending", "approved", "denied", "suspended", "expired", "ended")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 
@@ -896,6 +941,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/runs", s(console.runs)),
         Route("/runs/{id}", s(console.run)),
         Route("/runs/{id}/artifacts/{sha}", s(console.artifact)),
+        Route("/runs/{id}/replay", s(console.replay), methods=["GET"]),
         Route("/runs/{id}/{op}", s(console.run_confirm), methods=["GET"]),
         Route("/runs/{id}/{op}", s(console.run_change, change=True), methods=["POST"]),
         Route("/approvals", s(console.approvals)),

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -180,6 +181,140 @@ def _unnested(value: Any) -> Any:
     if isinstance(value, list):
         return [_unnested(v) for v in value]
     return value
+
+
+# --- research ------------------------------------------------------------------------------
+
+
+def research_report(data_json: str) -> dict[str, Any] | None:
+    """The `research.report` event's report, sources with evidence first (as the CLI lists)."""
+    try:
+        report = json.loads(data_json)
+    except ValueError:
+        return None
+    if not isinstance(report, dict) or not isinstance(report.get("sources"), list):
+        return None
+    report["sources"] = sorted(report["sources"], key=lambda src: not src.get("evidence"))
+    return report
+
+
+def href(url: Any) -> str:
+    """A link target a page may carry: http(s) to a host, else nothing (shown as text only).
+
+    A research app names its sources itself: a `javascript:` or `data:` URL must not become
+    a link a person clicks on the console's origin.
+    """
+    text = str(url or "")
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return ""
+    return text if parts.scheme.lower() in ("http", "https") and parts.netloc else ""
+
+
+# --- replays -------------------------------------------------------------------------------
+
+SHOTS = ("screenshot_before", "screenshot", "screenshot_after")
+
+
+@dataclass(frozen=True)
+class Shot:
+    sha256: str
+    width: int
+    height: int
+    role: str  # which field of which step's receipt it came from
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One step of a replay: the screen as it was when the action ran, and the action."""
+
+    step: int  # 1-based
+    index: int  # the action's index in the run
+    action: str  # the desktop action, e.g. left_click
+    status: str
+    error: str
+    shot: Shot | None  # None: no screenshot was taken before this step
+    point: tuple[float, float] | None  # where it acted, in the shot's pixels
+    to: tuple[float, float] | None  # a drag's end
+    text: str  # typed text as sent: a secret appears as its {{secret:NAME}} reference
+    key: str
+
+
+def _shot(ref: Any, role: str, kept: frozenset[str]) -> Shot | None:
+    # Only an artifact the coordinator checked and kept for this run: the result is the
+    # worker's word, and its sha256 becomes part of a URL on the console.
+    if not isinstance(ref, dict) or ref.get("sha256") not in kept:
+        return None
+    return Shot(ref["sha256"], parse_int(ref.get("width")), parse_int(ref.get("height")), role)
+
+
+def _point(value: Any, sx: float, sy: float) -> tuple[float, float] | None:
+    if not isinstance(value, dict):
+        return None
+    x, y = value.get("x"), value.get("y")
+    if not isinstance(x, int | float) or not isinstance(y, int | float):
+        return None
+    return (round(x * sx, 1), round(y * sy, 1))
+
+
+def desktop_runs_of(tool_results: Sequence[runs_pb2.JournalEvent]) -> list[str]:
+    """The desktop runs a goal's computer tool acted through, first used first."""
+    found: list[str] = []
+    for event in tool_results:
+        try:
+            run_id = json.loads(event.data_json).get("desktop_run")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(run_id, str) and run_id and run_id not in found:
+            found.append(run_id)
+    return found
+
+
+def replay(
+    actions: Sequence[runs_pb2.ActionInfo], results: Mapping[str, dict[str, Any]]
+) -> list[Frame]:
+    """A desktop run's steps in order, each over the newest screen seen before it acted.
+
+    `results` holds each action's receipt result by action id; a screenshot counts only when
+    the run's actions list it among their artifacts. A step is drawn over its own
+    `screenshot_before`, a screenshot step over what it captured, any other over the last
+    screenshot of an earlier step; coordinates are scaled from the step's space (or display)
+    to that image's pixels, since an earlier shot may have been taken in another space.
+    """
+    kept = frozenset(art.sha256 for a in actions for art in a.artifacts)
+    frames: list[Frame] = []
+    last: Shot | None = None
+    for a in sorted(actions, key=lambda a: a.index):
+        if not a.kind.startswith("desktop."):
+            continue
+        result = results.get(a.id) or {}
+        shots = {role: _shot(result.get(role), f"#{a.index} {role}", kept) for role in SHOTS}
+        shown = shots["screenshot_before"] or shots["screenshot"] or last
+        space = result.get("space") or result.get("display") or {}
+        sx = sy = 1.0
+        if shown is not None and isinstance(space, dict):
+            width, height = parse_int(space.get("width")), parse_int(space.get("height"))
+            sx = shown.width / width if width > 0 and shown.width > 0 else 1.0
+            sy = shown.height / height if height > 0 and shown.height > 0 else 1.0
+        drag_from = _point(result.get("from"), sx, sy)
+        frames.append(
+            Frame(
+                step=len(frames) + 1,
+                index=a.index,
+                action=a.kind.removeprefix("desktop."),
+                status=a.status,
+                error=a.error,
+                shot=shown,
+                point=drag_from or _point(result.get("at"), sx, sy),
+                to=_point(result.get("to"), sx, sy),
+                text=str(result.get("text") or ""),
+                key=str(result.get("key") or ""),
+            )
+        )
+        # After it acted, the newest screen is what it saw last.
+        last = next((shots[r] for r in reversed(SHOTS) if shots[r] is not None), last)
+    return frames
 
 
 # --- approvals -----------------------------------------------------------------------------

@@ -28,13 +28,14 @@ Response = TypeVar("Response")
 
 
 class ConsoleClient:
-    def __init__(self, config: ClientConfig, *, timeout: float = 10.0) -> None:
+    def __init__(self, config: ClientConfig, *, timeout: float = 10.0, tls_name: str = "") -> None:
         self.config = config
         self.timeout = timeout
         credentials = channel_credentials(config)
         if credentials is not None:
+            named = [("grpc.ssl_target_name_override", tls_name)] if tls_name else []
             self._channel = grpc.aio.secure_channel(
-                config.coordinator, credentials, options=CHANNEL_OPTIONS
+                config.coordinator, credentials, options=[*CHANNEL_OPTIONS, *named]
             )
         else:
             self._channel = grpc.aio.insecure_channel(config.coordinator, options=CHANNEL_OPTIONS)
@@ -85,3 +86,31 @@ class ConsoleClient:
         finally:
             call.cancel()
         return events
+
+    async def events_of(
+        self, token: str, run_id: str, kinds: tuple[str, ...]
+    ) -> list[runs_pb2.JournalEvent]:
+        """Every journal event of these kinds, oldest first (the whole history is read)."""
+        call = self.runs.WatchRun(
+            runs_pb2.WatchRunRequest(id=run_id, after_seq=0, follow=False),
+            metadata=self.metadata(token),
+            timeout=self.timeout,
+        )
+        try:
+            return [event async for event in call if event.kind in kinds]
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.config.coordinator) from exc
+
+    async def entry_text(self, token: str, run_id: str, seq: int) -> str:
+        """A journal entry's whole original text (an archived receipt's, page by page)."""
+        parts: list[str] = []
+        offset = 0
+        while offset >= 0:
+            page = await self.call(
+                token,
+                self.journal.ReadEntry,
+                runs_pb2.ReadEntryRequest(run_id=run_id, seq=seq, offset=offset, limit=65536),
+            )
+            parts.append(page.text)
+            offset = page.next_offset if page.next_offset > offset else -1
+        return "".join(parts)

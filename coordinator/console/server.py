@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,16 +60,10 @@ def check(options: ConsoleOptions) -> None:
         raise InvalidArgumentError("--session-ttl must be positive")
 
 
-def serve(options: ConsoleOptions) -> None:
-    check(options)
-    tls = options.tls_cert is not None
-    settings = ConsoleSettings(
-        coordinator=ClientConfig(options.coordinator, None, options.ca_file),
-        session_ttl=options.session_ttl,
-        secure_cookies=tls,
-    )
+def _server(
+    options: ConsoleOptions, settings: ConsoleSettings
+) -> tuple[uvicorn.Config, socket.socket]:
     sock = _bind(options.listen)
-    host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
         asgi(settings),
         log_level="warning",
@@ -78,8 +74,73 @@ def serve(options: ConsoleOptions) -> None:
         ssl_keyfile=str(options.tls_key) if options.tls_key else None,
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
-    scheme = "https" if tls else "http"
+    return config, sock
+
+
+def _url(options: ConsoleOptions, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    scheme = "https" if options.tls_cert is not None else "http"
     shown = f"[{host}]" if ":" in host else host
-    print(f"console listening on {scheme}://{shown}:{port}", flush=True)
-    asyncio.run(server.serve(sockets=[sock]))
+    return f"{scheme}://{shown}:{port}"
+
+
+def serve(options: ConsoleOptions) -> None:
+    check(options)
+    settings = ConsoleSettings(
+        coordinator=ClientConfig(options.coordinator, None, options.ca_file),
+        session_ttl=options.session_ttl,
+        secure_cookies=options.tls_cert is not None,
+    )
+    config, sock = _server(options, settings)
+    print(f"console listening on {_url(options, sock)}", flush=True)
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+class _Beside(uvicorn.Server):
+    """The console inside the coordinator's process: the coordinator's own signal handlers
+    stop it (uvicorn's would replace them)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.up = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.up.set()
+
+
+@dataclass
+class Embedded:
+    server: _Beside
+    task: asyncio.Task[None]
+    url: str
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.task
+
+
+async def start_beside(options: ConsoleOptions, *, tls_name: str = "") -> Embedded:
+    """`serve --console-listen`: the console on this event loop, calling the coordinator's own
+    API address like any client, so the guard still decides every request."""
+    check(options)
+    settings = ConsoleSettings(
+        coordinator=ClientConfig(options.coordinator, None, options.ca_file),
+        session_ttl=options.session_ttl,
+        secure_cookies=options.tls_cert is not None,
+        tls_name=tls_name,
+    )
+    config, sock = _server(options, settings)
+    beside = _Beside(config)
+    task = asyncio.create_task(beside.serve(sockets=[sock]))
+    up = asyncio.create_task(beside.up.wait())
+    await asyncio.wait((task, up), return_when=asyncio.FIRST_COMPLETED)
+    if not up.done():
+        up.cancel()
+        task.result()  # its error, raised here
+        raise InvalidArgumentError(f"--console-listen {options.listen}: the console stopped")
+    return Embedded(beside, task, _url(options, sock))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -16,6 +17,8 @@ from coordinator.store import Database
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
 from shared.timestamps import to_timestamp
+
+WORKER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # ours are `wkr_<ulid>`; nothing else is read
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -100,23 +103,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def GetFleetActivity(
         self, request: admin_pb2.FleetActivityRequest, context: Context
     ) -> admin_pb2.FleetActivity:
-        now = await activity.read(self._db, current_principal())
+        if not 0 <= request.recent <= 100:
+            raise InvalidArgumentError("recent: between 0 and 100")
+        if request.worker and not WORKER_ID.fullmatch(request.worker):
+            raise InvalidArgumentError(
+                f"worker: a worker id (see `deskfleet status`), not {request.worker[:40]!r}"
+            )
+        now = await activity.read(self._db, current_principal(), request.worker, request.recent)
         return admin_pb2.FleetActivity(
-            actions=[
-                admin_pb2.WorkerActivity(
-                    worker_id=a.worker_id,
-                    run_id=a.run_id,
-                    action_id=a.action_id,
-                    index=a.index,
-                    kind=a.kind,
-                    status=a.status,
-                    attempt=a.attempt,
-                    since=to_timestamp(a.since),
-                )
-                for a in now.attempts
-            ],
+            actions=[_worker_activity(a) for a in now.attempts],
             runs_by_state=now.runs_by_status,
             fleet_wide=now.fleet_wide,
+            recent=[_worker_activity(a) for a in now.recent],
         )
 
     async def GetUserLimits(
@@ -165,4 +163,19 @@ def _limits(view: QuotaView) -> admin_pb2.UserLimits:
         max_stored_bytes=view.limits.max_stored_bytes,
         max_active_runs_set=view.overridden[0],
         max_stored_bytes_set=view.overridden[1],
+    )
+
+
+def _worker_activity(a: activity.AttemptInFlight) -> admin_pb2.WorkerActivity:
+    return admin_pb2.WorkerActivity(
+        worker_id=a.worker_id,
+        run_id=a.run_id,
+        action_id=a.action_id,
+        index=a.index,
+        kind=a.kind,
+        status=a.status,
+        attempt=a.attempt,
+        since=to_timestamp(a.since),
+        finished_at=to_timestamp(a.finished_at),
+        error=a.error,
     )

@@ -18,6 +18,7 @@ from coordinator.servicers.guard import current_principal
 from coordinator.servicers.timeline import timeline_message
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
+from shared.text import refuse_control
 from shared.timestamps import to_timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -33,6 +34,7 @@ RUN_STATUSES = (
     ledger.HAND_BACK_TO_HUMAN,
     ledger.CANCELLED,
 )
+RUN_KINDS = ("plan", "research", "desktop", "goal")  # RunRow.kind
 
 
 def _run_id(value: str, field: str = "id") -> str:
@@ -51,6 +53,7 @@ def run_message(view: RunView) -> runs_pb2.Run:
         owner=run.owner_id,
         title=run.title,
         status=run.status,
+        kind=run.kind,
         stop_reason=run.stop_reason,
         created_at=to_timestamp(run.created_at),
         updated_at=to_timestamp(run.updated_at),
@@ -200,7 +203,16 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
                 f"status: one of {', '.join(RUN_STATUSES)} (or empty for all),"
                 f" not {request.status[:40]!r}"
             )
-        views = await self._runs.list(current_principal(), request.status, limit)
+        if request.kind and request.kind not in RUN_KINDS:
+            raise InvalidArgumentError(
+                f"kind: one of {', '.join(RUN_KINDS)} (or empty for all), not {request.kind[:40]!r}"
+            )
+        refuse_control("owner", request.owner)  # a NUL is a store error on PostgreSQL
+        if len(request.owner) > 200:
+            raise InvalidArgumentError("owner: a user's name or id, at most 200 characters")
+        views = await self._runs.list(
+            current_principal(), request.status, limit, kind=request.kind, owner=request.owner
+        )
         return runs_pb2.ListRunsResponse(runs=[run_message(v) for v in views])
 
     async def WaitRun(self, request: runs_pb2.WaitRunRequest, context: Context) -> runs_pb2.Run:

@@ -26,10 +26,17 @@ def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:
     return run if run is not None and run.owner_id == owner_id else None
 
 
-def runs_of_owner(s: Session, owner_id: str, status: str, limit: int) -> Sequence[RunRow]:
-    query = select(RunRow).where(RunRow.owner_id == owner_id)
+def runs_listed(
+    s: Session, owner_id: str | None, status: str, kind: str, limit: int
+) -> Sequence[RunRow]:
+    """Newest first: one owner's runs, or every owner's (`owner_id` None), filtered."""
+    query = select(RunRow)
+    if owner_id is not None:
+        query = query.where(RunRow.owner_id == owner_id)
     if status:
         query = query.where(RunRow.status == status)
+    if kind:
+        query = query.where(RunRow.kind == kind)
     return s.execute(query.order_by(RunRow.created_at.desc()).limit(limit)).scalars().all()
 
 

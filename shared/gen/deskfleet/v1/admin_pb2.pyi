@@ -152,11 +152,15 @@ class AuditEntries(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class FleetActivityRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("worker", "recent")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FIELD_NUMBER: _ClassVar[int]
+    worker: str
+    recent: int
+    def __init__(self, worker: _Optional[str] = ..., recent: _Optional[int] = ...) -> None: ...
 
 class WorkerActivity(_message.Message):
-    __slots__ = ("worker_id", "run_id", "action_id", "index", "kind", "status", "attempt", "since")
+    __slots__ = ("worker_id", "run_id", "action_id", "index", "kind", "status", "attempt", "since", "finished_at", "error")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +169,8 @@ class WorkerActivity(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     run_id: str
     action_id: str
@@ -173,10 +179,12 @@ class WorkerActivity(_message.Message):
     status: str
     attempt: int
     since: _timestamp_pb2.Timestamp
-    def __init__(self, worker_id: _Optional[str] = ..., run_id: _Optional[str] = ..., action_id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    finished_at: _timestamp_pb2.Timestamp
+    error: str
+    def __init__(self, worker_id: _Optional[str] = ..., run_id: _Optional[str] = ..., action_id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., attempt: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class FleetActivity(_message.Message):
-    __slots__ = ("actions", "runs_by_state", "fleet_wide")
+    __slots__ = ("actions", "runs_by_state", "fleet_wide", "recent")
     class RunsByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -187,7 +195,9 @@ class FleetActivity(_message.Message):
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     RUNS_BY_STATE_FIELD_NUMBER: _ClassVar[int]
     FLEET_WIDE_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FIELD_NUMBER: _ClassVar[int]
     actions: _containers.RepeatedCompositeFieldContainer[WorkerActivity]
     runs_by_state: _containers.ScalarMap[str, int]
     fleet_wide: bool
-    def __init__(self, actions: _Optional[_Iterable[_Union[WorkerActivity, _Mapping]]] = ..., runs_by_state: _Optional[_Mapping[str, int]] = ..., fleet_wide: _Optional[bool] = ...) -> None: ...
+    recent: _containers.RepeatedCompositeFieldContainer[WorkerActivity]
+    def __init__(self, actions: _Optional[_Iterable[_Union[WorkerActivity, _Mapping]]] = ..., runs_by_state: _Optional[_Mapping[str, int]] = ..., fleet_wide: _Optional[bool] = ..., recent: _Optional[_Iterable[_Union[WorkerActivity, _Mapping]]] = ...) -> None: ...

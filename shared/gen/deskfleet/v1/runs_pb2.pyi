@@ -127,7 +127,7 @@ class WaitingReason(_message.Message):
     def __init__(self, code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline")
+    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class Run(_message.Message):
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     GUIDANCE_QUEUED_FIELD_NUMBER: _ClassVar[int]
     TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     title: str
@@ -164,7 +165,8 @@ class Run(_message.Message):
     actions: _containers.RepeatedCompositeFieldContainer[ActionInfo]
     guidance_queued: int
     timeline: RunTimeline
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ...) -> None: ...
+    kind: str
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class RunTimeline(_message.Message):
     __slots__ = ("states", "actions", "retries", "recoveries", "events", "stop_reason", "wall_seconds", "submitted_at", "ended_at", "live", "as_of")
@@ -277,12 +279,16 @@ class RunRef(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("limit", "status")
+    __slots__ = ("limit", "status", "kind", "owner")
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     limit: int
     status: str
-    def __init__(self, limit: _Optional[int] = ..., status: _Optional[str] = ...) -> None: ...
+    kind: str
+    owner: str
+    def __init__(self, limit: _Optional[int] = ..., status: _Optional[str] = ..., kind: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
     __slots__ = ("runs",)
