@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
@@ -12,11 +13,76 @@ from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, Receipt
 IN_FLIGHT = ("DISPATCHED", "STARTED")
 
 
+LOCKED_KEY = "deskfleet.locked_runs"
+
+
+@dataclass
+class _Held:
+    """What this transaction has locked and loaded for later use in it."""
+
+    txn: object
+    runs: set[str] = field(default_factory=set)  # run ids locked
+    # Strong references: the session's identity map is weak, and rows loaded ahead of use
+    # would otherwise be dropped and read again.
+    rows: list[object] = field(default_factory=list)
+
+
+def _held(s: Session) -> _Held:
+    """The runs this transaction has locked: their rows in the session are current until it
+    ends (no other transaction can change them), so they are not read again."""
+    txn = s.get_transaction()
+    held: _Held | None = s.info.get(LOCKED_KEY)
+    if held is None or held.txn is not txn:
+        held = _Held(txn)
+        s.info[LOCKED_KEY] = held
+    return held
+
+
 def run_for_update(s: Session, run_id: str) -> RunRow | None:
     """The run row, locked for this transaction: its journal head is about to move."""
-    return s.execute(
+    held = _held(s)
+    if run_id in held.runs:
+        known = s.get(RunRow, run_id)
+        if known is not None:
+            return known
+    run = s.execute(
         select(RunRow).where(RunRow.id == run_id).with_for_update()
     ).scalar_one_or_none()
+    if run is not None:
+        held.runs.add(run_id)
+        held.rows.append(run)
+    return run
+
+
+def lock_for_messages(
+    s: Session, run_ids: Collection[str], action_ids: Collection[str], started: Collection[str]
+) -> None:
+    """Lock every run a batch of worker messages touches, then load their actions: one query
+    per table for the whole batch, where each message would read its action and its run.
+
+    `run_ids` are the runs receipts name, `action_ids` every action named, `started` the
+    actions of start messages (their run is found through the action). Runs are locked in id
+    order, so that two transactions never wait for each other's runs in opposite orders; the
+    actions are read after the locks, so that they are current. Later `action` and
+    `run_for_update` calls for these rows are answered from the session.
+    """
+    if not action_ids:
+        return
+    owning = select(ActionRow.run_id).where(ActionRow.id.in_(sorted(started)))
+    runs = (
+        s.execute(
+            select(RunRow)
+            .where(or_(RunRow.id.in_(sorted(run_ids)), RunRow.id.in_(owning.scalar_subquery())))
+            .order_by(RunRow.id)
+            .with_for_update()
+        )
+        .scalars()
+        .all()
+    )
+    held = _held(s)
+    held.runs.update(run.id for run in runs)
+    held.rows += runs
+    held.rows += s.execute(select(ActionRow).where(ActionRow.id.in_(sorted(action_ids)))).scalars()
 
 
 def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:
