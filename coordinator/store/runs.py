@@ -259,18 +259,24 @@ def journal_candidates(
     """Events after `after_seq` that may hold `needle` (lower case, as stored), in order.
 
     The substring index answers `LIKE` (trigram GIN on PostgreSQL, FTS5 trigram on SQLite);
-    the caller checks each candidate exactly. The needle is stored text with its JSON escapes,
-    so it often holds backslashes: PostgreSQL's LIKE reads them as its escape character, and
-    there `\\`, `%` and `_` are escaped under an explicit ESCAPE. SQLite's LIKE has no escape
-    character unless given one, and FTS5 only answers a LIKE without ESCAPE from its index: the
-    needle goes as it is, and `%` and `_`, read as wildcards, only widen the candidates.
+    the caller checks each candidate exactly. On SQLite the index holds the events up to its
+    mark (`store/search.py`), and the events past it, not indexed yet, are matched directly:
+    each event is looked up in exactly one of the two, in the same snapshot.
+
+    The needle is stored text with its JSON escapes, so it often holds backslashes:
+    PostgreSQL's LIKE reads them as its escape character, and there `\\`, `%` and `_` are
+    escaped under an explicit ESCAPE. SQLite's LIKE has no escape character unless given one,
+    and FTS5 only answers a LIKE without ESCAPE from its index: the needle goes as it is, and
+    `%` and `_`, read as wildcards, only widen the candidates (in the unindexed events too).
     """
     query = select(JournalRow).where(JournalRow.run_id == run_id, JournalRow.seq > after_seq)
     if s.get_bind().dialect.name == "sqlite":
         query = query.where(
             text(
-                "journal.rowid IN (SELECT rowid FROM journal_fts WHERE data LIKE :pattern"
+                "(journal.rowid IN (SELECT rowid FROM journal_fts WHERE data LIKE :pattern"
                 " UNION SELECT rowid FROM journal_fts WHERE data LIKE :archived)"
+                " OR (journal.rowid > (SELECT indexed_to FROM journal_search)"
+                " AND (journal.data LIKE :pattern OR journal.data LIKE :archived)))"
             ).bindparams(pattern=f"%{needle}%", archived=ARCHIVED_LIKE)
         )
     else:
