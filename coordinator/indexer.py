@@ -16,7 +16,7 @@ from shared.errors import DeskfleetError
 
 log = logging.getLogger(__name__)
 
-BATCH = 2000  # events per indexing transaction
+BATCH = 500  # events per indexing transaction: about 20-40 ms of the one writer
 INTERVAL = 1.0  # seconds between looks when caught up
 
 
