@@ -333,6 +333,7 @@ def journal_search(quick: bool) -> list[dict[str, Any]]:
         "entries": entries,
         "entries_per_run": doc["store"]["entries_per_run"],
         "fill_s": round(doc["store"]["seconds"], 1),
+        "index_catch_up_s": round(doc["store"]["index_catch_up_s"], 1),
         "database_mib": doc["store"]["database_mib"],
     }
     return [

@@ -12,11 +12,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from coordinator import ledger
 from coordinator.dispatch import Started, _apply_batch
 from coordinator.orders import IncomingReceipt, Order, ReceiptVerdict
-from coordinator.store.models import ActionRow, ReceiptRow
+from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow
 from tests.test_ledger_rules import Store, dispatched, in_flight, receipt, store
 
 __all__ = ["store"]  # the fixture, shared with the rules tests
@@ -119,3 +120,27 @@ def test_a_start_and_its_receipt_in_one_batch_end_the_attempt(store: Store) -> N
     # A start that comes after its receipt changes nothing.
     store.run(batch(start))
     assert store.read(lambda s: s.get(ActionRow, first.action_id)).status == "SUCCEEDED"
+
+
+def test_guidance_waiting_for_a_run_is_delivered_at_its_receipt_in_a_batch(store: Store) -> None:
+    store.worker("w")
+    guided = store.submit(2)
+    store.submit(2)  # and a run with no guidance: no look of its own
+    with Session(store.engine) as s, s.begin():
+        s.add(
+            GuidanceRow(
+                id="gdn_1", run_id=guided, author_id="owner", text="look left", created_at=0.0
+            )
+        )
+    with counting(store) as seen:
+        store.run(batch(*(receipt(o) for o in in_flight(store))))
+    assert len(seen.matching(r"^SELECT DISTINCT guidance\.run_id")) == 1  # one look for the batch
+    assert len(seen.matching(r"^SELECT guidance\.id")) == 1  # the guided run's messages
+
+    def delivered(s: Session) -> list[tuple[str, str]]:
+        rows = s.query(JournalRow).filter(JournalRow.kind == "guidance.delivered").all()
+        return [(r.run_id, r.data) for r in rows]
+
+    [(run_id, data)] = store.read(delivered)
+    assert run_id == guided and "look left" in data
+    assert store.read(lambda s: s.get(GuidanceRow, "gdn_1")).delivered_at is not None

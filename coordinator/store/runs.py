@@ -25,6 +25,10 @@ class _Held:
     # Strong references: the session's identity map is weak, and rows loaded ahead of use
     # would otherwise be dropped and read again.
     rows: list[object] = field(default_factory=list)
+    # Locked runs whose undelivered guidance was looked up ahead, and those that have some:
+    # guidance for a locked run cannot be added until this transaction ends.
+    guidance_known: set[str] = field(default_factory=set)
+    guided: set[str] = field(default_factory=set)
 
 
 def _held(s: Session) -> _Held:
@@ -57,8 +61,9 @@ def run_for_update(s: Session, run_id: str) -> RunRow | None:
 def lock_for_messages(
     s: Session, run_ids: Collection[str], action_ids: Collection[str], started: Collection[str]
 ) -> None:
-    """Lock every run a batch of worker messages touches, then load their actions: one query
-    per table for the whole batch, where each message would read its action and its run.
+    """Lock every run a batch of worker messages touches, then load their actions and find
+    which of the runs have guidance waiting: one query per table for the whole batch, where
+    each message would read its action, its run and its run's guidance.
 
     `run_ids` are the runs receipts name, `action_ids` every action named, `started` the
     actions of start messages (their run is found through the action). Runs are locked in id
@@ -82,6 +87,15 @@ def lock_for_messages(
     held = _held(s)
     held.runs.update(run.id for run in runs)
     held.rows += runs
+    ids = sorted(run.id for run in runs)
+    held.guidance_known.update(ids)
+    held.guided.update(
+        s.execute(
+            select(GuidanceRow.run_id)
+            .where(GuidanceRow.run_id.in_(ids), GuidanceRow.delivered_at.is_(None))
+            .distinct()
+        ).scalars()
+    )
     held.rows += s.execute(select(ActionRow).where(ActionRow.id.in_(sorted(action_ids)))).scalars()
 
 
@@ -121,15 +135,22 @@ def queued_run_ids(s: Session) -> Sequence[str]:
     )
 
 
-def first_open_stage(s: Session, run_id: str) -> int | None:
+def first_open_stage(s: Session, run_id: str) -> tuple[int | None, float | None]:
     """The lowest stage with an action the store has not seen done: a lower bound of the
-    run's current stage (a batch's own changes may not be flushed yet)."""
-    found: int | None = s.execute(
-        select(func.min(ActionRow.stage)).where(
-            ActionRow.run_id == run_id, ActionRow.status.not_in(("SUCCEEDED", "SKIPPED"))
-        )
-    ).scalar()
-    return found
+    run's current stage (a batch's own changes may not be flushed yet); and when the last
+    action before that stage finished. One statement, through the (run, stage) index."""
+    lowest = (
+        select(func.min(ActionRow.stage))
+        .where(ActionRow.run_id == run_id, ActionRow.status.not_in(("SUCCEEDED", "SKIPPED")))
+        .scalar_subquery()
+    )
+    before = (
+        select(func.max(ActionRow.finished_at))
+        .where(ActionRow.run_id == run_id, ActionRow.stage < lowest)
+        .scalar_subquery()
+    )
+    stage, finished = s.execute(select(lowest, before)).one()
+    return stage, finished
 
 
 def next_stage(s: Session, run_id: str, after: int) -> int | None:
@@ -150,15 +171,6 @@ def stage_actions(s: Session, run_id: str, stage: int) -> Sequence[ActionRow]:
         .scalars()
         .all()
     )
-
-
-def finished_before(s: Session, run_id: str, stage: int) -> float | None:
-    found: float | None = s.execute(
-        select(func.max(ActionRow.finished_at)).where(
-            ActionRow.run_id == run_id, ActionRow.stage < stage
-        )
-    ).scalar()
-    return found
 
 
 def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
@@ -317,6 +329,9 @@ def receipts_of(s: Session, run_id: str) -> Sequence[ReceiptRow]:
 
 
 def undelivered_guidance(s: Session, run_id: str) -> Sequence[GuidanceRow]:
+    held = _held(s)
+    if run_id in held.guidance_known and run_id not in held.guided:
+        return []
     return (
         s.execute(
             select(GuidanceRow)
