@@ -98,9 +98,12 @@ def test_a_stale_and_an_unknown_receipt_in_a_batch_leave_the_others_alone(store:
     first, second = sorted(in_flight(store), key=lambda o: o.run_id == b)
     bogus = IncomingReceipt(**{**receipt(first).__dict__, "action_id": "act_nothing"})
     other_run = IncomingReceipt(**{**receipt(first).__dict__, "run_id": b})
-    orders = store.run(
-        batch(receipt(second, epoch=second.epoch + 1), bogus, other_run, receipt(first))
-    )
+    with counting(store) as seen:
+        orders = store.run(
+            batch(receipt(second, epoch=second.epoch + 1), bogus, other_run, receipt(first))
+        )
+    # The action that does not exist is looked for once, with the others.
+    assert len(seen.matching(r"^SELECT actions\.id.* FROM actions WHERE actions\.id (IN|=)")) == 1
     assert [ok for ok, _ in verdicts(orders)] == [False, False, False, True]
     assert "stale epoch" in verdicts(orders)[0][1]
     assert verdicts(orders)[1][1] == verdicts(orders)[2][1] == "unknown action"

@@ -25,6 +25,7 @@ class _Held:
     # Strong references: the session's identity map is weak, and rows loaded ahead of use
     # would otherwise be dropped and read again.
     rows: list[object] = field(default_factory=list)
+    missing: set[str] = field(default_factory=set)  # action ids looked up ahead, not found
     # Locked runs whose undelivered guidance was looked up ahead, and those that have some:
     # guidance for a locked run cannot be added until this transaction ends.
     guidance_known: set[str] = field(default_factory=set)
@@ -96,7 +97,12 @@ def lock_for_messages(
             .distinct()
         ).scalars()
     )
-    held.rows += s.execute(select(ActionRow).where(ActionRow.id.in_(sorted(action_ids)))).scalars()
+    actions = (
+        s.execute(select(ActionRow).where(ActionRow.id.in_(sorted(action_ids)))).scalars().all()
+    )
+    held.rows += actions
+    # A worker naming actions that do not exist costs this query, not one more per message.
+    held.missing.update(set(action_ids) - {a.id for a in actions})
 
 
 def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:
@@ -182,6 +188,8 @@ def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
 
 
 def action(s: Session, action_id: str) -> ActionRow | None:
+    if action_id in _held(s).missing:
+        return None
     return s.get(ActionRow, action_id)
 
 
