@@ -9,18 +9,33 @@ import functools
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from coordinator import ledger
 from coordinator.dispatch import Started, _apply_batch
 from coordinator.orders import IncomingReceipt, Order, ReceiptVerdict
-from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow
-from tests.test_ledger_rules import Store, dispatched, in_flight, receipt, store
+from coordinator.store.engine import create_store_engine
+from coordinator.store.models import ActionRow, Base, GuidanceRow, JournalRow, ReceiptRow
+from tests.test_ledger_rules import Store, dispatched, in_flight, receipt
 
-__all__ = ["store"]  # the fixture, shared with the rules tests
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The rules tests' store, on SQLite and on PostgreSQL (where the batch's runs are
+    locked with FOR UPDATE)."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("pg_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = create_store_engine(url)
+    Base.metadata.create_all(engine)
+    yield Store(engine)
+    engine.dispose()
 
 
 def batch(*items: IncomingReceipt | Started) -> Any:
