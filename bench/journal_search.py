@@ -6,7 +6,9 @@
             (coordinator/store models on its engine, in batches, hash-chained as
             coordinator/journal.py chains them), not by running E actions: running a million
             actions would take hours and measure dispatch, not search. The substring index
-            (FTS5 trigram on SQLite) is filled by its triggers as rows go in, as in production.
+            (FTS5 trigram on SQLite) is filled behind the journal by the coordinator's
+            indexer, as in production; the searches start once it has caught up, and the
+            seconds that took are stated beside the figures (index_catch_up_s).
   events    JSON like the journal's own (action ids, attempts, workers, a sentence of result
             text); one in 1000 holds the rare word, one in 10 the common word
   figures   SearchJournal (first page, 10 matches) p50/p99 from one client, for each kind of
@@ -33,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
-from sqlalchemy import Table, insert  # noqa: E402
+from sqlalchemy import Table, insert, text  # noqa: E402
 
 from bench.stats import timed  # noqa: E402
 from coordinator.journal import GENESIS, event_hash  # noqa: E402
@@ -144,6 +146,24 @@ def fill(db_url: str, owner_id: str, entries: int, runs: int, seed: int = 7) -> 
     }
 
 
+def wait_indexed(db_url: str, timeout: float) -> float:
+    """Seconds until the coordinator's indexer has indexed every event in the store."""
+    engine = create_store_engine(db_url, immediate=False, pool_size=1)
+    started = time.perf_counter()
+    try:
+        while True:
+            with engine.connect() as conn:
+                mark = conn.execute(text("SELECT indexed_to FROM journal_search")).scalar_one()
+                last = conn.execute(text("SELECT coalesce(max(rowid), 0) FROM journal")).scalar()
+            if mark >= last:
+                return time.perf_counter() - started
+            if time.perf_counter() - started > timeout:
+                raise RuntimeError(f"the search index is still at {mark} of {last} events")
+            time.sleep(0.2)
+    finally:
+        engine.dispose()
+
+
 def _run_row(run_id: str, owner_id: str, now: float, last_hash: str, events: int) -> dict[str, Any]:
     return {
         "id": run_id,
@@ -183,6 +203,7 @@ def run(quick: bool) -> dict[str, Any]:
                     admin_pb2.WhoAmIRequest(), metadata=metadata, timeout=10
                 )
                 built = fill(coordinator.db_url, me.id, size["entries"], size["runs"])
+                built["index_catch_up_s"] = wait_indexed(coordinator.db_url, 900)
                 journal = runs_pb2_grpc.JournalServiceStub(channel)
                 found: dict[str, list[int]] = {}
 

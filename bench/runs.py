@@ -4,7 +4,12 @@
                (SubmitRun + WaitRun), with a real worker and with a simulated one;
                baseline: raw grpc.aio client -> relay -> echo over one stream (bench/raw_echo.py)
   ingest       receipts made durable per second from 50 simulated workers;
-               baseline: raw SQLAlchemy batched inserts of equal receipt rows
+               baseline (equal work): raw SQLAlchemy Core transactions writing the rows each
+               receipt caused in that run (the receipt, its journal events, the finished and
+               the next action, the run's head, the owner's usage) with the same durability
+               (SQLite WAL, synchronous=FULL), one transaction per batch of as many receipts
+               as the flow can have in flight (one per run); and, for reference, raw batched
+               inserts of receipt rows alone
 
 Usage: python bench/runs.py [--quick] [--out bench/results/runs.json]
 """
@@ -29,12 +34,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
-from sqlalchemy import insert  # noqa: E402
+from sqlalchemy import bindparam, func, insert, select, update  # noqa: E402
 
 from bench.simulated_workers import SimulatorProcess  # noqa: E402
 from bench.stats import summary, table_lines, timed  # noqa: E402
+from coordinator.journal import GENESIS, event_hash  # noqa: E402
 from coordinator.store.engine import create_store_engine  # noqa: E402
-from coordinator.store.models import ActionRow, ReceiptRow, RunRow  # noqa: E402
+from coordinator.store.models import (  # noqa: E402
+    ActionRow,
+    JournalRow,
+    OwnerQuotaRow,
+    ReceiptRow,
+    RunRow,
+)
 from coordinator.store.schema import upgrade  # noqa: E402
 from shared.credentials import auth_metadata  # noqa: E402
 from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc, runs_pb2, runs_pb2_grpc  # noqa: E402
@@ -216,6 +228,186 @@ def raw_insert(rows: int, batch: int = 256) -> dict[str, float]:
     return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed, "batch": batch}
 
 
+def journal_per_receipt(db_url: str, actions: int) -> float:
+    """Journal events written per receipt in the ingest runs (those of `actions` actions)."""
+    engine = create_store_engine(db_url, immediate=False, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            runs = select(RunRow.id).where(RunRow.actions_total == actions)
+            events = conn.execute(
+                select(func.count()).select_from(JournalRow).where(JournalRow.run_id.in_(runs))
+            ).scalar_one()
+            receipts = conn.execute(
+                select(func.count()).select_from(ReceiptRow).where(ReceiptRow.run_id.in_(runs))
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return float(events) / max(1, int(receipts))
+
+
+def _run(run_id: str, now: float) -> dict[str, Any]:
+    return dict(
+        id=run_id,
+        owner_id="u",
+        title="t",
+        status="RUNNING",
+        stop_reason="",
+        waiting_code="",
+        waiting_detail="",
+        limits={},
+        estimate_actions=1,
+        estimate_seconds=1.0,
+        extensions=0,
+        successes_at_extension=0,
+        actions_total=1,
+        actions_succeeded=0,
+        attempts_used=0,
+        last_seq=0,
+        last_hash="",
+        trace_id="t" * 32,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _action(action_id: str, run_id: str, idx: int) -> dict[str, Any]:
+    return dict(
+        id=action_id,
+        run_id=run_id,
+        idx=idx,
+        stage=idx,
+        kind="diag.echo",
+        intent="diag.echo",
+        args="{}",
+        fingerprint="f" * 64,
+        idempotent=True,
+        route={},
+        status="PENDING",
+        worker_id="",
+        attempt_id="",
+        epoch=0,
+        attempts=0,
+        timeout_seconds=60.0,
+        error="",
+        receipt_id="",
+    )
+
+
+def raw_equal_work(runs: int, actions: int, events_per_receipt: float) -> dict[str, Any]:
+    """What the ingest figure's receipts wrote, row for row, as raw Core statements: per
+    receipt its row, its journal events (hash-chained), the finished action, the next action
+    claimed, the run's head; per transaction the owner's usage. One transaction per batch of
+    `runs` receipts (one per run, the most the flow has in flight), synchronous=FULL."""
+    events = max(1, round(events_per_receipt))
+    body = '{"action":"act_x","result":{"echo":null},"status":"succeeded"}'
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/raw.db"
+        upgrade(url)
+        engine = create_store_engine(url, pool_size=1)  # the coordinator's writer settings
+        now = time.time()
+        run_ids = [f"run_{r}" for r in range(runs)]
+        with engine.begin() as conn:
+            conn.execute(insert(RunRow.__table__), [_run(r, now) for r in run_ids])
+            conn.execute(
+                insert(ActionRow.__table__),
+                [_action(f"act_{r}_{i}", r, i) for r in run_ids for i in range(actions + 1)],
+            )
+            conn.execute(insert(OwnerQuotaRow.__table__), [dict(owner_id="u", stored_bytes=0)])
+        heads = {r: (0, GENESIS) for r in run_ids}
+        finish = (
+            update(ActionRow.__table__)
+            .where(ActionRow.__table__.c.id == bindparam("aid"))
+            .values(
+                status="SUCCEEDED",
+                finished_at=bindparam("at"),
+                receipt_id=bindparam("rid"),
+                lease_expires_at=None,
+            )
+        )
+        claim = (
+            update(ActionRow.__table__)
+            .where(ActionRow.__table__.c.id == bindparam("aid"))
+            .values(
+                status="DISPATCHED",
+                worker_id="w",
+                attempt_id=bindparam("att"),
+                epoch=1,
+                attempts=1,
+                dispatched_at=bindparam("at"),
+                lease_expires_at=bindparam("at"),
+            )
+        )
+        head = (
+            update(RunRow.__table__)
+            .where(RunRow.__table__.c.id == bindparam("rid"))
+            .values(last_seq=bindparam("seq"), last_hash=bindparam("h"), updated_at=bindparam("at"))
+        )
+        usage = (
+            update(OwnerQuotaRow.__table__)
+            .where(OwnerQuotaRow.__table__.c.owner_id == "u")
+            .values(stored_bytes=OwnerQuotaRow.__table__.c.stored_bytes + bindparam("n"))
+        )
+        start = time.perf_counter()
+        for i in range(actions):
+            at = time.time()
+            receipts, journal, finished, claimed, heads_now = [], [], [], [], []
+            for r in run_ids:
+                rid = f"rcp_{r}_{i}"
+                receipts.append(
+                    dict(
+                        id=rid,
+                        run_id=r,
+                        action_id=f"act_{r}_{i}",
+                        attempt_id="a",
+                        epoch=1,
+                        worker_id="w",
+                        status="succeeded",
+                        body=body,
+                        sha256=content_hash(body),
+                        created_at=at,
+                        traceparent="",
+                    )
+                )
+                seq, prev = heads[r]
+                for _ in range(events):
+                    seq += 1
+                    digest = event_hash(prev, r, seq, "receipt", at, body)
+                    journal.append(
+                        dict(
+                            run_id=r,
+                            seq=seq,
+                            kind="receipt",
+                            at=at,
+                            data=body,
+                            prev_hash=prev,
+                            hash=digest,
+                            trace_id="t" * 32,
+                        )
+                    )
+                    prev = digest
+                heads[r] = (seq, prev)
+                finished.append(dict(aid=f"act_{r}_{i}", at=at, rid=rid))
+                claimed.append(dict(aid=f"act_{r}_{i + 1}", att=f"att_{r}_{i}", at=at))
+                heads_now.append(dict(rid=r, seq=seq, h=prev, at=at))
+            with engine.begin() as conn:
+                conn.execute(insert(ReceiptRow.__table__), receipts)
+                conn.execute(insert(JournalRow.__table__), journal)
+                conn.execute(finish, finished)
+                conn.execute(claim, claimed)
+                conn.execute(head, heads_now)
+                conn.execute(usage, dict(n=len(body) * (1 + events) * runs))
+        elapsed = time.perf_counter() - start
+        engine.dispose()
+    receipts_total = runs * actions
+    return {
+        "receipts": receipts_total,
+        "batch": runs,
+        "journal_events_per_receipt": events,
+        "seconds": elapsed,
+        "receipts_per_s": receipts_total / elapsed,
+    }
+
+
 def table(doc: dict[str, Any]) -> str:
     f, b = doc["figures"], doc["baselines"]
     echo = b["raw_two_hop_echo"]
@@ -244,13 +436,22 @@ def table(doc: dict[str, Any]) -> str:
     rows.append(
         ("raw batched SQLAlchemy insert (baseline)", f"{raw['rows_per_s']:.0f} rows/s", "-", "-")
     )
+    equal = b["raw_equal_work"]
+    rows.append(
+        (
+            "raw Core transactions of a receipt's rows (equal-work baseline)",
+            f"{equal['receipts_per_s']:.0f} receipts/s",
+            "-",
+            "-",
+        )
+    )
     ing = f["ingest_50_workers"]
     rows.append(
         (
             f"receipts durable/s, 50 workers ({ing['receipts']} receipts)",
             f"{ing['receipts_per_s']:.0f} /s",
-            f"{raw['rows_per_s']:.0f} rows/s",
-            f"{ing['receipts_per_s'] / raw['rows_per_s']:.3f}x",
+            f"{equal['receipts_per_s']:.0f} /s",
+            f"{ing['receipts_per_s'] / equal['receipts_per_s']:.3f}x",
         )
     )
     header = ("figure", "value", "baseline", "ratio")
@@ -260,6 +461,7 @@ def table(doc: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     n = 30 if args.quick else 200
+    ingest_runs, ingest_actions = (30, 20) if args.quick else (50, 40)
     with tempfile.TemporaryDirectory() as tmp:
         coordinator = CoordinatorProcess(
             Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=60.0
@@ -278,7 +480,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sim.wait_ready(60)
             wait_until(lambda: client.online() >= 50, 30, 0.05, "50 simulated workers online")
             simulated = round_trips(client, n)
-            flow = ingest(client, 30 if args.quick else 50, 20 if args.quick else 40)
+            flow = ingest(client, ingest_runs, ingest_actions)
+            events_per_receipt = journal_per_receipt(coordinator.db_url, ingest_actions)
         finally:
             if sim is not None:
                 sim.stop()
@@ -297,11 +500,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "baselines": {
             "raw_two_hop_echo": raw_echo(n),
             "raw_batched_insert": raw_insert(5000 if args.quick else 20000),
+            "raw_equal_work": raw_equal_work(ingest_runs, ingest_actions, events_per_receipt),
         },
         "figures": {
             "round_trip_real_worker": real,
             "round_trip_simulated_worker": simulated,
-            "ingest_50_workers": flow,
+            "ingest_50_workers": {**flow, "journal_events_per_receipt": events_per_receipt},
         },
     }
 

@@ -299,6 +299,13 @@ def _apply_batch(
     # then go out as a few multi-row statements. Rows this batch changed are read back from
     # the session's identity map, so the ledger still sees its own changes.
     with s.no_autoflush:
+        receipts = [item for item in batch if isinstance(item, IncomingReceipt)]
+        run_queries.lock_for_messages(
+            s,
+            {r.run_id for r in receipts},
+            {item.action_id for item in batch},
+            {item.action_id for item in batch if isinstance(item, Started)},
+        )
         for item in batch:
             if isinstance(item, Started):
                 orders += outcomes.apply_started(

@@ -243,10 +243,8 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     done, and stages are then checked upwards on the session's rows, which hold this
     transaction's own changes (a batch of receipts runs without autoflush).
     """
-    stage = run_queries.first_open_stage(s, run.id)
-    ready = run.created_at
-    if stage is not None:
-        ready = max(ready, run_queries.finished_before(s, run.id, stage) or 0.0)
+    stage, finished_before = run_queries.first_open_stage(s, run.id)
+    ready = max(run.created_at, finished_before or 0.0)
     while stage is not None:
         rows = run_queries.stage_actions(s, run.id, stage)
         current = [a for a in rows if a.status not in DONE]

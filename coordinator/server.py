@@ -19,6 +19,7 @@ from coordinator.certificates import WorkerCertificates
 from coordinator.desktop import DESKTOP_RUNS, Desktop
 from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
+from coordinator.indexer import JournalIndexer
 from coordinator.journal import JournalBus
 from coordinator.killswitch import KillSwitches
 from coordinator.metrics import CoordinatorMetrics
@@ -268,6 +269,7 @@ class Coordinator:
         self._relay: Relay | None = None
         self._index: IndexUpdates | None = None
         self._goals: Goals | None = None
+        self._indexer: JournalIndexer | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
 
@@ -315,6 +317,7 @@ class Coordinator:
         await self._server.start()
         await self._dispatcher.__aenter__()
         await self._goals.__aenter__()
+        self._indexer = await JournalIndexer(self._db).__aenter__()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
@@ -348,6 +351,9 @@ class Coordinator:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self._indexer is not None:
+            await self._indexer.__aexit__()
+            self._indexer = None
         if self._goals is not None:
             await self._goals.__aexit__()
             self._goals = None

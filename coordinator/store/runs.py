@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.orm import Session
@@ -12,11 +13,96 @@ from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, Receipt
 IN_FLIGHT = ("DISPATCHED", "STARTED")
 
 
+LOCKED_KEY = "deskfleet.locked_runs"
+
+
+@dataclass
+class _Held:
+    """What this transaction has locked and loaded for later use in it."""
+
+    txn: object
+    runs: set[str] = field(default_factory=set)  # run ids locked
+    # Strong references: the session's identity map is weak, and rows loaded ahead of use
+    # would otherwise be dropped and read again.
+    rows: list[object] = field(default_factory=list)
+    missing: set[str] = field(default_factory=set)  # action ids looked up ahead, not found
+    # Locked runs whose undelivered guidance was looked up ahead, and those that have some:
+    # guidance for a locked run cannot be added until this transaction ends.
+    guidance_known: set[str] = field(default_factory=set)
+    guided: set[str] = field(default_factory=set)
+
+
+def _held(s: Session) -> _Held:
+    """The runs this transaction has locked: their rows in the session are current until it
+    ends (no other transaction can change them), so they are not read again."""
+    txn = s.get_transaction()
+    held: _Held | None = s.info.get(LOCKED_KEY)
+    if held is None or held.txn is not txn:
+        held = _Held(txn)
+        s.info[LOCKED_KEY] = held
+    return held
+
+
 def run_for_update(s: Session, run_id: str) -> RunRow | None:
     """The run row, locked for this transaction: its journal head is about to move."""
-    return s.execute(
+    held = _held(s)
+    if run_id in held.runs:
+        known = s.get(RunRow, run_id)
+        if known is not None:
+            return known
+    run = s.execute(
         select(RunRow).where(RunRow.id == run_id).with_for_update()
     ).scalar_one_or_none()
+    if run is not None:
+        held.runs.add(run_id)
+        held.rows.append(run)
+    return run
+
+
+def lock_for_messages(
+    s: Session, run_ids: Collection[str], action_ids: Collection[str], started: Collection[str]
+) -> None:
+    """Lock every run a batch of worker messages touches, then load their actions and find
+    which of the runs have guidance waiting: one query per table for the whole batch, where
+    each message would read its action, its run and its run's guidance.
+
+    `run_ids` are the runs receipts name, `action_ids` every action named, `started` the
+    actions of start messages (their run is found through the action). Runs are locked in id
+    order, so that two transactions never wait for each other's runs in opposite orders; the
+    actions are read after the locks, so that they are current. Later `action` and
+    `run_for_update` calls for these rows are answered from the session.
+    """
+    if not action_ids:
+        return
+    owning = select(ActionRow.run_id).where(ActionRow.id.in_(sorted(started)))
+    runs = (
+        s.execute(
+            select(RunRow)
+            .where(or_(RunRow.id.in_(sorted(run_ids)), RunRow.id.in_(owning.scalar_subquery())))
+            .order_by(RunRow.id)
+            .with_for_update()
+        )
+        .scalars()
+        .all()
+    )
+    held = _held(s)
+    held.runs.update(run.id for run in runs)
+    held.rows += runs
+    ids = sorted(run.id for run in runs)
+    held.guidance_known.update(ids)
+    held.guided.update(
+        s.execute(
+            select(GuidanceRow.run_id)
+            .where(GuidanceRow.run_id.in_(ids), GuidanceRow.delivered_at.is_(None))
+            .distinct()
+        ).scalars()
+    )
+    actions = (
+        s.execute(select(ActionRow).where(ActionRow.id.in_(sorted(action_ids)))).scalars().all()
+    )
+    held.rows += actions
+    # A worker naming actions that do not exist costs this query, not one more per message.
+    held.missing.update(set(action_ids) - {a.id for a in actions})
 
 
 def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:
@@ -62,15 +148,22 @@ def queued_run_ids(s: Session) -> Sequence[str]:
     )
 
 
-def first_open_stage(s: Session, run_id: str) -> int | None:
+def first_open_stage(s: Session, run_id: str) -> tuple[int | None, float | None]:
     """The lowest stage with an action the store has not seen done: a lower bound of the
-    run's current stage (a batch's own changes may not be flushed yet)."""
-    found: int | None = s.execute(
-        select(func.min(ActionRow.stage)).where(
-            ActionRow.run_id == run_id, ActionRow.status.not_in(("SUCCEEDED", "SKIPPED"))
-        )
-    ).scalar()
-    return found
+    run's current stage (a batch's own changes may not be flushed yet); and when the last
+    action before that stage finished. One statement, through the (run, stage) index."""
+    lowest = (
+        select(func.min(ActionRow.stage))
+        .where(ActionRow.run_id == run_id, ActionRow.status.not_in(("SUCCEEDED", "SKIPPED")))
+        .scalar_subquery()
+    )
+    before = (
+        select(func.max(ActionRow.finished_at))
+        .where(ActionRow.run_id == run_id, ActionRow.stage < lowest)
+        .scalar_subquery()
+    )
+    stage, finished = s.execute(select(lowest, before)).one()
+    return stage, finished
 
 
 def next_stage(s: Session, run_id: str, after: int) -> int | None:
@@ -93,15 +186,6 @@ def stage_actions(s: Session, run_id: str, stage: int) -> Sequence[ActionRow]:
     )
 
 
-def finished_before(s: Session, run_id: str, stage: int) -> float | None:
-    found: float | None = s.execute(
-        select(func.max(ActionRow.finished_at)).where(
-            ActionRow.run_id == run_id, ActionRow.stage < stage
-        )
-    ).scalar()
-    return found
-
-
 def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
     return (
         s.execute(select(ActionRow).where(ActionRow.run_id == run_id).order_by(ActionRow.idx))
@@ -111,6 +195,8 @@ def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
 
 
 def action(s: Session, action_id: str) -> ActionRow | None:
+    if action_id in _held(s).missing:
+        return None
     return s.get(ActionRow, action_id)
 
 
@@ -200,18 +286,24 @@ def journal_candidates(
     """Events after `after_seq` that may hold `needle` (lower case, as stored), in order.
 
     The substring index answers `LIKE` (trigram GIN on PostgreSQL, FTS5 trigram on SQLite);
-    the caller checks each candidate exactly. The needle is stored text with its JSON escapes,
-    so it often holds backslashes: PostgreSQL's LIKE reads them as its escape character, and
-    there `\\`, `%` and `_` are escaped under an explicit ESCAPE. SQLite's LIKE has no escape
-    character unless given one, and FTS5 only answers a LIKE without ESCAPE from its index: the
-    needle goes as it is, and `%` and `_`, read as wildcards, only widen the candidates.
+    the caller checks each candidate exactly. On SQLite the index holds the events up to its
+    mark (`store/search.py`), and the events past it, not indexed yet, are matched directly:
+    each event is looked up in exactly one of the two, in the same snapshot.
+
+    The needle is stored text with its JSON escapes, so it often holds backslashes:
+    PostgreSQL's LIKE reads them as its escape character, and there `\\`, `%` and `_` are
+    escaped under an explicit ESCAPE. SQLite's LIKE has no escape character unless given one,
+    and FTS5 only answers a LIKE without ESCAPE from its index: the needle goes as it is, and
+    `%` and `_`, read as wildcards, only widen the candidates (in the unindexed events too).
     """
     query = select(JournalRow).where(JournalRow.run_id == run_id, JournalRow.seq > after_seq)
     if s.get_bind().dialect.name == "sqlite":
         query = query.where(
             text(
-                "journal.rowid IN (SELECT rowid FROM journal_fts WHERE data LIKE :pattern"
+                "(journal.rowid IN (SELECT rowid FROM journal_fts WHERE data LIKE :pattern"
                 " UNION SELECT rowid FROM journal_fts WHERE data LIKE :archived)"
+                " OR (journal.rowid > (SELECT indexed_to FROM journal_search)"
+                " AND (journal.data LIKE :pattern OR journal.data LIKE :archived)))"
             ).bindparams(pattern=f"%{needle}%", archived=ARCHIVED_LIKE)
         )
     else:
@@ -252,6 +344,9 @@ def receipts_of(s: Session, run_id: str) -> Sequence[ReceiptRow]:
 
 
 def undelivered_guidance(s: Session, run_id: str) -> Sequence[GuidanceRow]:
+    held = _held(s)
+    if run_id in held.guidance_known and run_id not in held.guided:
+        return []
     return (
         s.execute(
             select(GuidanceRow)
