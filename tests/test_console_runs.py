@@ -104,6 +104,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, xvfb: Xvfb) -> Iterator[Stac
             coordinator.admin_token_file.read_text().strip(),
             tokens,
             files,
+            xvfb.size,
         )
         browser.close()
     finally:
