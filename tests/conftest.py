@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import secrets
 import shutil
 import subprocess
 import time
@@ -12,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.desktop_site import DesktopSite
 from tests.harness import (
     IN_CI,
     CoordinatorProcess,
+    DesktopSite,
     WorkerProcess,
     Xvfb,
     postgres_available,
+    scratch_database,
     wait_until,
 )
-
-PG_ADMIN_URL = "postgresql://root@127.0.0.1:5432/test"
 
 
 def require(condition: bool, reason: str) -> None:
@@ -87,14 +85,8 @@ def pg_url() -> Iterator[str]:
     """A new, empty PostgreSQL database on the local server, dropped afterwards."""
     if not postgres_available():
         pytest.skip("no PostgreSQL server answers on 127.0.0.1:5432")
-    import psycopg
-
-    name = f"deskfleet_t_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://root@127.0.0.1:5432/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,6 @@ import pytest
 
 from coordinator.agent.providers.scripted import NO_SUCH_SCRIPT
 from scripts.local_site.server import FACTS
-from tests.desktop_site import FIELD, DesktopSite
 from tests.harness import (
     BIN,
     STOPPED,
@@ -29,6 +28,7 @@ from tests.harness import (
     wait_run,
     wait_until,
 )
+from tests.harness.sites import FIELD, DesktopSite
 
 pytestmark = pytest.mark.slow
 
