@@ -8,7 +8,6 @@ own (`render.as_dict`), and the CLI itself is tested in tests of the CLI.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,6 @@ import grpc
 from coordinator.admin_cli.render import as_dict
 from coordinator.admin_cli.runs_commands import _timeline_nulls as timeline_nulls
 from coordinator.admin_cli.runs_commands import load_plan
-from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness.processes import CoordinatorProcess, wait_until
 
@@ -31,22 +29,9 @@ def write_plan(path: Path, actions: list[dict[str, Any]], **extra: Any) -> Path:
     return path
 
 
-_channels: dict[str, grpc.Channel] = {}
-
-
 def _runs_stub(coordinator: CoordinatorProcess) -> runs_pb2_grpc.RunServiceStub | None:
-    if coordinator.ca_file is not None:  # TLS: the CLI knows how to verify it
-        return None
-    if os.environ.get("TRACEPARENT"):  # a tracing test: the CLI is what joins the trace
-        return None
-    channel = _channels.get(coordinator.address)
-    if channel is None:
-        channel = _channels[coordinator.address] = grpc.insecure_channel(coordinator.address)
-    return runs_pb2_grpc.RunServiceStub(channel)
-
-
-def _md(coordinator: CoordinatorProcess, token_file: Path | None) -> tuple[tuple[str, str], ...]:
-    return auth_metadata((token_file or coordinator.admin_token_file).read_text().strip())
+    channel = coordinator.channel()
+    return None if channel is None else runs_pb2_grpc.RunServiceStub(channel)
 
 
 def submit(
@@ -67,7 +52,7 @@ def submit(
             raise AssertionError(f"runs submit failed ({done.returncode}): {done.stderr}")
         doc: dict[str, Any] = json.loads(done.stdout)
         return doc
-    md = _md(coordinator, token_file)
+    md = coordinator.admin_metadata(token_file)
     request = load_plan(str(plan))
     request.wait_seconds = 30 if wait else 0
     deadline = time.monotonic() + 120
@@ -91,7 +76,7 @@ def wait_run(
 ) -> dict[str, Any]:
     """Poll the run (`runs show --json`'s document) until `until(run)` holds."""
     stub = _runs_stub(coordinator)
-    md = _md(coordinator, token_file)
+    md = coordinator.admin_metadata(token_file)
 
     def check() -> dict[str, Any] | None:
         if stub is None:

@@ -20,6 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from coordinator.admin_cli.render import as_dict
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, fleet_pb2, fleet_pb2_grpc
+
 BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -136,8 +142,13 @@ class CoordinatorProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self._log_file: Any = None
+        self._channel: grpc.Channel | None = None
+        self._channel_address = ""
 
-    def _close_files(self) -> None:
+    def _close_handles(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         if self.proc is not None and self.proc.stdout is not None:
             self.proc.stdout.close()
         if self._log_file is not None:
@@ -147,6 +158,23 @@ class CoordinatorProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def channel(self) -> grpc.Channel | None:
+        """An in-process channel to this coordinator for the harness's own calls (status,
+        tokens, submissions, waits): a CLI process per call would be a Python start competing
+        with the system under test. None where the CLI must make the call: over TLS (the CLI
+        knows how to verify it) and in tracing tests (the CLI is what joins the trace)."""
+        if self.ca_file is not None or os.environ.get("TRACEPARENT"):
+            return None
+        if self._channel is None or self._channel_address != self.address:
+            if self._channel is not None:
+                self._channel.close()
+            self._channel = grpc.insecure_channel(self.address)
+            self._channel_address = self.address
+        return self._channel
+
+    def admin_metadata(self, token_file: Path | None = None) -> tuple[tuple[str, str], ...]:
+        return auth_metadata((token_file or self.admin_token_file).read_text().strip())
 
     def init(self) -> None:
         """`init` the store; a new SQLite store is a copy of one initialised store (template).
@@ -171,7 +199,7 @@ class CoordinatorProcess:
     def start(self, *, port: int = 0) -> CoordinatorProcess:
         if not self.admin_token_file.exists():
             self.init()
-        self._close_files()
+        self._close_handles()
         self._log_file = self.log.open("a")
         self.proc = subprocess.Popen(
             [
@@ -236,13 +264,13 @@ class CoordinatorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._close_files()
+        self._close_handles()
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._close_files()
+        self._close_handles()
 
     def script(self, name: str, steps: list[dict[str, Any]]) -> str:
         """Offer a scripted model (providers/scripted.py) with these steps; its model spec."""
@@ -276,11 +304,30 @@ class CoordinatorProcess:
         return json.loads(self.cli(*args, token_file=token_file, json_out=True).stdout)
 
     def status(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.cli_json("status")
+        """`deskfleet status --json`'s document (the first page of workers)."""
+        channel = self.channel()
+        if channel is None:
+            doc: dict[str, Any] = self.cli_json("status")
+            return doc
+        reply = fleet_pb2_grpc.FleetServiceStub(channel).GetWorkerStatus(
+            fleet_pb2.GetWorkerStatusRequest(), metadata=self.admin_metadata(), timeout=30
+        )
+        doc = as_dict(reply)
+        doc.setdefault("nextPageToken", "")
         return doc
 
     def create_token(self, *extra: str) -> str:
-        token: str = self.cli_json("tokens", "create", *extra)["token"]
+        """An enrollment token: `tokens create EXTRA`, or with no EXTRA the CLI's defaults
+        (every capability, one use, an hour)."""
+        channel = self.channel()
+        if extra or channel is None:
+            token: str = self.cli_json("tokens", "create", *extra)["token"]
+            return token
+        request = admin_pb2.CreateEnrollmentTokenRequest(ttl_seconds=3600, uses=1)
+        reply = admin_pb2_grpc.AdminServiceStub(channel).CreateEnrollmentToken(
+            request, metadata=self.admin_metadata(), timeout=30
+        )
+        token = reply.token
         return token
 
 
@@ -294,11 +341,16 @@ class WorkerProcess:
         *,
         display_env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
+        home: Path | None = None,
     ):
+        """`home`: where its state directory and log go (default: the coordinator's workdir;
+        tests that share a coordinator give each test its own)."""
         self.coordinator = coordinator
         self.name = name
-        self.state_dir = coordinator.workdir / f"worker-{name}"
-        self.log = coordinator.workdir / f"worker-{name}.log"
+        home = home or coordinator.workdir
+        home.mkdir(parents=True, exist_ok=True)
+        self.state_dir = home / f"worker-{name}"
+        self.log = home / f"worker-{name}.log"
         self.display_env = display_env or {}
         self.extra_args = extra_args
         self.proc: subprocess.Popen[str] | None = None
