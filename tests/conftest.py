@@ -40,9 +40,32 @@ def coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
     proc.stop()
 
 
+# A module whose tests can share one coordinator overrides `coordinator` with this one
+# (`def coordinator(module_coordinator)`): each test then makes its own workers, users and
+# runs, and a test that stops, restarts or reconfigures a coordinator asks for `own_coordinator`.
+# A coordinator start and stop is seconds of the two cores; most tests need neither.
+@pytest.fixture(scope="module")
+def module_coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:
+    """One coordinator for every test of a module (see above)."""
+    proc = CoordinatorProcess(tmp_path_factory.mktemp("module-coord")).start()
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture
-def workers(coordinator: CoordinatorProcess) -> Iterator[Callable[..., WorkerProcess]]:
-    """Factory of enrolled, running workers of the test's coordinator."""
+def own_coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    """A coordinator of the test's own in a module that shares one."""
+    proc = CoordinatorProcess(tmp_path / "own-coord").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def workers(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Factory of enrolled, running workers of the test's coordinator (their state in the
+    test's own directory, so that tests sharing a coordinator can reuse names)."""
     started: list[WorkerProcess] = []
 
     def make(
@@ -52,9 +75,38 @@ def workers(coordinator: CoordinatorProcess) -> Iterator[Callable[..., WorkerPro
         extra_args: tuple[str, ...] = (),
         start: bool = True,
     ) -> WorkerProcess:
-        worker = WorkerProcess(coordinator, name, display_env=display_env, extra_args=extra_args)
+        worker = WorkerProcess(
+            coordinator,
+            name,
+            display_env=display_env,
+            extra_args=extra_args,
+            home=tmp_path / "workers",
+        )
         started.append(worker)
         return worker.start() if start else worker
+
+    yield make
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def module_workers(
+    module_coordinator: CoordinatorProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """A module's worker pool on its shared coordinator: started once, stopped after the
+    module's last test (each test still makes its own runs and users)."""
+    home = tmp_path_factory.mktemp("module-workers")
+    started: list[WorkerProcess] = []
+
+    def make(
+        name: str, *, display_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> WorkerProcess:
+        worker = WorkerProcess(
+            module_coordinator, name, display_env=display_env, extra_args=extra_args, home=home
+        )
+        started.append(worker)
+        return worker.start()
 
     yield make
     for worker in started:
