@@ -95,10 +95,21 @@ def wait_run(
 def journal(
     coordinator: CoordinatorProcess, run_id: str, token_file: Path | None = None, after: int = 0
 ) -> list[dict[str, Any]]:
-    doc = coordinator.cli_json(
-        "runs", "watch", run_id, "--no-follow", "--after-seq", str(after), token_file=token_file
-    )
-    events: list[dict[str, Any]] = doc["events"]
+    """The run's journal after `after` (`runs watch --no-follow --json`'s events), each event's
+    `data` parsed."""
+    stub = _runs_stub(coordinator)
+    if stub is None:
+        doc = coordinator.cli_json(
+            "runs", "watch", run_id, "--no-follow", "--after-seq", str(after), token_file=token_file
+        )
+        events: list[dict[str, Any]] = doc["events"]
+    else:
+        request = runs_pb2.WatchRunRequest(id=run_id, after_seq=after, follow=False)
+        md = coordinator.admin_metadata(token_file)
+        try:
+            events = [as_dict(e) for e in stub.WatchRun(request, metadata=md, timeout=60)]
+        except grpc.RpcError as exc:
+            raise AssertionError(f"runs watch failed: {exc.code().name}: {exc.details()}") from exc
     for e in events:
         e["data"] = json.loads(e["dataJson"])
     return events
