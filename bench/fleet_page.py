@@ -1,7 +1,7 @@
 """The console's fleet page at fleet scale: its first page over HTTP beside the RPC page alone.
 
 Run from the repository root:
-    .venv/bin/python bench/fleet_page.py [--quick] [--workers 10000] [--json]
+    .venv/bin/python -m bench.fleet_page [--quick] [--workers 10000] [--json]
 
 One coordinator (SQLite) gets K simulated workers that speak the real WorkerGateway protocol
 and stay connected (bench/simulated_workers.py), so the page counts and lists live presence,
@@ -35,19 +35,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+import grpc
+
+from bench import machine
+from bench.simulated_workers import SimulatedFleet
+from bench.stats import table_lines, timed, write_results
+from coordinator.console.model import PAGE_SIZE
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc
+from tests.harness import ConsoleProcess, CoordinatorProcess
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import grpc  # noqa: E402
-
-from bench import machine  # noqa: E402
-from bench.simulated_workers import SimulatedFleet  # noqa: E402
-from bench.stats import table_lines, timed, write_results  # noqa: E402
-from coordinator.console.model import PAGE_SIZE  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc  # noqa: E402
-from tests.harness import ConsoleProcess, CoordinatorProcess  # noqa: E402
 
 FULL_WORKERS, QUICK_WORKERS = 10_000, 300
 SAMPLES = {False: 200, True: 40}

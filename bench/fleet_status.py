@@ -1,7 +1,7 @@
 """Fleet scale: how many simulated workers one coordinator process holds, and what it costs.
 
 Run from the repository root:
-    .venv/bin/python bench/fleet_status.py [--quick] [--workers 1000,5000,10000] [--json]
+    .venv/bin/python -m bench.fleet_status [--quick] [--workers 1000,5000,10000] [--json]
 
 One coordinator (SQLite, the default heartbeat and lease) gets K simulated workers, each with
 its own TCP connection and stream speaking the real WorkerGateway protocol from simulator
@@ -35,20 +35,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
+import psutil
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench import machine
+from bench.simulated_workers import SimulatedFleet
+from bench.stats import table_lines, timed, timed_within, write_results
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc
+from tests.harness import CoordinatorProcess
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import grpc  # noqa: E402
-import psutil  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-
-from bench import machine  # noqa: E402
-from bench.simulated_workers import SimulatedFleet  # noqa: E402
-from bench.stats import table_lines, timed, timed_within, write_results  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc  # noqa: E402
-from tests.harness import CoordinatorProcess  # noqa: E402
 
 HEARTBEAT, LEASE = 5.0, 15.0  # the coordinator's defaults
 FULL_WORKERS = (1000, 5000, 10000)

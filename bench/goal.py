@@ -12,7 +12,7 @@ which cannot be reached here), each beside its baseline measured in the same run
 Every step recalls a different page (up to 16,384 characters) of the 20,000-character request,
 so without archiving the conversation grows by about 3,000 tokens a step.
 
-Usage: python bench/goal.py [--quick] [--out bench/results/goal.json]
+Usage: python -m bench.goal [--quick] [--out bench/results/goal.json]
 """
 
 from __future__ import annotations
@@ -20,18 +20,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.stats import summary
+from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run
 
-from bench.stats import summary  # noqa: E402
-from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _goal(coordinator: CoordinatorProcess, work: Path, steps: int) -> list[dict[str, Any]]:

@@ -24,26 +24,21 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import grpc
+from sqlalchemy import Table, insert, text
 
-import grpc  # noqa: E402
-from sqlalchemy import Table, insert, text  # noqa: E402
-
-from bench.stats import timed  # noqa: E402
-from coordinator.journal import GENESIS, event_hash  # noqa: E402
-from coordinator.store.engine import create_store_engine  # noqa: E402
-from coordinator.store.models import JournalRow, RunRow  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, runs_pb2, runs_pb2_grpc  # noqa: E402
-from tests.harness import CoordinatorProcess  # noqa: E402
+from bench.stats import timed
+from coordinator.journal import GENESIS, event_hash
+from coordinator.store.engine import create_store_engine
+from coordinator.store.models import JournalRow, RunRow
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, runs_pb2, runs_pb2_grpc
+from tests.harness import CoordinatorProcess
 
 BATCH = 5000
 JOURNAL = cast(Table, JournalRow.__table__)

@@ -16,7 +16,7 @@
              and the floor: a bare grpc.aio server pushing to as many streams and reading as
              many acks (bench/raw_fanout.py), measured after the coordinator stopped
 
-Usage: python bench/kill_switch.py [--quick] [--json] [--simulated S] [--cycles C]
+Usage: python -m bench.kill_switch [--quick] [--json] [--simulated S] [--cycles C]
 """
 
 from __future__ import annotations
@@ -35,20 +35,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import grpc
+from sqlalchemy import func, select
 
-import grpc  # noqa: E402
-from sqlalchemy import func, select  # noqa: E402
-
-from bench import raw_fanout  # noqa: E402
-from bench.simulated_workers import SimulatedFleet  # noqa: E402
-from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
-from coordinator.store.engine import create_store_engine  # noqa: E402
-from coordinator.store.models import KillAckRow  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import (  # noqa: E402
+from bench import raw_fanout
+from bench.simulated_workers import SimulatedFleet
+from bench.stats import summary, table_lines, timed, write_results
+from coordinator.store.engine import create_store_engine
+from coordinator.store.models import KillAckRow
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     desktop_pb2,
@@ -56,7 +52,9 @@ from shared.gen.deskfleet.v1 import (  # noqa: E402
     fleet_pb2,
     fleet_pb2_grpc,
 )
-from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until  # noqa: E402
+from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
 
 HEARTBEAT, LEASE = 5.0, 15.0  # the coordinator's defaults
 POLL_MS = 20.0  # pause between Status polls: closer polls load the coordinator they wait on

@@ -7,7 +7,7 @@ and reads N acks back, nothing else (no store, no auth, no heartbeats).
            push with an ack at once
   figure   push queued -> all N acks read by the server, over C pushes
 
-Usage: python bench/raw_fanout.py [--streams N] [--pushes C] [--json]
+Usage: python -m bench.raw_fanout [--streams N] [--pushes C] [--json]
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from typing import Any
 
 import grpc
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.stats import summary
 
-from bench.stats import summary  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 IDENTITY = (lambda b: b, lambda b: b)
 PUSH = b"k" * 96  # about the size of a serialized KillState
@@ -84,12 +82,14 @@ async def serve(n: int, pushes: int) -> list[float]:
     await server.start()
     child = await asyncio.create_subprocess_exec(
         sys.executable,
-        __file__,
+        "-m",
+        "bench.raw_fanout",
         "--client",
         str(port),
         "--streams",
         str(n),
         stdout=asyncio.subprocess.DEVNULL,
+        cwd=ROOT,  # where `-m bench.raw_fanout` finds the package
     )
     try:
         await asyncio.wait_for(connected.wait(), 120)

@@ -21,21 +21,16 @@ capabilities again on connecting.
 from __future__ import annotations
 
 import contextlib
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.runs import Client  # noqa: E402
-from bench.simulated_workers import SimulatedFleet  # noqa: E402
-from shared.gen.deskfleet.v1 import fleet_pb2, runs_pb2  # noqa: E402
-from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until  # noqa: E402
+from bench.runs import Client
+from bench.simulated_workers import SimulatedFleet
+from shared.gen.deskfleet.v1 import fleet_pb2, runs_pb2
+from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until
 
 HEARTBEAT, LEASE = 5.0, 15.0  # the coordinator's defaults
 TIMEOUT = 300.0

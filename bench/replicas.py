@@ -15,7 +15,7 @@ baseline measured in the same run.
 Every configuration gets a fresh PostgreSQL database on 127.0.0.1:5432, dropped at the end.
 Without a server there the bench says so and exits 0.
 
-Usage: python bench/replicas.py [--quick] [--json] [--workers N] [--out PATH]
+Usage: python -m bench.replicas [--quick] [--json] [--workers N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -38,19 +38,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
+import psycopg
+from sqlalchemy.engine import make_url
+
+from bench.runs import Client, ingest
+from bench.simulated_workers import SimulatorProcess
+from bench.stats import summary, table_lines, timed, write_results
+from shared.gen.deskfleet.v1 import fleet_pb2, runs_pb2
+from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import grpc  # noqa: E402
-import psycopg  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
-
-from bench.runs import Client, ingest  # noqa: E402
-from bench.simulated_workers import SimulatorProcess  # noqa: E402
-from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
-from shared.gen.deskfleet.v1 import fleet_pb2, runs_pb2  # noqa: E402
-from tests.harness import CoordinatorProcess, WorkerProcess, tail, wait_until  # noqa: E402
 
 PG_ADMIN_URL = "postgresql://root@127.0.0.1:5432/test"
 # Round trips and ingest: the settings of bench/runs.py. Status with thousands of streams:

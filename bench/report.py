@@ -11,11 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import figures  # noqa: E402
+from bench import figures
 
 HOW_TO_READ = """\
 ## How to read this

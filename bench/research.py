@@ -13,7 +13,7 @@ settling, extraction, receipts, journal). Baseline, in the same run on the same 
 naive sequential Playwright loop (`goto` + `document.body.innerText`) with the same Chromium.
 Goals: >= 4x the naive loop with latency, >= 0.8x at zero latency.
 
-Usage: python bench/research.py [--quick] [--workers 2] [--out bench/results/research.json]
+Usage: python -m bench.research [--quick] [--workers 2] [--out bench/results/research.json]
 """
 
 from __future__ import annotations
@@ -34,15 +34,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from playwright.sync_api import sync_playwright
+
+from coordinator.ledger import MAX_PER_WORKER as SLOTS
+from tests.harness import CoordinatorProcess, WorkerProcess
+from worker_agent.capabilities import CHROMIUM_ARGS, DEFAULT_CHROMIUM
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from playwright.sync_api import sync_playwright  # noqa: E402
-
-from coordinator.ledger import MAX_PER_WORKER as SLOTS  # noqa: E402
-from tests.harness import CoordinatorProcess, WorkerProcess  # noqa: E402
-from worker_agent.capabilities import CHROMIUM_ARGS, DEFAULT_CHROMIUM  # noqa: E402
 
 PAGES = 40
 QUERY = "tower painted"

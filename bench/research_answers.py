@@ -19,7 +19,7 @@ Methods:
 
 The corpus is installed on demand with apt-get (root only); without it the script says so.
 
-Usage: python bench/research_answers.py [--quick] [--out bench/results/research_answers.json]
+Usage: python -m bench.research_answers [--quick] [--out bench/results/research_answers.json]
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -40,14 +39,12 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import trafilatura
+
+from coordinator.research_report import line_excerpts
+from shared import passages, relevance
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import trafilatura  # noqa: E402
-
-from coordinator.research_report import line_excerpts  # noqa: E402
-from shared import passages, relevance  # noqa: E402
 
 QUESTIONS = ROOT / "bench" / "research_answers.json"
 QUICK_QUESTIONS = 12

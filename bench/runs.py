@@ -11,7 +11,7 @@
                as the flow can have in flight (one per run); and, for reference, raw batched
                inserts of receipt rows alone
 
-Usage: python bench/runs.py [--quick] [--out bench/results/runs.json]
+Usage: python -m bench.runs [--quick] [--out bench/results/runs.json]
 """
 
 from __future__ import annotations
@@ -29,36 +29,36 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import grpc
+from sqlalchemy import bindparam, func, insert, select, update
 
-import grpc  # noqa: E402
-from sqlalchemy import bindparam, func, insert, select, update  # noqa: E402
-
-from bench.simulated_workers import SimulatorProcess  # noqa: E402
-from bench.stats import summary, table_lines, timed  # noqa: E402
-from coordinator.journal import GENESIS, event_hash  # noqa: E402
-from coordinator.store.engine import create_store_engine  # noqa: E402
-from coordinator.store.models import (  # noqa: E402
+from bench.simulated_workers import SimulatorProcess
+from bench.stats import summary, table_lines, timed
+from coordinator.journal import GENESIS, event_hash
+from coordinator.store.engine import create_store_engine
+from coordinator.store.models import (
     ActionRow,
     JournalRow,
     OwnerQuotaRow,
     ReceiptRow,
     RunRow,
 )
-from coordinator.store.schema import upgrade  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc, runs_pb2, runs_pb2_grpc  # noqa: E402
-from shared.receipts import content_hash  # noqa: E402
-from tests.harness import CoordinatorProcess, WorkerProcess, wait_until  # noqa: E402
+from coordinator.store.schema import upgrade
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc, runs_pb2, runs_pb2_grpc
+from shared.receipts import content_hash
+from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
 
 IDENTITY = (lambda b: b, lambda b: b)
 
 
 def raw_echo(n: int) -> dict[str, float]:
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "raw_echo.py")],
+        [sys.executable, "-m", "bench.raw_echo"],
+        cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,  # only grpc core's shutdown chatter

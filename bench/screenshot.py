@@ -14,7 +14,7 @@
 The display shows a Chromium --app window with a colourful page whose counter changes every
 50 ms, so that successive frames differ (a blank screen encodes unrealistically fast).
 
-Usage: python bench/screenshot.py [--quick] [--json] [--out bench/results/screenshot.json]
+Usage: python -m bench.screenshot [--quick] [--json] [--out bench/results/screenshot.json]
 """
 
 from __future__ import annotations
@@ -36,18 +36,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
+from PIL import Image
+
+from bench.stats import summary, table_lines, write_results
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
+from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until
+from worker_agent.desktop.screen import encode, to_image
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import grpc  # noqa: E402
-from PIL import Image  # noqa: E402
-
-from bench.stats import summary, table_lines, write_results  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc  # noqa: E402
-from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until  # noqa: E402
-from worker_agent.desktop.screen import encode, to_image  # noqa: E402
 
 WIDTH, HEIGHT = 1280, 800
 AIM = 0.70  # e2e frames/s at least this share of the raw grab + encode

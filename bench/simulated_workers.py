@@ -1,6 +1,7 @@
 """K simulated workers in one process, speaking the real WorkerGateway protocol.
 
-Usage: simulated_workers.py --coordinator ADDR --admin-token-file PATH --count K [--reconnect]
+Usage: python -m bench.simulated_workers --coordinator ADDR --admin-token-file PATH --count K
+           [--reconnect]
 
 Creates one enrollment token with K uses, enrolls K workers concurrently, opens K Connect
 streams from one event loop (Hello, then only what the coordinator sends: liveness is the
@@ -32,16 +33,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import grpc
+
+from shared.advertisement import Advertisement, Capability
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, worker_pb2, worker_pb2_grpc
+from worker_agent.backoff import Backoff
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import grpc  # noqa: E402
-
-from shared.advertisement import Advertisement, Capability  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, worker_pb2, worker_pb2_grpc  # noqa: E402
-from worker_agent.backoff import Backoff  # noqa: E402
 
 # Same keepalives as the real worker; a local subchannel pool gives every simulated worker its
 # own TCP connection, as K separate machines would have (channels otherwise share one).
@@ -353,7 +352,8 @@ class SimulatorProcess:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                str(Path(__file__).resolve()),
+                "-m",
+                "bench.simulated_workers",
                 "--coordinator",
                 address,
                 "--admin-token-file",

@@ -30,13 +30,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench import figures, machine
+from bench.groups import GROUPS
+from bench.stats import table_lines
 
-from bench import figures, machine  # noqa: E402
-from bench.groups import GROUPS  # noqa: E402
-from bench.stats import table_lines  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"

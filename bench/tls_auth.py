@@ -10,7 +10,7 @@
              plaintext and TLS use the admin credential on the main port; mTLS uses the
              worker's credential and certificate on the worker port
 
-Usage: python bench/tls_auth.py [--quick] [--json] [--threads T] [--seconds S]
+Usage: python -m bench.tls_auth [--quick] [--json] [--threads T] [--seconds S]
 """
 
 from __future__ import annotations
@@ -30,16 +30,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from bench.stats import summary, table_lines, timed, write_results
+from shared.credentials import auth_metadata
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
+from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import grpc  # noqa: E402
-
-from bench.stats import summary, table_lines, timed, write_results  # noqa: E402
-from shared.credentials import auth_metadata  # noqa: E402
-from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
-from tests.harness import BIN, CoordinatorProcess, WorkerProcess, base_env  # noqa: E402
 
 Factory = Callable[[], grpc.Channel]
 

@@ -12,7 +12,7 @@
 Both kinds of attempt are measured: harmless to rerun (idempotent diag.echo: no started
 record) and not (`idempotent: false`: a started record synced before it acts).
 
-Usage: python bench/worker_log.py [--quick] [--json]
+Usage: python -m bench.worker_log [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -21,22 +21,19 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from shared.gen.deskfleet.v1 import worker_pb2
+from shared.receipts import encode_result
+from worker_agent import action_log
+from worker_agent.actions import default_registry
+from worker_agent.executor import ActionExecutor
 
-from shared.gen.deskfleet.v1 import worker_pb2  # noqa: E402
-from shared.receipts import encode_result  # noqa: E402
-from worker_agent import action_log  # noqa: E402
-from worker_agent.actions import default_registry  # noqa: E402
-from worker_agent.executor import ActionExecutor  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SLOTS = 4
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from scripts.local_site.server import start as start_site
-from tests.desktop_site import FIELD, DesktopSite
 from tests.harness import (
     ConsoleProcess,
     CoordinatorProcess,
@@ -27,6 +26,7 @@ from tests.harness import (
     wait_run,
     write_plan,
 )
+from tests.harness.sites import FIELD, DesktopSite
 
 CHROMIUM = "/usr/bin/chromium"
 

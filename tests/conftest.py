@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import secrets
 import shutil
 import subprocess
 import time
@@ -12,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.desktop_site import DesktopSite
 from tests.harness import (
     IN_CI,
     CoordinatorProcess,
+    DesktopSite,
     WorkerProcess,
     Xvfb,
     postgres_available,
+    scratch_database,
     wait_until,
 )
-
-PG_ADMIN_URL = "postgresql://root@127.0.0.1:5432/test"
 
 
 def require(condition: bool, reason: str) -> None:
@@ -42,9 +40,32 @@ def coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
     proc.stop()
 
 
+# A module whose tests can share one coordinator overrides `coordinator` with this one
+# (`def coordinator(module_coordinator)`): each test then makes its own workers, users and
+# runs, and a test that stops, restarts or reconfigures a coordinator asks for `own_coordinator`.
+# A coordinator start and stop is seconds of the two cores; most tests need neither.
+@pytest.fixture(scope="module")
+def module_coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:
+    """One coordinator for every test of a module (see above)."""
+    proc = CoordinatorProcess(tmp_path_factory.mktemp("module-coord")).start()
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture
-def workers(coordinator: CoordinatorProcess) -> Iterator[Callable[..., WorkerProcess]]:
-    """Factory of enrolled, running workers of the test's coordinator."""
+def own_coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    """A coordinator of the test's own in a module that shares one."""
+    proc = CoordinatorProcess(tmp_path / "own-coord").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def workers(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Factory of enrolled, running workers of the test's coordinator (their state in the
+    test's own directory, so that tests sharing a coordinator can reuse names)."""
     started: list[WorkerProcess] = []
 
     def make(
@@ -54,9 +75,38 @@ def workers(coordinator: CoordinatorProcess) -> Iterator[Callable[..., WorkerPro
         extra_args: tuple[str, ...] = (),
         start: bool = True,
     ) -> WorkerProcess:
-        worker = WorkerProcess(coordinator, name, display_env=display_env, extra_args=extra_args)
+        worker = WorkerProcess(
+            coordinator,
+            name,
+            display_env=display_env,
+            extra_args=extra_args,
+            home=tmp_path / "workers",
+        )
         started.append(worker)
         return worker.start() if start else worker
+
+    yield make
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def module_workers(
+    module_coordinator: CoordinatorProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """A module's worker pool on its shared coordinator: started once, stopped after the
+    module's last test (each test still makes its own runs and users)."""
+    home = tmp_path_factory.mktemp("module-workers")
+    started: list[WorkerProcess] = []
+
+    def make(
+        name: str, *, display_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> WorkerProcess:
+        worker = WorkerProcess(
+            module_coordinator, name, display_env=display_env, extra_args=extra_args, home=home
+        )
+        started.append(worker)
+        return worker.start()
 
     yield make
     for worker in started:
@@ -87,14 +137,8 @@ def pg_url() -> Iterator[str]:
     """A new, empty PostgreSQL database on the local server, dropped afterwards."""
     if not postgres_available():
         pytest.skip("no PostgreSQL server answers on 127.0.0.1:5432")
-    import psycopg
-
-    name = f"deskfleet_t_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://root@127.0.0.1:5432/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -43,8 +43,22 @@ def test_every_rpc_has_exactly_one_rule_and_every_rule_an_rpc() -> None:
 
 
 @pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: each test makes its own workers and users. The kill
+    switch test (switches are fleet-wide) and the failure limiter's (it holds back every caller
+    from the host) have coordinators of their own."""
+    return module_coordinator
+
+
+@pytest.fixture
 def channel(coordinator: CoordinatorProcess) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(coordinator.address) as ch:
+        yield ch
+
+
+@pytest.fixture
+def own_channel(own_coordinator: CoordinatorProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(own_coordinator.address) as ch:
         yield ch
 
 
@@ -166,8 +180,9 @@ def _switches(
 
 
 def test_owners_see_the_kill_switches_that_stop_their_work_and_no_one_elses(
-    coordinator: CoordinatorProcess, tmp_path: Path
+    own_coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
+    coordinator = own_coordinator
     desks = {name: WorkerProcess(coordinator, name) for name in ("desk-a", "desk-b")}
     for desk in desks.values():
         assert desk.enroll().returncode == 0
@@ -383,8 +398,9 @@ def test_the_failure_limiter_counts_per_host_within_its_window() -> None:
 
 
 def test_repeated_bad_credentials_from_one_host_are_refused_for_a_while(
-    coordinator: CoordinatorProcess, channel: grpc.Channel
+    own_coordinator: CoordinatorProcess, own_channel: grpc.Channel
 ) -> None:
+    coordinator, channel = own_coordinator, own_channel
     admin = admin_pb2_grpc.AdminServiceStub(channel)
     request = admin_pb2.WhoAmIRequest()
     # Calls without any credential are mistakes, not guesses: they never count.

@@ -15,6 +15,12 @@ from tests.harness import BIN, CoordinatorProcess, base_env
 from worker_agent.backoff import Backoff
 
 
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: these tests enroll no worker and change no setting."""
+    return module_coordinator
+
+
 def test_json_output_is_exactly_one_document(coordinator: CoordinatorProcess) -> None:
     for args in (("status",), ("workers", "list"), ("whoami",), ("tokens", "create")):
         out = coordinator.cli(*args, json_out=True).stdout
@@ -54,9 +60,11 @@ def test_unreachable_coordinator_is_one_line_and_exit_5(coordinator: Coordinator
     assert len(done.stderr.splitlines()) == 1
 
 
-def test_config_file_supplies_address_and_credential(coordinator: CoordinatorProcess) -> None:
-    env = base_env(coordinator.workdir)
-    config = coordinator.workdir / "xdg-config" / "deskfleet" / "config.json"
+def test_config_file_supplies_address_and_credential(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    env = base_env(tmp_path)  # its own configuration directory, not the shared coordinator's
+    config = tmp_path / "xdg-config" / "deskfleet" / "config.json"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(
         json.dumps(

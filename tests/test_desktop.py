@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from tests.desktop_site import FIELD, MARKER, DesktopSite
 from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, journal, wait_until
+from tests.harness.sites import FIELD, MARKER, DesktopSite
 
 pytestmark = pytest.mark.slow
 

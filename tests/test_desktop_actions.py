@@ -1,6 +1,6 @@
 """Desktop actions on a real X server with a real Chromium window, and the scope check alone.
 
-The page (tests/desktop_site.py) reports what the browser received, so these tests assert
+The page (tests/harness/sites.py) reports what the browser received, so these tests assert
 what reached the window: typed text, clicks, wheel turns, a drag, pixels on the screen.
 """
 
@@ -25,8 +25,8 @@ from PIL import Image
 from shared.desktop_scope import Grant, Region
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.receipts import encode_result
-from tests.desktop_site import FIELD, MARKER, DesktopSite
 from tests.harness import Xvfb, wait_until
+from tests.harness.sites import FIELD, MARKER, DesktopSite
 from worker_agent.actions import (
     CANCELLED,
     FAILED,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
@@ -10,6 +11,12 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from tests.harness import CoordinatorProcess
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: both tests only ask it questions."""
+    return module_coordinator
 
 
 def test_health_answers_serving_for_the_server_and_each_service(

@@ -8,9 +8,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import require
 from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, base_env
 from worker_agent.capabilities import DEFAULT_CHROMIUM
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: each test enrolls (and may revoke) its own workers."""
+    return module_coordinator
 
 
 def doctor(

@@ -7,7 +7,15 @@ import stat
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.harness import CoordinatorProcess, WorkerProcess
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: each test enrolls its own workers with its own tokens."""
+    return module_coordinator
 
 
 def _mode(path: Path) -> int:

@@ -17,7 +17,6 @@ import pytest
 
 from coordinator.agent.providers.scripted import NO_SUCH_SCRIPT
 from scripts.local_site.server import FACTS
-from tests.desktop_site import FIELD, DesktopSite
 from tests.harness import (
     BIN,
     STOPPED,
@@ -29,6 +28,7 @@ from tests.harness import (
     wait_run,
     wait_until,
 )
+from tests.harness.sites import FIELD, DesktopSite
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +52,16 @@ def _approve_desktop(coordinator: CoordinatorProcess, goal_id: str) -> None:
 
 
 @pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module's goals (each test its own goals and scripts); the
+    restart test has its own, and the time-out tests share one configured for them."""
+    return module_coordinator
+
+
+# A desk per test: a finished goal's run keeps the desktop's input lease for a while, so a
+# desk shared with the next test would refuse that test's goal.
+@pytest.fixture
 def desk(
-    coordinator: CoordinatorProcess,
     workers: Callable[..., WorkerProcess],
     xvfb: Xvfb,
     window: Callable[[], None],
@@ -75,7 +83,7 @@ def test_a_scripted_goal_researches_then_fills_the_form_after_approval(
 ) -> None:
     x, y, w, h = FIELD
     model = coordinator.script(
-        "script.json",
+        "form.json",
         [
             {
                 "text": "First, what does the site say?",
@@ -130,7 +138,7 @@ def test_a_kill_switch_stops_a_goal(
     coordinator: CoordinatorProcess, desk: WorkerProcess, tmp_path: Path
 ) -> None:
     model = coordinator.script(
-        "script.json",
+        "kill.json",
         [{"tool_calls": [_computer("screenshot")]}]
         + [{"tool_calls": [_computer("wait", seconds=0.5 + i / 100)]} for i in range(40)],
     )
@@ -148,7 +156,7 @@ def test_a_stuck_goal_stops_and_a_missing_key_is_refused_at_submit(
     coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
     recall = {"name": "recall", "arguments": {}}  # fails at once: neither text nor seq
-    model = coordinator.script("script.json", [{"tool_calls": [recall]}] * 5)
+    model = coordinator.script("stuck.json", [{"tool_calls": [recall]}] * 5)
     goal = coordinator.cli_json("goal", "recall nothing, again and again", "--model", model)
     done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 60)
     assert done["status"] == "HAND_BACK_TO_HUMAN"
@@ -201,11 +209,11 @@ def test_an_owner_cannot_make_the_coordinator_read_its_files_or_stall(
     coordinator.cli("goal", "x", "--model", coordinator.script("ok.json", []), token_file=token)
 
 
-@pytest.fixture
-def quick_goals(tmp_path: Path) -> Iterator[CoordinatorProcess]:
-    """A coordinator whose goal loop gives a model 1 s and a question 1 s."""
+@pytest.fixture(scope="module")
+def quick_goals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:
+    """A coordinator whose goal loop gives a model 1 s and a question 1 s (for the module)."""
     proc = CoordinatorProcess(
-        tmp_path / "coord",
+        tmp_path_factory.mktemp("quick-goals"),
         serve_args=("--goal-model-timeout", "1", "--goal-question-wait", "1"),
     ).start()
     yield proc
@@ -266,8 +274,9 @@ def test_guidance_reaches_the_next_model_call_and_a_late_answer_joins_later(
 
 
 def test_a_goal_cut_by_a_coordinator_restart_continues_on_retry_from_its_journal(
-    coordinator: CoordinatorProcess, tmp_path: Path
+    own_coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
+    coordinator = own_coordinator
     steps: list[dict[str, Any]] = [
         {"sleep": 0.4, "tool_calls": [{"name": "recall", "arguments": {"text": f"step {i}"}}]}
         for i in range(30)

@@ -56,6 +56,18 @@ async def mcp_session(coordinator: CoordinatorProcess) -> AsyncIterator[ClientSe
             yield session
 
 
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: each test finds its own runs by their ids."""
+    return module_coordinator
+
+
+@pytest.fixture(scope="module")
+def headless(module_workers: Callable[..., WorkerProcess]) -> WorkerProcess:
+    """The module's browsing worker, started once for the tests that run plans on it."""
+    return module_workers("w")
+
+
 def text_of(result: CallToolResult) -> str:
     return "".join(c.text for c in result.content if isinstance(c, TextContent))
 
@@ -67,9 +79,9 @@ async def call_json(session: ClientSession, tool: str, **arguments: Any) -> Any:
 
 
 async def test_tools_fleet_status_and_errors(
-    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
+    coordinator: CoordinatorProcess, headless: WorkerProcess
 ) -> None:
-    worker = workers("w")
+    worker = headless
     worker.wait_online()
     async with mcp_session(coordinator) as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
@@ -118,9 +130,9 @@ async def test_tools_fleet_status_and_errors(
 
 
 async def test_research_returns_the_evidence(
-    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
+    coordinator: CoordinatorProcess, headless: WorkerProcess, site: str
 ) -> None:
-    workers("w").wait_online()
+    headless.wait_online()
     url = f"{site}/varn/keepers.html"
     heard: list[tuple[float, str | None]] = []
 
@@ -244,9 +256,9 @@ async def test_out_of_range_numbers_and_nul_are_one_sentence_tool_errors(
 
 
 async def test_submit_plan_cancel_run_and_runs_as_resources(
-    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
+    coordinator: CoordinatorProcess, headless: WorkerProcess
 ) -> None:
-    workers("w").wait_online()
+    headless.wait_online()
     async with mcp_session(coordinator) as session:
         templates = (await session.list_resource_templates()).resource_templates
         assert {t.uri_template for t in templates} == {

@@ -391,7 +391,7 @@ def test_the_worker_counts_desktop_screenshot_bytes_and_browser_pages(
 def _connections(db: str, allowed: bool) -> None:
     import psycopg
 
-    from tests.conftest import PG_ADMIN_URL
+    from tests.harness import PG_ADMIN_URL
 
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')

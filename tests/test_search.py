@@ -15,7 +15,7 @@ from scripts.local_site.server import FACTS
 from shared.search import search_spec
 from tests.conftest import require
 from tests.harness import CoordinatorProcess, WorkerProcess
-from tests.search_site import SearchSite
+from tests.harness.sites import SearchSite
 from worker_agent.actions import ActionContext, ActionRefused, ActionRegistry
 from worker_agent.browser.actions import BrowserActions
 from worker_agent.browser.service import BrowserService

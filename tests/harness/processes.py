@@ -1,4 +1,4 @@
-"""Real deskfleet processes for tests and benchmarks: coordinators, workers, an X server.
+"""Real deskfleet processes: coordinators, workers, the console, and waiting on them.
 
 Everything here starts a real program and cleans up after itself; nothing is simulated.
 """
@@ -8,11 +8,9 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import secrets
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,13 +24,10 @@ import grpc
 
 from coordinator import faults
 from coordinator.admin_cli.render import as_dict
-from coordinator.admin_cli.runs_commands import _timeline_nulls as timeline_nulls
-from coordinator.admin_cli.runs_commands import load_plan
 from shared.credentials import auth_metadata
-from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, fleet_pb2, fleet_pb2_grpc
 
 BIN = Path(sys.executable).parent
-STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")  # a run that is not moving
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -148,8 +143,13 @@ class CoordinatorProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self._log_file: Any = None
+        self._channel: grpc.Channel | None = None
+        self._channel_address = ""
 
-    def _close_files(self) -> None:
+    def _close_handles(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         if self.proc is not None and self.proc.stdout is not None:
             self.proc.stdout.close()
         if self._log_file is not None:
@@ -159,6 +159,23 @@ class CoordinatorProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def channel(self) -> grpc.Channel | None:
+        """An in-process channel to this coordinator for the harness's own calls (status,
+        tokens, submissions, waits): a CLI process per call would be a Python start competing
+        with the system under test. None where the CLI must make the call: over TLS (the CLI
+        knows how to verify it) and in tracing tests (the CLI is what joins the trace)."""
+        if self.ca_file is not None or os.environ.get("TRACEPARENT"):
+            return None
+        if self._channel is None or self._channel_address != self.address:
+            if self._channel is not None:
+                self._channel.close()
+            self._channel = grpc.insecure_channel(self.address)
+            self._channel_address = self.address
+        return self._channel
+
+    def admin_metadata(self, token_file: Path | None = None) -> tuple[tuple[str, str], ...]:
+        return auth_metadata((token_file or self.admin_token_file).read_text().strip())
 
     def init(self) -> None:
         """`init` the store; a new SQLite store is a copy of one initialised store (template).
@@ -184,7 +201,7 @@ class CoordinatorProcess:
         """Serve; `fault` arms a test-only fault hook (coordinator/faults.py) in this process."""
         if not self.admin_token_file.exists():
             self.init()
-        self._close_files()
+        self._close_handles()
         self._log_file = self.log.open("a")
         self.proc = subprocess.Popen(
             [
@@ -249,13 +266,13 @@ class CoordinatorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._close_files()
+        self._close_handles()
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._close_files()
+        self._close_handles()
 
     def script(self, name: str, steps: list[dict[str, Any]]) -> str:
         """Offer a scripted model (providers/scripted.py) with these steps; its model spec."""
@@ -289,11 +306,30 @@ class CoordinatorProcess:
         return json.loads(self.cli(*args, token_file=token_file, json_out=True).stdout)
 
     def status(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.cli_json("status")
+        """`deskfleet status --json`'s document (the first page of workers)."""
+        channel = self.channel()
+        if channel is None:
+            doc: dict[str, Any] = self.cli_json("status")
+            return doc
+        reply = fleet_pb2_grpc.FleetServiceStub(channel).GetWorkerStatus(
+            fleet_pb2.GetWorkerStatusRequest(), metadata=self.admin_metadata(), timeout=30
+        )
+        doc = as_dict(reply)
+        doc.setdefault("nextPageToken", "")
         return doc
 
     def create_token(self, *extra: str) -> str:
-        token: str = self.cli_json("tokens", "create", *extra)["token"]
+        """An enrollment token: `tokens create EXTRA`, or with no EXTRA the CLI's defaults
+        (every capability, one use, an hour)."""
+        channel = self.channel()
+        if extra or channel is None:
+            token: str = self.cli_json("tokens", "create", *extra)["token"]
+            return token
+        request = admin_pb2.CreateEnrollmentTokenRequest(ttl_seconds=3600, uses=1)
+        reply = admin_pb2_grpc.AdminServiceStub(channel).CreateEnrollmentToken(
+            request, metadata=self.admin_metadata(), timeout=30
+        )
+        token = reply.token
         return token
 
 
@@ -307,11 +343,16 @@ class WorkerProcess:
         *,
         display_env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
+        home: Path | None = None,
     ):
+        """`home`: where its state directory and log go (default: the coordinator's workdir;
+        tests that share a coordinator give each test its own)."""
         self.coordinator = coordinator
         self.name = name
-        self.state_dir = coordinator.workdir / f"worker-{name}"
-        self.log = coordinator.workdir / f"worker-{name}.log"
+        home = home or coordinator.workdir
+        home.mkdir(parents=True, exist_ok=True)
+        self.state_dir = home / f"worker-{name}"
+        self.log = home / f"worker-{name}.log"
         self.display_env = display_env or {}
         self.extra_args = extra_args
         self.proc: subprocess.Popen[str] | None = None
@@ -405,227 +446,6 @@ class WorkerProcess:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-
-
-class Xvfb:
-    """A real X server on a free display number, with its own authority file."""
-
-    def __init__(self, workdir: Path, width: int = 1280, height: int = 800) -> None:
-        self.workdir = workdir
-        self.size = (width, height)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.display = ""
-        self.auth = workdir / "Xauthority"
-
-    @staticmethod
-    def available() -> bool:
-        return shutil.which("Xvfb") is not None and shutil.which("xauth") is not None
-
-    def start(self) -> Xvfb:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        # Parallel test processes (pytest-xdist: gw0, gw1, ...) start from their own numbers,
-        # so that two of them never race for the same free display.
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-        first = 90 + 20 * int(worker.removeprefix("gw") or 0)
-        number = next(
-            n
-            for n in range(first, first + 100)
-            if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists()
-        )
-        self.display = f":{number}"
-        self.auth.touch()
-        subprocess.run(
-            ["xauth", "-f", str(self.auth), "add", self.display, ".", secrets.token_hex(16)],
-            check=True,
-            capture_output=True,
-        )
-        width, height = self.size
-        self.proc = subprocess.Popen(
-            [
-                "Xvfb",
-                self.display,
-                "-screen",
-                "0",
-                f"{width}x{height}x24",
-                "-nolisten",
-                "tcp",
-                "-auth",
-                str(self.auth),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(lambda: Path(f"/tmp/.X11-unix/X{number}").exists(), 10, what="Xvfb socket")
-        return self
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {"DISPLAY": self.display, "XAUTHORITY": str(self.auth)}
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
-def postgres_available(host: str = "127.0.0.1", port: int = 5432) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def write_plan(path: Path, actions: list[dict[str, Any]], **extra: Any) -> Path:
-    path.write_text(json.dumps({"actions": actions, **extra}))
-    return path
-
-
-# Waits and submissions go through one in-process gRPC channel per coordinator, not a CLI
-# process per poll (each a Python start, competing with the system under test); the documents
-# are the CLI's own (`render.as_dict`), and the CLI itself is tested in tests of the CLI.
-_channels: dict[str, grpc.Channel] = {}
-
-
-def _runs_stub(coordinator: CoordinatorProcess) -> runs_pb2_grpc.RunServiceStub | None:
-    if coordinator.ca_file is not None:  # TLS: the CLI knows how to verify it
-        return None
-    if os.environ.get("TRACEPARENT"):  # a tracing test: the CLI is what joins the trace
-        return None
-    channel = _channels.get(coordinator.address)
-    if channel is None:
-        channel = _channels[coordinator.address] = grpc.insecure_channel(coordinator.address)
-    return runs_pb2_grpc.RunServiceStub(channel)
-
-
-def _md(coordinator: CoordinatorProcess, token_file: Path | None) -> tuple[tuple[str, str], ...]:
-    return auth_metadata((token_file or coordinator.admin_token_file).read_text().strip())
-
-
-def submit(
-    coordinator: CoordinatorProcess,
-    plan: Path,
-    *,
-    wait: bool = False,
-    token_file: Path | None = None,
-) -> dict[str, Any]:
-    """Submit PLAN (and with `wait`, wait until the run stops): `runs submit --json`'s document."""
-    stub = _runs_stub(coordinator)
-    if stub is None:
-        args = ["runs", "submit", str(plan)] + (["--wait"] if wait else [])
-        done = coordinator.cli(
-            *args, token_file=token_file, json_out=True, check=False, timeout=120
-        )
-        if done.returncode not in (0, 6):
-            raise AssertionError(f"runs submit failed ({done.returncode}): {done.stderr}")
-        doc: dict[str, Any] = json.loads(done.stdout)
-        return doc
-    md = _md(coordinator, token_file)
-    request = load_plan(str(plan))
-    request.wait_seconds = 30 if wait else 0
-    deadline = time.monotonic() + 120
-    try:
-        run = stub.SubmitRun(request, metadata=md, timeout=120)
-        while wait and run.status not in STOPPED and time.monotonic() < deadline:
-            run = stub.WaitRun(
-                runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=30), metadata=md, timeout=60
-            )
-    except grpc.RpcError as exc:
-        raise AssertionError(f"runs submit failed: {exc.code().name}: {exc.details()}") from exc
-    return as_dict(run)
-
-
-def wait_run(
-    coordinator: CoordinatorProcess,
-    run_id: str,
-    until: Callable[[dict[str, Any]], bool],
-    timeout: float = 60,
-    token_file: Path | None = None,
-) -> dict[str, Any]:
-    """Poll the run (`runs show --json`'s document) until `until(run)` holds."""
-    stub = _runs_stub(coordinator)
-    md = _md(coordinator, token_file)
-
-    def check() -> dict[str, Any] | None:
-        if stub is None:
-            run: dict[str, Any] = coordinator.cli_json(
-                "runs", "show", run_id, token_file=token_file
-            )
-        else:
-            run = as_dict(stub.GetRun(runs_pb2.RunRef(id=run_id), metadata=md, timeout=30))
-            timeline_nulls(run.get("timeline"))
-        return run if until(run) else None
-
-    found: dict[str, Any] = wait_until(check, timeout, 0.1, f"run {run_id}")
-    return found
-
-
-def journal(
-    coordinator: CoordinatorProcess, run_id: str, token_file: Path | None = None, after: int = 0
-) -> list[dict[str, Any]]:
-    doc = coordinator.cli_json(
-        "runs", "watch", run_id, "--no-follow", "--after-seq", str(after), token_file=token_file
-    )
-    events: list[dict[str, Any]] = doc["events"]
-    for e in events:
-        e["data"] = json.loads(e["dataJson"])
-    return events
-
-
-class TcpProxy:
-    """A loopback TCP relay to PostgreSQL that a test can cut, like a database going away."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        self.alive = True
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while self.alive:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.alive:
-                client.close()
-                return
-            upstream = socket.create_connection(self.target)
-            self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    continue
-            src.close()
-
-    def cut(self) -> None:
-        self.alive = False
-        # shutdown() first: close() alone leaves a listener that a thread blocks in accept() on.
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        for conn in self.conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
 
 
 class ConsoleProcess:

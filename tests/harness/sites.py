@@ -1,15 +1,22 @@
-"""A one-page site for desktop tests: a red marker, a text field, and a record of what arrived.
+"""Local web sites that tests drive real programs against, each a server in a daemon thread.
 
-The page reports what the browser really received (submitted text, clicks, wheel turns,
-drags) back to this server, so tests assert effects on a real window, not calls made.
+DesktopSite: one page for desktop tests (a red marker, a text field) that reports what the
+browser really received (submitted text, clicks, wheel turns, drags) back to this server, so
+tests assert effects on a real window, not calls made.
+
+SearchSite: the search backends' counterpart: a fake SearXNG (its real JSON shape) and results
+pages modelled on real engines' markup (tests/fixtures/search).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 # Page coordinates of the things on the page (the window is at 0,0 and fills the screen).
 MARKER = (600, 100, 200, 200)  # x, y, width, height of the solid #ff0000 block
@@ -112,3 +119,88 @@ class DesktopSite:
     def snapshot(self) -> tuple[list[str], list[dict[str, Any]]]:
         with self._lock:
             return list(self.submitted), list(self.events)
+
+
+# ------------------------------------------------------------------ search
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "search"
+
+
+def searxng_answer(query: str, results: list[tuple[str, str, str]]) -> dict[str, object]:
+    """A SearXNG `format=json` answer, as an instance returns it."""
+    return {
+        "query": query,
+        "number_of_results": 0,
+        "results": [
+            {
+                "url": url,
+                "title": title,
+                "content": content,
+                "engine": "duckduckgo",
+                "parsed_url": list(urlparse(url)),
+                "template": "default.html",
+                "engines": ["duckduckgo", "brave"],
+                "positions": [i + 1, i + 2],
+                "score": 2.0 / (i + 1),
+                "category": "general",
+                "publishedDate": None,
+            }
+            for i, (url, title, content) in enumerate(results)
+        ],
+        "answers": [],
+        "corrections": [],
+        "infoboxes": [],
+        "suggestions": ["lighthouse keeper"],
+        "unresponsive_engines": [["google", "timeout"]] if not results else [],
+    }
+
+
+class SearchSite:
+    """Serves /searxng/search (JSON), /closed/search (an instance without json: 403),
+    /ddg?q= and /bing?q= (fixtures); `results` is what the fake SearXNG answers."""
+
+    def __init__(self) -> None:
+        self.results: list[tuple[str, str, str]] = []
+        self.asked: list[str] = []
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                query = parse_qs(url.query)
+                q = query.get("q", [""])[0]
+                site.asked.append(self.path)
+                if url.path == "/searxng/search" and query.get("format") == ["json"]:
+                    hits = [r for r in site.results if any(w in r[2].lower() for w in q.split())]
+                    body = json.dumps(searxng_answer(q, hits)).encode()
+                    self._send(200, body, "application/json")
+                elif url.path in ("/searxng/search", "/closed/search"):
+                    self._send(403, b"<html><body>403 Forbidden</body></html>", "text/html")
+                elif url.path in ("/ddg", "/bing"):
+                    name = "ddg_html.html" if url.path == "/ddg" else "bing.html"
+                    page = (FIXTURES / name).read_text().replace("{query}", html.escape(q))
+                    self._send(200, page.encode(), "text/html; charset=utf-8")
+                else:
+                    self._send(404, b"not found", "text/plain")
+
+            def _send(self, status: int, body: bytes, kind: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> SearchSite:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,50 @@
+"""Real programs for tests and benchmarks, one module per kind of thing started:
+
+processes  coordinators, workers and the console (`deskfleet-*` subprocesses), waits on them
+client     the in-process gRPC client: plans submitted, runs waited on, journals read
+x11        an X server (Xvfb)
+postgres   the local PostgreSQL server: scratch databases and a relay a test can cut
+sites      local web sites (desktop form page, search engines)
+
+Everything starts a real program and cleans up after itself; nothing is simulated.
+"""
+
+from tests.harness.client import STOPPED, journal, submit, wait_run, write_plan
+from tests.harness.postgres import PG_ADMIN_URL, TcpProxy, postgres_available, scratch_database
+from tests.harness.processes import (
+    BIN,
+    IN_CI,
+    ConsoleProcess,
+    CoordinatorProcess,
+    WorkerProcess,
+    base_env,
+    tail,
+    wait_until,
+)
+from tests.harness.sites import FIELD, MARKER, DesktopSite, SearchSite
+from tests.harness.x11 import Xvfb
+
+__all__ = [
+    "BIN",
+    "FIELD",
+    "IN_CI",
+    "MARKER",
+    "PG_ADMIN_URL",
+    "STOPPED",
+    "ConsoleProcess",
+    "CoordinatorProcess",
+    "DesktopSite",
+    "SearchSite",
+    "TcpProxy",
+    "WorkerProcess",
+    "Xvfb",
+    "base_env",
+    "journal",
+    "postgres_available",
+    "scratch_database",
+    "submit",
+    "tail",
+    "wait_run",
+    "wait_until",
+    "write_plan",
+]
