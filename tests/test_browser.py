@@ -20,7 +20,7 @@ from scripts.local_site.server import (
 from tests.conftest import require
 from worker_agent.actions import ActionContext, ActionRegistry
 from worker_agent.browser.actions import BrowserActions
-from worker_agent.browser.service import BrowserService
+from worker_agent.browser.service import SPARE_PAGES, BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM
 
 pytestmark = pytest.mark.slow
@@ -233,6 +233,50 @@ def test_concurrent_units_of_a_run_share_one_context_closed_when_idle(site: str)
         assert service.open_contexts == 0
     finally:
         service.close()
+
+
+def test_an_idle_browser_keeps_one_spare_context_for_the_next_run_and_nothing_crosses(
+    site: str,
+) -> None:
+    """While nothing runs, a context with blank pages waits behind a guard that refuses
+    everything; the next run takes it (its first pages are ready) and gives the guard its
+    policy, and another spare is made once the browser is idle again."""
+    require(shutil.which(DEFAULT_CHROMIUM) is not None, f"no Chromium at {DEFAULT_CHROMIUM}")
+    service = BrowserService(DEFAULT_CHROMIUM, context_idle=0.4)
+    registry = ActionRegistry()
+    BrowserActions(service).register(registry)
+    handler, _ = registry.resolve("browser.fetch", "{}")
+
+    def fetch(run: str) -> dict[str, Any]:
+        args = {"url": f"{site}/varn/lens.html", "policy": LOCAL}
+        result: dict[str, Any] = handler(args, ActionContext(f"act_{run}", 1, 30, run_id=run))
+        return result
+
+    def spare_made() -> bool:
+        deadline = time.monotonic() + 20
+        while not service.spare_ready and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return service.spare_ready
+
+    try:
+        assert fetch("first")["outcome"] == "ok"  # the browser starts here
+        assert spare_made()
+        spare = service._spare
+        assert spare is not None and spare.guard.policy is None  # refuses everything
+        assert len(spare._idle) == SPARE_PAGES
+        second = fetch("second")
+        assert second["outcome"] == "ok", second
+        # The second run took the spare: its guard now holds the run's policy.
+        assert service.contexts_opened == 2 and spare.guard.policy is not None
+        assert spare_made() and service._spare is not spare  # a new one once idle again
+        assert "Lens" in fetch("third")["title"]
+    finally:
+        service.close()
+    assert not service.spare_ready
+
+
+def test_a_visible_browser_keeps_no_spare() -> None:
+    assert not BrowserService(DEFAULT_CHROMIUM, visible=True).keep_spare
 
 
 def test_a_page_cannot_take_the_browser_to_local_files(browser: ActionRegistry, site: str) -> None:

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from tests.harness import STOPPED, CoordinatorProcess, WorkerProcess, wait_run
+from worker_agent.browser.service import SPARE_PAGES
 
 pytestmark = pytest.mark.slow
 RUNS = 30  # about two minutes on a quiet 2-core machine (the issue asked 200: ~10 min)
@@ -38,11 +39,18 @@ def _chromium(worker: WorkerProcess) -> tuple[int, int, int]:
 
 
 def _settled(worker: WorkerProcess, renderers: int, timeout: float) -> tuple[int, int, int]:
+    """Chromium once it has no more than `renderers` renderers and the count held for 2 s
+    (the spare context is made in the background when the browser goes idle)."""
     deadline = time.monotonic() + timeout
-    seen = _chromium(worker)
-    while seen[1] > renderers and time.monotonic() < deadline:
+    seen, since = _chromium(worker), time.monotonic()
+    while time.monotonic() < deadline:
         time.sleep(0.5)
-        seen = _chromium(worker)
+        now = _chromium(worker)
+        if now[1] != seen[1]:
+            since = time.monotonic()
+        seen = now
+        if seen[1] <= renderers and time.monotonic() - since >= 2.0:
+            break
     return seen
 
 
@@ -65,16 +73,19 @@ def test_many_research_runs_leave_no_contexts_renderers_or_memory_behind(
             run = wait_run(coordinator, run_id, lambda r: r["status"] in STOPPED, timeout=300)
             assert run["status"] == "SUCCEEDED", run["stopReason"]
 
-    # The starting level: the browser up, one run done and its context idled out.
+    # The starting level: the browser up, one run done and its context idled out; what is
+    # left is the spare context's blank pages (a renderer or two each).
     wait_all([research(-1)])
-    start = _settled(worker, 0, IDLE * 10)
-    assert start[1] == 0, start
+    start = _settled(worker, 2 * SPARE_PAGES, IDLE * 10)
+    assert start[1] <= 2 * SPARE_PAGES, start
     with ThreadPoolExecutor(AT_ONCE) as pool:
         ids = list(pool.map(research, range(RUNS)))
     wait_all(ids)
     busy = _chromium(worker)
     end = _settled(worker, start[1], IDLE * 10)
-    assert end[1] == start[1], (start, busy, end)  # no renderer left behind
+    # No renderer left behind: back to the resting level (Chromium may keep one spare
+    # renderer of its own beside the spare context's, so the count at rest varies by one).
+    assert end[1] <= 2 * SPARE_PAGES, (start, busy, end)
     assert end[0] <= start[0] + 1, (start, busy, end)
     # Memory back near where it was (the browser process keeps some caches).
     assert end[2] <= start[2] * 1.3 + 64 * 1024 * 1024, (start, busy, end)

@@ -11,6 +11,13 @@ has been idle for `context_idle` seconds (a run that has ended sends nothing mor
 than `MAX_CONTEXTS` are open (the least recently used idle one goes first), so a worker's
 renderer processes and memory return to their level between runs.
 
+A new context and its first pages cost about half a second of browser work, paid by the first
+units of every run. A headless browser therefore keeps one spare: a context whose guard has no
+policy yet (it refuses everything) with `SPARE_PAGES` blank pages, made while nothing else runs,
+and handed to the next run that needs a context, which then gives its guard the run's policy.
+The spare never loaded anything, so no cookie or storage crosses runs. A visible browser keeps
+none (it would open windows on a person's desktop).
+
 Every context's only way out is its own egress guard (`egress.py`), a proxy that applies the
 run's network policy to each connection; the browser itself starts with a guard that refuses
 everything, no proxy bypass (not even loopback), QUIC off, no UDP outside the proxy (WebRTC)
@@ -41,6 +48,7 @@ T = TypeVar("T")
 MAX_CONTEXTS = 8
 IDLE_PAGES = 4
 CONTEXT_IDLE = 30.0  # seconds a run's context stays open with nothing to do
+SPARE_PAGES = 2  # blank pages kept ready in the spare context (each is a renderer at rest)
 EGRESS_ARGS = [
     "--proxy-bypass-list=<-loopback>",
     "--disable-quic",
@@ -80,6 +88,10 @@ class Pages:
             else:
                 await slot.page.close()
 
+    def idle_slots(self, slots: list[Slot]) -> None:
+        """Pages opened ahead of use, taken by the next units."""
+        self._idle.extend(slots)
+
     async def close(self) -> None:
         try:
             await self.context.close()
@@ -115,6 +127,9 @@ class BrowserService:
         self.contexts_opened = 0  # since the browser started (for tests and metrics)
         self._pages: asyncio.Semaphore | None = None
         self._closed_guard: EgressGuard | None = None
+        self.keep_spare = not visible
+        self._spare: Pages | None = None
+        self._making_spare: asyncio.Task[None] | None = None
 
     def run(
         self,
@@ -156,6 +171,12 @@ class BrowserService:
             finally:
                 pages.users -= 1
                 pages.last_used = time.monotonic()
+                self._want_spare()
+
+    @property
+    def spare_ready(self) -> bool:
+        """Whether a spare context waits for the next run (for tests and metrics)."""
+        return self._spare is not None
 
     @property
     def open_contexts(self) -> int:
@@ -179,7 +200,9 @@ class BrowserService:
         pages.last_used = time.monotonic()
         return pages
 
-    async def _open(self, key: tuple[object, ...], policy: BrowserPolicy) -> Pages:
+    async def _new_pages(self, policy: BrowserPolicy | None, blank: int = 0) -> Pages:
+        """A new context behind its own guard (no policy: the guard refuses everything), with
+        `blank` pages opened ahead of use."""
         assert self._browser is not None
         guard = await EgressGuard(policy, self.egress).start()
         try:
@@ -195,7 +218,40 @@ class BrowserService:
             raise
         # A page opened by a page (window.open, target=_blank) is a pop-up: closed at once.
         context.on("page", _close_if_popup)
-        pages = self._contexts[key] = Pages(context, guard)
+        pages = Pages(context, guard)
+        try:
+            slots = await asyncio.gather(*(new_slot(context, guard) for _ in range(blank)))
+        except BaseException:
+            await pages.close()
+            raise
+        pages.idle_slots(slots)
+        return pages
+
+    async def _make_spare(self) -> None:
+        try:
+            spare = await self._new_pages(None, SPARE_PAGES)
+        except Exception:  # a browser going away; the next run opens its own context
+            return
+        if self._spare is None and self._browser is not None:
+            self._spare = spare
+        else:
+            await spare.close()
+
+    def _want_spare(self) -> None:
+        """Make the spare in the background if there is none and the browser is idle."""
+        busy = any(p.users for p in self._contexts.values()) or self._opening
+        making = self._making_spare is not None and not self._making_spare.done()
+        if self.keep_spare and self._spare is None and not making and not busy:
+            self._making_spare = asyncio.ensure_future(self._make_spare())
+
+    async def _open(self, key: tuple[object, ...], policy: BrowserPolicy) -> Pages:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.guard.policy = policy  # it refused everything until now; nothing loaded yet
+            pages = spare
+        else:
+            pages = await self._new_pages(policy)
+        self._contexts[key] = pages
         self.contexts_opened += 1
         # Past the cap, the least recently used contexts that nothing is using are closed.
         over = len(self._contexts) - MAX_CONTEXTS
@@ -219,6 +275,7 @@ class BrowserService:
                         del self._contexts[key]
                     with contextlib.suppress(Exception):  # a browser that went away
                         await pages.close()
+            self._want_spare()
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -258,6 +315,7 @@ class BrowserService:
             self._pages = asyncio.Semaphore(self.max_pages)
             self._reaper = asyncio.ensure_future(self._reap())
             ready.set_result(None)
+            self._want_spare()
         except Exception as exc:  # reported to the action that asked for the browser
             ready.set_exception(exc)
 
@@ -277,7 +335,12 @@ class BrowserService:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        for pages in self._contexts.values():
+        if self._making_spare is not None:
+            self._making_spare.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._making_spare
+        spare, self._spare = self._spare, None
+        for pages in [*self._contexts.values(), *([spare] if spare else [])]:
             await pages.close()
         self._contexts.clear()
         if self._closed_guard is not None:
