@@ -4,7 +4,7 @@ measured again once the runs' contexts have idled out."""
 
 from __future__ import annotations
 
-import json
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -12,11 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
+from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import STOPPED, CoordinatorProcess, WorkerProcess, wait_run
 from worker_agent.browser.service import SPARE_PAGES
 
 pytestmark = pytest.mark.slow
-RUNS = 30  # about two minutes on a quiet 2-core machine (the issue asked 200: ~10 min)
+# 200 runs take about 6 minutes on two quiet cores: CI runs them (.ci/run sets the variable);
+# a plain `make test` runs 30, which is enough to see a context or renderer per run left over.
+RUNS = int(os.environ.get("DESKFLEET_LEAK_RUNS", "30"))
 AT_ONCE = 4
 IDLE = 2.0
 
@@ -61,11 +64,15 @@ def test_many_research_runs_leave_no_contexts_renderers_or_memory_behind(
     worker = workers("w", extra_args=("--browser-idle", str(IDLE)))
     worker.wait_online()
 
+    channel = coordinator.channel()
+    assert channel is not None  # plaintext on loopback, no TRACEPARENT: the harness's channel
+    stub = runs_pb2_grpc.RunServiceStub(channel)
+    md = coordinator.admin_metadata()
+
     def research(i: int) -> str:
         urls = [f"{site}/varn/notes/{(i + k) % 40}.html" for k in range(3)]
-        args = [x for u in urls for x in ("--url", u)]
-        done = coordinator.cli("research", f"tower {i}", *args, json_out=True, timeout=60)
-        run_id: str = json.loads(done.stdout)["id"]
+        request = runs_pb2.ResearchRequest(query=f"tower {i}", urls=urls)
+        run_id: str = stub.StartResearch(request, metadata=md, timeout=60).id
         return run_id
 
     def wait_all(ids: list[str]) -> None:
@@ -86,6 +93,7 @@ def test_many_research_runs_leave_no_contexts_renderers_or_memory_behind(
     # No renderer left behind: back to the resting level (Chromium may keep one spare
     # renderer of its own beside the spare context's, so the count at rest varies by one).
     assert end[1] <= 2 * SPARE_PAGES, (start, busy, end)
-    assert end[0] <= start[0] + 1, (start, busy, end)
+    # The browser's own processes (browser, GPU, utilities) stay as they were.
+    assert end[0] - end[1] <= start[0] - start[1] + 1, (start, busy, end)
     # Memory back near where it was (the browser process keeps some caches).
     assert end[2] <= start[2] * 1.3 + 64 * 1024 * 1024, (start, busy, end)

@@ -99,12 +99,16 @@ def test_the_worker_refuses_under_a_kill_switch_before_capturing(tmp_path: Path)
 
 
 def test_the_worker_falls_back_to_jpeg_when_png_is_too_large(tmp_path: Path) -> None:
+    # One noisy frame for every grab: PNG cannot shrink it much, and the two answers below
+    # must be of the same screen (a new noise per grab made PNG fit by chance).
+    frame = Image.effect_noise((640, 400), 128).convert("RGB")
+
     class Noise(Screen):
         def display(self, index: int) -> Any:
             return object()
 
         def grab(self, geometry: Any) -> Image.Image:
-            return Image.effect_noise((640, 400), 128).convert("RGB")
+            return frame.copy()
 
     order = worker_pb2.PeekScreenNow(peek_id="pk_1", display=0, max_bytes=MAX_BYTES)
     png = ScreenPeeker(Noise(), InputGuard(tmp_path)).answer(order)
