@@ -191,12 +191,15 @@ def test_in_a_terminal_top_refreshes_until_ctrl_c_and_exits_quietly(
         TERM="xterm",
     )
     leader, follower = pty.openpty()
+    # Started with SIGINT ignored, as a child of a process that ignores it would be (it is
+    # inherited through exec): Ctrl-C must still leave the live view.
     proc = subprocess.Popen(
         [BIN / "deskfleet", "top", "--interval", "0.2"],
         stdin=follower,
         stdout=follower,
         stderr=subprocess.PIPE,
         env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     os.close(follower)
     try:

@@ -8,6 +8,7 @@ frame, and `--json` prints the snapshot as one document.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -196,6 +197,9 @@ def top(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 def _live(read: Callable[[], dict[str, Any]], doc: dict[str, Any], interval: float) -> None:
     footer = f"every {interval:g} s; Ctrl-C to quit"
+    # A process started with SIGINT ignored (a parent that ignores it passes that on) would
+    # never leave a live view: this view says Ctrl-C quits, so it makes that true.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with Live(frame(doc, footer), auto_refresh=False, screen=False) as live:
             while True:
