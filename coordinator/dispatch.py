@@ -306,6 +306,8 @@ def _apply_batch(
             {item.action_id for item in batch},
             {item.action_id for item in batch if isinstance(item, Started)},
         )
+        # Each receipt's run then finds its stage done and the next one open without a read.
+        ledger.read_stages_ahead(s, {r.run_id for r in receipts}, ctx)
         for item in batch:
             if isinstance(item, Started):
                 orders += outcomes.apply_started(

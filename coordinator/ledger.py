@@ -8,7 +8,7 @@ transaction has committed: nothing reaches a worker before the ledger says so du
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,8 @@ class Context:
     _serving: frozenset[str] = frozenset()  # online and active: their slots count
     _free: int = 0
     _positions: int = 0
+    # Each run's open stage as last read in this transaction (`open_stage`).
+    _stages: dict[str, _OpenStage] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forget what an earlier try of the transaction read (it was rolled back)."""
@@ -97,6 +99,7 @@ class Context:
         self.stopped = set()
         self.capacity_changed = False
         self._positions = 0
+        self._stages = {}
 
     def fleet(self, s: Session) -> FleetSnapshot:
         """Enrolled workers, from memory: no store read, whatever the fleet's size."""
@@ -235,6 +238,33 @@ class Stage:
     ready_at: float  # when the stage could start: for the dispatch latency metric
 
 
+@dataclass(frozen=True)
+class _OpenStage:
+    """A run's lowest stage with a unit not done, as this transaction last found it: the stage
+    (None: every stage is done), its rows, when the stages before it were done and, when read
+    ahead, the next stage and its rows."""
+
+    stage: int | None
+    rows: Sequence[ActionRow]
+    ready: float
+    added: int  # units added to the session when it was found (`run_queries.units_added`)
+    next: tuple[int | None, Sequence[ActionRow]] | None = None
+
+
+def read_stages_ahead(s: Session, run_ids: Collection[str], ctx: Context) -> None:
+    """Read the open stage, and the stage after it, of many runs at once (the runs a batch of
+    receipts names): their `open_stage` calls in this transaction then read nothing."""
+    added = run_queries.units_added(s)
+    for run_id, found in run_queries.open_stages_of(s, run_ids).items():
+        ctx._stages[run_id] = _OpenStage(
+            found.stage,
+            found.rows,
+            found.finished_before or 0.0,
+            added,
+            (found.next_stage, found.next_rows),
+        )
+
+
 def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     """The run's current stage if it has units to dispatch; otherwise finish or stop the run
     when that is due, and None.
@@ -242,21 +272,20 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     Reads one stage's rows, not the whole run: the store names the lowest stage it has not seen
     done, and stages are then checked upwards on the session's rows, which hold this
     transaction's own changes (a batch of receipts runs without autoflush).
+
+    Within a transaction the stage found is kept (`Context._stages`) and checked upwards from
+    there the next time: the run is locked, so its rows change only through this session, and a
+    unit that is done stays done. A receipt's `advance` and the run's turn in line then share
+    one read, and a batch of receipts reads its runs' stages ahead, all at once
+    (`read_stages_ahead`). A unit added to the session makes what was kept stale.
     """
-    stage, finished_before = run_queries.first_open_stage(s, run.id)
-    ready = max(run.created_at, finished_before or 0.0)
-    while stage is not None:
-        rows = run_queries.stage_actions(s, run.id, stage)
-        current = [a for a in rows if a.status not in DONE]
-        if current:
-            break
-        ready = max([ready, *(a.finished_at or 0.0 for a in rows)])
-        stage = run_queries.next_stage(s, run.id, stage)
-    else:
+    stage, rows, ready = _current_stage(s, run, ctx)
+    if stage is None:
         hook = ctx.kind(run).on_completion
         said = hook(s, run, run_queries.actions_of(s, run.id), ctx) if hook is not None else None
         set_status(s, run, ctx, SUCCEEDED, stop_reason=said or "completed: every action succeeded")
         return None
+    current = [a for a in rows if a.status not in DONE]
     stuck = next((a for a in current if a.status not in (PENDING, *IN_FLIGHT)), None)
     if stuck is not None:  # an UNKNOWN or FAILED unit left in an active run: stop safely
         set_status(s, run, ctx, FAILED, stop_reason=f"{label(stuck)} is {stuck.status.lower()}")
@@ -265,6 +294,32 @@ def open_stage(s: Session, run: RunRow, ctx: Context) -> Stage | None:
     if not pending:
         return None
     return Stage(pending, len(current) - len(pending), ready)
+
+
+def _current_stage(
+    s: Session, run: RunRow, ctx: Context
+) -> tuple[int | None, Sequence[ActionRow], float]:
+    """The run's lowest stage with a unit not done, its rows, and when the stages before it
+    were done."""
+    added = run_queries.units_added(s)
+    known = ctx._stages.get(run.id)
+    following: tuple[int | None, Sequence[ActionRow]] | None = None
+    if known is not None and known.added == added:
+        stage, rows, ready, following = known.stage, known.rows, known.ready, known.next
+    else:
+        stage, finished_before = run_queries.first_open_stage(s, run.id)
+        ready = finished_before or 0.0
+        rows = run_queries.stage_actions(s, run.id, stage) if stage is not None else ()
+    ready = max(run.created_at, ready)
+    while stage is not None and all(a.status in DONE for a in rows):
+        ready = max([ready, *(a.finished_at or 0.0 for a in rows)])
+        if following is not None:  # read ahead: the store's next stage, no unit added since
+            (stage, rows), following = following, None
+            continue
+        stage = run_queries.next_stage(s, run.id, stage)
+        rows = run_queries.stage_actions(s, run.id, stage) if stage is not None else ()
+    ctx._stages[run.id] = _OpenStage(stage, rows, ready, added, following)
+    return stage, rows, ready
 
 
 def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:

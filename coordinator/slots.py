@@ -13,12 +13,14 @@ runs, the free slots are given out in the same transaction:
 - **A run never waits while a slot it could use is free.** Slot counts come from the store
   (after the transaction's own changes are flushed) and follow every status change made in the
   transaction (`ledger.move`), so a batch of receipts frees its slots before the line is
-  served.
+  served. The line is served without autoflush: the claims of one serving go out together at
+  commit.
 - Runs this transaction queued are tried even when no slot is free, so that their state says
   why they wait; the rest of the line is only walked while slots are free.
 
-Cost: one indexed read of the line per serving transaction, and one stage read per run tried.
-A run that cannot use the free slots (other labels or capability) is looked at each time.
+Cost: one indexed read of the line per serving transaction, and one stage read per run tried
+(none for a run whose stage this transaction has read already: a receipt's run). A run that
+cannot use the free slots (other labels or capability) is looked at each time.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def serve(s: Session, ctx: Context) -> list[Order]:
     if not ctx.queued and not ctx.capacity_changed:
         return []
     s.flush()  # places given in this transaction must be in the line read below
+    # The claims made below are flushed together at commit, not one run's at a time before
+    # each query: the queries that need the transaction's changes flush first (`Context.busy`)
+    # or read the session's own rows (`ledger.open_stage`).
+    with s.no_autoflush:
+        return _serve_line(s, ctx)
+
+
+def _serve_line(s: Session, ctx: Context) -> list[Order]:
     line = deque(run_queries.queued_run_ids(s))
     must_try = set(ctx.queued)
     orders: list[Order] = []

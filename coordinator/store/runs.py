@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, or_, select, text, update
-from sqlalchemy.orm import Session
+from sqlalchemy import and_, bindparam, event, func, or_, select, text, update
+from sqlalchemy.orm import Session, aliased
 
 from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow, RunRow
 
@@ -148,42 +148,133 @@ def queued_run_ids(s: Session) -> Sequence[str]:
     )
 
 
+# The stage queries run several times per receipt: built once, with their parameters bound at
+# each call, they skip the statement construction and cache-key work (most of their cost).
+_DONE = ("SUCCEEDED", "SKIPPED")
+_LOWEST_OPEN = (
+    select(func.min(ActionRow.stage))
+    .where(ActionRow.run_id == bindparam("run_id"), ActionRow.status.not_in(_DONE))
+    .scalar_subquery()
+)
+_FIRST_OPEN_STAGE = select(
+    _LOWEST_OPEN,
+    select(func.max(ActionRow.finished_at))
+    .where(ActionRow.run_id == bindparam("run_id"), ActionRow.stage < _LOWEST_OPEN)
+    .scalar_subquery(),
+)
+_NEXT_STAGE = select(func.min(ActionRow.stage)).where(
+    ActionRow.run_id == bindparam("run_id"), ActionRow.stage > bindparam("after")
+)
+_STAGE_ACTIONS = (
+    select(ActionRow)
+    .where(ActionRow.run_id == bindparam("run_id"), ActionRow.stage == bindparam("stage"))
+    .order_by(ActionRow.idx)
+)
+
+
+# Counts, per session, the action rows added to it: what was read of a run's stages before a
+# unit was added (a research search fans out its fetches) is not used after.
+ADDED_KEY = "deskfleet.actions_added"
+
+
+@event.listens_for(Session, "transient_to_pending")
+def _count_added(s: Session, instance: object) -> None:
+    if isinstance(instance, ActionRow):
+        s.info[ADDED_KEY] = s.info.get(ADDED_KEY, 0) + 1
+
+
+def units_added(s: Session) -> int:
+    """Action rows added to the session so far (a counter that only grows)."""
+    added: int = s.info.get(ADDED_KEY, 0)
+    return added
+
+
+@dataclass(frozen=True)
+class OpenStages:
+    """A run's lowest stage with an action the store has not seen done, its rows, when the
+    stages before it were done, and the stage after it with its rows (None: no stage after)."""
+
+    stage: int
+    rows: Sequence[ActionRow]
+    finished_before: float | None
+    next_stage: int | None
+    next_rows: Sequence[ActionRow]
+
+
+_lowest = (
+    select(ActionRow.run_id, func.min(ActionRow.stage).label("stage"))
+    .where(ActionRow.run_id.in_(bindparam("run_ids", expanding=True)))
+    .where(ActionRow.status.not_in(_DONE))
+    .group_by(ActionRow.run_id)
+    .subquery("lowest")
+)
+_later = aliased(ActionRow)
+_earlier = aliased(ActionRow)
+_heads = select(
+    _lowest.c.run_id,
+    _lowest.c.stage,
+    select(func.max(_earlier.finished_at))
+    .where(_earlier.run_id == _lowest.c.run_id, _earlier.stage < _lowest.c.stage)
+    .scalar_subquery()
+    .label("finished_before"),
+    select(func.min(_later.stage))
+    .where(_later.run_id == _lowest.c.run_id, _later.stage > _lowest.c.stage)
+    .scalar_subquery()
+    .label("next_stage"),
+).subquery("heads")
+# Each run's two stages, through the (run, stage) index; one statement, built once.
+_OPEN_STAGES = (
+    select(ActionRow, _heads.c.stage, _heads.c.finished_before, _heads.c.next_stage)
+    .join(
+        _heads,
+        and_(
+            ActionRow.run_id == _heads.c.run_id,
+            ActionRow.stage.in_([_heads.c.stage, _heads.c.next_stage]),
+        ),
+    )
+    .order_by(ActionRow.run_id, ActionRow.stage, ActionRow.idx)
+)
+
+
+def open_stages_of(s: Session, run_ids: Collection[str]) -> dict[str, OpenStages]:
+    """`first_open_stage` and the rows of that stage and of the next, for many runs at once:
+    one statement for a batch of receipts, where each receipt would read its run's stage, find
+    it done and read the next. Runs the store has seen done are left out."""
+    if not run_ids:
+        return {}
+    heads: dict[str, tuple[int, float | None, int | None]] = {}
+    rows: dict[tuple[str, int], list[ActionRow]] = {}
+    for action, stage, before, later in s.execute(_OPEN_STAGES, {"run_ids": sorted(run_ids)}):
+        heads[action.run_id] = (stage, before, later)
+        rows.setdefault((action.run_id, action.stage), []).append(action)
+    return {
+        run_id: OpenStages(
+            stage,
+            rows.get((run_id, stage), []),
+            before,
+            later,
+            rows.get((run_id, later), []) if later is not None else [],
+        )
+        for run_id, (stage, before, later) in heads.items()
+    }
+
+
 def first_open_stage(s: Session, run_id: str) -> tuple[int | None, float | None]:
     """The lowest stage with an action the store has not seen done: a lower bound of the
     run's current stage (a batch's own changes may not be flushed yet); and when the last
     action before that stage finished. One statement, through the (run, stage) index."""
-    lowest = (
-        select(func.min(ActionRow.stage))
-        .where(ActionRow.run_id == run_id, ActionRow.status.not_in(("SUCCEEDED", "SKIPPED")))
-        .scalar_subquery()
-    )
-    before = (
-        select(func.max(ActionRow.finished_at))
-        .where(ActionRow.run_id == run_id, ActionRow.stage < lowest)
-        .scalar_subquery()
-    )
-    stage, finished = s.execute(select(lowest, before)).one()
+    stage, finished = s.execute(_FIRST_OPEN_STAGE, {"run_id": run_id}).one()
     return stage, finished
 
 
 def next_stage(s: Session, run_id: str, after: int) -> int | None:
-    found: int | None = s.execute(
-        select(func.min(ActionRow.stage)).where(ActionRow.run_id == run_id, ActionRow.stage > after)
-    ).scalar()
+    found: int | None = s.execute(_NEXT_STAGE, {"run_id": run_id, "after": after}).scalar()
     return found
 
 
 def stage_actions(s: Session, run_id: str, stage: int) -> Sequence[ActionRow]:
     """The actions of one stage (through the (run, stage) index), in plan order."""
-    return (
-        s.execute(
-            select(ActionRow)
-            .where(ActionRow.run_id == run_id, ActionRow.stage == stage)
-            .order_by(ActionRow.idx)
-        )
-        .scalars()
-        .all()
-    )
+    return s.execute(_STAGE_ACTIONS, {"run_id": run_id, "stage": stage}).scalars().all()
 
 
 def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
