@@ -16,11 +16,19 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from coordinator import ledger
+from coordinator import ledger, slots
 from coordinator.dispatch import Started, _apply_batch
 from coordinator.orders import IncomingReceipt, Order, ReceiptVerdict
+from coordinator.run_kinds import RunKind
 from coordinator.store.engine import create_store_engine
-from coordinator.store.models import ActionRow, Base, GuidanceRow, JournalRow, ReceiptRow
+from coordinator.store.models import (
+    ActionRow,
+    Base,
+    GuidanceRow,
+    JournalRow,
+    ReceiptRow,
+    RunRow,
+)
 from tests.test_ledger_rules import Store, dispatched, in_flight, receipt
 
 
@@ -162,3 +170,78 @@ def test_guidance_waiting_for_a_run_is_delivered_at_its_receipt_in_a_batch(store
     [(run_id, data)] = store.read(delivered)
     assert run_id == guided and "look left" in data
     assert store.read(lambda s: s.get(GuidanceRow, "gdn_1")).delivered_at is not None
+
+
+def test_a_batch_reads_its_runs_stages_with_one_statement(store: Store) -> None:
+    """Each receipt's run finds its stage done and the next one open, and the run's turn in
+    line finds the same stage: one statement for the batch, none per receipt."""
+    for i in range(4):
+        store.worker(f"w{i}")
+    sequential = [store.submit(3) for _ in range(6)]
+    single = store.submit(1)
+    parallel = store.submit(2, stage_all=True)  # both units in flight, one receipt comes
+    flying = in_flight(store)
+    first_of_parallel = next(o for o in flying if o.run_id == parallel)
+    arriving = [o for o in flying if o.run_id != parallel] + [first_of_parallel]
+    with counting(store) as seen:
+        orders = store.run(batch(*(receipt(o) for o in arriving)))
+    assert verdicts(orders) == [(True, "")] * len(arriving)
+    assert len(seen.matching(r"^SELECT actions\.id.* FROM actions JOIN \(SELECT")) == 1
+    assert all("JOIN" in st for st in seen.matching(r"min\(actions\.stage\)"))
+    assert not seen.matching(r"FROM actions WHERE actions\.run_id = \S+ AND actions\.stage =")
+    # Each sequential run dispatched its second unit; the others have nothing to dispatch.
+    sent = dispatched(orders)
+    assert sorted(o.run_id for o in sent) == sorted(sequential)
+    second = store.read(
+        lambda s: {a.id for a in s.query(ActionRow).filter(ActionRow.idx == 1).all()}
+    )
+    assert all(o.action_id in second for o in sent)
+    assert store.run_row(single).status == ledger.SUCCEEDED
+    assert store.run_row(parallel).status == ledger.RUNNING
+    # The next batch finds the third stage from its own read ahead, and the runs end after it.
+    store.run(batch(*(receipt(o) for o in sent)))
+    last = dispatched(store.run(batch(*(receipt(o) for o in in_flight(store)))))
+    assert last == []
+    assert {store.run_row(r).status for r in sequential} == {ledger.SUCCEEDED}
+
+
+def test_a_unit_added_to_a_stage_in_the_transaction_is_dispatched_first(store: Store) -> None:
+    """A receipt hook may add a unit to the stage its receipt finished (a thorough research
+    run's fetches join the search's stage): the stage read ahead for the batch is then stale,
+    and the run must dispatch the added unit, not move on to the next stage."""
+    store.worker("w")
+    run_id = store.submit(2)
+    [first] = in_flight(store)
+
+    def add_unit(
+        s: Session, run: RunRow, action: ActionRow, result: Any, ctx: ledger.Context
+    ) -> None:
+        s.add(
+            ledger.new_action(
+                run.id,
+                run.actions_total,
+                action.stage,
+                "diag.added",
+                {},
+                idempotent=True,
+                route={},
+                intent="",
+                timeout=60.0,
+            )
+        )
+        run.actions_total += 1
+        s.flush()  # as research's hook does: the stage's rows are read from the store
+
+    ctx = ledger.Context(
+        lease_ttl=30.0,
+        max_attempts=3,
+        workers=store.index,
+        kinds={"plan": RunKind(on_receipt=add_unit)},
+    )
+    with Session(store.engine, expire_on_commit=False) as s, s.begin():
+        orders = batch(receipt(first))(s, ctx)
+        with s.no_autoflush:
+            orders += slots.serve(s, ctx)
+    [sent] = dispatched(orders)
+    assert sent.kind == "diag.added"
+    assert store.run_row(run_id).status == ledger.RUNNING
