@@ -59,6 +59,33 @@ def run_for_update(s: Session, run_id: str) -> RunRow | None:
     return run
 
 
+# A batch's statements, built once: their IN lists are bound at each call (expanding).
+_BATCH_RUNS = (
+    select(RunRow)
+    .where(
+        or_(
+            RunRow.id.in_(bindparam("run_ids", expanding=True)),
+            RunRow.id.in_(
+                select(ActionRow.run_id)
+                .where(ActionRow.id.in_(bindparam("started", expanding=True)))
+                .scalar_subquery()
+            ),
+        )
+    )
+    .order_by(RunRow.id)
+    .with_for_update()
+)
+_GUIDED_RUNS = (
+    select(GuidanceRow.run_id)
+    .where(
+        GuidanceRow.run_id.in_(bindparam("run_ids", expanding=True)),
+        GuidanceRow.delivered_at.is_(None),
+    )
+    .distinct()
+)
+_BATCH_ACTIONS = select(ActionRow).where(ActionRow.id.in_(bindparam("ids", expanding=True)))
+
+
 def lock_for_messages(
     s: Session, run_ids: Collection[str], action_ids: Collection[str], started: Collection[str]
 ) -> None:
@@ -74,14 +101,8 @@ def lock_for_messages(
     """
     if not action_ids:
         return
-    owning = select(ActionRow.run_id).where(ActionRow.id.in_(sorted(started)))
     runs = (
-        s.execute(
-            select(RunRow)
-            .where(or_(RunRow.id.in_(sorted(run_ids)), RunRow.id.in_(owning.scalar_subquery())))
-            .order_by(RunRow.id)
-            .with_for_update()
-        )
+        s.execute(_BATCH_RUNS, {"run_ids": sorted(run_ids), "started": sorted(started)})
         .scalars()
         .all()
     )
@@ -90,16 +111,8 @@ def lock_for_messages(
     held.rows += runs
     ids = sorted(run.id for run in runs)
     held.guidance_known.update(ids)
-    held.guided.update(
-        s.execute(
-            select(GuidanceRow.run_id)
-            .where(GuidanceRow.run_id.in_(ids), GuidanceRow.delivered_at.is_(None))
-            .distinct()
-        ).scalars()
-    )
-    actions = (
-        s.execute(select(ActionRow).where(ActionRow.id.in_(sorted(action_ids)))).scalars().all()
-    )
+    held.guided.update(s.execute(_GUIDED_RUNS, {"run_ids": ids}).scalars())
+    actions = s.execute(_BATCH_ACTIONS, {"ids": sorted(action_ids)}).scalars().all()
     held.rows += actions
     # A worker naming actions that do not exist costs this query, not one more per message.
     held.missing.update(set(action_ids) - {a.id for a in actions})
@@ -135,17 +148,12 @@ def line_is_empty(s: Session) -> bool:
     return first is None
 
 
+_LINE = select(RunRow.id).where(RunRow.queued_at.is_not(None)).order_by(RunRow.queued_at, RunRow.id)
+
+
 def queued_run_ids(s: Session) -> Sequence[str]:
     """Runs in line for a worker slot, oldest place first (an index scan)."""
-    return (
-        s.execute(
-            select(RunRow.id)
-            .where(RunRow.queued_at.is_not(None))
-            .order_by(RunRow.queued_at, RunRow.id)
-        )
-        .scalars()
-        .all()
-    )
+    return s.execute(_LINE).scalars().all()
 
 
 # The stage queries run several times per receipt: built once, with their parameters bound at
@@ -462,12 +470,14 @@ def guidance_totals(s: Session, run_id: str) -> tuple[int, int]:
 def in_flight_counts(s: Session) -> dict[str, int]:
     """Attempts in flight per worker that has any: the cost follows the work in flight, not
     the number of enrolled workers."""
-    rows = s.execute(
-        select(ActionRow.worker_id, func.count(ActionRow.id))
-        .where(ActionRow.status.in_(IN_FLIGHT))
-        .group_by(ActionRow.worker_id)
-    ).all()
-    return {worker: int(count) for worker, count in rows}
+    return {worker: int(count) for worker, count in s.execute(_IN_FLIGHT_COUNTS)}
+
+
+_IN_FLIGHT_COUNTS = (
+    select(ActionRow.worker_id, func.count(ActionRow.id))
+    .where(ActionRow.status.in_(IN_FLIGHT))
+    .group_by(ActionRow.worker_id)
+)
 
 
 def unknown_of_worker(s: Session, worker_id: str) -> Sequence[ActionRow]:
