@@ -43,6 +43,7 @@ from shared.receipts import (
     content_sha256,
     decode_result,
     encode_result,
+    encode_with,
 )
 from shared.tracing import TraceParent
 
@@ -147,7 +148,8 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     except ValueError:
         return [verdict(False, "the result is not valid JSON")]
     traced = TraceParent.parse(receipt.traceparent) if receipt.traceparent else None
-    body = encode_result(
+    result_text = encode_result(result)  # once, for the body and the journal's size check
+    body = encode_with(
         {
             "action": action.id,
             "run": run.id,
@@ -156,13 +158,14 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
             "epoch": action.epoch,
             "worker": receipt.worker_id,
             "status": receipt.status,
-            "result": result,
             "error": receipt.error,
             "started_at": receipt.started_at,
             "finished_at": receipt.finished_at,
             "fingerprint": action.fingerprint,
             **({"traceparent": traced.header()} if traced is not None else {}),
-        }
+        },
+        "result",
+        result_text,
     )
     row = ReceiptRow(
         id=new_id("rcp"),
@@ -201,7 +204,6 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         # The worker's own span of the attempt, to find its side of the trace from here.
         entry["traceId"] = traced.trace_id
         entry["spanId"] = traced.span_id
-    result_text = encode_result(result)
     if len(result_text) > ARCHIVE_OVER:
         entry["result_preview"] = result_text[:PREVIEW_CHARS]
         entry["incomplete"] = True

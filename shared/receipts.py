@@ -24,6 +24,17 @@ def encode_result(value: Any) -> str:
         raise InvalidArgumentError(f"value cannot be encoded as JSON: {exc}") from exc
 
 
+def encode_with(fields: dict[str, Any], key: str, encoded: str) -> str:
+    """`encode_result({**fields, key: value})` where `encoded` is `encode_result(value)`: a
+    value encoded once for several texts (a receipt's result) is not encoded again."""
+    before = {k: v for k, v in fields.items() if k < key}
+    after = {k: v for k, v in fields.items() if k > key}
+    parts = [encode_result(before)[1:-1] if before else "", f'"{key}":{encoded}']
+    if after:
+        parts.append(encode_result(after)[1:-1])
+    return "{" + ",".join(p for p in parts if p) + "}"
+
+
 def decode_result(text: str) -> Any:
     """The value of a JSON text; NaN and Infinity are refused as `encode_result` refuses them."""
     try:

@@ -16,7 +16,14 @@ import pytest
 
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2
-from shared.receipts import content_hash, decode_result, encode_result, fingerprint, safe_text
+from shared.receipts import (
+    content_hash,
+    decode_result,
+    encode_result,
+    encode_with,
+    fingerprint,
+    safe_text,
+)
 from worker_agent.action_log import (
     ActionLog,
     ReceiptRecord,
@@ -56,6 +63,25 @@ def test_results_round_trip_as_ascii(value: Any) -> None:
 
 def test_encoding_is_canonical() -> None:
     assert encode_result({"b": 1, "a": [1, "\x00"]}) == '{"a":[1,"\\u0000"],"b":1}'
+
+
+@pytest.mark.parametrize(
+    ("fields", "key"),
+    [
+        ({"action": "a", "run": "r", "error": '\u0000result"x', "z": None}, "result"),
+        ({"b": 1}, "a"),  # the value's key sorts first
+        ({"a": 1}, "b"),  # or last
+        ({}, "result"),
+        ({"result_preview": "p", "res": [1, {"k": "\ud800"}]}, "result"),
+    ],
+)
+@pytest.mark.parametrize("value", [None, {"echo": "\x00\U0001f600", "n": [1.5, True]}, "x" * 5000])
+def test_a_value_encoded_once_joins_a_canonical_text(
+    fields: dict[str, Any], key: str, value: Any
+) -> None:
+    # A receipt's body is built around its result's canonical text, not by encoding it again.
+    joined = encode_with(fields, key, encode_result(value))
+    assert joined == encode_result({**fields, key: value})
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), object(), {1, 2}, b"bytes"])
