@@ -5,6 +5,7 @@ into ledger transactions, batched so that many receipts share one commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -35,6 +36,11 @@ log = logging.getLogger(__name__)
 # leave it eligible to run again elsewhere while we wait.
 FINALIZE_DEADLINE = 2.0
 INGEST_BATCH = 256
+# A batch of starts alone waits this long for a receipt to join it. A start is not urgent
+# (leases are renewed by the heartbeat; it only moves the action to STARTED and journals it),
+# while a quick action's receipt follows it within milliseconds: committed apart, the start's
+# transaction (and its fsync) would sit in front of the receipt's on the one writer.
+STARTED_GRACE = 0.05
 RECONNECT_GRACE = 10.0
 
 
@@ -197,14 +203,22 @@ class Dispatcher:
     async def _ingest_loop(self) -> None:
         while True:
             batch = [await self._inbox.get()]
-            # Whatever arrived while the previous batch was being committed joins this one.
-            while not self._inbox.empty() and len(batch) < INGEST_BATCH:
-                batch.append(self._inbox.get_nowait())
+            self._take_arrived(batch)
+            if all(isinstance(item, Started) for item in batch):
+                # Cancelling a queue's get loses no item: it is taken only once the get returns.
+                with contextlib.suppress(TimeoutError):
+                    batch.append(await asyncio.wait_for(self._inbox.get(), STARTED_GRACE))
+                self._take_arrived(batch)
             try:
                 await self.run_unit(functools.partial(_apply_batch, batch=batch))
             except DeskfleetError as exc:
                 # Not acknowledged, so the workers keep these receipts and send them again.
                 log.warning("could not record %d worker messages: %s", len(batch), exc)
+
+    def _take_arrived(self, batch: list[IncomingReceipt | Started]) -> None:
+        """Whatever arrived while the previous batch was being committed joins this one."""
+        while not self._inbox.empty() and len(batch) < INGEST_BATCH:
+            batch.append(self._inbox.get_nowait())
 
     # ------------------------------------------------------------------ timeouts and sweep
 

@@ -383,7 +383,9 @@ class Runs:
         self._bus = bus
         self._allow_private = allow_private_networks
 
-    async def submit(self, owner: Principal, plan: Plan) -> RunView:
+    async def submit(self, owner: Principal, plan: Plan, *, wait: float = 0.0) -> RunView:
+        """Write the run and dispatch what can start; with `wait`, then wait up to that many
+        seconds for the run to stop (as `wait` does)."""
         plan = replace(
             plan,
             actions=tuple(
@@ -455,22 +457,22 @@ class Runs:
             return orders
 
         created: list[RunView] = []
-        await self._dispatcher.run_unit(unit)
-        return created[0]
+        if wait <= 0:
+            await self._dispatcher.run_unit(unit)
+            return created[0]
+        # Subscribed before the run exists, so that nothing needs reading until it stops.
+        wake = self._bus.subscribe(run_id, stops_only=True)
+        try:
+            await self._dispatcher.run_unit(unit)
+            if created[0].run.status not in ledger.ACTIVE:
+                return created[0]
+            return await self._wait(owner, run_id, time.monotonic() + wait, wake, woken=False)
+        finally:
+            self._bus.unsubscribe(run_id, wake)
 
     async def get(self, owner: Principal, run_id: str, *, with_timeline: bool = False) -> RunView:
         def unit(s: Session) -> RunView:
-            run = owned_run(s, owner, run_id)
-            guidance = run_queries.undelivered_guidance(s, run_id)
-            return RunView(
-                run,
-                tuple(run_queries.actions_of(s, run_id)),
-                len(guidance),
-                tuple(desktop_queries.artifacts_of_run(s, run_id)),
-                # Read with the run, so its status and the timeline's agree.
-                timelines.of_run(s, run_id, time.time()) if with_timeline else None,
-                run_queries.receipt_traces(s, run_id),
-            )
+            return _view(s, owned_run(s, owner, run_id), with_timeline=with_timeline)
 
         return await self._db.read(unit)
 
@@ -486,23 +488,42 @@ class Runs:
         return [RunView(r) for r in await self._db.read(unit)]
 
     async def wait(self, owner: Principal, run_id: str, timeout: float) -> RunView:  # noqa: ASYNC109
-        deadline = time.monotonic() + timeout
         # Subscribed before reading, so a change between the read and the wait still wakes us;
-        # only the run's end wakes it, not each start and receipt on the way. Until then only
-        # the run's status is read (by primary key), not its whole view: many waiters polling
-        # whole views had cost the coordinator a third of its time.
+        # only the run's end wakes it, not each start and receipt on the way.
         wake = self._bus.subscribe(run_id, stops_only=True)
         try:
-            while True:
-                wake.clear()
-                status = await self._db.read(_status_of, owner, run_id)
-                remaining = deadline - time.monotonic()
-                if status not in ledger.ACTIVE or remaining <= 0:
-                    return await self.get(owner, run_id)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), min(remaining, WAIT_POLL))
+            return await self._wait(owner, run_id, time.monotonic() + timeout, wake, woken=True)
         finally:
             self._bus.unsubscribe(run_id, wake)
+
+    async def _wait(
+        self, owner: Principal, run_id: str, deadline: float, wake: asyncio.Event, *, woken: bool
+    ) -> RunView:
+        """The run's view once it has stopped or at `deadline` (monotonic), whichever is first.
+
+        `woken`: read at once (False: the caller knows the run is active and subscribed `wake`
+        before it could stop). Each read is one transaction: the run's status (by primary key)
+        and, only when it has stopped or the time is up, its whole view. Many waiters polling
+        whole views had cost the coordinator a third of its time, and a status read followed
+        by a view read cost a stopped run's waiter two hops to the store instead of one.
+        """
+
+        def unit(s: Session) -> RunView | None:
+            run = owned_run(s, owner, run_id)
+            if run.status in ledger.ACTIVE and time.monotonic() < deadline:
+                return None
+            return _view(s, run, with_timeline=False)
+
+        while True:
+            if woken:
+                wake.clear()
+                view = await self._db.read(unit)
+                if view is not None:
+                    return view
+            woken = True
+            remaining = deadline - time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), max(0.0, min(remaining, WAIT_POLL)))
 
     async def cancel(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:
@@ -707,8 +728,18 @@ def new_run(
     )
 
 
-def _status_of(s: Session, who: Principal, run_id: str) -> str:
-    return owned_run(s, who, run_id).status
+def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:
+    run_id = run.id
+    guidance = run_queries.undelivered_guidance(s, run_id)
+    return RunView(
+        run,
+        tuple(run_queries.actions_of(s, run_id)),
+        len(guidance),
+        tuple(desktop_queries.artifacts_of_run(s, run_id)),
+        # Read with the run, so its status and the timeline's agree.
+        timelines.of_run(s, run_id, time.time()) if with_timeline else None,
+        run_queries.receipt_traces(s, run_id),
+    )
 
 
 def _listed_owner(s: Session, who: Principal, owner: str) -> str | None:

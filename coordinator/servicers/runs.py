@@ -159,9 +159,7 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         if not 0 <= wait <= 3600:  # NaN fails this too
             raise InvalidArgumentError("wait_seconds: between 0 and 3600")
         me = current_principal()
-        view = await self._runs.submit(me, plan)
-        if wait > 0 and view.run.status in ledger.ACTIVE:
-            view = await self._runs.wait(me, view.run.id, wait)
+        view = await self._runs.submit(me, plan, wait=wait)
         return run_message(view)
 
     async def StartResearch(
