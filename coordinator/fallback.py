@@ -33,10 +33,19 @@ def _desktops(s: Session, labels: dict[str, str], ctx: Context) -> list[WorkerVi
             v
             for v in ctx.fleet(s)
             if v.offers(capabilities.COMPUTER_USE)
+            and _has_browser(v)
             and all(v.labels.get(k) == val for k, val in labels.items())
         ),
         key=lambda v: (not v.online, v.id),
     )
+
+
+def _has_browser(view: WorkerView) -> bool:
+    """Whether Chromium launches on this desktop, as its headless probe measured: the visible
+    browser is the same one. Measured, not granted: a token may grant a desktop Computer Use
+    only and the fallback still uses its browser; one run with --no-headless has none."""
+    measured = view.advertisement.capability(capabilities.HEADLESS)
+    return measured is not None and measured.available
 
 
 def _research_approval(s: Session, run: RunRow) -> ApprovalRow | None:
@@ -52,7 +61,8 @@ def route(
     if approval is None:
         found = _desktops(s, wanted.get("labels") or {}, ctx)
         if not found:
-            return None, "no_eligible_worker", "no desktop offers computer_use for the fallback"
+            why = "no desktop offers computer_use with a working browser for the fallback"
+            return None, "no_eligible_worker", why
         asked = Scope(("browser",), (0,), None, DEFAULT_TTL, DEFAULT_UNITS)
         approval = desktop.new_approval(
             run,

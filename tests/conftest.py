@@ -60,9 +60,18 @@ def own_coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
     proc.stop()
 
 
+# Whether the `workers` and `module_workers` fixtures start workers with a browser. A module
+# whose workers never browse overrides it (module-scoped, returning False): each of its workers
+# then runs with --no-headless and starts without launching Chromium; a test that needs one
+# browsing worker there asks for it with `browser=True`.
+@pytest.fixture(scope="module")
+def worker_browser() -> bool:
+    return True
+
+
 @pytest.fixture
 def workers(
-    coordinator: CoordinatorProcess, tmp_path: Path
+    coordinator: CoordinatorProcess, tmp_path: Path, worker_browser: bool
 ) -> Iterator[Callable[..., WorkerProcess]]:
     """Factory of enrolled, running workers of the test's coordinator (their state in the
     test's own directory, so that tests sharing a coordinator can reuse names)."""
@@ -74,6 +83,7 @@ def workers(
         display_env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
         start: bool = True,
+        browser: bool | None = None,
     ) -> WorkerProcess:
         worker = WorkerProcess(
             coordinator,
@@ -81,6 +91,7 @@ def workers(
             display_env=display_env,
             extra_args=extra_args,
             home=tmp_path / "workers",
+            browser=worker_browser if browser is None else browser,
         )
         started.append(worker)
         return worker.start() if start else worker
@@ -92,7 +103,9 @@ def workers(
 
 @pytest.fixture(scope="module")
 def module_workers(
-    module_coordinator: CoordinatorProcess, tmp_path_factory: pytest.TempPathFactory
+    module_coordinator: CoordinatorProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+    worker_browser: bool,
 ) -> Iterator[Callable[..., WorkerProcess]]:
     """A module's worker pool on its shared coordinator: started once, stopped after the
     module's last test (each test still makes its own runs and users)."""
@@ -100,10 +113,19 @@ def module_workers(
     started: list[WorkerProcess] = []
 
     def make(
-        name: str, *, display_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+        name: str,
+        *,
+        display_env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        browser: bool | None = None,
     ) -> WorkerProcess:
         worker = WorkerProcess(
-            module_coordinator, name, display_env=display_env, extra_args=extra_args, home=home
+            module_coordinator,
+            name,
+            display_env=display_env,
+            extra_args=extra_args,
+            home=home,
+            browser=worker_browser if browser is None else browser,
         )
         started.append(worker)
         return worker.start()

@@ -105,6 +105,24 @@ def test_a_headless_node_skips_the_desktop_checks(coordinator: CoordinatorProces
     assert (done.returncode, done.stdout.splitlines()[-1]) == (0, "all checks passed")
 
 
+def test_a_node_without_a_browser_skips_the_browser_check(
+    coordinator: CoordinatorProcess,
+) -> None:
+    # Given a Chromium that cannot launch: skipped means not even tried.
+    worker = enrolled(coordinator, "no-browser")
+    code, rows, _ = doctor_json(
+        worker.state_dir, "--no-computer-use", "--no-headless", "--chromium", "/nonexistent"
+    )
+    assert code == 0, rows
+    assert rows["browser"] == {
+        "name": "browser",
+        "status": "skip",
+        "detail": "browser disabled here (--no-headless)",
+        "fix": "",
+    }
+    assert statuses(rows)["coordinator"] == statuses(rows)["credential"] == "ok"
+
+
 def test_with_a_display_every_check_passes(coordinator: CoordinatorProcess, xvfb: Xvfb) -> None:
     require(os.path.exists(DEFAULT_CHROMIUM), f"no Chromium at {DEFAULT_CHROMIUM}")
     worker = enrolled(coordinator, "desktop")

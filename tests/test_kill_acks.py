@@ -26,6 +26,12 @@ from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
 NOW = 1_000_000.0
 
 
+@pytest.fixture(scope="module")
+def worker_browser() -> bool:
+    """These tests' workers never browse: they start without Chromium (--no-headless)."""
+    return False
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     url = (

@@ -92,7 +92,7 @@ def test_killed_worker_goes_offline(
 def test_silent_worker_goes_offline_after_its_lease_and_comes_back(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
 ) -> None:
-    worker = workers("sleepy")
+    worker = workers("sleepy", browser=False)
     worker.wait_online()
     # A stopped process keeps its TCP connection open: only the lease can tell it is gone.
     worker.signal(signal.SIGSTOP)
@@ -107,7 +107,7 @@ def test_silent_worker_goes_offline_after_its_lease_and_comes_back(
 def test_revoked_worker_is_cut_off_at_once_and_refused_afterwards(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
 ) -> None:
-    worker = workers("revokee")
+    worker = workers("revokee", browser=False)
     worker.wait_online()
     revoked_at = time.monotonic()
     out = coordinator.cli("workers", "revoke", worker.worker_id).stdout
@@ -143,7 +143,7 @@ def test_drained_worker_stays_connected_but_takes_no_new_work(
 def test_worker_reconnects_after_the_coordinator_restarts(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
 ) -> None:
-    worker = workers("faithful")
+    worker = workers("faithful", browser=False)
     worker.wait_online()
     port = coordinator.port
     coordinator.kill()

@@ -109,7 +109,7 @@ def test_owner_limits_refuse_new_runs_until_there_is_room(
     assert len(acts) == 3 and all(e["actorRole"] == "admin" for e in acts)
 
     # Runs a worker finishes leave the count; their receipts count as stored bytes.
-    worker = WorkerProcess(coordinator, "w").start()
+    worker = WorkerProcess(coordinator, "w", browser=False).start()
     try:
         worker.wait_online()
         for run in (second, third):

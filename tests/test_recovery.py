@@ -29,6 +29,12 @@ from worker_agent.action_log import LOG_NAME, read_frames
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def worker_browser() -> bool:
+    """These tests' workers never browse: they start without Chromium (--no-headless)."""
+    return False
+
+
 def _started(run: dict) -> bool:
     return run["actions"][0]["status"] == "STARTED"
 
@@ -60,7 +66,7 @@ def test_a_non_idempotent_action_with_an_unknown_outcome_is_handed_back_not_retr
     # A lease long enough for the restarted worker to report before the lease lapses, so the
     # outcome is known to be unknown from the worker's own action log.
     coordinator = CoordinatorProcess(tmp_path / "coord", lease=8.0).start()
-    worker = WorkerProcess(coordinator, "w").start()
+    worker = WorkerProcess(coordinator, "w", browser=False).start()
     try:
         _hand_back_then_retry(coordinator, worker, tmp_path)
     finally:
@@ -249,7 +255,7 @@ def test_chaos_the_coordinator_dies_between_a_receipt_commit_and_its_ack(tmp_pat
     """The receipt is in the store but the worker never heard so: after a restart on the same
     store and port the worker replays it, and the run ends with every receipt exactly once."""
     coordinator = CoordinatorProcess(tmp_path / "coord").start()
-    worker = WorkerProcess(coordinator, "w").start()
+    worker = WorkerProcess(coordinator, "w", browser=False).start()
     try:
         worker.wait_online()
         port = coordinator.port

@@ -26,6 +26,12 @@ from tests.harness import (
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def worker_browser() -> bool:
+    """These tests' workers never browse: they start without Chromium (--no-headless)."""
+    return False
+
+
 def _kinds(events: list[dict]) -> list[str]:
     return [e["kind"] for e in events]
 
@@ -74,7 +80,7 @@ def test_a_plan_runs_in_order_with_receipts_and_a_verified_journal(
 def test_no_eligible_worker_waits_with_the_reason_and_keeps_progress(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
-    workers("headless-only").wait_online()
+    workers("no-desktop").wait_online()
     plan = write_plan(
         tmp_path / "plan.json",
         [

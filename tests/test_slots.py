@@ -43,7 +43,7 @@ class Fleet:
             lease=10.0,
             serve_args=("--line-check-interval", "600"),
         ).start()
-        self.workers = [WorkerProcess(self.coordinator, name) for name in ("a", "b")]
+        self.workers = [WorkerProcess(self.coordinator, name, browser=False) for name in ("a", "b")]
         for worker in self.workers:
             worker.start()
         for worker in self.workers:

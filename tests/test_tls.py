@@ -83,7 +83,7 @@ def tls_worker(
     tls_coordinator: CoordinatorProcess, request: pytest.FixtureRequest
 ) -> Iterator[WorkerProcess]:
     worker = WorkerProcess(
-        tls_coordinator, request.node.name[-40:], extra_args=("--no-computer-use",)
+        tls_coordinator, request.node.name[-40:], extra_args=("--no-computer-use",), browser=False
     )
     yield worker
     worker.stop()

@@ -104,6 +104,12 @@ def _value(v: Any) -> Any:
     return getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
 
 
+@pytest.fixture(scope="module")
+def worker_browser() -> bool:
+    """These tests' workers never browse: they start without Chromium (--no-headless)."""
+    return False
+
+
 @pytest.fixture
 def collector() -> Iterator[Collector]:
     received = Collector().start()
@@ -192,7 +198,9 @@ def test_spans_leave_the_cli_the_coordinator_and_the_worker_as_one_trace(
     coordinator = CoordinatorProcess(
         tmp_path / "c", serve_args=("--otlp-endpoint", endpoint)
     ).start()
-    worker = WorkerProcess(coordinator, "w", extra_args=("--otlp-endpoint", endpoint))
+    worker = WorkerProcess(
+        coordinator, "w", extra_args=("--otlp-endpoint", endpoint), browser=False
+    )
     try:
         worker.start().wait_online()
         trace_id, outer_span = _outer()
@@ -239,7 +247,7 @@ def test_logs_are_json_lines_with_the_ids_of_the_action(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     coordinator = CoordinatorProcess(tmp_path / "c", serve_args=("--log-level", "DEBUG")).start()
-    worker = WorkerProcess(coordinator, "w")
+    worker = WorkerProcess(coordinator, "w", browser=False)
     try:
         worker.start().wait_online()
         trace_id, outer_span = _outer()

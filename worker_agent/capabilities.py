@@ -30,10 +30,15 @@ CHROMIUM_ARGS = [
 ]
 
 
+HEADLESS_DISABLED = "disabled by local policy (--no-headless)"
+
+
 @dataclass(frozen=True)
 class ProbeOptions:
     chromium: str = DEFAULT_CHROMIUM
     computer_use_allowed: bool = True
+    # False (`--no-headless`): no browser is imported, launched or offered on this machine.
+    headless_allowed: bool = True
     browser_timeout: float = 30.0
     research_apps: tuple[str, ...] = ()  # `--research-app` names, advertised as they are
 
@@ -91,6 +96,8 @@ def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Ca
 def probe_headless(options: ProbeOptions) -> tuple[Capability, str]:
     """(capability, browser version)."""
     name = "headless"
+    if not options.headless_allowed:
+        return Capability(name, False, HEADLESS_DISABLED), ""
     if not os.path.exists(options.chromium):
         return (
             Capability(
@@ -143,8 +150,9 @@ def measure(options: ProbeOptions, labels: dict[str, str]) -> Advertisement:
         computer_use = probe_computer_use(display_problem, options)
         headless, browser_version = browser_future.result()
     versions = {"deskfleet": __version__, "python": platform.python_version()}
-    with contextlib.suppress(PackageNotFoundError):  # the headless probe reports its absence
-        versions["playwright"] = package_version("playwright")
+    if options.headless_allowed:  # a worker without a browser has no Playwright to speak of
+        with contextlib.suppress(PackageNotFoundError):  # the headless probe reports its absence
+            versions["playwright"] = package_version("playwright")
     if browser_version:
         versions["chromium"] = browser_version
     return Advertisement(

@@ -11,6 +11,7 @@ import platform
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -26,9 +27,8 @@ from shared.errors import (
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.transport import is_loopback, plaintext_warning
 from worker_agent.action_log import ActionLog
-from worker_agent.actions import default_registry
-from worker_agent.browser.actions import BrowserActions
-from worker_agent.browser.service import CONTEXT_IDLE, BrowserService
+from worker_agent.actions import ActionContext, ActionRefused, ActionRegistry, default_registry
+from worker_agent.browser import ACTION_KINDS, CONTEXT_IDLE
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.certificates import WorkerTransport, new_request, with_port
 from worker_agent.connection import WorkerConnection
@@ -44,6 +44,9 @@ from worker_agent.research_app import APPS_DIR, ResearchApps, app_user, parse_ap
 from worker_agent.research_app import MAX_TIMEOUT as MAX_APP_TIMEOUT
 from worker_agent.scratch import ScratchDir
 from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
+
+if TYPE_CHECKING:  # imported when used: a worker without a browser never imports Playwright
+    from worker_agent.browser.service import BrowserService
 
 EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
 ENV_CA_FILE = "DESKFLEET_CA_FILE"
@@ -97,6 +100,12 @@ def _parser() -> argparse.ArgumentParser:
         "--no-computer-use",
         action="store_true",
         help="never offer desktop control, whatever this machine can do",
+    )
+    run.add_argument(
+        "--no-headless",
+        action="store_true",
+        help="never offer a browser (headless, or visible for the research fallback): Chromium"
+        " is neither launched nor measured, and browser actions are refused",
     )
     run.add_argument(
         "--research-app",
@@ -167,6 +176,11 @@ def _parser() -> argparse.ArgumentParser:
         "--no-computer-use",
         action="store_true",
         help="a node that never offers desktop control: skip the display and input checks",
+    )
+    doctor.add_argument(
+        "--no-headless",
+        action="store_true",
+        help="a node that never offers a browser: skip the browser check",
     )
     doctor.add_argument(
         "--max-skew",
@@ -316,20 +330,13 @@ async def _run(args: argparse.Namespace) -> None:
     options = ProbeOptions(
         chromium=args.chromium,
         computer_use_allowed=not args.no_computer_use,
+        headless_allowed=not args.no_headless,
         research_apps=apps.names,
     )
-    # The browser starts with the first browser action, not with the worker.
     if not args.browser_idle > 0:
         raise SystemExit("deskfleet-worker: --browser-idle must be positive")
-    browser = BrowserService(args.chromium, context_idle=args.browser_idle)
     registry = default_registry(ScratchDir.of(args.state_dir))
-    # The research fallback's visible browser, on this desktop's display, started on first use.
-    visible = (
-        None
-        if args.no_computer_use
-        else BrowserService(args.chromium, visible=True, context_idle=args.browser_idle)
-    )
-    BrowserActions(browser, visible).register(registry)
+    browsers = _browsers(args, registry)
     apps.register(registry)
     desktop = None if args.no_computer_use else DesktopActions()
     if desktop is not None:
@@ -370,11 +377,42 @@ async def _run(args: argparse.Namespace) -> None:
     finally:
         metrics.close()
         actions.close()
-        await asyncio.to_thread(browser.close)
-        if visible is not None:
-            await asyncio.to_thread(visible.close)
+        for browser in browsers:
+            await asyncio.to_thread(browser.close)
         # Last: spans of attempts cancelled above are ended by now, and exported.
         await asyncio.to_thread(spans.shutdown)
+
+
+def _browsers(args: argparse.Namespace, registry: ActionRegistry) -> list[BrowserService]:
+    """Register the browser actions; the browsers to close when the worker stops.
+
+    A browser starts with the first browser action, not with the worker. With --no-headless
+    there is none at all: Playwright is not even imported (it and the page extraction take
+    about a second of a core), and a browser action that reaches this worker anyway is refused.
+    """
+    if args.no_headless:
+        for kind in ACTION_KINDS:
+            registry.register(kind, _no_browser)
+        return []
+    from worker_agent.browser.actions import BrowserActions
+    from worker_agent.browser.service import BrowserService
+
+    browser = BrowserService(args.chromium, context_idle=args.browser_idle)
+    # The research fallback's visible browser, on this desktop's display, started on first use.
+    visible = (
+        None
+        if args.no_computer_use
+        else BrowserService(args.chromium, visible=True, context_idle=args.browser_idle)
+    )
+    BrowserActions(browser, visible).register(registry)
+    return [browser] if visible is None else [browser, visible]
+
+
+def _no_browser(args: dict[str, Any], ctx: ActionContext) -> Any:
+    raise ActionRefused(
+        "this worker runs without a browser (--no-headless): it offers no headless capability",
+        code="not_offered",
+    )
 
 
 def _kill(args: argparse.Namespace) -> str:
@@ -397,7 +435,9 @@ def _doctor(args: argparse.Namespace) -> int:
         DoctorOptions(
             state_dir=args.state_dir,
             probe=ProbeOptions(
-                chromium=args.chromium, computer_use_allowed=not args.no_computer_use
+                chromium=args.chromium,
+                computer_use_allowed=not args.no_computer_use,
+                headless_allowed=not args.no_headless,
             ),
             coordinators=coordinators,
             max_skew=args.max_skew,

@@ -104,18 +104,25 @@ def diagnose(options: DoctorOptions) -> Report:
     granted = _granted(identity)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="doctor-browser") as pool:
         # The browser launch dominates; it runs while the display and coordinator are checked.
-        browser = pool.submit(_check_browser, options.probe) if "headless" in granted else None
+        browser = (
+            pool.submit(_check_browser, options.probe)
+            if "headless" in granted and options.probe.headless_allowed
+            else None
+        )
         checks = _check_desktop(options.probe, granted)
         coordinators = options.coordinators or (identity.coordinators if identity else [])
         reachable, coordinator_check = _check_coordinators(coordinators, options.rpc_timeout, ca)
         credential_check, clock_check, skew = _check_credential_and_clock(
             identity, credential, state_problem, reachable, options, ca
         )
-        browser_check = (
-            browser.result()
-            if browser is not None
-            else Check("browser", Status.SKIP, "the enrollment token did not grant headless")
-        )
+        if browser is not None:
+            browser_check = browser.result()
+        elif not options.probe.headless_allowed:
+            browser_check = Check("browser", Status.SKIP, "browser disabled here (--no-headless)")
+        else:
+            browser_check = Check(
+                "browser", Status.SKIP, "the enrollment token did not grant headless"
+            )
     checks += [browser_check, coordinator_check, credential_check, clock_check]
     return Report(
         checks,

@@ -344,9 +344,12 @@ class WorkerProcess:
         display_env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
         home: Path | None = None,
+        browser: bool = True,
     ):
         """`home`: where its state directory and log go (default: the coordinator's workdir;
-        tests that share a coordinator give each test its own)."""
+        tests that share a coordinator give each test its own). `browser=False` runs it with
+        --no-headless: no Chromium is launched, even to measure it (about a second of a core
+        per start), for tests whose workers never browse."""
         self.coordinator = coordinator
         self.name = name
         home = home or coordinator.workdir
@@ -355,6 +358,7 @@ class WorkerProcess:
         self.log = home / f"worker-{name}.log"
         self.display_env = display_env or {}
         self.extra_args = extra_args
+        self.browser = browser
         self.proc: subprocess.Popen[str] | None = None
         self.worker_id = ""
         self._log_file: Any = None
@@ -402,6 +406,7 @@ class WorkerProcess:
                 "run",
                 "--state-dir",
                 str(self.state_dir),
+                *(() if self.browser else ("--no-headless",)),
                 *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,

@@ -22,6 +22,7 @@ from playwright.async_api import Page
 from shared import passages
 from shared.search import SearchSpec, search_spec
 from worker_agent.actions import ActionContext, ActionFailed, ActionRefused, ActionRegistry
+from worker_agent.browser import ACTION_KINDS
 from worker_agent.browser.navigation import Navigation, Slot, navigate
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.rendering import settle
@@ -140,9 +141,14 @@ class BrowserActions:
         self._visible = visible
 
     def register(self, registry: ActionRegistry) -> None:
-        registry.register("browser.fetch", self.fetch)
-        registry.register("browser.search", self.search)
-        registry.register("browser.screenshot", self.screenshot)
+        handlers = {
+            "browser.fetch": self.fetch,
+            "browser.search": self.search,
+            "browser.screenshot": self.screenshot,
+        }
+        assert set(handlers) == set(ACTION_KINDS)  # what a worker without a browser refuses
+        for kind, handler in handlers.items():
+            registry.register(kind, handler)
 
     def _run(self, args: dict[str, Any], ctx: ActionContext, make: Any) -> dict[str, Any]:
         try:

@@ -38,6 +38,7 @@ from typing import TypeVar
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
 
 from worker_agent.actions import ActionCancelled, ActionContext, ActionFailed
+from worker_agent.browser import CONTEXT_IDLE
 from worker_agent.browser.egress import EgressGuard, EgressSettings
 from worker_agent.browser.navigation import Slot, new_slot
 from worker_agent.browser.policy import BrowserPolicy
@@ -47,7 +48,6 @@ from worker_agent.capabilities import CHROMIUM_ARGS
 T = TypeVar("T")
 MAX_CONTEXTS = 8
 IDLE_PAGES = 4
-CONTEXT_IDLE = 30.0  # seconds a run's context stays open with nothing to do
 SPARE_PAGES = 2  # blank pages kept ready in the spare context (each is a renderer at rest)
 EGRESS_ARGS = [
     "--proxy-bypass-list=<-loopback>",
