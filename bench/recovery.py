@@ -13,14 +13,25 @@
                                       count of succeeded actions above the first read after
                                       the restart)
               runs completed          every run SUCCEEDED
+              coordinator CPU         seconds of CPU the new process used by each of those marks
 There is no baseline: the figures are absolute. They include the workers' reconnection
-backoff (up to 0.5 s, doubling per failed attempt) and a real worker measuring its
-capabilities again on connecting.
+backoff (50-200 ms for the first retry, then up to 0.5 s doubling per failed attempt) and a
+real worker measuring its capabilities again on connecting.
+
+Usage: python -m bench.recovery [--quick] [--workers N] [--py-spy PATH --profile OUT]
+  --workers N   N workers in all (the real ones included), instead of the mode's size
+  --profile OUT records the new coordinator process with py-spy (PATH: its binary) from the
+                restart until every run resumed, as a speedscope file
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -37,10 +48,22 @@ TIMEOUT = 300.0
 POLL = 0.1
 
 
-def sizes(quick: bool) -> dict[str, int]:
+def sizes(quick: bool, workers: int | None = None) -> dict[str, int]:
+    """The mode's sizes; `workers` (real ones included) replaces its fleet size."""
     if quick:
-        return {"real_workers": 1, "simulated_workers": 50, "runs": 6, "actions_per_run": 30}
-    return {"real_workers": 2, "simulated_workers": 500, "runs": 20, "actions_per_run": 30}
+        size = {"real_workers": 1, "simulated_workers": 50, "runs": 6, "actions_per_run": 30}
+    else:
+        size = {"real_workers": 2, "simulated_workers": 500, "runs": 20, "actions_per_run": 30}
+    if workers is not None:
+        size["real_workers"] = min(size["real_workers"], workers)
+        size["simulated_workers"] = workers - size["real_workers"]
+    return size
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _runs(client: Client, ids: set[str]) -> dict[str, runs_pb2.Run]:
@@ -80,8 +103,11 @@ def _stuck(
     return " ".join(said)
 
 
-def run(quick: bool) -> dict[str, Any]:
-    size = sizes(quick)
+def run(
+    quick: bool, workers: int | None = None, profile: tuple[str, Path] | None = None
+) -> dict[str, Any]:
+    """`profile`: (py-spy binary, output file) to record the restarted coordinator."""
+    size = sizes(quick, workers)
     total_workers = size["real_workers"] + size["simulated_workers"]
     with (
         tempfile.TemporaryDirectory(prefix="deskfleet-bench-") as tmp,
@@ -122,6 +148,29 @@ def run(quick: bool) -> dict[str, Any]:
         coordinator.kill()
         coordinator.start(port=coordinator.port)
         marks: dict[str, float] = {"coordinator_up": time.time() - killed}
+        assert coordinator.proc is not None
+        pid = coordinator.proc.pid
+        cpu: dict[str, float] = {}
+        if profile is not None:
+            spy = subprocess.Popen(
+                [
+                    profile[0],
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--format",
+                    "speedscope",
+                    "--rate",
+                    "200",
+                    "--output",
+                    str(profile[1]),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            stack.callback(spy.wait, 30)
+            stack.callback(spy.send_signal, 2)
         # A new channel: the old one may sit in its reconnection backoff after the kill.
         client = Client(coordinator)
         stack.callback(client.channel.close)
@@ -134,6 +183,7 @@ def run(quick: bool) -> dict[str, Any]:
             back = _reconnected(client)
             if "reconnected" not in marks and back >= total_workers:
                 marks["reconnected"] = now - killed
+                cpu["reconnected"] = _cpu_seconds(pid)
             current = _runs(client, ids)
             if time.monotonic() > deadline:
                 raise TimeoutError(_stuck(marks, back, total_workers, current, workers))
@@ -145,8 +195,12 @@ def run(quick: bool) -> dict[str, Any]:
                 for i, n in waiting.items()
             ):
                 marks["resumed"] = now - killed
+                cpu["resumed"] = _cpu_seconds(pid)
+                if profile is not None:
+                    spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
             if "completed" not in marks and all(r.status == "SUCCEEDED" for r in current.values()):
                 marks["completed"] = now - killed
+                cpu["completed"] = _cpu_seconds(pid)
             time.sleep(POLL)
         for w in workers:
             if w.proc is not None and w.proc.poll() is not None:
@@ -163,4 +217,27 @@ def run(quick: bool) -> dict[str, Any]:
         "runs_finished_before_the_kill": done_at_kill,
         "runs_interrupted": len(waiting),
         "seconds_after_kill": marks,
+        "coordinator_cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
     }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="51 workers, 6 runs")
+    parser.add_argument("--workers", type=int, help="workers in all (real ones included)")
+    parser.add_argument("--py-spy", default="", help="py-spy binary, for --profile")
+    parser.add_argument("--profile", type=Path, help="speedscope file of the restarted process")
+    args = parser.parse_args()
+    if args.workers is not None and args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.profile is not None and not args.py_spy:
+        parser.error("--profile needs --py-spy PATH")
+    doc = run(args.quick, args.workers, (args.py_spy, args.profile) if args.profile else None)
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
