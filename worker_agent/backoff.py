@@ -46,7 +46,7 @@ class Backoff:
 
     def ceiling(self) -> float:
         """The largest wait the next retry (after the first) may draw."""
-        return min(self.cap, self.base * (2**self._grown))
+        return min(self.cap, self.base * 2.0**self._grown)
 
     def next_delay(self) -> float:
         """The wait before the next attempt: uniform in `first` for the first retry, then
