@@ -1,10 +1,13 @@
-"""Workers that connect together are reconciled in one ledger transaction (in-process, on a
-SQLite store): each gets what it would get alone, and the store is asked the same few
-questions whatever the number of workers."""
+"""Workers that connect together (a fleet coming back to a restarted coordinator) are handled
+in batches, in-process on a SQLite store: reconciled in one ledger transaction, their kill
+switches read at once, their credentials looked up at once. Each gets what it would get
+alone, and the store is asked the same few questions whatever the number of workers."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -12,9 +15,16 @@ from sqlalchemy.orm import Session
 
 from coordinator import ledger, outcomes
 from coordinator.dispatch import _Connect, _one_per_worker
+from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
 from coordinator.ledger import Context
 from coordinator.orders import CancelOrder, Held, Order
-from coordinator.store.models import ActionRow
+from coordinator.principals import Authenticator, Principal
+from coordinator.store import Database
+from coordinator.store.models import ActionRow, KillSwitchRow, WorkerRow
+from coordinator.store.schema import upgrade
+from shared.credentials import SecretKind, new_secret, secret_hash
+from shared.errors import AuthenticationError, RevokedError
+from shared.ids import new_id
 from tests.test_ledger_rules import Store, dispatched, in_flight, store  # noqa: F401
 
 
@@ -142,3 +152,80 @@ def test_a_batch_takes_at_most_its_limit_in_arrival_order() -> None:
     queue = _connects(*(f"w{i}" for i in range(7)))
     batch, left = _one_per_worker(queue, 5)
     assert batch == queue[:5] and left == queue[5:]
+
+
+def test_a_welcome_gets_the_switches_that_apply_to_its_worker_only(
+    store: Store,  # noqa: F811
+) -> None:
+    a, b, c = store.worker("a"), store.worker("b"), store.worker("c")
+    runs = [store.submit(1) for _ in range(2)]
+    flying = {o.worker_id: o.run_id for o in in_flight(store)}
+    assert set(flying) == {a, b}
+
+    def switch(scope: str, target: str, released: bool = False) -> KillSwitchRow:
+        return KillSwitchRow(
+            id=new_id("kill"), scope=scope, target=target, reason="r", engaged_by="adm",
+            engaged_from="", engaged_at=time.time(), released_at=time.time() if released else None,
+            released_by="", release_reason="",
+        )  # fmt: skip
+
+    fleet, on_b, on_run_of_a = switch(FLEET, ""), switch(WORKER, b), switch(RUN, flying[a])
+    released = switch(RUN, flying[b], released=True)
+    with Session(store.engine, expire_on_commit=False) as s, s.begin():
+        s.add_all([fleet, on_b, on_run_of_a, released])
+    kills, reach = store.read(lambda s: _engaged_for(s, {a, b, c}))
+    assert reach == {a: {flying[a]}, b: {flying[b]}} and set(runs) == set(flying.values())
+
+    def applying(worker_id: str) -> set[str]:
+        return {k.id for k in kills if _applies_to(k, worker_id, reach.get(worker_id, set()))}
+
+    assert applying(a) == {fleet.id, on_run_of_a.id}
+    assert applying(b) == {fleet.id, on_b.id}
+    assert applying(c) == {fleet.id}
+    with Session(store.engine) as s, s.begin():  # no run switch engaged: runs are not read
+        s.get(KillSwitchRow, on_run_of_a.id).released_at = time.time()  # type: ignore[union-attr]
+    assert store.read(lambda s: _engaged_for(s, {a, b, c}))[1] == {}
+
+
+async def test_credentials_looked_up_together_share_one_read(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    await asyncio.to_thread(upgrade, url)
+    db = Database(url)
+    secrets = {f"wrk_{i:02d}": new_secret(SecretKind.WORKER, f"wrk_{i:02d}") for i in range(30)}
+    rotated = new_secret(SecretKind.WORKER, "wrk_00")  # wrk_00's next credential, not yet used
+
+    def enroll(s: Session) -> None:
+        for i, (worker_id, secret) in enumerate(secrets.items()):
+            s.add(
+                WorkerRow(
+                    id=worker_id, name=worker_id, secret_hash=secret_hash(secret),
+                    state="revoked" if i == 1 else "active", labels={}, allowed_capabilities=[],
+                    advertisement={}, enrolled_at=1000.0 + i, enrollment_token_id="tok",
+                )
+            )  # fmt: skip
+        s.flush()
+        row = s.get(WorkerRow, "wrk_00")
+        assert row is not None
+        row.previous_secret_hash, row.secret_hash = row.secret_hash, secret_hash(rotated)
+
+    await db.write(enroll)
+    selects: list[str] = []
+
+    def count(*args: Any) -> None:
+        if args[2].lstrip().upper().startswith("SELECT"):
+            selects.append(args[2])
+
+    auth = Authenticator(db)
+    event.listen(db._reader, "before_cursor_execute", count)
+    try:
+        asked = [*secrets.values(), "wrk_99.nope"]
+        found = await asyncio.gather(*(auth.authenticate(s) for s in asked), return_exceptions=True)
+    finally:
+        event.remove(db._reader, "before_cursor_execute", count)
+        await db.close()
+    assert len(selects) <= 2, selects  # the first lookup alone, then all the others at once
+    by_id = dict(zip([*secrets, "wrk_99"], found, strict=True))
+    assert isinstance(by_id.pop("wrk_01"), RevokedError)
+    assert isinstance(by_id.pop("wrk_99"), AuthenticationError)
+    # The previous credential of a rotation still works until the new one is used.
+    assert all(isinstance(p, Principal) and p.id == w for w, p in by_id.items())
