@@ -13,6 +13,8 @@
                                       count of succeeded actions above the first read after
                                       the restart)
               runs completed          every run SUCCEEDED
+            then, from the store: every action has exactly one succeeded receipt (none lost,
+            none duplicated), or the bench fails
               coordinator CPU         seconds of CPU the new process used by each of those marks
 There is no baseline: the figures are absolute. They include the workers' reconnection
 backoff (50-200 ms for the first retry, then up to 0.5 s doubling per failed attempt) and a
@@ -30,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -105,6 +108,23 @@ def _stuck(
     return " ".join(said)
 
 
+def _receipts(store: Path, run_ids: set[str]) -> dict[str, int]:
+    """From the store itself: actions of these runs with no succeeded receipt (lost) and with
+    more than one (duplicated)."""
+    with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+        marks = ",".join("?" * len(run_ids))
+        counts = db.execute(
+            f"SELECT a.id, (SELECT COUNT(*) FROM receipts r WHERE r.action_id = a.id"
+            f" AND r.status = 'succeeded') FROM actions a WHERE a.run_id IN ({marks})",
+            sorted(run_ids),
+        ).fetchall()
+    return {
+        "actions": len(counts),
+        "lost": sum(1 for _, n in counts if n == 0),
+        "duplicated": sum(1 for _, n in counts if n > 1),
+    }
+
+
 def run(
     quick: bool, workers: int | None = None, profile: tuple[str, Path] | None = None
 ) -> dict[str, Any]:
@@ -152,7 +172,7 @@ def run(
         marks: dict[str, float] = {"coordinator_up": time.time() - killed}
         assert coordinator.proc is not None
         pid = coordinator.proc.pid
-        cpu: dict[str, float] = {}
+        cpu: dict[str, float] = {"coordinator_up": _cpu_seconds(pid)}  # its start (imports)
         if profile is not None:
             spy = subprocess.Popen(
                 [
@@ -208,6 +228,9 @@ def run(
             if w.proc is not None and w.proc.poll() is not None:
                 raise RuntimeError(f"worker {w.name} exited: {tail(w.log, 3)}")
         fleet.check()
+        receipts = _receipts(Path(tmp) / "coord" / "fleet.db", ids)
+    if receipts["lost"] or receipts["duplicated"]:
+        raise RuntimeError(f"receipts after the restart: {receipts}")
     return {
         "settings": {
             **size,
@@ -219,6 +242,7 @@ def run(
         "runs_finished_before_the_kill": done_at_kill,
         "runs_interrupted": len(waiting),
         "seconds_after_kill": marks,
+        "receipts": receipts,
         "coordinator_cpu_seconds": {k: round(v, 2) for k, v in cpu.items()},
     }
 
