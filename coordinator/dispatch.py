@@ -41,6 +41,7 @@ INGEST_BATCH = 256
 # while a quick action's receipt follows it within milliseconds: committed apart, the start's
 # transaction (and its fsync) would sit in front of the receipt's on the one writer.
 STARTED_GRACE = 0.05
+CONNECT_BATCH = 500  # connects reconciled in one transaction, at most
 RECONNECT_GRACE = 10.0
 
 
@@ -49,6 +50,30 @@ class Started:
     worker_id: str
     action_id: str
     attempt_id: str
+
+
+@dataclass(frozen=True)
+class _Connect:
+    """A worker's connect waiting for its reconciliation."""
+
+    worker_id: str
+    held: tuple[Held, ...]
+    done: asyncio.Future[None]
+
+
+def _one_per_worker(queue: list[_Connect], limit: int) -> tuple[list[_Connect], list[_Connect]]:
+    """The next batch (at most `limit`, at most one connect per worker, in arrival order) and
+    what is left: a worker that connected twice is reconciled twice, one after the other."""
+    batch: list[_Connect] = []
+    left: list[_Connect] = []
+    seen: set[str] = set()
+    for c in queue:
+        if len(batch) < limit and c.worker_id not in seen:
+            seen.add(c.worker_id)
+            batch.append(c)
+        else:
+            left.append(c)
+    return batch, left
 
 
 class Dispatcher:
@@ -77,12 +102,15 @@ class Dispatcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._started = time.monotonic()
         self._spans = AttemptSpans()
+        self._connects: list[_Connect] = []
+        self._connect_wake = asyncio.Event()
 
     async def __aenter__(self) -> Dispatcher:
         self._tasks = [
             asyncio.create_task(self._ingest_loop(), name="receipt-ingest"),
             asyncio.create_task(self._sweep_loop(), name="recovery-sweep"),
             asyncio.create_task(self._line_loop(), name="line-check"),
+            asyncio.create_task(self._connect_loop(), name="reconnect-reconcile"),
         ]
         return self
 
@@ -94,6 +122,9 @@ class Dispatcher:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        for c in self._connects:
+            c.done.cancel()  # their streams are ending with the server
+        self._connects = []
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
@@ -172,13 +203,43 @@ class Dispatcher:
         self._inbox.put_nowait(started)
 
     async def on_connect(self, worker_id: str, held: Sequence[Held]) -> None:
-        """Reconcile the worker's attempts, then give runs in line a chance to use it."""
+        """Reconcile the worker's attempts, then give runs in line a chance to use it.
+
+        The connects that arrive together (a fleet coming back to a restarted coordinator)
+        share one transaction and one serving of the line; this returns once the worker's
+        has committed, and raises what the store raised."""
+        done = asyncio.get_running_loop().create_future()
+        self._connects.append(_Connect(worker_id, tuple(held), done))
+        self._connect_wake.set()
+        await done
+
+    async def _connect_loop(self) -> None:
+        while True:
+            await self._connect_wake.wait()
+            self._connect_wake.clear()
+            while self._connects:
+                batch, self._connects = _one_per_worker(self._connects, CONNECT_BATCH)
+                await self._reconcile(batch)
+
+    async def _reconcile(self, batch: list[_Connect]) -> None:
+        connects = [(c.worker_id, c.held) for c in batch if not c.done.done()]
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             ctx.capacity_changed = True
-            return outcomes.reconcile_worker(s, worker_id, held, ctx)
+            return outcomes.reconcile_workers(s, connects, ctx)
 
-        await self.run_unit(unit)
+        try:
+            if connects:
+                await self.run_unit(unit)
+        except Exception as exc:
+            # Each stream ends with the error and its worker connects again.
+            for c in batch:
+                if not c.done.done():
+                    c.done.set_exception(exc)
+        else:
+            for c in batch:
+                if not c.done.done():
+                    c.done.set_result(None)
 
     async def capacity_added(self) -> None:
         """A worker can take work again (undrained): serve the runs in line."""

@@ -123,6 +123,17 @@ def _applies_to(kill: KillSwitchRow, worker_id: str, runs: set[str]) -> bool:
     )
 
 
+def _engaged_for(
+    s: Session, worker_ids: set[str]
+) -> tuple[Sequence[KillSwitchRow], dict[str, set[str]]]:
+    """The engaged switches, and the runs a run switch could reach each worker through (read
+    only when a run switch is engaged)."""
+    kills = queries.engaged_kills(s)
+    if any(k.scope == RUN for k in kills):
+        return kills, queries.runs_of_workers(s, worker_ids)
+    return kills, {}
+
+
 class KillSwitches:
     def __init__(
         self, db: Database, dispatcher: Dispatcher, presence: Presence, replica: str
@@ -133,15 +144,18 @@ class KillSwitches:
         self._replica = replica
         self._acks: asyncio.Queue[tuple[str, str, bool, float]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._welcomes: list[tuple[str, asyncio.Future[list[KillSwitchRow]]]] = []
+        self._welcome_reads: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KillSwitches:
         self._task = asyncio.create_task(self._ack_loop(), name="kill-acks")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, self._welcome_reads) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def engage(
         self, who: Principal, peer: str, *, worker_id: str, run_id: str, reason: str
@@ -361,13 +375,31 @@ class KillSwitches:
         return await self._db.read(unit)
 
     async def for_worker(self, worker_id: str) -> list[KillSwitchRow]:
-        """Every switch engaged now that applies to this worker (sent with its welcome)."""
+        """Every switch engaged now that applies to this worker (sent with its welcome).
 
-        def unit(s: Session) -> list[KillSwitchRow]:
-            runs = queries.runs_of_worker(s, worker_id)
-            return [k for k in queries.engaged_kills(s) if _applies_to(k, worker_id, runs)]
+        The welcomes that wait together share one read: a fleet coming back to a restarted
+        coordinator costs a few reads, not one per worker. Each read starts after the
+        request was queued, so a switch committed before the caller asked is in it."""
+        answer: asyncio.Future[list[KillSwitchRow]] = asyncio.get_running_loop().create_future()
+        self._welcomes.append((worker_id, answer))
+        if self._welcome_reads is None or self._welcome_reads.done():
+            self._welcome_reads = asyncio.create_task(self._read_for_welcomes())
+        return await answer
 
-        return await self._db.read(unit)
+    async def _read_for_welcomes(self) -> None:
+        while self._welcomes:
+            batch, self._welcomes = self._welcomes, []
+            try:
+                kills, runs = await self._db.read(_engaged_for, {w for w, _ in batch})
+            except Exception as exc:
+                for _, answer in batch:
+                    if not answer.done():
+                        answer.set_exception(exc)
+                continue
+            for worker_id, answer in batch:
+                if not answer.done():
+                    mine = runs.get(worker_id, set())
+                    answer.set_result([k for k in kills if _applies_to(k, worker_id, mine)])
 
     def on_ack(self, worker_id: str, kill_id: str, engaged: bool) -> None:
         self._acks.put_nowait((kill_id, worker_id, engaged, time.time()))

@@ -283,12 +283,41 @@ def apply_started(
     return []
 
 
-def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Context) -> list[Order]:
-    """Compare the ledger with what a (re)connecting worker says it holds."""
+def reconcile_workers(
+    s: Session, connects: Sequence[tuple[str, Sequence[Held]]], ctx: Context
+) -> list[Order]:
+    """Reconcile the workers that connected together (at most one entry per worker): what
+    the ledger holds for all of them is locked and read at once, then each is reconciled as
+    `reconcile_worker` would, in turn."""
+    ledger = run_queries.lock_for_reconnects(s, [worker_id for worker_id, _ in connects])
+    orders: list[Order] = []
+    for worker_id, held in connects:
+        orders += reconcile_worker(s, worker_id, held, ctx, ledger[worker_id])
+    return orders
+
+
+def reconcile_worker(
+    s: Session,
+    worker_id: str,
+    held: Sequence[Held],
+    ctx: Context,
+    ledger: run_queries.HeldByWorker | None = None,
+) -> list[Order]:
+    """Compare the ledger with what a (re)connecting worker says it holds; `ledger` is what
+    `lock_for_reconnects` read for it earlier in the transaction (None: read it now)."""
     by_action = {h.action_id: h for h in held}
     orders: list[Order] = []
     current: set[tuple[str, str]] = set()
-    in_flight = run_queries.in_flight_of_worker(s, worker_id)
+    if ledger is None:
+        in_flight = run_queries.in_flight_of_worker(s, worker_id)
+        unknown = run_queries.unknown_of_worker(s, worker_id)
+    else:
+        # Read before the workers reconciled ahead of this one: what they changed (a run
+        # handed back, its attempts ended) is in these same rows, and is skipped.
+        in_flight = [
+            a for a in ledger.in_flight if a.worker_id == worker_id and a.status in IN_FLIGHT
+        ]
+        unknown = [a for a in ledger.unknown if a.worker_id == worker_id and a.status == UNKNOWN]
     for action in in_flight:
         run = run_queries.run_for_update(s, action.run_id)
         assert run is not None
@@ -319,7 +348,7 @@ def reconcile_worker(s: Session, worker_id: str, held: Sequence[Held], ctx: Cont
         else:
             orders += outcome_unknown(s, run, action, "the worker no longer knows the attempt", ctx)
     ctx.notes.recovered("reconnect", [a.status for a in in_flight])
-    for action in run_queries.unknown_of_worker(s, worker_id):
+    for action in unknown:
         # The ledger gave up on an attempt that the worker still runs: the outcome will be
         # known after all, so take the attempt back instead of cancelling it.
         h = by_action.get(action.id)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from sqlalchemy.exc import IntegrityError
@@ -13,7 +15,7 @@ from coordinator import audit
 from coordinator.store import Database
 from coordinator.store import principals as principal_queries
 from coordinator.store import workers as worker_queries
-from coordinator.store.models import PrincipalRow
+from coordinator.store.models import PrincipalRow, WorkerRow
 from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
 from shared.errors import (
     AlreadyExistsError,
@@ -63,6 +65,8 @@ class Authenticator:
         self._ttl = ttl
         self._max = max_entries
         self._known: dict[str, tuple[Principal, float]] = {}
+        self._lookups: list[tuple[str, asyncio.Future[WorkerRow | None]]] = []
+        self._reads: asyncio.Task[None] | None = None
 
     async def authenticate(self, secret: str | None) -> Principal:
         key = secret_hash(secret) if secret else ""
@@ -70,25 +74,59 @@ class Authenticator:
         now = time.monotonic()
         if hit is not None and hit[1] > now:
             return hit[0]
-        principal = await authenticate(self._db, secret)
+        principal = await authenticate(self._db, secret, self._worker)
         if len(self._known) >= self._max:
             self._known.clear()  # crude, and rare: entries live two seconds
         self._known[key] = (principal, now + self._ttl)
         return principal
+
+    async def _worker(self, digest: str) -> WorkerRow | None:
+        """The worker with this credential hash. The lookups that wait together share one
+        read: a fleet reconnecting to a restarted coordinator, where nothing is remembered
+        yet, costs a few reads instead of one per worker. Each read starts after the lookup
+        was queued, so it sees a revocation committed before the caller asked."""
+        found: asyncio.Future[WorkerRow | None] = asyncio.get_running_loop().create_future()
+        self._lookups.append((digest, found))
+        if self._reads is None or self._reads.done():
+            self._reads = asyncio.create_task(self._read_workers())
+        return await found
+
+    async def _read_workers(self) -> None:
+        while self._lookups:
+            batch, self._lookups = self._lookups, []
+            try:
+                rows = await self._db.read(worker_queries.workers_by_hash, {d for d, _ in batch})
+            except Exception as exc:
+                for _, found in batch:
+                    if not found.done():
+                        found.set_exception(exc)
+                continue
+            for digest, found in batch:
+                if not found.done():
+                    found.set_result(rows.get(digest))
 
     def forget(self, principal_id: str) -> None:
         for key in [k for k, (p, _) in self._known.items() if p.id == principal_id]:
             del self._known[key]
 
 
-async def authenticate(db: Database, secret: str | None) -> Principal:
-    """Resolve a bearer secret to its principal, or raise Authentication/RevokedError."""
+async def authenticate(
+    db: Database,
+    secret: str | None,
+    find_worker: Callable[[str], Awaitable[WorkerRow | None]] | None = None,
+) -> Principal:
+    """Resolve a bearer secret to its principal, or raise Authentication/RevokedError;
+    `find_worker` looks a worker up by credential hash (one store read when None)."""
     if not secret:
         raise MissingCredentialError("no credential: pass --token-file or set DESKFLEET_TOKEN_FILE")
     kind = kind_of(secret)
     digest = secret_hash(secret)
     if kind is SecretKind.WORKER:
-        worker = await db.read(worker_queries.worker_by_hash, digest)
+        worker = await (
+            db.read(worker_queries.worker_by_hash, digest)
+            if find_worker is None
+            else find_worker(digest)
+        )
         if worker is None:
             raise AuthenticationError("unknown worker credential")
         if worker.state == "revoked":

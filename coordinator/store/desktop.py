@@ -3,7 +3,7 @@ and secrets."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import exists, func, or_, select
@@ -160,22 +160,29 @@ def workers_of_run(s: Session, run_id: str) -> set[str]:
     return {*approved, *acted}
 
 
-def runs_of_worker(s: Session, worker_id: str) -> set[str]:
-    """Active runs a kill switch of scope `run` could reach this worker through."""
+def runs_of_workers(s: Session, worker_ids: Collection[str]) -> dict[str, set[str]]:
+    """Active runs a kill switch of scope `run` could reach each of these workers through
+    (approved for it, or with an attempt in flight on it), by worker id: two queries."""
+    ids = sorted(worker_ids)
+    found: dict[str, set[str]] = {}
+    if not ids:
+        return found
     approved = s.execute(
-        select(ApprovalRow.run_id)
+        select(ApprovalRow.worker_id, ApprovalRow.run_id)
         .join(RunRow, RunRow.id == ApprovalRow.run_id)
         .where(
-            ApprovalRow.worker_id == worker_id,
+            ApprovalRow.worker_id.in_(ids),
             RunRow.status.in_(("RUNNING", "WAITING_FOR_ENVIRONMENT", "WAITING_FOR_AUTHORITY")),
         )
-    ).scalars()
+    )
     acting = s.execute(
-        select(ActionRow.run_id).where(
-            ActionRow.worker_id == worker_id, ActionRow.status.in_(("DISPATCHED", "STARTED"))
+        select(ActionRow.worker_id, ActionRow.run_id).where(
+            ActionRow.worker_id.in_(ids), ActionRow.status.in_(("DISPATCHED", "STARTED"))
         )
-    ).scalars()
-    return {*approved, *acting}
+    )
+    for worker_id, run_id in [*approved, *acting]:
+        found.setdefault(worker_id, set()).add(run_id)
+    return found
 
 
 def live_holders(

@@ -490,6 +490,47 @@ def unknown_of_worker(s: Session, worker_id: str) -> Sequence[ActionRow]:
     )
 
 
+@dataclass
+class HeldByWorker:
+    """What the ledger says a (re)connecting worker holds."""
+
+    in_flight: list[ActionRow] = field(default_factory=list)
+    unknown: list[ActionRow] = field(default_factory=list)  # given up on, outcome unknown
+
+
+def lock_for_reconnects(s: Session, worker_ids: Collection[str]) -> dict[str, HeldByWorker]:
+    """Lock the runs of every attempt these workers hold in the ledger (in flight, or with
+    an unknown outcome), in id order, then read those attempts: one query each for a whole
+    batch of connects, where each connect would read its attempts and lock runs one by one.
+    Later `run_for_update` calls for these runs are answered from the session."""
+    ids = sorted(set(worker_ids))
+    found = {worker_id: HeldByWorker() for worker_id in ids}
+    if not ids:
+        return found
+    theirs = (ActionRow.worker_id.in_(ids), ActionRow.status.in_((*IN_FLIGHT, "UNKNOWN")))
+    runs = (
+        s.execute(
+            select(RunRow)
+            .where(RunRow.id.in_(select(ActionRow.run_id).where(*theirs).scalar_subquery()))
+            .order_by(RunRow.id)
+            .with_for_update()
+        )
+        .scalars()
+        .all()
+    )
+    held = _held(s)
+    held.runs.update(run.id for run in runs)
+    held.rows += runs
+    # Read after the locks, so that they are current; ordered so that a worker's attempts
+    # are reconciled in the same order on every run of the transaction.
+    actions = s.execute(select(ActionRow).where(*theirs).order_by(ActionRow.id)).scalars().all()
+    held.rows += actions
+    for action in actions:
+        mine = found[action.worker_id]
+        (mine.in_flight if action.status in IN_FLIGHT else mine.unknown).append(action)
+    return found
+
+
 def receipt_traces(s: Session, run_id: str) -> dict[str, str]:
     """The traceparent of each receipt of the run that has one, by receipt id."""
     rows = s.execute(

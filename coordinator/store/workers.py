@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -47,6 +47,25 @@ def worker_by_hash(s: Session, secret_hash: str) -> WorkerRow | None:
             )
         )
     ).scalar_one_or_none()
+
+
+def workers_by_hash(s: Session, secret_hashes: Collection[str]) -> dict[str, WorkerRow]:
+    """`worker_by_hash` for several credential hashes in one query, by hash."""
+    hashes = sorted(set(secret_hashes) - {""})
+    found: dict[str, WorkerRow] = {}
+    if not hashes:
+        return found
+    rows = s.execute(
+        select(WorkerRow).where(
+            or_(WorkerRow.secret_hash.in_(hashes), WorkerRow.previous_secret_hash.in_(hashes))
+        )
+    ).scalars()
+    wanted = set(hashes)
+    for row in rows:
+        for digest in (row.secret_hash, row.previous_secret_hash):
+            if digest in wanted:
+                found[digest] = row
+    return found
 
 
 def confirm_rotation(s: Session, worker_id: str) -> None:

@@ -1,0 +1,231 @@
+"""Workers that connect together (a fleet coming back to a restarted coordinator) are handled
+in batches, in-process on a SQLite store: reconciled in one ledger transaction, their kill
+switches read at once, their credentials looked up at once. Each gets what it would get
+alone, and the store is asked the same few questions whatever the number of workers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from coordinator import ledger, outcomes
+from coordinator.dispatch import _Connect, _one_per_worker
+from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
+from coordinator.ledger import Context
+from coordinator.orders import CancelOrder, Held, Order
+from coordinator.principals import Authenticator, Principal
+from coordinator.store import Database
+from coordinator.store.models import ActionRow, KillSwitchRow, WorkerRow
+from coordinator.store.schema import upgrade
+from shared.credentials import SecretKind, new_secret, secret_hash
+from shared.errors import AuthenticationError, RevokedError
+from shared.ids import new_id
+from tests.test_ledger_rules import Store, dispatched, in_flight, store  # noqa: F401
+
+
+def _action(fleet: Store, action_id: str) -> ActionRow:
+    row: ActionRow = fleet.read(lambda s: s.get(ActionRow, action_id))
+    return row
+
+
+def _reconcile(connects: list[tuple[str, tuple[Held, ...]]]) -> Any:
+    def unit(s: Session, ctx: Context) -> list[Order]:
+        ctx.capacity_changed = True
+        return outcomes.reconcile_workers(s, connects, ctx)
+
+    return unit
+
+
+def test_each_worker_of_a_batch_is_reconciled_as_it_would_be_alone(
+    store: Store,  # noqa: F811
+) -> None:
+    keeps, forgot, stranger = store.worker("keeps"), store.worker("forgot"), store.worker("x")
+    for _ in range(2):
+        store.submit(1)
+    flying = {o.worker_id: o for o in in_flight(store)}
+    assert set(flying) == {keeps, forgot}  # one attempt each: the least busy worker takes it
+    kept, lost = flying[keeps], flying[forgot]
+    unknown_to_ledger = Held("act_gone", "att_gone", 1, "running")
+    orders = store.run(
+        _reconcile(
+            [
+                (keeps, (Held(kept.action_id, kept.attempt_id, kept.epoch, "running"),)),
+                (forgot, ()),  # never recorded its attempt: it goes out again
+                (stranger, (unknown_to_ledger,)),
+            ]
+        )
+    )
+    assert _action(store, kept.action_id).attempt_id == kept.attempt_id  # still its attempt
+    assert _action(store, kept.action_id).status == ledger.DISPATCHED
+    again = [o for o in dispatched(orders) if o.action_id == lost.action_id]
+    assert len(again) == 1 and again[0].attempt_id != lost.attempt_id  # sent again, once
+    cancels = [o for o in orders if isinstance(o, CancelOrder)]
+    assert [(c.worker_id, c.action_id) for c in cancels] == [(stranger, "act_gone")]
+
+
+def test_an_interrupted_attempt_goes_once_to_another_worker_of_the_batch(
+    store: Store,  # noqa: F811
+) -> None:
+    """The first worker's attempt was interrupted: it is retried, and the second worker of
+    the batch, which said it holds nothing, takes the new attempt, sent once."""
+    a = store.worker("a")
+    run_id = store.submit(1)
+    for _ in range(3):  # a's other slots: the retry goes to the least busy worker, b
+        store.submit(1)
+    flying = in_flight(store)
+    [first] = [o for o in flying if o.run_id == run_id]
+    assert {o.worker_id for o in flying} == {a}
+    b = store.worker("b")
+    held = tuple(
+        Held(o.action_id, o.attempt_id, o.epoch, "interrupted" if o is first else "running")
+        for o in flying
+    )
+    orders = store.run(_reconcile([(a, held), (b, ())]))
+    [again] = dispatched(orders)
+    assert again.action_id == first.action_id and again.attempt_id != first.attempt_id
+    assert again.worker_id == b
+    row = _action(store, first.action_id)
+    assert (row.status, row.attempt_id, row.worker_id) == (ledger.DISPATCHED, again.attempt_id, b)
+    assert store.run_row(run_id).status == ledger.RUNNING
+
+
+def _statements(fleet: Store, unit: Any) -> int:
+    """SQL statements the unit runs (the line's serving after it not counted)."""
+    counted: list[str] = []
+
+    def count(*args: Any) -> None:
+        counted.append(args[2])
+
+    with Session(fleet.engine, expire_on_commit=False) as s, s.begin(), s.no_autoflush:
+        ctx = Context(lease_ttl=30.0, max_attempts=3, workers=fleet.index)
+        event.listen(fleet.engine, "before_cursor_execute", count)
+        try:
+            unit(s, ctx)
+            s.flush()
+        finally:
+            event.remove(fleet.engine, "before_cursor_execute", count)
+    return len([c for c in counted if c.lstrip().upper().startswith("SELECT")])
+
+
+def test_a_batch_reads_the_ledger_with_the_same_queries_for_2_or_20_workers(
+    store: Store,  # noqa: F811
+) -> None:
+    workers = [store.worker(f"w{i}") for i in range(20)]
+    for _ in range(20):
+        store.submit(1)
+    held = {
+        o.worker_id: (Held(o.action_id, o.attempt_id, o.epoch, "running"),)
+        for o in in_flight(store)
+    }
+    assert len(held) == 20
+
+    def batch(n: int) -> list[tuple[str, tuple[Held, ...]]]:
+        return [(w, held[w]) for w in workers[:n]]
+
+    few, many = _statements(store, _reconcile(batch(2))), _statements(store, _reconcile(batch(20)))
+    assert few == many, (few, many)
+
+
+def _connects(*worker_ids: str) -> list[_Connect]:
+    loop = asyncio.new_event_loop()
+    try:
+        return [_Connect(w, (), loop.create_future()) for w in worker_ids]
+    finally:
+        loop.close()
+
+
+def test_a_worker_connecting_twice_is_reconciled_in_two_batches_in_order() -> None:
+    queue = _connects("a", "b", "a", "c", "a")
+    batch, left = _one_per_worker(queue, 10)
+    assert [c.worker_id for c in batch] == ["a", "b", "c"]
+    assert left == [queue[2], queue[4]]
+    batch, left = _one_per_worker(left, 10)
+    assert batch == [queue[2]] and left == [queue[4]]
+
+
+def test_a_batch_takes_at_most_its_limit_in_arrival_order() -> None:
+    queue = _connects(*(f"w{i}" for i in range(7)))
+    batch, left = _one_per_worker(queue, 5)
+    assert batch == queue[:5] and left == queue[5:]
+
+
+def test_a_welcome_gets_the_switches_that_apply_to_its_worker_only(
+    store: Store,  # noqa: F811
+) -> None:
+    a, b, c = store.worker("a"), store.worker("b"), store.worker("c")
+    runs = [store.submit(1) for _ in range(2)]
+    flying = {o.worker_id: o.run_id for o in in_flight(store)}
+    assert set(flying) == {a, b}
+
+    def switch(scope: str, target: str, released: bool = False) -> KillSwitchRow:
+        return KillSwitchRow(
+            id=new_id("kill"), scope=scope, target=target, reason="r", engaged_by="adm",
+            engaged_from="", engaged_at=time.time(), released_at=time.time() if released else None,
+            released_by="", release_reason="",
+        )  # fmt: skip
+
+    fleet, on_b, on_run_of_a = switch(FLEET, ""), switch(WORKER, b), switch(RUN, flying[a])
+    released = switch(RUN, flying[b], released=True)
+    with Session(store.engine, expire_on_commit=False) as s, s.begin():
+        s.add_all([fleet, on_b, on_run_of_a, released])
+    kills, reach = store.read(lambda s: _engaged_for(s, {a, b, c}))
+    assert reach == {a: {flying[a]}, b: {flying[b]}} and set(runs) == set(flying.values())
+
+    def applying(worker_id: str) -> set[str]:
+        return {k.id for k in kills if _applies_to(k, worker_id, reach.get(worker_id, set()))}
+
+    assert applying(a) == {fleet.id, on_run_of_a.id}
+    assert applying(b) == {fleet.id, on_b.id}
+    assert applying(c) == {fleet.id}
+    with Session(store.engine) as s, s.begin():  # no run switch engaged: runs are not read
+        s.get(KillSwitchRow, on_run_of_a.id).released_at = time.time()  # type: ignore[union-attr]
+    assert store.read(lambda s: _engaged_for(s, {a, b, c}))[1] == {}
+
+
+async def test_credentials_looked_up_together_share_one_read(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    await asyncio.to_thread(upgrade, url)
+    db = Database(url)
+    secrets = {f"wrk_{i:02d}": new_secret(SecretKind.WORKER, f"wrk_{i:02d}") for i in range(30)}
+    rotated = new_secret(SecretKind.WORKER, "wrk_00")  # wrk_00's next credential, not yet used
+
+    def enroll(s: Session) -> None:
+        for i, (worker_id, secret) in enumerate(secrets.items()):
+            s.add(
+                WorkerRow(
+                    id=worker_id, name=worker_id, secret_hash=secret_hash(secret),
+                    state="revoked" if i == 1 else "active", labels={}, allowed_capabilities=[],
+                    advertisement={}, enrolled_at=1000.0 + i, enrollment_token_id="tok",
+                )
+            )  # fmt: skip
+        s.flush()
+        row = s.get(WorkerRow, "wrk_00")
+        assert row is not None
+        row.previous_secret_hash, row.secret_hash = row.secret_hash, secret_hash(rotated)
+
+    await db.write(enroll)
+    selects: list[str] = []
+
+    def count(*args: Any) -> None:
+        if args[2].lstrip().upper().startswith("SELECT"):
+            selects.append(args[2])
+
+    auth = Authenticator(db)
+    event.listen(db._reader, "before_cursor_execute", count)
+    try:
+        asked = [*secrets.values(), "wrk_99.nope"]
+        found = await asyncio.gather(*(auth.authenticate(s) for s in asked), return_exceptions=True)
+    finally:
+        event.remove(db._reader, "before_cursor_execute", count)
+        await db.close()
+    assert len(selects) <= 2, selects  # the first lookup alone, then all the others at once
+    by_id = dict(zip([*secrets, "wrk_99"], found, strict=True))
+    assert isinstance(by_id.pop("wrk_01"), RevokedError)
+    assert isinstance(by_id.pop("wrk_99"), AuthenticationError)
+    # The previous credential of a rotation still works until the new one is used.
+    assert all(isinstance(p, Principal) and p.id == w for w, p in by_id.items())
