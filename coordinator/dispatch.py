@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class _Connect:
 
     worker_id: str
     held: tuple[Held, ...]
+    opened_at: float  # when the new stream began taking the worker's orders
     done: asyncio.Future[None]
 
 
@@ -202,14 +204,18 @@ class Dispatcher:
     def on_started(self, started: Started) -> None:
         self._inbox.put_nowait(started)
 
-    async def on_connect(self, worker_id: str, held: Sequence[Held]) -> None:
+    async def on_connect(
+        self, worker_id: str, held: Sequence[Held], opened_at: float = math.inf
+    ) -> None:
         """Reconcile the worker's attempts, then give runs in line a chance to use it.
+        `opened_at`: when its new stream began taking orders (attempts claimed since then
+        were sent on it and are not the hello's to account for).
 
         The connects that arrive together (a fleet coming back to a restarted coordinator)
         share one transaction and one serving of the line; this returns once the worker's
         has committed, and raises what the store raised."""
         done = asyncio.get_running_loop().create_future()
-        self._connects.append(_Connect(worker_id, tuple(held), done))
+        self._connects.append(_Connect(worker_id, tuple(held), opened_at, done))
         self._connect_wake.set()
         await done
 
@@ -223,10 +229,11 @@ class Dispatcher:
 
     async def _reconcile(self, batch: list[_Connect]) -> None:
         connects = [(c.worker_id, c.held) for c in batch if not c.done.done()]
+        opened_at = {c.worker_id: c.opened_at for c in batch}
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             ctx.capacity_changed = True
-            return outcomes.reconcile_workers(s, connects, ctx)
+            return outcomes.reconcile_workers(s, connects, ctx, opened_at)
 
         try:
             if connects:

@@ -459,6 +459,7 @@ def claim(
         action.timeout_seconds,
         ctx.now if ready_at is None else ready_at,
         trace_id=run.trace_id,
+        dispatched_at=ctx.now,
     )
 
 

@@ -27,6 +27,10 @@ class DispatchOrder:
     # The attempt's span, set by the replica that sends the order down the worker's stream.
     traceparent: str = ""
     scope: Grant | None = None  # a desktop action's approved scope, as the worker is sent it
+    # When the claim was made (the action row's `dispatched_at`). A stream that opened later
+    # is not sent the order: the reconcile of that connect re-sends the attempt instead
+    # (`presence.Presence.send`, `outcomes.reconcile_worker`), so it runs once, not twice.
+    dispatched_at: float = 0.0
 
 
 @dataclass(frozen=True)

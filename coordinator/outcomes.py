@@ -6,7 +6,8 @@ send once it has committed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -284,15 +285,21 @@ def apply_started(
 
 
 def reconcile_workers(
-    s: Session, connects: Sequence[tuple[str, Sequence[Held]]], ctx: Context
+    s: Session,
+    connects: Sequence[tuple[str, Sequence[Held]]],
+    ctx: Context,
+    opened_at: Mapping[str, float] | None = None,
 ) -> list[Order]:
     """Reconcile the workers that connected together (at most one entry per worker): what
     the ledger holds for all of them is locked and read at once, then each is reconciled as
-    `reconcile_worker` would, in turn."""
+    `reconcile_worker` would, in turn. `opened_at`: when each one's new stream opened."""
     ledger = run_queries.lock_for_reconnects(s, [worker_id for worker_id, _ in connects])
+    opened = opened_at or {}
     orders: list[Order] = []
     for worker_id, held in connects:
-        orders += reconcile_worker(s, worker_id, held, ctx, ledger[worker_id])
+        orders += reconcile_worker(
+            s, worker_id, held, ctx, ledger[worker_id], opened.get(worker_id, math.inf)
+        )
     return orders
 
 
@@ -302,6 +309,7 @@ def reconcile_worker(
     held: Sequence[Held],
     ctx: Context,
     ledger: run_queries.HeldByWorker | None = None,
+    opened_at: float = math.inf,
 ) -> list[Order]:
     """Compare the ledger with what a (re)connecting worker says it holds; `ledger` is what
     `lock_for_reconnects` read for it earlier in the transaction (None: read it now)."""
@@ -319,6 +327,10 @@ def reconcile_worker(
         ]
         unknown = [a for a in ledger.unknown if a.worker_id == worker_id and a.status == UNKNOWN]
     for action in in_flight:
+        if action.dispatched_at is not None and action.dispatched_at >= opened_at:
+            # Claimed after the new stream opened, so sent on it (`Presence.send`): the hello
+            # could not list it. Sending it again would run the action twice.
+            continue
         run = run_queries.run_for_update(s, action.run_id)
         assert run is not None
         h = by_action.get(action.id)

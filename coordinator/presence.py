@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from coordinator import capabilities
+from coordinator.orders import DispatchOrder
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import replicas as replica_queries
@@ -62,6 +63,9 @@ class WorkerSession:
     outbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
     # The welcome asked the worker to rotate its credential.
     rotate_credential: bool = False
+    # When this replica began routing the worker's orders to this stream (the ledger's clock,
+    # `time.time()`): attempts claimed earlier belong to an older stream (see `send`).
+    opened_at: float = 0.0
 
     def end(self, reason: DeskfleetError) -> None:
         if not self.ended.done():
@@ -130,6 +134,8 @@ class Presence:
         previous = self._sessions.get(worker_id)
         if previous is not None:
             previous.end(DeskfleetError("superseded by a newer connection of the same worker"))
+        # No await between these two: an order claimed from now on finds this session.
+        session.opened_at = time.time()
         self._sessions[worker_id] = session
         return session
 
@@ -137,9 +143,17 @@ class Presence:
         return frozenset(self._sessions)
 
     def send(self, worker_id: str, order: object) -> bool:
-        """Queue an order for the worker's stream on this replica; False if it is not here."""
+        """Queue an order for the worker's stream on this replica; False if it is not here.
+
+        An attempt claimed before the stream opened is not sent on it (False): the worker's
+        hello did not list it, so the reconcile of this connect sends the attempt again, and
+        sending this one as well would run the action twice. Both sides compare the same two
+        values (the claim's `dispatched_at`, the session's `opened_at`), so exactly one of
+        them sends it, whatever the order in which they run."""
         session = self._sessions.get(worker_id)
         if session is None or session.ended.done():
+            return False
+        if isinstance(order, DispatchOrder) and 0 < order.dispatched_at < session.opened_at:
             return False
         session.outbox.put_nowait(order)
         return True

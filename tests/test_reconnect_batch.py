@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session
@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 from coordinator import ledger, outcomes
 from coordinator.dispatch import _Connect, _one_per_worker
 from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
-from coordinator.ledger import Context
-from coordinator.orders import CancelOrder, Held, Order
+from coordinator.ledger import DISPATCHED, Context
+from coordinator.orders import CancelOrder, DispatchOrder, Held, Order
+from coordinator.presence import Presence, WorkerSession
 from coordinator.principals import Authenticator, Principal
 from coordinator.store import Database
 from coordinator.store.models import ActionRow, KillSwitchRow, WorkerRow
@@ -134,7 +135,7 @@ def test_a_batch_reads_the_ledger_with_the_same_queries_for_2_or_20_workers(
 def _connects(*worker_ids: str) -> list[_Connect]:
     loop = asyncio.new_event_loop()
     try:
-        return [_Connect(w, (), loop.create_future()) for w in worker_ids]
+        return [_Connect(w, (), 0.0, loop.create_future()) for w in worker_ids]
     finally:
         loop.close()
 
@@ -229,3 +230,57 @@ async def test_credentials_looked_up_together_share_one_read(tmp_path: Path) -> 
     assert isinstance(by_id.pop("wrk_99"), AuthenticationError)
     # The previous credential of a rotation still works until the new one is used.
     assert all(isinstance(p, Principal) and p.id == w for w, p in by_id.items())
+
+
+# ------------------------------------------------------------------ claims made during a connect
+
+
+def test_an_attempt_claimed_after_the_new_stream_opened_is_not_sent_again(
+    store: Store,  # noqa: F811
+) -> None:
+    """The worker is routable from the moment its presence opens, but its hello (what it holds)
+    is reconciled a moment later. An attempt claimed in between went out on the new stream; the
+    hello cannot list it, and re-sending it ran a non-idempotent action twice."""
+    w = store.worker("w")
+    before = store.submit(1, idempotent=False)
+    [old] = in_flight(store)
+    opened_at = time.time()
+    time.sleep(0.01)
+    after = store.submit(1, idempotent=False)
+    claimed = {o.run_id: o for o in in_flight(store)}
+    at = {run: _action(store, o.action_id).dispatched_at for run, o in claimed.items()}
+    assert at[after] >= opened_at > at[before]
+    orders = store.run(lambda s, ctx: outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at}))
+    # The attempt claimed before the stream opened never reached the worker: sent again.
+    [again] = dispatched(orders)
+    assert again.run_id == before and again.attempt_id != old.attempt_id
+    # The one claimed after it is the worker's, untouched.
+    row = _action(store, claimed[after].action_id)
+    assert (row.status, row.attempt_id) == (DISPATCHED, claimed[after].attempt_id)
+
+
+def test_a_stream_is_not_sent_an_attempt_claimed_before_it_opened() -> None:
+    """The other half of the rule: the order of an attempt claimed before the stream opened is
+    not queued on it (the connect's reconcile re-sends the attempt), one claimed after is."""
+
+    async def scenario() -> tuple[bool, bool, bool, int]:
+        # Only the session map is used: no store, no background tasks.
+        presence = Presence(cast(Any, None), cast(Any, None), cast(Any, None))
+        session = WorkerSession("w", "ses_1")
+        session.opened_at = 100.0
+        presence._sessions["w"] = session
+
+        def order(at: float) -> DispatchOrder:
+            return DispatchOrder(
+                "w", "a", "r", "t", 1, 1, "diag.echo", "{}", True, 5.0, dispatched_at=at
+            )
+
+        sent = (
+            presence.send("w", order(99.9)),
+            presence.send("w", order(100.0)),
+            presence.send("w", CancelOrder("w", "a", "t", "x")),
+        )
+        return (*sent, session.outbox.qsize())
+
+    stale, current, other, queued = asyncio.run(scenario())
+    assert (stale, current, other, queued) == (False, True, True, 2)

@@ -248,7 +248,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 )
             )
             held = [Held(h.action_id, h.attempt_id, h.epoch, h.state) for h in hello.held]
-            await self._dispatcher.on_connect(worker.id, held)
+            await self._dispatcher.on_connect(worker.id, held, session.opened_at)
             tasks = [
                 asyncio.create_task(
                     self._read(session, context, ack_beats=not hello.stream_liveness)
