@@ -28,7 +28,7 @@ from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-SLOTS = 8  # 2 workers x coordinator/ledger.py MAX_PER_WORKER
+SLOTS = 8  # 2 workers x coordinator/heart/context.py MAX_PER_WORKER
 TERMINAL = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
 
 # (run, index, dispatched_at, finished_at) of one attempt each

@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 
 from playwright.sync_api import sync_playwright
 
-from coordinator.ledger import MAX_PER_WORKER as SLOTS
+from coordinator.heart.ledger import MAX_PER_WORKER as SLOTS
 from tests.harness import CoordinatorProcess, WorkerProcess
 from worker_agent.capabilities import CHROMIUM_ARGS, DEFAULT_CHROMIUM
 

@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import Engine, insert, update
 from sqlalchemy.orm import Session
 
-from coordinator import ledger, slots
-from coordinator.ledger import Context
+from coordinator.heart import ledger, slots
+from coordinator.heart.context import Context
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import ActionRow, Base, PresenceRow, ReplicaRow, RunRow, WorkerRow
 from coordinator.worker_index import WorkerIndex

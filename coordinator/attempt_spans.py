@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from coordinator.orders import DispatchOrder
+from coordinator.heart.orders import DispatchOrder
 from shared import tracing
 
 # Spans whose outcome never comes back here (the worker left, the order went elsewhere) are

@@ -18,13 +18,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import audit, capabilities, journal, ledger, scope
-from coordinator.dispatch import Dispatcher
+from coordinator import audit, capabilities, journal, scope
+from coordinator.heart import ledger
+from coordinator.heart.context import Context
+from coordinator.heart.dispatch import Dispatcher
+from coordinator.heart.orders import DispatchOrder, Order
+from coordinator.heart.run_kinds import RunKind
 from coordinator.journal import JournalBus
-from coordinator.ledger import Context
-from coordinator.orders import DispatchOrder, Order
 from coordinator.principals import Principal, Role
-from coordinator.run_kinds import RunKind
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.scope import Scope
 from coordinator.secret_box import NO_KEY, SecretBox

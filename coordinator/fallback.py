@@ -13,9 +13,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import capabilities, desktop, ledger
+from coordinator import capabilities, desktop
 from coordinator.fleet import WorkerView
-from coordinator.ledger import Context
+from coordinator.heart import ledger
+from coordinator.heart.context import Context
 from coordinator.scope import Scope
 from coordinator.store import desktop as queries
 from coordinator.store.models import ActionRow, ApprovalRow, RunRow

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from coordinator import audit, capabilities
-from coordinator.orders import Order, RotateOrder
+from coordinator.heart.orders import Order, RotateOrder
 from coordinator.presence import Presence
 from coordinator.principals import Authenticator
 
 if TYPE_CHECKING:
-    from coordinator.dispatch import Dispatcher
-    from coordinator.ledger import Context
+    from coordinator.heart.context import Context
+    from coordinator.heart.dispatch import Dispatcher
     from coordinator.worker_index import IndexUpdates
 from coordinator.store import Database
 from coordinator.store import replicas as replica_queries

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import audit, desktop, ledger
-from coordinator.dispatch import Dispatcher
-from coordinator.ledger import Context
-from coordinator.orders import CancelOrder, KillPush, Order
+from coordinator import audit, desktop
+from coordinator.heart import ledger
+from coordinator.heart.context import Context
+from coordinator.heart.dispatch import Dispatcher
+from coordinator.heart.orders import CancelOrder, KillPush, Order
 from coordinator.presence import Presence
 from coordinator.principals import Principal, Role
 from coordinator.runs import owned_run

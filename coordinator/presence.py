@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from coordinator import capabilities
-from coordinator.orders import DispatchOrder
+from coordinator.heart.orders import DispatchOrder
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import replicas as replica_queries

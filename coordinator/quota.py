@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import audit, ledger
+from coordinator import audit
+from coordinator.heart import ledger
 from coordinator.principals import Principal, Role
 from coordinator.settings import DEFAULT_OWNER_MAX_ACTIVE_RUNS, DEFAULT_OWNER_MAX_STORED_BYTES
 from coordinator.store import Database

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from coordinator.journal import JournalBus
-from coordinator.orders import (
+from coordinator.heart.orders import (
     CancelOrder,
     DispatchOrder,
     KillPush,
@@ -34,6 +33,7 @@ from coordinator.orders import (
     ReceiptVerdict,
     RotateOrder,
 )
+from coordinator.journal import JournalBus
 from coordinator.presence import Presence
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database

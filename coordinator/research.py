@@ -34,9 +34,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import fallback, journal, ledger, research_report
+from coordinator import fallback, journal, research_report
+from coordinator.heart import ledger
+from coordinator.heart.run_kinds import RunKind
 from coordinator.research_report import APP_KIND
-from coordinator.run_kinds import RunKind
 from coordinator.runs import Plan, PlannedAction, check_url
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow

@@ -16,12 +16,13 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session
 
-from coordinator import capabilities, journal, ledger
+from coordinator import capabilities, journal
 from coordinator import timeline as timelines
-from coordinator.dispatch import Dispatcher
+from coordinator.heart import ledger
+from coordinator.heart.context import Context
+from coordinator.heart.dispatch import Dispatcher
+from coordinator.heart.orders import CancelOrder, Order
 from coordinator.journal import JournalBus
-from coordinator.ledger import Context
-from coordinator.orders import CancelOrder, Order
 from coordinator.principals import Principal, Role
 from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries

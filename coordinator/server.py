@@ -17,8 +17,9 @@ from coordinator.agent.loop import GOAL_RUNS, Goals
 from coordinator.agent.tools import FleetTools
 from coordinator.certificates import WorkerCertificates
 from coordinator.desktop import DESKTOP_RUNS, Desktop
-from coordinator.dispatch import Dispatcher
 from coordinator.fleet import Fleet
+from coordinator.heart.dispatch import Dispatcher
+from coordinator.heart.run_kinds import RunKind
 from coordinator.indexer import JournalIndexer
 from coordinator.journal import JournalBus
 from coordinator.killswitch import KillSwitches
@@ -31,7 +32,6 @@ from coordinator.ratelimit import FailureLimiter
 from coordinator.recall import Recall
 from coordinator.relay import Relay
 from coordinator.research import RESEARCH_RUNS
-from coordinator.run_kinds import RunKind
 from coordinator.runs import Runs
 from coordinator.secret_box import SecretBox
 from coordinator.servicers.admin import AdminServicer

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import ledger
+from coordinator.heart import ledger
 from coordinator.store import runs as run_queries
 from shared.receipts import decode_result
 

@@ -22,7 +22,7 @@ from coordinator import desktop as coordinator_desktop
 from coordinator import relay
 from coordinator import scope as coordinator_scope
 from coordinator.agent.tools import COMPUTER_ACTIONS
-from coordinator.orders import DispatchOrder
+from coordinator.heart.orders import DispatchOrder
 from coordinator.scope import Scope
 from coordinator.servicers import desktop as desktop_servicer
 from coordinator.servicers.worker_gateway import _message

@@ -116,8 +116,41 @@ def test_the_checker_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     tree = ast.parse(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from coordinator import ledger\n"
-        "def f():\n    from coordinator import orders\n"
+        "if TYPE_CHECKING:\n    from coordinator.heart import ledger\n"
+        "def f():\n    from coordinator.heart import orders\n"
     )
-    modules = {"coordinator.ledger": Path(), "coordinator.orders": Path()}
-    assert _imports(tree, modules, "x") == {"coordinator.orders"}
+    modules = {"coordinator.heart.ledger": Path(), "coordinator.heart.orders": Path()}
+    assert _imports(tree, modules, "x") == {"coordinator.heart.orders"}
+
+
+# What the heart may lean on: the store, the fleet as routing sees it, the journal, metrics and
+# spans, the streams (presence, relay), settings and the test-only fault hooks. Run kinds,
+# servicers and the other front ends come to it at wiring, never by import.
+HEART_MAY_IMPORT = (
+    "coordinator.heart",
+    "coordinator.store",
+    "coordinator.worker_index",
+    "coordinator.fleet",
+    "coordinator.journal",
+    "coordinator.metrics",
+    "coordinator.attempt_spans",
+    "coordinator.presence",
+    "coordinator.relay",
+    "coordinator.settings",
+    "coordinator.faults",
+    "coordinator.capabilities",
+    "shared",
+)
+
+
+def test_the_heart_imports_no_run_kind_and_no_front_end() -> None:
+    modules = _modules()
+    heart = {name: path for name, path in modules.items() if name.startswith("coordinator.heart")}
+    assert {"coordinator.heart.ledger", "coordinator.heart.dispatch"} <= set(heart)
+    outside = {
+        (name, imported)
+        for name, path in heart.items()
+        for imported in _imports(ast.parse(path.read_text()), modules, name)
+        if not imported.startswith(HEART_MAY_IMPORT)
+    }
+    assert outside == set()

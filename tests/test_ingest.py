@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from coordinator import ledger, slots
-from coordinator.dispatch import Started, _apply_batch
-from coordinator.orders import IncomingReceipt, Order, ReceiptVerdict
-from coordinator.run_kinds import RunKind
+from coordinator.heart import ledger, slots
+from coordinator.heart.dispatch import Started, _apply_batch
+from coordinator.heart.orders import IncomingReceipt, Order, ReceiptVerdict
+from coordinator.heart.run_kinds import RunKind
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import (
     ActionRow,

@@ -14,8 +14,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from coordinator.admin_cli.render import kill_rows
+from coordinator.heart.orders import KillPush
 from coordinator.killswitch import push_bytes
-from coordinator.orders import KillPush
 from coordinator.servicers.worker_gateway import _message, _serialize
 from coordinator.store import desktop as queries
 from coordinator.store.engine import create_store_engine

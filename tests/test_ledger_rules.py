@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from coordinator import ledger, outcomes, slots
-from coordinator.ledger import Context
-from coordinator.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.heart import ledger, outcomes, slots
+from coordinator.heart.context import Context
+from coordinator.heart.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, PresenceRow, ReplicaRow, RunRow, WorkerRow
 from coordinator.worker_index import WorkerIndex

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator import ledger
+from coordinator.heart import ledger
 from coordinator.metrics import CoordinatorMetrics, handback_reason, retry_cause
 from shared.run_states import RUN_STATES
 from tests.harness import (

@@ -13,11 +13,11 @@ from typing import Any, cast
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from coordinator import ledger, outcomes
-from coordinator.dispatch import _Connect, _one_per_worker
+from coordinator.heart import ledger, outcomes
+from coordinator.heart.dispatch import _Connect, _one_per_worker
+from coordinator.heart.ledger import DISPATCHED, Context
+from coordinator.heart.orders import CancelOrder, DispatchOrder, Held, Order
 from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
-from coordinator.ledger import DISPATCHED, Context
-from coordinator.orders import CancelOrder, DispatchOrder, Held, Order
 from coordinator.presence import Presence, WorkerSession
 from coordinator.principals import Authenticator, Principal
 from coordinator.store import Database

@@ -27,7 +27,7 @@ from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
 
 pytestmark = pytest.mark.slow
 
-SLOTS_PER_WORKER = 4  # coordinator/ledger.py MAX_PER_WORKER
+SLOTS_PER_WORKER = 4  # coordinator/heart/context.py MAX_PER_WORKER
 SLOTS = 2 * SLOTS_PER_WORKER
 TERMINAL = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
 

@@ -25,7 +25,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import ledger
 from coordinator.agent import providers
 from coordinator.agent.context import SUMMARY_INSTRUCTION, ContextManager
 from coordinator.agent.conversation import (
@@ -44,11 +43,12 @@ from coordinator.agent.conversation import (
     ToolSpec,
 )
 from coordinator.agent.tools import FleetTools, GoalState, specs
-from coordinator.dispatch import Dispatcher
-from coordinator.ledger import Context
-from coordinator.orders import Order
+from coordinator.heart import ledger
+from coordinator.heart.context import Context
+from coordinator.heart.dispatch import Dispatcher
+from coordinator.heart.orders import Order
+from coordinator.heart.run_kinds import RunKind
 from coordinator.principals import Principal, Role
-from coordinator.run_kinds import RunKind
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries

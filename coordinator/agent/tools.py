@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator import journal, ledger
+from coordinator import journal
 from coordinator.agent.conversation import (
     ComputerSpec,
     Content,
@@ -23,6 +23,7 @@ from coordinator.agent.conversation import (
     ToolSpec,
 )
 from coordinator.desktop import Desktop
+from coordinator.heart import ledger
 from coordinator.principals import Principal
 from coordinator.recall import Recall
 from coordinator.research import ResearchRequest, research_plan

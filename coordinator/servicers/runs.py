@@ -8,8 +8,8 @@ from typing import Any
 
 import grpc
 
-from coordinator import ledger
 from coordinator.agent.loop import Goals
+from coordinator.heart import ledger
 from coordinator.recall import Recall
 from coordinator.research import ResearchRequest, research_plan
 from coordinator.routing import RoutingPolicy

@@ -11,9 +11,8 @@ import grpc
 
 from coordinator import enrollment
 from coordinator.certificates import PEER_CERT_PROPERTY, WorkerCertificates
-from coordinator.dispatch import Dispatcher, Started
-from coordinator.killswitch import KillSwitches
-from coordinator.orders import (
+from coordinator.heart.dispatch import Dispatcher, Started
+from coordinator.heart.orders import (
     CancelOrder,
     DispatchOrder,
     Held,
@@ -23,6 +22,7 @@ from coordinator.orders import (
     ReceiptVerdict,
     RotateOrder,
 )
+from coordinator.killswitch import KillSwitches
 from coordinator.peeks import PeekAnswer, PeekOrder, Peeks
 from coordinator.presence import Presence, WorkerSession
 from coordinator.principals import rotate_worker_credential

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator.ledger import (
+from coordinator.heart.ledger import (
     ACTIVE,
     ARCHIVE_OVER,
     DISPATCHED,
@@ -32,7 +32,7 @@ from coordinator.ledger import (
     record,
     set_status,
 )
-from coordinator.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.heart.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store import desktop as desktop_queries
 from coordinator.store import quotas
 from coordinator.store import runs as run_queries

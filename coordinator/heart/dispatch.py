@@ -15,15 +15,16 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator import faults, ledger, outcomes, slots
+from coordinator import faults
 from coordinator.attempt_spans import AttemptSpans
+from coordinator.heart import ledger, outcomes, slots
+from coordinator.heart.context import Context
+from coordinator.heart.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.heart.run_kinds import RunKind
 from coordinator.journal import JournalBus
-from coordinator.ledger import Context
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.presence import Presence
 from coordinator.relay import Relay
-from coordinator.run_kinds import RunKind
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store import runs as run_queries

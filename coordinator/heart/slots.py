@@ -29,9 +29,9 @@ from collections import deque
 
 from sqlalchemy.orm import Session
 
-from coordinator import ledger
-from coordinator.ledger import Context
-from coordinator.orders import Order
+from coordinator.heart import ledger
+from coordinator.heart.context import Context
+from coordinator.heart.orders import Order
 from coordinator.store import runs as run_queries
 
 

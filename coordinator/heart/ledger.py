@@ -7,157 +7,99 @@ transaction has committed: nothing reaches a worker before the ledger says so du
 
 from __future__ import annotations
 
-import time
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from coordinator import journal, worker_index
 from coordinator.fleet import WorkerView, view_of
-from coordinator.metrics import Notes
-from coordinator.orders import (
+from coordinator.heart.context import (
+    ACTIVE as ACTIVE,
+)
+from coordinator.heart.context import (
+    ARCHIVE_OVER as ARCHIVE_OVER,
+)
+from coordinator.heart.context import (
+    CANCELLED as CANCELLED,
+)
+from coordinator.heart.context import (
+    DISPATCHED as DISPATCHED,
+)
+from coordinator.heart.context import (
+    DONE as DONE,
+)
+from coordinator.heart.context import (
+    FAILED as FAILED,
+)
+from coordinator.heart.context import (
+    FINISHED as FINISHED,
+)
+from coordinator.heart.context import (
+    HAND_BACK_TO_HUMAN as HAND_BACK_TO_HUMAN,
+)
+from coordinator.heart.context import (
+    IN_FLIGHT as IN_FLIGHT,
+)
+from coordinator.heart.context import (
+    MAX_PER_WORKER as MAX_PER_WORKER,
+)
+from coordinator.heart.context import (
+    NEEDS_APPROVAL as NEEDS_APPROVAL,
+)
+from coordinator.heart.context import (
+    PENDING as PENDING,
+)
+from coordinator.heart.context import (
+    PREVIEW_CHARS as PREVIEW_CHARS,
+)
+from coordinator.heart.context import (
+    RUNNING as RUNNING,
+)
+from coordinator.heart.context import (
+    SKIPPED as SKIPPED,
+)
+from coordinator.heart.context import (
+    STARTED as STARTED,
+)
+from coordinator.heart.context import (
+    STOPPED_FOR_A_PERSON as STOPPED_FOR_A_PERSON,
+)
+from coordinator.heart.context import (
+    SUCCEEDED as SUCCEEDED,
+)
+from coordinator.heart.context import (
+    UNKNOWN as UNKNOWN,
+)
+from coordinator.heart.context import (
+    UNKNOWN_OUTCOME as UNKNOWN_OUTCOME,
+)
+from coordinator.heart.context import (
+    WAITING_FOR_AUTHORITY as WAITING_FOR_AUTHORITY,
+)
+from coordinator.heart.context import (
+    WAITING_FOR_ENVIRONMENT as WAITING_FOR_ENVIRONMENT,
+)
+from coordinator.heart.context import (
+    WORKERS_BUSY as WORKERS_BUSY,
+)
+from coordinator.heart.context import (
+    Context as Context,
+)
+from coordinator.heart.context import (
+    OpenStage,
+)
+from coordinator.heart.orders import (
     DispatchOrder,
     Order,
 )
-from coordinator.run_kinds import PLAN, RunKind
 from coordinator.store import runs as run_queries
 from coordinator.store import workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
-from coordinator.worker_index import FleetSnapshot, WorkerIndex
 from shared.action_kinds import APP_RESEARCH
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result, fingerprint
-
-# Run states (SPEC §3).
-RUNNING = "RUNNING"
-WAITING_FOR_ENVIRONMENT = "WAITING_FOR_ENVIRONMENT"
-WAITING_FOR_AUTHORITY = "WAITING_FOR_AUTHORITY"
-SUCCEEDED = "SUCCEEDED"
-FAILED = "FAILED"
-HAND_BACK_TO_HUMAN = "HAND_BACK_TO_HUMAN"
-CANCELLED = "CANCELLED"
-ACTIVE = (RUNNING, WAITING_FOR_ENVIRONMENT, WAITING_FOR_AUTHORITY)
-NEEDS_APPROVAL = "needs_approval"
-WORKERS_BUSY = "workers_busy"  # eligible workers are online, every slot of theirs in use
-STOPPED_FOR_A_PERSON = (FAILED, HAND_BACK_TO_HUMAN)
-
-# Action states.
-PENDING = "PENDING"
-DISPATCHED = "DISPATCHED"
-STARTED = "STARTED"
-UNKNOWN = "UNKNOWN"
-IN_FLIGHT = (DISPATCHED, STARTED)
-# A unit that a route hook settled without running it (research: an optional branch that no
-# worker can take, a fetch past the run's limits); `error` says why. It counts as done.
-SKIPPED = "SKIPPED"
-DONE = ("SUCCEEDED", SKIPPED)
-FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED", SKIPPED)
-
-# Results longer than this are archived: the journal keeps a preview and an exact reference.
-ARCHIVE_OVER = 4096
-PREVIEW_CHARS = 300
-UNKNOWN_OUTCOME = "unknown_outcome"
-
-
-@dataclass
-class Context:
-    """What one transaction needs to know beyond the store."""
-
-    lease_ttl: float
-    max_attempts: int
-    # The fleet as this replica knows it (kept in memory, see `worker_index`).
-    workers: WorkerIndex
-    # What each kind of run adds to the rules (research, desktop, goal), given at wiring.
-    kinds: Mapping[str, RunKind] = field(default_factory=dict)
-    now: float = field(default_factory=time.time)
-    touched: set[str] = field(default_factory=set)  # runs whose journal grew
-    stopped: set[str] = field(default_factory=set)  # runs that left the active states
-    notes: Notes = field(default_factory=Notes)  # for the metrics, once committed
-    # Runs this transaction put in line for a worker slot (insertion-ordered): each is tried
-    # at least once, so that its state says why it waits.
-    queued: dict[str, None] = field(default_factory=dict)
-    # A slot was freed or a worker came (back): runs in line may go on now.
-    capacity_changed: bool = False
-    # The fleet as this transaction sees it, taken once however many actions it routes.
-    _fleet: FleetSnapshot | None = None
-    # Attempts in flight per worker, kept true through this transaction's own changes (`move`).
-    _busy: dict[str, int] | None = None
-    _serving: frozenset[str] = frozenset()  # online and active: their slots count
-    _free: int = 0
-    _positions: int = 0
-    # Each run's open stage as last read in this transaction (`open_stage`).
-    _stages: dict[str, _OpenStage] = field(default_factory=dict)
-
-    def reset(self) -> None:
-        """Forget what an earlier try of the transaction read (it was rolled back)."""
-        self._fleet = self._busy = None
-        self.now = time.time()
-        self.notes = Notes()
-        self.queued = {}
-        self.stopped = set()
-        self.capacity_changed = False
-        self._positions = 0
-        self._stages = {}
-
-    def fleet(self, s: Session) -> FleetSnapshot:
-        """Enrolled workers, from memory: no store read, whatever the fleet's size."""
-        if self._fleet is None:
-            self._fleet = self.workers.snapshot(self.now)
-        return self._fleet
-
-    def is_online(self, s: Session, worker_id: str) -> bool:
-        """Whether the worker streams to a live replica now, read from the store: for checks
-        of one named worker (desktop control, rotation) that must not act on a stale view."""
-        return worker_queries.is_online(s, worker_id, self.now)
-
-    def busy(self, s: Session) -> dict[str, int]:
-        """Attempts in flight per worker (workers with none are absent).
-
-        Read from the store in each transaction, never carried over: a rolled-back try
-        forgets it with everything else (`reset`), so no count can drift from the ledger.
-        The read covers the attempts in flight, not the fleet, and `move` keeps it true
-        through the transaction's own changes.
-        """
-        if self._busy is None:
-            # The ledger's own changes must be in the count: a batch runs without autoflush,
-            # and a receipt it applied would otherwise still count as a slot in use.
-            s.flush()
-            self._busy = run_queries.in_flight_counts(s)
-            self._serving = self.fleet(s).serving
-            self._free = MAX_PER_WORKER * len(self._serving) - sum(
-                min(n, MAX_PER_WORKER) for w, n in self._busy.items() if w in self._serving
-            )
-        return self._busy
-
-    def free_slots(self, s: Session) -> int:
-        """Free slots on online, active workers (any capability): 0 means no run can start."""
-        self.busy(s)
-        return self._free
-
-    def next_position(self) -> float:
-        """A place at the back of the line, after every place given out before."""
-        self._positions += 1
-        return self.now + self._positions * 1e-6
-
-    def kind(self, run: RunRow) -> RunKind:
-        return self.kinds.get(run.kind, PLAN)
-
-    def _room(self, worker_id: str) -> int:
-        assert self._busy is not None
-        return max(0, MAX_PER_WORKER - self._busy.get(worker_id, 0))
-
-    def slot_changed(self, worker_id: str, delta: int) -> None:
-        """An attempt took (+1) or left (-1) a slot of this worker."""
-        if delta < 0:
-            self.capacity_changed = True
-        if self._busy is None or not worker_id:
-            return
-        before = self._room(worker_id)
-        self._busy[worker_id] = max(0, self._busy.get(worker_id, 0) + delta)
-        if worker_id in self._serving:
-            self._free += self._room(worker_id) - before
 
 
 def record(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> int:
@@ -225,10 +167,6 @@ def queue(run: RunRow, ctx: Context) -> None:
 # ---------------------------------------------------------------------------------- advancing
 
 
-# Per-worker concurrency: work units of one stage spread over the eligible workers.
-MAX_PER_WORKER = 4
-
-
 @dataclass(frozen=True)
 class Stage:
     """The run's current stage: the units that can be dispatched now, and what came before."""
@@ -238,25 +176,12 @@ class Stage:
     ready_at: float  # when the stage could start: for the dispatch latency metric
 
 
-@dataclass(frozen=True)
-class _OpenStage:
-    """A run's lowest stage with a unit not done, as this transaction last found it: the stage
-    (None: every stage is done), its rows, when the stages before it were done and, when read
-    ahead, the next stage and its rows."""
-
-    stage: int | None
-    rows: Sequence[ActionRow]
-    ready: float
-    added: int  # units added to the session when it was found (`run_queries.units_added`)
-    next: tuple[int | None, Sequence[ActionRow]] | None = None
-
-
 def read_stages_ahead(s: Session, run_ids: Collection[str], ctx: Context) -> None:
     """Read the open stage, and the stage after it, of many runs at once (the runs a batch of
     receipts names): their `open_stage` calls in this transaction then read nothing."""
     added = run_queries.units_added(s)
     for run_id, found in run_queries.open_stages_of(s, run_ids).items():
-        ctx._stages[run_id] = _OpenStage(
+        ctx._stages[run_id] = OpenStage(
             found.stage,
             found.rows,
             found.finished_before or 0.0,
@@ -318,7 +243,7 @@ def _current_stage(
             continue
         stage = run_queries.next_stage(s, run.id, stage)
         rows = run_queries.stage_actions(s, run.id, stage) if stage is not None else ()
-    ctx._stages[run.id] = _OpenStage(stage, rows, ready, added, following)
+    ctx._stages[run.id] = OpenStage(stage, rows, ready, added, following)
     return stage, rows, ready
 
 

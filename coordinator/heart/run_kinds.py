@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from coordinator.ledger import Context
-    from coordinator.orders import Order
+    from coordinator.heart.context import Context
+    from coordinator.heart.orders import Order
     from coordinator.store.models import ActionRow, RunRow
 
 ReceiptHook = Callable[["Session", "RunRow", "ActionRow", Any, "Context"], None]
