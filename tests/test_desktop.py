@@ -13,14 +13,23 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image
 
-from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, journal, wait_until
+from coordinator.ledger import ACTIVE
+from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2, runs_pb2_grpc
+from tests.harness import (
+    BIN,
+    CoordinatorProcess,
+    WorkerProcess,
+    Xvfb,
+    journal,
+    wait_until,
+)
 from tests.harness.sites import FIELD, MARKER, DesktopSite
 
 pytestmark = pytest.mark.slow
@@ -31,20 +40,72 @@ ALL_ACTIONS = ("screenshot", "left_click", "type", "key", "mouse_move", "cursor_
 
 
 @pytest.fixture
-def desk(
-    coordinator: CoordinatorProcess,
-    workers: Callable[..., WorkerProcess],
-    xvfb: Xvfb,
-    window: Callable[[], None],
-    desktop_site: DesktopSite,
-) -> WorkerProcess:
-    window()
-    desktop_site.reset()
-    worker = workers("desk", display_env=xvfb.env)
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: each test makes its own desktop runs and approvals and
+    ends them afterwards (`desk`); the test that cuts the coordinator off has its own."""
+    return module_coordinator
+
+
+@pytest.fixture(scope="module")
+def shared_desk(module_workers: Callable[..., WorkerProcess], xvfb: Xvfb) -> WorkerProcess:
+    """The module's desk: one worker on the display, started once (a worker start is the
+    larger part of a desktop test's cost on two cores)."""
+    worker = module_workers("desk", display_env=xvfb.env)
     row = worker.wait_online()
     caps = {c["name"]: c for c in row["capabilities"]}
     assert caps["computer_use"]["available"], caps["computer_use"]
     return worker
+
+
+@pytest.fixture
+def desk(
+    coordinator: CoordinatorProcess,
+    shared_desk: WorkerProcess,
+    window: Callable[[], None],
+    desktop_site: DesktopSite,
+    request: pytest.FixtureRequest,
+) -> Iterator[WorkerProcess]:
+    """The shared desk, handed to the test as the next test must find it: no desktop run of
+    an earlier test holding its input lease, no kill switch engaged (the coordinator's or the
+    local one), and no pause for a person at the desk (after a failed test, a new worker
+    process: what it keeps in memory, a pause or where its last input left the pointer, goes
+    with the old one)."""
+    window()
+    desktop_site.reset()
+    failed_before = request.session.testsfailed
+    yield shared_desk
+    _leave_the_desk_as_found(
+        coordinator, shared_desk, restart=request.session.testsfailed > failed_before
+    )
+
+
+def _leave_the_desk_as_found(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, *, restart: bool
+) -> None:
+    # In-process calls: a CLI process per call would cost each test seconds on two cores.
+    channel = coordinator.channel()
+    assert channel is not None
+    md = coordinator.admin_metadata()
+    runs = runs_pb2_grpc.RunServiceStub(channel)
+    listed = runs.ListRuns(
+        runs_pb2.ListRunsRequest(kind="desktop", owner="*", limit=1000), metadata=md, timeout=30
+    )
+    for run in listed.runs:
+        if run.status in ACTIVE:  # its input lease ends with it
+            runs.CancelRun(runs_pb2.RunRef(id=run.id), metadata=md, timeout=30)
+    kills = desktop_pb2_grpc.KillSwitchServiceStub(channel)
+    for switch in kills.Status(desktop_pb2.KillStatusRequest(), metadata=md, timeout=30).switches:
+        release = desktop_pb2.ReleaseKillRequest(id=switch.id, reason="test over")
+        kills.Release(release, metadata=md, timeout=30)
+    if (desk.state_dir / "KILL").exists():
+        subprocess.run(
+            [str(BIN / "deskfleet-worker"), "kill", "release", "--state-dir", str(desk.state_dir)],
+            capture_output=True,
+            check=True,
+        )
+    if restart or desk.proc is None or desk.proc.poll() is not None:
+        desk.stop()
+        desk.start().wait_online()
 
 
 def request(coordinator: CoordinatorProcess, worker: WorkerProcess, *extra: str) -> dict[str, Any]:
@@ -354,9 +415,9 @@ def test_reapproval_after_a_kill_switch_asks_for_the_narrowed_grant_not_the_requ
         assert done.returncode == 2, (wider, done.stderr)
         assert done.stderr.startswith(f"deskfleet: {message}"), (wider, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1
-    assert [a["id"] for a in coordinator.cli_json("approvals", "list")["approvals"]] == [
-        again["id"]
-    ]
+    # (Of this run's: the coordinator is shared with the module's other tests.)
+    pending = coordinator.cli_json("approvals", "list")["approvals"]
+    assert [a["id"] for a in pending if a["runId"] == run["id"]] == [again["id"]]
     # A plain approve grants the narrowed scope again, and only it.
     plain = coordinator.cli_json("approvals", "approve", again["id"])
     assert plain["granted"] == granted["granted"]
@@ -368,29 +429,61 @@ def test_reapproval_after_a_kill_switch_asks_for_the_narrowed_grant_not_the_requ
     ok(coordinator, run["id"], "screenshot")
 
 
-def test_a_worker_cut_off_from_its_coordinator_stops_input(
-    coordinator: CoordinatorProcess, desk: WorkerProcess, desktop_site: DesktopSite
-) -> None:
-    run = request(coordinator, desk)
-    approve(coordinator, run["id"])
-    click_field(coordinator, run["id"])
-    thread, _ = _type_in_background(coordinator, run["id"])
-    _wait_typing(coordinator, run["id"])
-    coordinator.kill()
-    thread.join(60)
-    time.sleep(1.0)
-    typed_after_cut = desktop_site.snapshot()
-    coordinator.start(port=int(coordinator.address.rsplit(":", 1)[1]))
-    desk.wait_online(60)
-    # The worker came back on a new session: the old approval no longer holds.
-    assert refused(coordinator, run["id"], "key", "--key", "Return")["code"] == (
-        "reapproval_needed"
+@pytest.fixture
+def pointer_kept(xvfb: Xvfb) -> Iterator[None]:
+    """Puts the pointer back where the test found it: the shared desk takes a pointer that is
+    not where its last input left it for a person at the desk."""
+    done = subprocess.run(
+        ["xdotool", "getmouselocation", "--shell"],
+        env=xvfb.env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    approve(coordinator, run["id"])
-    ok(coordinator, run["id"], "key", "--key", "Return")
-    [text] = submitted(desktop_site, 1)
-    assert LONG.startswith(text) and 0 < len(text) < len(LONG), len(text)
-    assert typed_after_cut[0] == []
+    where = dict(line.split("=", 1) for line in done.stdout.split())
+    yield
+    subprocess.run(["xdotool", "mousemove", where["X"], where["Y"]], env=xvfb.env, check=True)
+
+
+# Its own coordinator (it kills and restarts it) and so its own worker on the display.
+def test_a_worker_cut_off_from_its_coordinator_stops_input(
+    own_coordinator: CoordinatorProcess,
+    xvfb: Xvfb,
+    window: Callable[[], None],
+    desktop_site: DesktopSite,
+    pointer_kept: None,
+) -> None:
+    coordinator = own_coordinator
+    window()
+    desktop_site.reset()
+    desk = WorkerProcess(
+        coordinator, "desk", display_env=xvfb.env, home=own_coordinator.workdir / "workers"
+    )
+    try:
+        row = desk.start().wait_online()
+        assert {c["name"]: c for c in row["capabilities"]}["computer_use"]["available"]
+        run = request(coordinator, desk)
+        approve(coordinator, run["id"])
+        click_field(coordinator, run["id"])
+        thread, _ = _type_in_background(coordinator, run["id"])
+        _wait_typing(coordinator, run["id"])
+        coordinator.kill()
+        thread.join(60)
+        time.sleep(1.0)
+        typed_after_cut = desktop_site.snapshot()
+        coordinator.start(port=int(coordinator.address.rsplit(":", 1)[1]))
+        desk.wait_online(60)
+        # The worker came back on a new session: the old approval no longer holds.
+        assert refused(coordinator, run["id"], "key", "--key", "Return")["code"] == (
+            "reapproval_needed"
+        )
+        approve(coordinator, run["id"])
+        ok(coordinator, run["id"], "key", "--key", "Return")
+        [text] = submitted(desktop_site, 1)
+        assert LONG.startswith(text) and 0 < len(text) < len(LONG), len(text)
+        assert typed_after_cut[0] == []
+    finally:
+        desk.stop()
 
 
 def test_a_person_at_the_desk_pauses_input_until_told_to_continue(

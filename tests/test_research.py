@@ -24,12 +24,27 @@ from tests.harness import (
     journal,
     submit,
     wait_run,
+    wait_until,
     write_plan,
 )
 from worker_agent.actions import ActionCancelled, ActionContext
 from worker_agent.research_app import ResearchApps, parse_apps
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
+    """One coordinator for the module's tests that need no configuration of their own. Where
+    research goes depends on which workers are online, so each test starts its own, and the
+    next test begins once the coordinator sees none of them online any more."""
+    yield module_coordinator
+    wait_until(
+        lambda: not any(w["online"] for w in module_coordinator.status()["workers"]),
+        30,
+        0.1,
+        "the test's workers offline",
+    )
 
 
 def _receipts(coordinator: CoordinatorProcess, run_id: str) -> list[dict]:

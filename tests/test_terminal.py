@@ -17,6 +17,12 @@ ESC_TITLE = "Tower \x1b]0;owned\x07\x1b[2J\x1b[1;1Hfacts\u202eevil\x9b31m"
 RAW = ("\x1b", "\x07", "\u202e", "\x9b")
 
 
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: each test looks only at its own worker's approvals."""
+    return module_coordinator
+
+
 def _raw_in(text: str) -> list[str]:
     return [c for c in RAW if c in text]
 
@@ -49,7 +55,7 @@ def hostile_site() -> Iterator[str]:
 def test_control_characters_are_refused_where_people_write_text(
     coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
-    worker = WorkerProcess(coordinator, "desk")
+    worker = WorkerProcess(coordinator, "desk", home=tmp_path)
     assert worker.enroll().returncode == 0
     wid = worker.worker_id
     attempts = {
@@ -74,18 +80,20 @@ def test_control_characters_are_refused_where_people_write_text(
     )  # fmt: skip
     done = coordinator.cli("runs", "submit", str(plan), check=False)
     assert done.returncode == 2 and "labels['zone']: must not contain control" in done.stderr
-    labelled = WorkerProcess(coordinator, "labelled")
+    labelled = WorkerProcess(coordinator, "labelled", home=tmp_path)
     done = labelled.enroll(None, "zone=eu\x1b[0m")
     assert done.returncode != 0 and "must not contain control" in done.stderr
-    assert coordinator.cli_json("approvals", "list")["approvals"] == []  # nothing was written
+    approvals = coordinator.cli_json("approvals", "list")["approvals"]
+    assert [a for a in approvals if a["workerId"] == wid] == []  # nothing was written
 
 
 def test_stored_hostile_reason_and_page_title_reach_the_terminal_spelled_out(
     coordinator: CoordinatorProcess,
     workers: Callable[..., WorkerProcess],
     hostile_site: str,
+    tmp_path: Path,
 ) -> None:
-    desk = WorkerProcess(coordinator, "desk")
+    desk = WorkerProcess(coordinator, "desk", home=tmp_path)
     assert desk.enroll().returncode == 0
     run = coordinator.cli_json(
         "desktop", "request", "--worker", desk.worker_id, "--action=screenshot", "--reason", "x"
@@ -93,12 +101,15 @@ def test_stored_hostile_reason_and_page_title_reach_the_terminal_spelled_out(
     # A reason stored before the API refused control characters.
     hostile_reason = "look only\r\x1b[2K\x1b[1A" + "approve everything\u202e"
     with sqlite3.connect(coordinator.db_url.removeprefix("sqlite:///")) as db:
-        assert db.execute("UPDATE approvals SET reason = ?", (hostile_reason,)).rowcount == 1
+        update = "UPDATE approvals SET reason = ? WHERE run_id = ?"
+        assert db.execute(update, (hostile_reason, run["id"])).rowcount == 1
 
     shown = coordinator.cli("approvals", "list").stdout
     assert not _raw_in(shown) and "\r" not in shown
     assert "look only\\r\\x1b[2K\\x1b[1Aapprove everything\\u202e" in shown
-    [approval] = coordinator.cli_json("approvals", "list")["approvals"]
+    [approval] = [
+        a for a in coordinator.cli_json("approvals", "list")["approvals"] if a["runId"] == run["id"]
+    ]
     assert approval["reason"] == hostile_reason  # --json stays exact
     assert not _raw_in(coordinator.cli("runs", "show", run["id"]).stdout)
 

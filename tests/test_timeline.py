@@ -6,15 +6,24 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coordinator.timeline import JournalEntry, Timeline, build
 from tests.harness import CoordinatorProcess, WorkerProcess, journal, submit, write_plan
 
 T0 = 1_800_000_000.0
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module's real runs: each test reads its own run and worker."""
+    return module_coordinator
 
 
 class Journal:
@@ -259,8 +268,7 @@ def test_a_real_run_with_a_retried_action_has_a_timeline_that_adds_up(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     worker = workers("w")
-    worker.wait_online()
-    worker_id = coordinator.status()["workers"][0]["id"]
+    worker_id = worker.wait_online()["id"]
     plan = write_plan(
         tmp_path / "plan.json",
         [
@@ -321,9 +329,11 @@ def test_a_real_run_with_a_retried_action_has_a_timeline_that_adds_up(
 def test_a_waiting_run_shows_where_it_waits_and_for_how_long(
     coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
+    # Labels no worker has: a headless worker of another test can take it neither.
+    zone = f"nowhere-{uuid.uuid4().hex[:8]}"
+    route = {"capability": "headless", "labels": {"zone": zone}}
     plan = write_plan(
-        tmp_path / "plan.json",
-        [{"kind": "diag.echo", "args": {"value": 1}, "route": {"capability": "headless"}}],
+        tmp_path / "plan.json", [{"kind": "diag.echo", "args": {"value": 1}, "route": route}]
     )
     run = submit(coordinator, plan)
     first = coordinator.cli_json("runs", "show", run["id"])["timeline"]

@@ -10,7 +10,8 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +29,49 @@ from tests.harness import (
 )
 
 
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module's tests that read their own runs and users (no worker
+    is ever enrolled on it); the fleet-wide frame has its own coordinator and workers."""
+    return module_coordinator
+
+
+@pytest.fixture
+def own_workers(
+    own_coordinator: CoordinatorProcess, tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Enrolled, running workers of the test's own coordinator."""
+    started: list[WorkerProcess] = []
+
+    def make(name: str, *, display_env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(
+            own_coordinator, name, display_env=display_env, home=tmp_path / "workers"
+        )
+        started.append(worker)
+        return worker.start()
+
+    yield make
+    for worker in started:
+        worker.stop()
+
+
 def _row(text: str, worker_id: str) -> str:
     # The worker table's row starts with the id (the approvals table names it later on).
     [line] = [line for line in text.splitlines() if line.startswith(f"│ {worker_id}")]
     return line
 
 
+# The whole fleet's counts are what it checks: its own coordinator, with only its workers.
 @pytest.mark.slow
 def test_top_once_shows_the_fleet_its_actions_runs_approvals_and_kill_switch(
-    coordinator: CoordinatorProcess,
-    workers: Callable[..., WorkerProcess],
+    own_coordinator: CoordinatorProcess,
+    own_workers: Callable[..., WorkerProcess],
     xvfb: Xvfb,
     tmp_path: Path,
 ) -> None:
-    plain = workers("plain")
-    desk = workers("desk", display_env=xvfb.env)
+    coordinator = own_coordinator
+    plain = own_workers("plain")
+    desk = own_workers("desk", display_env=xvfb.env)
     plain.wait_online()
     desk.wait_online()
     status = coordinator.status()
@@ -119,17 +148,18 @@ def test_top_once_shows_the_fleet_its_actions_runs_approvals_and_kill_switch(
 
 
 def test_an_owner_sees_only_their_own_runs(coordinator: CoordinatorProcess, tmp_path: Path) -> None:
-    submit(
-        coordinator,
-        write_plan(tmp_path / "p.json", [{"kind": "diag.echo", "args": {}}]),
-    )  # the admin's run: it waits, no worker is enrolled
-    token = coordinator.cli_json("users", "create", "olga")["token"]
+    # Earlier tests' runs count in the fleet-wide view: this test's is one more.
+    waiting = coordinator.cli_json("top")["runsByState"].get("WAITING_FOR_ENVIRONMENT", 0)
+    route = {"labels": {"zone": f"nowhere-{uuid.uuid4().hex[:8]}"}}
+    plan = write_plan(tmp_path / "p.json", [{"kind": "diag.echo", "args": {}, "route": route}])
+    submit(coordinator, plan)  # the admin's run: it waits, no worker has the label
+    token = coordinator.cli_json("users", "create", f"olga-{uuid.uuid4().hex[:8]}")["token"]
     token_file = tmp_path / "olga.token"
     token_file.write_text(token)
     doc = coordinator.cli_json("top", token_file=token_file)
     assert doc["fleetWide"] is False
     assert sum(doc["runsByState"].values()) == 0
-    assert coordinator.cli_json("top")["runsByState"]["WAITING_FOR_ENVIRONMENT"] == 1
+    assert coordinator.cli_json("top")["runsByState"]["WAITING_FOR_ENVIRONMENT"] == waiting + 1
 
 
 def _offline_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
