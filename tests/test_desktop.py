@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from coordinator.ledger import ACTIVE
+from coordinator.heart.context import ACTIVE
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2, runs_pb2_grpc
 from tests.harness import (
     BIN,
