@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import sys
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -133,6 +135,34 @@ def module_workers(
     yield make
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built once per session from a copy of the source (the checkout
+    stays clean), for every test that installs deskfleet the way a user does: a build is
+    seconds of the two cores, and the tree does not change during a run."""
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path_factory.mktemp("wheel-src")
+    with tarfile.open(src / "src.tar", "w") as archive:
+        for part in ("pyproject.toml", "coordinator", "worker_agent", "shared"):
+            archive.add(root / part, part, filter=lambda t: None if "__pycache__" in t.name else t)
+    with tarfile.open(src / "src.tar") as archive:
+        archive.extractall(src / "tree", filter="data")
+    dist = tmp_path_factory.mktemp("wheel-dist")
+    # --no-build-isolation: the build backend (setuptools) comes from this environment instead
+    # of a new one per build; the wheel's content depends only on the tree and pyproject.toml.
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    done = subprocess.run(
+        [*argv, "--wheel-dir", str(dist), str(src / "tree")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, f"building the wheel: {done.stdout}\n{done.stderr}"
+    [built] = dist.glob("deskfleet-*.whl")
+    return built
 
 
 @pytest.fixture(scope="session")

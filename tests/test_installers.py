@@ -2,8 +2,11 @@
 the macOS plists, and the Windows PowerShell script.
 
 The installs reuse the project's virtual environment for the dependencies (`--deps-from`), so
-that they take seconds and need no package index; the project itself is installed into a new
-environment from its source, and the end-to-end test runs that environment's entry point.
+that they take seconds and need no package index. The project itself is installed into a new
+environment: from its source (the installer's default, as from a checkout) by the end-to-end
+desktop test, which runs that environment's entry point; from the session's wheel (`--wheel`,
+built once from the same tree) by the others, which are about what the installers write around
+it and would otherwise each build the same wheel again.
 """
 
 from __future__ import annotations
@@ -87,6 +90,12 @@ def require_systemd_analyze() -> None:
 
 
 @pytest.fixture
+def wheel(project_wheel: Path) -> tuple[str, str]:
+    """The installer's arguments that install the session's wheel instead of building one."""
+    return ("--wheel", str(project_wheel))
+
+
+@pytest.fixture
 def system_units(tmp_path: Path) -> Iterator[None]:
     """Nothing of the staged tests may land on this machine's own system folders."""
     ours = [Path("/etc/systemd/system") / UNIT, Path("/opt/deskfleet"), Path("/var/lib/deskfleet")]
@@ -99,11 +108,11 @@ def system_units(tmp_path: Path) -> Iterator[None]:
 
 
 def test_headless_staged_twice_verifies_is_hardened_and_uninstalls_to_nothing(
-    tmp_path: Path, system_units: None
+    tmp_path: Path, system_units: None, wheel: tuple[str, str]
 ) -> None:
     require_systemd_analyze()
     root = tmp_path / "root"
-    install = [LINUX / "install.sh", "--headless", "--destdir", root, "--deps-from", DEPS]
+    install = [LINUX / "install.sh", "--headless", "--destdir", root, "--deps-from", DEPS, *wheel]
     first = ok(sh(*install))
     assert "not enrolling" in first.stdout
     second = ok(sh(*install))  # idempotent: same tree, no error
@@ -190,13 +199,24 @@ def test_headless_staged_twice_verifies_is_hardened_and_uninstalls_to_nothing(
 
 
 def test_desktop_staged_units_start_in_the_graphical_session(
-    tmp_path: Path, system_units: None
+    tmp_path: Path, system_units: None, wheel: tuple[str, str]
 ) -> None:
     require_systemd_analyze()
     root, home = tmp_path / "root", tmp_path / "home"
     env = {k: v for k, v in base_env(tmp_path).items() if not k.startswith("XDG_")}
     env["HOME"] = str(home)
-    ok(sh(LINUX / "install.sh", "--desktop", "--destdir", root, "--deps-from", DEPS, env=env))
+    ok(
+        sh(
+            LINUX / "install.sh",
+            "--desktop",
+            "--destdir",
+            root,
+            "--deps-from",
+            DEPS,
+            *wheel,
+            env=env,
+        )
+    )
 
     staged_home = root / str(home).lstrip("/")
     unit = staged_home / ".config/systemd/user" / UNIT
@@ -264,7 +284,7 @@ def test_a_prefix_that_is_not_ours_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_desktop_install_enrolls_runs_from_its_entry_point_and_uninstalls(
-    coordinator: CoordinatorProcess, xvfb: Xvfb, tmp_path: Path
+    coordinator: CoordinatorProcess, xvfb: Xvfb, tmp_path: Path, wheel: tuple[str, str]
 ) -> None:
     """Install under a temporary HOME, enroll, run the unit's own command, see it online."""
     require_systemd_analyze()
@@ -279,8 +299,9 @@ def test_desktop_install_enrolls_runs_from_its_entry_point_and_uninstalls(
     state = home / ".local/state/deskfleet"
     worker_id = json.loads((state / "worker.json").read_text())["worker_id"]
 
-    # Again: an upgrade in place that keeps the enrollment (and needs no token).
-    again = ok(sh(*install, "--deps-from", DEPS, "--skip-doctor", env=env))
+    # Again: an upgrade in place that keeps the enrollment (and needs no token); from the
+    # wheel, as the first install covered the build from the source.
+    again = ok(sh(*install, "--deps-from", DEPS, *wheel, "--skip-doctor", env=env))
     assert "already holds an enrollment; keeping it" in again.stdout
 
     unit = home / ".config/systemd/user" / UNIT
@@ -300,12 +321,14 @@ def test_desktop_install_enrolls_runs_from_its_entry_point_and_uninstalls(
     venv = home / ".local/share/deskfleet/venv"
     assert argv[0] == str(venv / "bin/deskfleet-worker")
     # The code that runs is the copy installed into the new environment, not the checkout.
+    # (Without PYTHONPATH, which may name a checkout and would win over site-packages.)
     where = subprocess.run(
         [venv / "bin/python", "-c", "import worker_agent; print(worker_agent.__file__)"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         check=True,
+        env={k: v for k, v in env.items() if k != "PYTHONPATH"},
     )
     assert where.stdout.startswith(str(venv / "lib")), where.stdout
     log = tmp_path / "worker.log"
@@ -361,7 +384,7 @@ def test_a_missing_ca_file_is_refused_before_anything_is_installed(tmp_path: Pat
 
 @pytest.mark.slow
 def test_install_with_the_ca_file_enrolls_over_mutual_tls_and_the_unit_connects(
-    tmp_path: Path,
+    tmp_path: Path, wheel: tuple[str, str]
 ) -> None:
     """A TLS coordinator (as tests/test_tls.py makes one): --ca-file reaches enroll, which
     keeps the CA and a client certificate in the state folder; the unit's own command then
@@ -386,7 +409,7 @@ def test_install_with_the_ca_file_enrolls_over_mutual_tls_and_the_unit_connects(
         token = coordinator.create_token()
         done = ok(
             sh(
-                *(LINUX / "install.sh", "--desktop", "--deps-from", DEPS, "--no-start"),
+                *(LINUX / "install.sh", "--desktop", "--deps-from", DEPS, *wheel, "--no-start"),
                 *("--coordinator", coordinator.address, "--token", token, "--ca-file", ca_pem),
                 "--skip-doctor",
                 env=env,
@@ -426,14 +449,14 @@ def test_install_with_the_ca_file_enrolls_over_mutual_tls_and_the_unit_connects(
 
 @pytest.mark.slow
 def test_plaintext_beyond_loopback_is_refused_then_passed_through(
-    coordinator: CoordinatorProcess, tmp_path: Path
+    coordinator: CoordinatorProcess, tmp_path: Path, wheel: tuple[str, str]
 ) -> None:
     """A coordinator list with one address beyond this machine: enroll refuses plaintext
     without --plaintext (and the same command can be run again), and takes it with the flag.
     The loopback address comes first, so the enrollment itself needs no network."""
     env = desktop_env(tmp_path)
     addresses = f"{coordinator.address},fleet.invalid:50051"
-    install = [LINUX / "install.sh", "--desktop", "--deps-from", DEPS, "--skip-doctor"]
+    install = [LINUX / "install.sh", "--desktop", "--deps-from", DEPS, *wheel, "--skip-doctor"]
     install += ["--no-start", "--coordinator", addresses, "--token", coordinator.create_token()]
     refused = sh(*install, env=env)
     assert refused.returncode != 0
@@ -452,10 +475,12 @@ def test_plaintext_beyond_loopback_is_refused_then_passed_through(
 
 
 def test_dry_run_stages_into_a_new_folder_and_says_where(
-    tmp_path: Path, system_units: None
+    tmp_path: Path, system_units: None, wheel: tuple[str, str]
 ) -> None:
     env = os.environ | {"TMPDIR": str(tmp_path)}
-    done = ok(sh(LINUX / "install.sh", "--headless", "--dry-run", "--deps-from", DEPS, env=env))
+    done = ok(
+        sh(LINUX / "install.sh", "--headless", "--dry-run", "--deps-from", DEPS, *wheel, env=env)
+    )
     staged = re.search(r"staged under (\S+) ", done.stdout)
     assert staged, done.stdout
     root = Path(staged.group(1))
@@ -471,7 +496,9 @@ MACOS = ROOT / "installers" / "macos"
 CHROME = "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"
 
 
-def test_macos_plists_parse_and_run_the_worker_in_the_right_session(tmp_path: Path) -> None:
+def test_macos_plists_parse_and_run_the_worker_in_the_right_session(
+    tmp_path: Path, wheel: tuple[str, str]
+) -> None:
     for template in sorted(MACOS.glob("*.plist")):
         with template.open("rb") as fh:
             assert plistlib.load(fh)["Label"] == "com.deskfleet.worker", template
@@ -480,7 +507,7 @@ def test_macos_plists_parse_and_run_the_worker_in_the_right_session(tmp_path: Pa
     # script refuses to touch a Linux machine for real; it runs staged anywhere).
     root, home = tmp_path / "root", tmp_path / "home"
     env = base_env(tmp_path) | {"HOME": str(home)}
-    install = [MACOS / "install.sh", "--destdir", root, "--deps-from", DEPS]
+    install = [MACOS / "install.sh", "--destdir", root, "--deps-from", DEPS, *wheel]
     ok(sh(*install, "--desktop", "--chromium", CHROME, env=env))
     ok(sh(*install, "--headless", env=env))
 

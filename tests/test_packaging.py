@@ -1,7 +1,9 @@
 """deskfleet as users install it: the wheel, built from the source, installed into a new virtual
 environment with no extras and no shared site-packages, must run: `deskfleet-worker --version`,
 `deskfleet --help`, and a real headless fetch by a worker of that environment. The Linux
-installer's default path (no `--deps-from`) is exercised too.
+installer's default path (no `--deps-from`) makes that environment: it is `python3 -m venv`
+and `pip install` of the wheel, what a user's own install does, so one install proves both
+(resolving and unpacking the dependencies is most of this module's time).
 
 The project's own environment holds the dev extras and more, which can hide a dependency the
 wheel does not declare; these tests do not use it for anything the wheel must bring.
@@ -10,7 +12,7 @@ Downloads are slow, so the dependencies are resolved from the package index the 
 `pip install` resolves them (no extras, no constraints) into a wheelhouse kept between runs
 (`DESKFLEET_WHEELHOUSE`, default ~/.cache/deskfleet/wheelhouse), one per set of declared
 requirements and Python version, renewed after a week so that new releases upstream are met
-here before users meet them. The installs then read that wheelhouse only (`--no-index`). The
+here before users meet them. The install then reads that wheelhouse only (`--no-index`). The
 first run on a machine fills it (several minutes); later runs take well under three.
 """
 
@@ -20,13 +22,14 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -88,46 +91,18 @@ def requirements_of(wheel: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's wheel, built from a copy of the source (the checkout stays clean)."""
-    src = tmp_path_factory.mktemp("src")
-    with tarfile.open(src / "src.tar", "w") as archive:
-        for part in ("pyproject.toml", "coordinator", "worker_agent", "shared"):
-            archive.add(
-                ROOT / part,
-                part,
-                filter=lambda t: None if "__pycache__" in t.name else t,
-            )
-    with tarfile.open(src / "src.tar") as archive:
-        archive.extractall(src / "tree", filter="data")
-    dist = tmp_path_factory.mktemp("dist")
-    run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "--wheel-dir",
-            dist,
-            src / "tree",
-        ]
-    )
-    [built] = dist.glob("deskfleet-*.whl")
-    return built
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(wheel: Path) -> Path:
+def wheelhouse(project_wheel: Path) -> Path:
     """Every dependency of the wheel as a wheel, resolved from the package index."""
     base = Path(
         os.environ.get("DESKFLEET_WHEELHOUSE") or Path.home() / ".cache/deskfleet/wheelhouse"
     )
     key = hashlib.sha256(
         json.dumps(
-            [requirements_of(wheel), platform.python_version_tuple()[:2], platform.machine()]
+            [
+                requirements_of(project_wheel),
+                platform.python_version_tuple()[:2],
+                platform.machine(),
+            ]
         ).encode()
     ).hexdigest()[:16]
     house = base / key
@@ -138,12 +113,73 @@ def wheelhouse(wheel: Path) -> Path:
     shutil.rmtree(fresh, ignore_errors=True)
     # `pip wheel` resolves as `pip install` does and also builds the sdists (pyautogui's
     # family) into wheels, so that the installs below need nothing but this folder.
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", fresh, wheel])
-    (fresh / wheel.name).unlink(missing_ok=True)  # the one under test comes from `wheel`
-    (fresh / ".complete").write_text(" ".join(requirements_of(wheel)) + "\n")
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", fresh, project_wheel])
+    (fresh / project_wheel.name).unlink(missing_ok=True)  # the one under test comes from `wheel`
+    (fresh / ".complete").write_text(" ".join(requirements_of(project_wheel)) + "\n")
     shutil.rmtree(house, ignore_errors=True)
     fresh.rename(house)
     return house
+
+
+@dataclass
+class Installed:
+    """deskfleet as the Linux installer's default path left it on this machine."""
+
+    venv: Path
+    state: Path
+    env: dict[str, str]
+    workdir: Path
+    coordinator: CoordinatorProcess
+    output: str
+
+
+@pytest.fixture(scope="module")
+def installed(
+    project_wheel: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Installed]:
+    """One install serves both tests: the installer's default path (no --deps-from) is
+    `python3 -m venv` (with its own pip, no system site-packages) then `pip install` of the
+    wheel with no extras, which is exactly what a user's `pip install deskfleet-*.whl` in a new
+    environment does. Resolving and unpacking the dependencies is most of this module's time,
+    so it is done once. Installed for real (not staged under a DESTDIR, whose scripts name
+    /opt/deskfleet), as a desktop user under a temporary HOME, and enrolled by the installer
+    with the environment's own `deskfleet-worker enroll`."""
+    workdir = tmp_path_factory.mktemp("installed")
+    env = {k: v for k, v in clean_env(workdir, wheelhouse).items() if not k.startswith("XDG_")}
+    env["HOME"] = str(workdir / "home")
+    coordinator = CoordinatorProcess(workdir / "coord").start()
+    try:
+        done = run(
+            [
+                "bash",
+                ROOT / "installers/linux/install.sh",
+                "--desktop",
+                "--coordinator",
+                coordinator.address,
+                "--token",
+                coordinator.create_token(),
+                "--name",
+                "clean",
+                "--wheel",
+                project_wheel,
+                "--python",
+                "python3",
+                "--no-start",  # no systemd user manager here: the test runs the worker
+                "--skip-doctor",  # the real fetch below proves more than doctor's checks
+            ],
+            env=env,
+            cwd=workdir,
+        )
+        yield Installed(
+            venv=workdir / "home/.local/share/deskfleet/venv",
+            state=workdir / "home/.local/state/deskfleet",
+            env=env,
+            workdir=workdir,
+            coordinator=coordinator,
+            output=done.stdout,
+        )
+    finally:
+        coordinator.stop()
 
 
 @pytest.fixture
@@ -156,89 +192,88 @@ def site_url() -> Iterator[str]:
     server.server_close()
 
 
+@pytest.mark.integration
+def test_the_linux_installer_default_path_installs_a_clean_venv_with_everything(
+    installed: Installed,
+) -> None:
+    """No --deps-from: the installer made a venv with its own pip and installed every
+    dependency into it (here from the wheelhouse, through pip's own environment variables)."""
+    assert re.search(r"enrolled as wkr_\S+", installed.output), installed.output
+    venv = installed.venv
+    cfg = (venv / "pyvenv.cfg").read_text()
+    assert "include-system-site-packages = false" in cfg
+    assert not list(venv.rglob("deskfleet-deps.pth"))  # the --deps-from link is not there
+    assert (venv / "bin/pip").exists()  # its own pip, as `python3 -m venv` gives it
+    probe = (
+        "import sys, lxml.html.clean, trafilatura, playwright, shtab\n"
+        "from worker_agent.cli import main as worker\n"
+        "from coordinator.admin_cli.main import main as admin\n"
+        "import worker_agent, coordinator.console.app, pathlib\n"
+        "pages = pathlib.Path(coordinator.console.app.__file__).parent / 'templates'\n"
+        "assert (pages / 'base.html').is_file(), 'the console templates are not installed'\n"
+        "assert worker_agent.__file__.startswith(sys.prefix), worker_agent.__file__\n"
+        "assert admin(['completion', 'bash']) == 0\n"
+        "worker(['--version'])  # exits\n"
+    )
+    ran = run(
+        [venv / "bin/python", "-c", probe], env=installed.env, timeout=120, cwd=installed.workdir
+    )
+    assert "0.1.0" in ran.stdout and "complete" in ran.stdout
+
+
 @pytest.mark.e2e  # a real Chromium, driven by the clean venv's worker
 def test_the_wheel_in_a_clean_venv_runs_and_fetches_a_page(
-    wheel: Path, wheelhouse: Path, site_url: str, tmp_path: Path
+    installed: Installed, site_url: str
 ) -> None:
     require(Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}")
-    venv = tmp_path / "venv"
-    env = clean_env(tmp_path, wheelhouse)
-    run(["python3", "-m", "venv", venv], env=env, cwd=tmp_path)  # no --system-site-packages
-    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
-    bin_dir = venv / "bin"
-    run(
-        [bin_dir / "pip", "install", "-q", "--disable-pip-version-check", wheel],
-        env=env,
-        cwd=tmp_path,
-    )
+    env, cwd, bin_dir = installed.env, installed.workdir, installed.venv / "bin"
+    coordinator = installed.coordinator
 
     # The entry points, from the environment's own site-packages.
-    version = run([bin_dir / "deskfleet-worker", "--version"], env=env, timeout=120, cwd=tmp_path)
+    version = run([bin_dir / "deskfleet-worker", "--version"], env=env, timeout=120, cwd=cwd)
     assert version.stdout.split()[-1] == "0.1.0"
-    helped = run([bin_dir / "deskfleet", "--help"], env=env, timeout=120, cwd=tmp_path)
+    helped = run([bin_dir / "deskfleet", "--help"], env=env, timeout=120, cwd=cwd)
     assert "usage: deskfleet" in helped.stdout and "runs" in helped.stdout
-    completion = run(
-        [bin_dir / "deskfleet", "completion", "bash"], env=env, timeout=120, cwd=tmp_path
-    )
+    completion = run([bin_dir / "deskfleet", "completion", "bash"], env=env, timeout=120, cwd=cwd)
     assert "complete" in completion.stdout
     where = run(
         [bin_dir / "python", "-c", "import worker_agent; print(worker_agent.__file__)"],
         env=env,
-        cwd=tmp_path,
+        cwd=cwd,
         timeout=120,
     )
-    assert where.stdout.startswith(str(venv)), where.stdout
+    assert where.stdout.startswith(str(installed.venv)), where.stdout
 
-    # One real headless fetch: a coordinator (the project's), a worker of the clean venv.
-    coordinator = CoordinatorProcess(tmp_path / "coord").start()
-    worker: subprocess.Popen[str] | None = None
-    state = tmp_path / "worker-state"
-    log = tmp_path / "worker.log"
-    try:
-        token = coordinator.create_token()
-        run(
+    # One real headless fetch: the coordinator (the project's), the worker the installer
+    # enrolled, run from the clean venv.
+    log = cwd / "worker.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
             [
                 bin_dir / "deskfleet-worker",
-                "enroll",
-                "--coordinator",
-                coordinator.address,
-                "--token",
-                token,
+                "run",
                 "--state-dir",
-                state,
-                "--name",
-                "clean",
+                installed.state,
+                "--chromium",
+                CHROMIUM,
+                "--no-computer-use",
             ],
+            stdout=subprocess.DEVNULL,
+            stderr=out,
             env=env,
-            cwd=tmp_path,
-            timeout=120,
+            cwd=cwd,
         )
-        with log.open("w") as out:
-            worker = subprocess.Popen(
-                [
-                    bin_dir / "deskfleet-worker",
-                    "run",
-                    "--state-dir",
-                    state,
-                    "--chromium",
-                    CHROMIUM,
-                    "--no-computer-use",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=out,
-                env=env,
-                cwd=tmp_path,
-            )
+    try:
 
         def online() -> bool:
-            if worker is not None and worker.poll() is not None:
+            if worker.poll() is not None:
                 raise AssertionError(f"the clean venv's worker exited:\n{tail(log)}")
             status = coordinator.status()
             return any(w["name"] == "clean" and w["online"] for w in status["workers"])
 
         wait_until(online, 120, 0.5, "the clean venv's worker online")
         plan = write_plan(
-            tmp_path / "fetch.json",
+            cwd / "fetch.json",
             [
                 {
                     "kind": "browser.fetch",
@@ -267,7 +302,7 @@ def test_the_wheel_in_a_clean_venv_runs_and_fetches_a_page(
             capture_output=True,
             text=True,
             env=env,
-            cwd=tmp_path,
+            cwd=cwd,
             timeout=300,
         )
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{tail(log)}"
@@ -280,56 +315,10 @@ def test_the_wheel_in_a_clean_venv_runs_and_fetches_a_page(
         assert receipt["result"]["title"] == "Varn Keepers"
         assert receipt["result"]["outcome"] == "ok" and receipt["result"]["text"]
     finally:
-        if worker is not None and worker.poll() is None:
+        if worker.poll() is None:
             worker.terminate()
             try:
                 worker.wait(15)
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
-        coordinator.stop()
-
-
-@pytest.mark.integration
-def test_the_linux_installer_default_path_installs_a_worker_that_runs(
-    wheel: Path, wheelhouse: Path, tmp_path: Path
-) -> None:
-    """No --deps-from: the installer makes a venv with its own pip and installs every
-    dependency into it (here from the wheelhouse, through pip's own environment variables)."""
-    root = tmp_path / "root"
-    env = clean_env(tmp_path, wheelhouse)
-    done = run(
-        [
-            "bash",
-            ROOT / "installers/linux/install.sh",
-            "--headless",
-            "--destdir",
-            root,
-            "--wheel",
-            wheel,
-            "--python",
-            "python3",
-        ],
-        env=env,
-        cwd=tmp_path,
-    )
-    assert "staged under" in done.stdout
-    venv = root / "opt/deskfleet/venv"
-    cfg = (venv / "pyvenv.cfg").read_text()
-    assert "include-system-site-packages = false" in cfg
-    assert not list(venv.rglob("deskfleet-deps.pth"))  # the --deps-from link is not there
-    # The staged scripts name their final place (/opt/deskfleet), so run the entry points'
-    # modules with the staged interpreter instead.
-    probe = (
-        "import sys, lxml.html.clean, trafilatura, playwright, shtab\n"
-        "from worker_agent.cli import main as worker\n"
-        "from coordinator.admin_cli.main import main as admin\n"
-        "import worker_agent, coordinator.console.app, pathlib\n"
-        "pages = pathlib.Path(coordinator.console.app.__file__).parent / 'templates'\n"
-        "assert (pages / 'base.html').is_file(), 'the console templates are not installed'\n"
-        "assert worker_agent.__file__.startswith(sys.prefix), worker_agent.__file__\n"
-        "assert admin(['completion', 'bash']) == 0\n"
-        "worker(['--version'])  # exits\n"
-    )
-    ran = run([venv / "bin/python", "-c", probe], env=env, timeout=120, cwd=tmp_path)
-    assert "0.1.0" in ran.stdout and "complete" in ran.stdout

@@ -74,10 +74,13 @@ df_pip_install() {
 
 # df_relocate_venv VENV FROM TO: a venv staged under DESTDIR names its staging path in its
 # scripts' first lines and in pyvenv.cfg; rewrite them to the final path so the tree can be
-# packaged and copied to /.
+# packaged and copied to /. Staging again runs it the other way first (final path back to the
+# staging path), so that pip and the scripts work in the staged tree: pip leaves a requirement
+# that is already satisfied (the same wheel again) as it is, with the final path in its scripts.
 df_relocate_venv() {
   local venv=$1 from=$2 to=$3
   [ "$from" = "$to" ] && return 0
+  [ -x "$venv/bin/python" ] || return 0 # nothing staged yet
   "$venv/bin/python" - "$venv" "$from" "$to" <<'PY'
 import pathlib
 import sys
@@ -87,7 +90,11 @@ for path in [venv / "pyvenv.cfg", *(venv / "bin").iterdir()]:
     if path.is_symlink() or not path.is_file():
         continue
     data = path.read_bytes()
-    if b"\0" not in data[:1024] and old in data:
+    if b"\0" in data[:1024]:
+        continue
+    if new.endswith(old):  # back to the staging path: the final path is a suffix of it
+        data = data.replace(new, old)  # what already names the staging path stays as it is
+    if old in data:
         path.write_bytes(data.replace(old, new))
 PY
 }

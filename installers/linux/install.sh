@@ -140,6 +140,7 @@ if [ -n "$deps_from" ]; then
 fi
 python=${python:-python3}
 df_check_python "$python"
+df_relocate_venv "$root$venv" "$venv" "$root$venv" # staged before: see venv.sh
 df_make_venv "$root$venv" "$python" "$deps_from"
 if [ -n "$wheel" ]; then
   df_pip_install "$root$venv" "$wheel" "$deps_from" "$wheelhouse"
