@@ -111,6 +111,14 @@ def worker_browser() -> bool:
 
 
 @pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """The tests that take a plain coordinator share the module's: each makes its own runs
+    and workers. The tests that need one started with tracing or logging options start
+    their own."""
+    return module_coordinator
+
+
+@pytest.fixture
 def collector() -> Iterator[Collector]:
     received = Collector().start()
     yield received
