@@ -13,14 +13,14 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from coordinator.admin_cli.render import kill_rows
+from coordinator.admin_cli.render import as_dict, kill_rows
 from coordinator.heart.orders import KillPush
 from coordinator.killswitch import push_bytes
 from coordinator.servicers.worker_gateway import _message, _serialize
 from coordinator.store import desktop as queries
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, KillAckRow, PresenceRow, ReplicaRow, WorkerRow
-from shared.gen.deskfleet.v1 import worker_pb2
+from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, worker_pb2
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
 
 NOW = 1_000_000.0
@@ -191,10 +191,17 @@ def test_a_fleet_switch_reaches_every_stream_and_a_later_one_in_its_welcome(
     assert kill["unacknowledgedCount"] == 2
     assert sorted(kill["unacknowledged"]) == sorted([first.worker_id, second.worker_id])
 
+    # Polled in process (the document `kill status --json` prints): a CLI process per poll
+    # would be a Python start competing with the workers being waited on.
+    channel = coordinator.channel()
+    assert channel is not None
+    kills = desktop_pb2_grpc.KillSwitchServiceStub(channel)
+
     def acked(n: int, released: bool = False) -> Callable[[], dict[str, Any] | None]:
         def poll() -> dict[str, Any] | None:
-            args = ("kill", "status", "--all") if released else ("kill", "status")
-            switches = coordinator.cli_json(*args)["switches"]
+            request = desktop_pb2.KillStatusRequest(include_released=released)
+            reply = kills.Status(request, metadata=coordinator.admin_metadata(), timeout=30)
+            switches = as_dict(reply)["switches"]
             switch = next(s for s in switches if s["id"] == kill["id"])
             done = switch["acknowledgedCount"] == n and switch["unacknowledgedCount"] == 0
             return switch if done else None

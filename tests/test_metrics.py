@@ -24,6 +24,7 @@ from tests.harness import (
     WorkerProcess,
     Xvfb,
     base_env,
+    run_together,
     submit,
     tail,
     wait_run,
@@ -77,6 +78,22 @@ def metered(tmp_path: Path) -> Iterator[CoordinatorProcess]:
     proc = CoordinatorProcess(tmp_path / "coord", serve_args=METRICS).start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def untouched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CoordinatorProcess, int]]:
+    """One metered coordinator, and its metrics port, for the tests that submit no run: they
+    read its exposition or enroll a worker, which leaves every run gauge at zero. (A start is
+    seconds of the two cores; the tests that run work or restart it have their own.)"""
+    proc = CoordinatorProcess(tmp_path_factory.mktemp("untouched"), serve_args=METRICS).start()
+    port = coordinator_metrics_port(proc)
+    yield proc, port
+    proc.stop()
+
+
+@pytest.fixture
+def coordinator(untouched: tuple[CoordinatorProcess, int]) -> CoordinatorProcess:
+    return untouched[0]
 
 
 @pytest.fixture
@@ -232,10 +249,12 @@ def _scenario(
     assert value(w, "deskfleet_worker_connected") == 1
 
 
-def _serve(workdir: Path, db_url: str, listen: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+def _serve(workdir: Path, db_url: str, *listens: str) -> list[subprocess.CompletedProcess[str]]:
+    """`serve --metrics-listen LISTEN` for each of `listens`, side by side: each stops at
+    its metrics address."""
+    argvs = [
         [
-            BIN / "deskfleet-coordinator",
+            str(BIN / "deskfleet-coordinator"),
             "serve",
             "--db",
             db_url,
@@ -243,12 +262,10 @@ def _serve(workdir: Path, db_url: str, listen: str) -> subprocess.CompletedProce
             "127.0.0.1:0",
             "--metrics-listen",
             listen,
-        ],
-        capture_output=True,
-        text=True,
-        env=base_env(workdir),
-        timeout=60,
-    )
+        ]
+        for listen in listens
+    ]
+    return run_together(*argvs, env=base_env(workdir))
 
 
 def test_a_taken_or_malformed_metrics_address_stops_the_coordinator_with_one_line(
@@ -256,18 +273,18 @@ def test_a_taken_or_malformed_metrics_address_stops_the_coordinator_with_one_lin
 ) -> None:
     proc = CoordinatorProcess(tmp_path / "coord")
     proc.init()
-    done = _serve(proc.workdir, proc.db_url, f"127.0.0.1:{taken_port}")
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == (
+    bad = ("nonsense", "127.0.0.1:http", "127.0.0.1:70000")
+    taken, *malformed = _serve(proc.workdir, proc.db_url, f"127.0.0.1:{taken_port}", *bad)
+    assert taken.returncode == 1
+    assert taken.stderr.strip().splitlines()[-1] == (
         f"deskfleet-coordinator: cannot serve metrics on 127.0.0.1:{taken_port}:"
         " Address already in use"
     )
-    assert "listening on" not in done.stdout
-    for bad in ("nonsense", "127.0.0.1:http", "127.0.0.1:70000"):
-        done = _serve(proc.workdir, proc.db_url, bad)
+    assert "listening on" not in taken.stdout
+    for value, done in zip(bad, malformed, strict=True):
         assert done.returncode == 1
         assert done.stderr.strip().splitlines()[-1] == (
-            f"deskfleet-coordinator: --metrics-listen: expected HOST:PORT, not {bad!r}"
+            f"deskfleet-coordinator: --metrics-listen: expected HOST:PORT, not {value!r}"
         )
         assert "Traceback" not in done.stderr
 
@@ -546,8 +563,10 @@ def test_no_created_series(endpoints: tuple[CoordinatorMetrics, WorkerMetrics]) 
     assert [n for n in on_c | on_w if n.endswith("_created")] == []
 
 
-def test_every_run_state_is_a_series_at_zero_before_any_run(metered: CoordinatorProcess) -> None:
-    port = coordinator_metrics_port(metered)
+def test_every_run_state_is_a_series_at_zero_before_any_run(
+    untouched: tuple[CoordinatorProcess, int],
+) -> None:
+    port = untouched[1]
     runs = labelled_all(scrape(port), "deskfleet_runs")
     assert runs == {state: 0.0 for state in RUN_STATES}
     # The states the ledger writes are among them.
@@ -566,13 +585,11 @@ def promtool() -> str:
 
 
 def test_promtool_finds_nothing_to_lint_on_either_endpoint(
-    metered: CoordinatorProcess, endpoints: tuple[CoordinatorMetrics, WorkerMetrics]
+    untouched: tuple[CoordinatorProcess, int], endpoints: tuple[CoordinatorMetrics, WorkerMetrics]
 ) -> None:
     tool = promtool()
     texts = {
-        "coordinator (a process, with its store's gauges)": exposition(
-            coordinator_metrics_port(metered)
-        ),
+        "coordinator (a process, with its store's gauges)": exposition(untouched[1]),
         "coordinator (counters with children)": exposition(endpoints[0].port),
         "worker": exposition(endpoints[1].port),
     }

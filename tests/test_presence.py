@@ -4,13 +4,41 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, wait_until
 
 pytestmark = pytest.mark.slow
+
+# These read the list of every enrolled worker, or restart the coordinator: each has a
+# coordinator of its own. The others share the module's, one test's workers at a time.
+OWN_COORDINATOR = {
+    "test_revoked_worker_is_cut_off_at_once_and_refused_afterwards",
+    "test_drained_worker_stays_connected_but_takes_no_new_work",
+    "test_worker_reconnects_after_the_coordinator_restarts",
+}
+
+
+@pytest.fixture
+def coordinator(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    """The module's coordinator once no worker of an earlier test is online there (the
+    counts each test checks are the whole fleet's), or a new one for OWN_COORDINATOR."""
+    if request.node.originalname in OWN_COORDINATOR:
+        proc = CoordinatorProcess(tmp_path / "coord").start()
+        yield proc
+        proc.stop()
+        return
+    shared: CoordinatorProcess = request.getfixturevalue("module_coordinator")
+
+    def idle() -> bool:
+        status = shared.status()
+        return not (status["online"] or status["headlessOnline"] or status["computerUseOnline"])
+
+    wait_until(idle, shared.lease + 10, 0.1, "no worker of an earlier test online")
+    yield shared
 
 
 def _capability(row: dict, name: str) -> dict:
@@ -62,7 +90,9 @@ def test_missing_browser_is_an_absent_capability_with_its_reason(
 def test_local_policy_can_refuse_computer_use(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], xvfb: Xvfb
 ) -> None:
-    row = workers("nocu", display_env=xvfb.env, extra_args=("--no-computer-use",)).wait_online()
+    # No browser: what is checked is the display capability alone.
+    nocu = workers("nocu", display_env=xvfb.env, extra_args=("--no-computer-use",), browser=False)
+    row = nocu.wait_online()
     assert "disabled by local policy" in _capability(row, "computer_use")["reason"]
     assert coordinator.status()["computerUseOnline"] == 0
 

@@ -3,16 +3,17 @@ PostgreSQL), set by admins only; and the cap on one plan's size."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from coordinator.admin_cli.render import as_dict
 from coordinator.settings import parse_size
 from shared.errors import InvalidArgumentError
-from tests.harness import CoordinatorProcess, WorkerProcess, wait_run, write_plan
+from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, runs_pb2, runs_pb2_grpc
+from tests.harness import CoordinatorProcess, WorkerProcess, submit, wait_run, write_plan
 
 EXIT_ERROR, EXIT_AUTH, EXIT_NOT_FOUND = 1, 3, 4
 
@@ -27,23 +28,55 @@ def limited(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Coordina
     proc.stop()
 
 
+# What the test only needs done or read (users, accepted runs, limits, runs, audit) goes
+# through one in-process channel; what it checks the CLI says (refusals, their exit codes and
+# messages, and the limits an admin sets with it) runs `deskfleet`. A CLI process per call is
+# a Python start on a loaded machine, and most calls here are not about the CLI.
+
+
+def _admin(coordinator: CoordinatorProcess) -> admin_pb2_grpc.AdminServiceStub:
+    channel = coordinator.channel()
+    assert channel is not None
+    return admin_pb2_grpc.AdminServiceStub(channel)
+
+
 def _owner(coordinator: CoordinatorProcess, name: str) -> Path:
-    token = coordinator.cli_json("users", "create", name)["token"]
+    request = admin_pb2.CreateUserRequest(name=name)
+    token = _admin(coordinator).CreateUser(request, metadata=coordinator.admin_metadata()).token
     path = coordinator.workdir / f"{name}.token"
     path.write_text(token)
     return path
 
 
-def _submit(
-    coordinator: CoordinatorProcess, token: Path, plan: Path
-) -> tuple[int, dict[str, Any] | None, str]:
+def _submitted(coordinator: CoordinatorProcess, token: Path, plan: Path) -> dict[str, Any]:
+    """The accepted run (`runs submit --json`'s document); a refusal fails the test."""
+    return submit(coordinator, plan, token_file=token)
+
+
+def _submit(coordinator: CoordinatorProcess, token: Path, plan: Path) -> tuple[int, str]:
+    """`deskfleet runs submit`, for a refusal: its exit code and message."""
     args = ("runs", "submit", str(plan))
     done = coordinator.cli(*args, token_file=token, json_out=True, check=False)
-    return done.returncode, json.loads(done.stdout) if done.returncode == 0 else None, done.stderr
+    return done.returncode, done.stderr
 
 
-def _limits(coordinator: CoordinatorProcess, *args: str, token: Path | None = None) -> Any:
-    return coordinator.cli_json("users", "limits", *args, token_file=token)
+def _limits(coordinator: CoordinatorProcess, name: str = "", token: Path | None = None) -> Any:
+    """`users limits [NAME] --json`'s document."""
+    md = coordinator.admin_metadata(token)
+    request = admin_pb2.GetUserLimitsRequest(name=name)
+    answer = _admin(coordinator).GetUserLimits(request, metadata=md, timeout=30)
+    return {
+        "name": answer.name,
+        "activeRuns": answer.active_runs,
+        "storedBytes": answer.stored_bytes,
+        "maxActiveRuns": answer.max_active_runs,
+        "maxActiveRunsSet": answer.max_active_runs_set,
+    }
+
+
+def _set_limits(coordinator: CoordinatorProcess, *args: str) -> Any:
+    """`deskfleet users limits ARGS`, as an admin: the CLI reads the sizes and `default`."""
+    return coordinator.cli_json("users", "limits", *args)
 
 
 @pytest.mark.slow
@@ -52,23 +85,26 @@ def test_owner_limits_refuse_new_runs_until_there_is_room(
 ) -> None:
     coordinator = limited
     alice = _owner(coordinator, "alice")
+    as_alice, as_admin = coordinator.admin_metadata(alice), coordinator.admin_metadata()
+    channel = coordinator.channel()
+    assert channel is not None
+    runs, admin = runs_pb2_grpc.RunServiceStub(channel), _admin(coordinator)
     small = write_plan(tmp_path / "small.json", [{"kind": "diag.echo", "args": {"value": "x"}}])
     # No worker yet: runs wait for one, in flight.
-    first = _submit(coordinator, alice, small)[1]
-    second = _submit(coordinator, alice, small)[1]
-    assert first is not None and second is not None
-    code, _, err = _submit(coordinator, alice, small)
+    first = _submitted(coordinator, alice, small)
+    second = _submitted(coordinator, alice, small)
+    code, err = _submit(coordinator, alice, small)
     assert code == EXIT_ERROR, err
     assert err.startswith("deskfleet: owner limit max_active_runs=2:"), err
-    assert len(coordinator.cli_json("runs", "list", token_file=alice)["runs"]) == 2  # none written
+    listed = runs.ListRuns(runs_pb2.ListRunsRequest(), metadata=as_alice, timeout=30)
+    assert len(listed.runs) == 2  # none written
     # Another owner has room of their own.
     bob = _owner(coordinator, "bob")
-    assert _submit(coordinator, bob, small)[0] == 0
+    _submitted(coordinator, bob, small)
 
     # A finished run frees its place.
-    coordinator.cli("runs", "cancel", first["id"], token_file=alice)
-    code, third, err = _submit(coordinator, alice, small)
-    assert code == 0 and third is not None, err
+    runs.CancelRun(runs_pb2.RunRef(id=first["id"]), metadata=as_alice, timeout=30)
+    third = _submitted(coordinator, alice, small)
     mine = _limits(coordinator, token=alice)
     assert (mine["name"], mine["activeRuns"], mine["maxActiveRuns"]) == ("alice", 2, 2)
     assert not mine["maxActiveRunsSet"] and mine["storedBytes"] > 0
@@ -83,29 +119,29 @@ def test_owner_limits_refuse_new_runs_until_there_is_room(
     assert other.returncode == EXIT_NOT_FOUND, other.stderr
 
     # An admin's override takes effect at once.
-    raised = _limits(coordinator, "alice", "--max-active-runs", "5")
+    raised = _set_limits(coordinator, "alice", "--max-active-runs", "5")
     assert (raised["maxActiveRuns"], raised["maxActiveRunsSet"]) == (5, True)
     # The byte limit (1 MiB, the default here) refuses a large plan, whole.
     big = write_plan(
         tmp_path / "big.json", [{"kind": "diag.echo", "args": {"value": "b" * 700_000}}]
     )
-    code, _, err = _submit(coordinator, alice, big)
-    assert code == 0, err
-    code, _, err = _submit(coordinator, alice, big)
+    _submitted(coordinator, alice, big)
+    code, err = _submit(coordinator, alice, big)
     assert code == EXIT_ERROR, err
     assert err.startswith("deskfleet: owner limit max_stored_bytes=1048576:"), err
     assert "would add 7" in err  # the plan's 700,000 bytes and its journal event
     stored = _limits(coordinator, "alice")["storedBytes"]
     assert 700_000 < stored < 1_048_576  # the refused run stored nothing
-    assert _limits(coordinator, "alice", "--max-stored-bytes", "10MiB")["maxStoredBytes"] == (
+    assert _set_limits(coordinator, "alice", "--max-stored-bytes", "10MiB")["maxStoredBytes"] == (
         10 * 1024 * 1024
     )
-    assert _submit(coordinator, alice, big)[0] == 0
+    _submitted(coordinator, alice, big)
     # Back to the default: 4 runs in flight, at most 2.
-    back = _limits(coordinator, "alice", "--max-active-runs", "default")
+    back = _set_limits(coordinator, "alice", "--max-active-runs", "default")
     assert (back["maxActiveRuns"], back["maxActiveRunsSet"], back["activeRuns"]) == (2, False, 4)
     assert _submit(coordinator, alice, small)[0] == EXIT_ERROR
-    acts = [e for e in coordinator.cli_json("audit")["entries"] if e["action"] == "user.limits"]
+    audit = admin.ListAudit(admin_pb2.ListAuditRequest(), metadata=as_admin, timeout=30)
+    acts = [e for e in as_dict(audit)["entries"] if e["action"] == "user.limits"]
     assert len(acts) == 3 and all(e["actorRole"] == "admin" for e in acts)
 
     # Runs a worker finishes leave the count; their receipts count as stored bytes.
@@ -117,7 +153,7 @@ def test_owner_limits_refuse_new_runs_until_there_is_room(
             wait_run(coordinator, run["id"], done, token_file=alice)
         after = _limits(coordinator, "alice")
         assert after["activeRuns"] <= 1 and after["storedBytes"] > stored
-        assert _submit(coordinator, alice, small)[0] == 0
+        _submitted(coordinator, alice, small)
     finally:
         worker.stop()
 

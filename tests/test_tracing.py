@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from tests.harness import (
     WorkerProcess,
     base_env,
     journal,
+    run_together,
     submit,
     wait_run,
     wait_until,
@@ -108,6 +108,14 @@ def _value(v: Any) -> Any:
 def worker_browser() -> bool:
     """These tests' workers never browse: they start without Chromium (--no-headless)."""
     return False
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """The tests that take a plain coordinator share the module's: each makes its own runs
+    and workers. The tests that need one started with tracing or logging options start
+    their own."""
+    return module_coordinator
 
 
 @pytest.fixture
@@ -280,14 +288,10 @@ def test_logs_are_json_lines_with_the_ids_of_the_action(
     assert _json_lines(coordinator.log) and _json_lines(worker.log)
 
 
-def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
-
-
 @pytest.mark.parametrize("value", ["nonsense", "ftp://host:99999"])
 def test_a_bad_otlp_endpoint_is_one_clear_line(tmp_path: Path, value: str) -> None:
     env = base_env(tmp_path)
-    serve = _run(
+    serve, worker = run_together(
         [
             str(BIN / "deskfleet-coordinator"),
             "serve",
@@ -298,9 +302,6 @@ def test_a_bad_otlp_endpoint_is_one_clear_line(tmp_path: Path, value: str) -> No
             "--otlp-endpoint",
             value,
         ],
-        env,
-    )
-    worker = _run(
         [
             str(BIN / "deskfleet-worker"),
             "run",
@@ -309,7 +310,7 @@ def test_a_bad_otlp_endpoint_is_one_clear_line(tmp_path: Path, value: str) -> No
             "--otlp-endpoint",
             value,
         ],
-        env,
+        env=env,
     )
     for done, prog in ((serve, "deskfleet-coordinator"), (worker, "deskfleet-worker")):
         assert done.returncode == 1
@@ -323,11 +324,12 @@ def test_a_bad_otlp_endpoint_is_one_clear_line(tmp_path: Path, value: str) -> No
 def test_an_unknown_log_level_is_one_clear_line(tmp_path: Path) -> None:
     env = base_env(tmp_path)
     db = f"sqlite:///{tmp_path / 'fleet.db'}"
-    for prog, argv in (
+    commands = (
         ("deskfleet-coordinator", ["serve", "--db", db, "--log-level", "LOUD"]),
         ("deskfleet-worker", ["run", "--state-dir", str(tmp_path / "s"), "--log-level", "LOUD"]),
-    ):
-        done = _run([str(BIN / prog), *argv], env)
+    )
+    results = run_together(*([str(BIN / prog), *argv] for prog, argv in commands), env=env)
+    for (prog, _), done in zip(commands, results, strict=True):
         assert done.returncode == 1
         assert done.stderr.splitlines() == [
             f"{prog}: --log-level: 'LOUD' is not a level (DEBUG, INFO, WARNING, ERROR)"

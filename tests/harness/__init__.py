@@ -18,6 +18,7 @@ from tests.harness.processes import (
     CoordinatorProcess,
     WorkerProcess,
     base_env,
+    run_together,
     tail,
     wait_until,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "base_env",
     "journal",
     "postgres_available",
+    "run_together",
     "scratch_database",
     "submit",
     "tail",

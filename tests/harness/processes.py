@@ -44,6 +44,29 @@ def wait_until(
         time.sleep(interval)
 
 
+def run_together(
+    *argvs: list[str], env: dict[str, str], timeout: float = 60
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run commands side by side and wait for all: their results, in order. For commands
+    that each start Python only to stop at a check of their arguments (two cores start two
+    in the time of one, where running them one after another waits for each)."""
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for argv in argvs
+    ]
+    done = []
+    try:
+        for argv, proc in zip(argvs, procs, strict=True):
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return done
+
+
 def tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
