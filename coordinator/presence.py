@@ -158,6 +158,16 @@ class Presence:
         session.outbox.put_nowait(order)
         return True
 
+    def opened_after(self, order: DispatchOrder) -> bool:
+        """Whether the worker streams here on a stream opened after the order's claim (so
+        `send` refused the order, and the attempt must be sent again)."""
+        session = self._sessions.get(order.worker_id)
+        return (
+            session is not None
+            and not session.ended.done()
+            and 0 < order.dispatched_at < session.opened_at
+        )
+
     async def close(self, session: WorkerSession) -> None:
         """Forget a session whose stream ended; its presence row goes with the next write
         (kept and tried again while the store fails: until then the worker counts online)."""

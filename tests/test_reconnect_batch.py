@@ -284,3 +284,51 @@ def test_a_stream_is_not_sent_an_attempt_claimed_before_it_opened() -> None:
 
     stale, current, other, queued = asyncio.run(scenario())
     assert (stale, current, other, queued) == (False, True, True, 2)
+
+
+def test_an_unsent_attempt_is_sent_again_once_whichever_comes_first(
+    store: Store,  # noqa: F811
+) -> None:
+    """An attempt claimed before the stream opened but committed after the connect's reconcile
+    read the ledger is sent again by the dispatcher (`resend_unsent`); when the reconcile got
+    there first, that is a no-op. Either way the action has exactly one new attempt."""
+    w = store.worker("w")
+    store.submit(1, idempotent=False)
+    [claimed] = in_flight(store)
+    opened_at = time.time()
+
+    def resend(s: Session, ctx: Context) -> list[Order]:
+        run = s.get(ledger.RunRow, claimed.run_id)
+        assert run is not None
+        return outcomes.resend_unsent(s, run, claimed.action_id, claimed.attempt_id, ctx)
+
+    def reconcile(s: Session, ctx: Context) -> list[Order]:
+        return outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at})
+
+    [again] = dispatched(store.run(resend))  # the dispatcher first
+    assert again.attempt_id != claimed.attempt_id
+    assert dispatched(store.run(reconcile)) == []  # claimed after the stream opened: left alone
+    assert dispatched(store.run(resend)) == []  # and the stale order is not sent a second time
+    row = _action(store, claimed.action_id)
+    assert (row.status, row.attempt_id, row.attempts) == (DISPATCHED, again.attempt_id, 2)
+
+
+def test_the_reconcile_first_leaves_nothing_for_the_dispatcher_to_send(
+    store: Store,  # noqa: F811
+) -> None:
+    w = store.worker("w")
+    store.submit(1, idempotent=False)
+    [claimed] = in_flight(store)
+    time.sleep(0.01)
+    opened_at = time.time()
+    [again] = dispatched(
+        store.run(lambda s, ctx: outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at}))
+    )
+
+    def resend(s: Session, ctx: Context) -> list[Order]:
+        run = s.get(ledger.RunRow, claimed.run_id)
+        assert run is not None
+        return outcomes.resend_unsent(s, run, claimed.action_id, claimed.attempt_id, ctx)
+
+    assert dispatched(store.run(resend)) == []
+    assert _action(store, claimed.action_id).attempt_id == again.attempt_id

@@ -103,6 +103,7 @@ class Dispatcher:
         self._inbox: asyncio.Queue[IncomingReceipt | Started] = asyncio.Queue()
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._resends: set[asyncio.Task[None]] = set()  # see `_resend`
         self._started = time.monotonic()
         self._spans = AttemptSpans()
         self._connects: list[_Connect] = []
@@ -121,9 +122,9 @@ class Dispatcher:
         await self.aclose()
 
     async def aclose(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._resends]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._resends, return_exceptions=True)
         self._tasks = []
         for c in self._connects:
             c.done.cancel()  # their streams are ending with the server
@@ -192,10 +193,35 @@ class Dispatcher:
                     order.action_id, order.attempt_id, ok=order.accepted, detail=order.reason
                 )
             if not self._presence.send(order.worker_id, order) and isinstance(order, DispatchOrder):
-                # The stream went away after the claim (or is on a replica that stopped): the
-                # worker's reconnect, or the lease, reconciles this attempt; nothing is lost.
-                log.info("worker %s left before dispatch of %s", order.worker_id, order.action_id)
+                if self._presence.opened_after(order):
+                    # Claimed before the worker's current stream opened, so not sent on it;
+                    # its connect's reconcile may have read the ledger before this claim was
+                    # committed, so send the attempt again unless that reconcile already did.
+                    self._resend(order)
+                else:
+                    # The stream went away after the claim (or is on a replica that stopped):
+                    # the worker's reconnect, or the lease, reconciles this attempt.
+                    log.info(
+                        "worker %s left before dispatch of %s", order.worker_id, order.action_id
+                    )
         self._bus.notify(set(touched), None if stopped is None else set(stopped))
+
+    def _resend(self, order: DispatchOrder) -> None:
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            run = run_queries.run_for_update(s, order.run_id)
+            if run is None:
+                return []
+            return outcomes.resend_unsent(s, run, order.action_id, order.attempt_id, ctx)
+
+        async def resend() -> None:
+            try:
+                await self.run_unit(unit)
+            except DeskfleetError as exc:  # the attempt's lease runs out and recovers it
+                log.warning("could not send %s again: %s", order.action_id, exc)
+
+        task = asyncio.create_task(resend(), name=f"resend-{order.action_id}")
+        self._resends.add(task)
+        task.add_done_callback(self._resends.discard)
 
     # ------------------------------------------------------------------ worker messages
 

@@ -284,6 +284,29 @@ def apply_started(
     return []
 
 
+def _send_again(
+    s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context
+) -> list[Order]:
+    move(action, PENDING, ctx)
+    action.lease_expires_at = None
+    record(
+        s, run, ctx, "action.redispatch", action=action.id, attempt=action.attempt_id, cause=cause
+    )
+    return advance(s, run, ctx)
+
+
+def resend_unsent(
+    s: Session, run: RunRow, action_id: str, attempt_id: str, ctx: Context
+) -> list[Order]:
+    """An attempt claimed before its worker's current stream opened was not sent on it: send
+    it again, unless it has moved on since (the connect's reconcile sent it again already, or
+    it finished): the attempt id says which."""
+    action = s.get(ActionRow, action_id)
+    if action is None or action.status != DISPATCHED or action.attempt_id != attempt_id:
+        return []
+    return _send_again(s, run, action, "the attempt was claimed before the worker reconnected", ctx)
+
+
 def reconcile_workers(
     s: Session,
     connects: Sequence[tuple[str, Sequence[Held]]],
@@ -345,18 +368,7 @@ def reconcile_worker(
             continue
         if action.status == DISPATCHED:
             # The worker never recorded this attempt, so it never acted on it: send it again.
-            move(action, PENDING, ctx)
-            action.lease_expires_at = None
-            record(
-                s,
-                run,
-                ctx,
-                "action.redispatch",
-                action=action.id,
-                attempt=action.attempt_id,
-                cause="the worker never received the attempt",
-            )
-            orders += advance(s, run, ctx)
+            orders += _send_again(s, run, action, "the worker never received the attempt", ctx)
         else:
             orders += outcome_unknown(s, run, action, "the worker no longer knows the attempt", ctx)
     ctx.notes.recovered("reconnect", [a.status for a in in_flight])
