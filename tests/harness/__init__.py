@@ -10,7 +10,13 @@ Everything starts a real program and cleans up after itself; nothing is simulate
 """
 
 from tests.harness.client import STOPPED, journal, submit, wait_run, write_plan
-from tests.harness.postgres import PG_ADMIN_URL, TcpProxy, postgres_available, scratch_database
+from tests.harness.postgres import (
+    PG_ADMIN_URL,
+    TcpProxy,
+    initialised_database,
+    postgres_available,
+    scratch_database,
+)
 from tests.harness.processes import (
     BIN,
     IN_CI,
@@ -18,6 +24,7 @@ from tests.harness.processes import (
     CoordinatorProcess,
     WorkerProcess,
     base_env,
+    init_store,
     tail,
     wait_until,
 )
@@ -39,6 +46,8 @@ __all__ = [
     "WorkerProcess",
     "Xvfb",
     "base_env",
+    "init_store",
+    "initialised_database",
     "journal",
     "postgres_available",
     "scratch_database",
