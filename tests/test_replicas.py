@@ -26,6 +26,7 @@ from tests.harness import (
     Xvfb,
     journal,
     submit,
+    verify_journal,
     wait_run,
     wait_until,
     write_plan,
@@ -224,7 +225,7 @@ def test_a_replica_killed_mid_run_its_worker_moves_and_the_run_finishes_once(
     events = journal(pair.b, run["id"])
     receipted = {e["data"]["action"] for e in events if e["kind"] == "receipt"}
     assert receipted >= {a["id"] for a in done["actions"]}  # no receipt lost
-    assert pair.b.cli_json("journal", "verify", run["id"])["ok"] is True
+    assert verify_journal(pair.b, run["id"])["ok"] is True
 
 
 def test_an_approval_answered_on_b_unblocks_a_goal_waiting_on_a(

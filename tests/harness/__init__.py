@@ -9,7 +9,7 @@ sites      local web sites (desktop form page, search engines)
 Everything starts a real program and cleans up after itself; nothing is simulated.
 """
 
-from tests.harness.client import STOPPED, journal, submit, wait_run, write_plan
+from tests.harness.client import STOPPED, journal, submit, verify_journal, wait_run, write_plan
 from tests.harness.postgres import (
     PG_ADMIN_URL,
     TcpProxy,
@@ -53,6 +53,7 @@ __all__ = [
     "scratch_database",
     "submit",
     "tail",
+    "verify_journal",
     "wait_run",
     "wait_until",
     "write_plan",
