@@ -78,9 +78,7 @@ def _replicas(
 
 @pytest.fixture
 def pair(tmp_path: Path, pg_store: tuple[str, Path]) -> Iterator[Pair]:
-    # A replica beats (and polls for orders) every 0.5 s instead of 1 s: one that dies is
-    # counted dead after its 1.5 s lease (the tests' worker lease) instead of 3 s.
-    a, b = _replicas(tmp_path, pg_store, serve_args=("--relay-poll-interval", "0.5"))
+    a, b = _replicas(tmp_path, pg_store)
     pair = Pair(a, b, [])
     yield pair
     for worker in pair.workers:
