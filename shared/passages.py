@@ -20,15 +20,15 @@ spec requires, a start and an end for a long passage).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import quote, urldefrag
 
-import lxml.etree
-import lxml.html
-import pysbd
+# lxml and pysbd are imported where a page is read: a coordinator imports this module with its
+# research reports at every start, and most starts never build one.
 
 # Elements whose text is not the page's content.
 _SKIP = frozenset(
@@ -222,6 +222,9 @@ def blocks(html: str) -> list[Block]:
     """The passages of an HTML page, in reading order, without repeats."""
     if not html.strip():
         return []
+    import lxml.etree
+    import lxml.html
+
     try:
         root = lxml.html.document_fromstring(html)
     except (lxml.etree.ParserError, ValueError):
@@ -287,14 +290,18 @@ def _unique(found: Iterable[Block]) -> list[Block]:
     return out
 
 
-_SEGMENTER = pysbd.Segmenter(language="en", clean=False)
+@functools.cache
+def _segmenter() -> Any:
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
 
 
 def sentences(text: str) -> list[str]:
     """The sentences of one block of normalised text."""
     if len(text) < 40 or not re.search(r"[.!?]\s", text):
         return [text] if text else []
-    return [s.strip() for s in _SEGMENTER.segment(text) if s.strip()]
+    return [s.strip() for s in _segmenter().segment(text) if s.strip()]
 
 
 def _fragment_part(text: str) -> str:

@@ -27,9 +27,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-
-import snowballstemmer
+from functools import cache, lru_cache
+from typing import Any
 
 from shared.passages import Block, sentences
 
@@ -43,7 +42,6 @@ PER_SOURCE = 3
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-_STEMMER = snowballstemmer.stemmer("english")
 
 STOP = frozenset(
     """a about above after again against all am an and any are as at be because been before
@@ -56,9 +54,18 @@ STOP = frozenset(
 )
 
 
+@cache
+def _stemmer() -> Any:
+    # Imported at first use: a coordinator imports this module at every start, and most
+    # starts never rank a page.
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    return str(_STEMMER.stemWord(word))
+    return str(_stemmer().stemWord(word))
 
 
 def _parts(word: str) -> list[str]:

@@ -19,6 +19,8 @@ from tests.harness import (
     DesktopSite,
     WorkerProcess,
     Xvfb,
+    init_store,
+    initialised_database,
     postgres_available,
     scratch_database,
     wait_until,
@@ -191,6 +193,16 @@ def pg_url() -> Iterator[str]:
         pytest.skip("no PostgreSQL server answers on 127.0.0.1:5432")
     with scratch_database() as url:
         yield url
+
+
+@pytest.fixture
+def pg_store() -> Iterator[tuple[str, Path]]:
+    """A new PostgreSQL database holding an initialised store (a copy of one `init` ran on
+    once per test process), and the directory with its admin token and secrets key."""
+    if not postgres_available():
+        pytest.skip("no PostgreSQL server answers on 127.0.0.1:5432")
+    with initialised_database(init_store) as store:
+        yield store
 
 
 @pytest.fixture(scope="session")

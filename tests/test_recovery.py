@@ -20,6 +20,7 @@ from tests.harness import (
     WorkerProcess,
     journal,
     submit,
+    verify_journal,
     wait_run,
     wait_until,
     write_plan,
@@ -95,7 +96,7 @@ def _hand_back_then_retry(
     assert "the worker stopped during the attempt" in handed["stopReason"]
     assert handed["waiting"]["code"] == "unknown_outcome"
     time.sleep(2)  # nothing retries it by itself
-    again = coordinator.cli_json("runs", "show", run["id"])
+    again = wait_run(coordinator, run["id"], lambda r: True)  # its state now
     assert again["status"] == "HAND_BACK_TO_HUMAN" and again["actions"][0]["attempts"] == 1
     # A person decides: retry runs it again, then the run finishes.
     coordinator.cli("runs", "retry", run["id"])
@@ -127,7 +128,7 @@ def test_receipts_finished_while_the_coordinator_was_down_are_replayed_not_redon
     dispatched = [e["data"]["index"] for e in events if e["kind"] == "action.dispatched"]
     assert dispatched == [0, 1]  # nothing was sent twice
     assert out.read_text() == "after\n"
-    assert coordinator.cli_json("journal", "verify", run["id"])["ok"] is True
+    assert verify_journal(coordinator, run["id"])["ok"] is True
 
 
 def test_a_timed_out_attempt_is_fenced_off_from_its_successor(
@@ -234,7 +235,7 @@ def test_chaos_killing_the_coordinator_loses_no_receipt_and_repeats_no_effect(
                 assert final["status"] == "HAND_BACK_TO_HUMAN"
                 assert f"action {i} (diag.append, {action['id']})" in final["stopReason"]
                 assert len(lines) <= 1  # never repeated blindly
-        assert coordinator.cli_json("journal", "verify", final["id"])["ok"] is True
+        assert verify_journal(coordinator, final["id"])["ok"] is True
     assert succeeded_appends >= 8  # the test did real work, not only hand-backs
 
 
@@ -286,7 +287,7 @@ def test_chaos_the_coordinator_dies_between_a_receipt_commit_and_its_ack(tmp_pat
         assert sorted(rows) == sorted((a["id"], 1) for a in done["actions"])
         for i in range(0, 6, 2):
             assert worker.scratch(f"{i}.txt").read_text() == "x\n"  # no effect repeated
-        assert coordinator.cli_json("journal", "verify", run_id)["ok"] is True
+        assert verify_journal(coordinator, run_id)["ok"] is True
         # The replayed receipt was acknowledged this time, like every other.
         wait_until(lambda: not _unacknowledged(worker), 10, 0.1, "every receipt acknowledged")
         db.close()
@@ -356,4 +357,4 @@ def test_a_worker_upgraded_in_place_replays_its_older_outbox_once(
     actions = worker.state_dir / "actions"
     assert not (actions / "outbox").exists() and not (actions / "started").exists()
     wait_until(lambda: not _unacknowledged(worker), 10, 0.1, "every receipt acknowledged")
-    assert coordinator.cli_json("journal", "verify", run["id"])["ok"] is True
+    assert verify_journal(coordinator, run["id"])["ok"] is True

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from coordinator.admin_cli.render import as_dict
+from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
 from tests.harness import (
     STOPPED,
     CoordinatorProcess,
@@ -24,6 +26,7 @@ from tests.harness import (
     Xvfb,
     journal,
     submit,
+    verify_journal,
     wait_run,
     wait_until,
     write_plan,
@@ -47,6 +50,7 @@ class Pair:
         **kw: Any,
     ) -> WorkerProcess:
         """A worker enrolled through `on`, streaming to it (then to `also` if it fails)."""
+        kw.setdefault("browser", False)  # no test here browses: no Chromium to start
         worker = WorkerProcess(on, name, **kw)
         addresses = ",".join(c.address for c in (on, also) if c is not None)
         done = worker.enroll(coordinators=addresses)
@@ -55,20 +59,26 @@ class Pair:
         return worker
 
 
-def _replicas(tmp_path: Path, url: str, **kw: Any) -> tuple[CoordinatorProcess, CoordinatorProcess]:
+def _replicas(
+    tmp_path: Path, store: tuple[str, Path], url: str | None = None, **kw: Any
+) -> tuple[CoordinatorProcess, CoordinatorProcess]:
+    """Replicas a and b of the initialised `store` (reached at `url`, default its own)."""
     kw.setdefault("scripts_dir", tmp_path / "scripts")  # a goal may move to the other one
-    a = CoordinatorProcess(tmp_path / "a", url, replica="a", **kw)
-    a.init()
-    b = CoordinatorProcess(tmp_path / "b", url, replica="b", **kw)
-    b.workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(a.admin_token_file, b.admin_token_file)  # one store, one admin
-    shutil.copy(a.secrets_key_file, b.secrets_key_file)  # and one secrets key
+    db_url, credentials = store
+    pair = []
+    for name in ("a", "b"):
+        replica = CoordinatorProcess(tmp_path / name, url or db_url, replica=name, **kw)
+        # One store, one admin and one secrets key: the store's own.
+        shutil.copy(credentials / "admin.token", replica.admin_token_file)
+        shutil.copy(credentials / "secrets.key", replica.secrets_key_file)
+        pair.append(replica)
+    a, b = pair
     return a.start(), b.start()
 
 
 @pytest.fixture
-def pair(tmp_path: Path, pg_url: str) -> Iterator[Pair]:
-    a, b = _replicas(tmp_path, pg_url)
+def pair(tmp_path: Path, pg_store: tuple[str, Path]) -> Iterator[Pair]:
+    a, b = _replicas(tmp_path, pg_store)
     pair = Pair(a, b, [])
     yield pair
     for worker in pair.workers:
@@ -90,6 +100,31 @@ def _online(coordinator: CoordinatorProcess, *workers: WorkerProcess) -> dict[st
     return found
 
 
+def _kill_switches(coordinator: CoordinatorProcess) -> list[dict[str, Any]]:
+    """`deskfleet kill status --json`'s switches, through the harness's channel: polled, a CLI
+    process per look would compete with the replicas for the cores."""
+    channel = coordinator.channel()
+    assert channel is not None
+    reply = desktop_pb2_grpc.KillSwitchServiceStub(channel).Status(
+        desktop_pb2.KillStatusRequest(), metadata=coordinator.admin_metadata(), timeout=30
+    )
+    switches: list[dict[str, Any]] = as_dict(reply).get("switches", [])
+    return switches
+
+
+def _pending_approvals(coordinator: CoordinatorProcess) -> list[dict[str, Any]]:
+    """`deskfleet approvals list --json`'s approvals (pending), through the harness's channel."""
+    channel = coordinator.channel()
+    assert channel is not None
+    reply = desktop_pb2_grpc.ApprovalServiceStub(channel).ListApprovals(
+        desktop_pb2.ListApprovalsRequest(limit=50),
+        metadata=coordinator.admin_metadata(),
+        timeout=30,
+    )
+    approvals: list[dict[str, Any]] = as_dict(reply).get("approvals", [])
+    return approvals
+
+
 def _fleet(coordinator: CoordinatorProcess) -> tuple[int, int, list[tuple[Any, ...]]]:
     """The fleet as `coordinator` reports it, without the heartbeat times that keep moving."""
     doc = coordinator.status()
@@ -103,8 +138,9 @@ def _fleet(coordinator: CoordinatorProcess) -> tuple[int, int, list[tuple[Any, .
 def test_both_replicas_show_one_fleet_and_a_plan_submitted_on_a_runs_on_bs_worker(
     pair: Pair, tmp_path: Path
 ) -> None:
-    wa = pair.worker(pair.a, "wa")
-    wb = pair.worker(pair.b, "wb")
+    # With a browser each: the fleet counts them as headless workers.
+    wa = pair.worker(pair.a, "wa", browser=True)
+    wb = pair.worker(pair.b, "wb", browser=True)
     holders = _online(pair.a, wa, wb)
     assert holders == {wa.worker_id: "a", wb.worker_id: "b"}
     from_a, from_b = _fleet(pair.a), _fleet(pair.b)
@@ -155,7 +191,7 @@ def test_a_kill_switch_engaged_on_b_reaches_a_worker_streaming_to_a(pair: Pair) 
     kill = pair.b.cli_json("kill", "engage", "--reason", "replica test")
 
     def acknowledged() -> dict[str, Any] | None:
-        [switch] = pair.a.cli_json("kill", "status")["switches"]
+        [switch] = _kill_switches(pair.a)
         return switch if wa.worker_id in switch["acknowledged"] else None
 
     switch = wait_until(acknowledged, 10, 0.1, "the worker on replica a to acknowledge")
@@ -187,7 +223,7 @@ def test_a_replica_killed_mid_run_its_worker_moves_and_the_run_finishes_once(
     events = journal(pair.b, run["id"])
     receipted = {e["data"]["action"] for e in events if e["kind"] == "receipt"}
     assert receipted >= {a["id"] for a in done["actions"]}  # no receipt lost
-    assert pair.b.cli_json("journal", "verify", run["id"])["ok"] is True
+    assert verify_journal(pair.b, run["id"])["ok"] is True
 
 
 def test_an_approval_answered_on_b_unblocks_a_goal_waiting_on_a(
@@ -204,7 +240,7 @@ def test_an_approval_answered_on_b_unblocks_a_goal_waiting_on_a(
         "goal", "look at the screen", "--desktop", desk.worker_id, "--model", model
     )
     approval = wait_until(
-        lambda: (pending := pair.b.cli_json("approvals", "list")["approvals"]) and pending[0],
+        lambda: (pending := _pending_approvals(pair.b)) and pending[0],
         30,
         0.2,
         "the goal's approval, seen from replica b",
@@ -241,11 +277,11 @@ def test_a_goal_of_a_replica_that_died_is_adopted_and_finishes_without_repeating
 
 
 def test_an_unreachable_store_is_unavailable_from_every_replica(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_store: tuple[str, Path]
 ) -> None:
     proxy = TcpProxy(("127.0.0.1", 5432))
-    url = pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    a, b = _replicas(tmp_path, url)
+    url = pg_store[0].replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    a, b = _replicas(tmp_path, pg_store, url)
     try:
         assert _fleet(a) == _fleet(b)
         proxy.cut()
@@ -263,7 +299,10 @@ def test_an_unreachable_store_is_unavailable_from_every_replica(
 def test_journal_search_on_postgresql_uses_the_index_and_finds_archived_text(
     pair: Pair, tmp_path: Path
 ) -> None:
-    worker = pair.worker(pair.a, "w")
+    # With a browser: started without one, the worker comes online and the run is submitted
+    # within the moment its hello is reconciled, where the coordinator has been seen to count
+    # it gone ("left before dispatch") and the echo then times out; see the dispatch race.
+    worker = pair.worker(pair.a, "w", browser=True)
     _online(pair.b, worker)
     values = ["a needle here", "x" * 6000 + " a deep NEEDLE", "100%_sure", "plain"]
     plan = write_plan(

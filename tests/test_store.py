@@ -225,3 +225,13 @@ async def test_a_deadlocked_transaction_on_postgresql_runs_again(pg_url: str) ->
         assert {r.name for r in rows} == {"x", "y"}
     finally:
         await db.close()
+
+
+def test_the_head_revision_serve_checks_is_alembics_head() -> None:
+    """`serve` reads the head from the migration files without importing Alembic: it must
+    name the revision Alembic's own script directory calls the head."""
+    from alembic.script import ScriptDirectory
+
+    from coordinator.store.schema import _config
+
+    assert head_revision() == ScriptDirectory.from_config(_config()).get_current_head()

@@ -9,8 +9,14 @@ sites      local web sites (desktop form page, search engines)
 Everything starts a real program and cleans up after itself; nothing is simulated.
 """
 
-from tests.harness.client import STOPPED, journal, submit, wait_run, write_plan
-from tests.harness.postgres import PG_ADMIN_URL, TcpProxy, postgres_available, scratch_database
+from tests.harness.client import STOPPED, journal, submit, verify_journal, wait_run, write_plan
+from tests.harness.postgres import (
+    PG_ADMIN_URL,
+    TcpProxy,
+    initialised_database,
+    postgres_available,
+    scratch_database,
+)
 from tests.harness.processes import (
     BIN,
     IN_CI,
@@ -18,6 +24,7 @@ from tests.harness.processes import (
     CoordinatorProcess,
     WorkerProcess,
     base_env,
+    init_store,
     run_together,
     tail,
     wait_until,
@@ -40,12 +47,15 @@ __all__ = [
     "WorkerProcess",
     "Xvfb",
     "base_env",
+    "init_store",
+    "initialised_database",
     "journal",
     "postgres_available",
     "run_together",
     "scratch_database",
     "submit",
     "tail",
+    "verify_journal",
     "wait_run",
     "wait_until",
     "write_plan",

@@ -113,3 +113,20 @@ def journal(
     for e in events:
         e["data"] = json.loads(e["dataJson"])
     return events
+
+
+def verify_journal(
+    coordinator: CoordinatorProcess, run_id: str, token_file: Path | None = None
+) -> dict[str, Any]:
+    """`journal verify RUN --json`'s document: the coordinator checks the run's hash chain and
+    receipts (the CLI only prints its answer)."""
+    channel = coordinator.channel()
+    if channel is None:
+        doc: dict[str, Any] = coordinator.cli_json(
+            "journal", "verify", run_id, token_file=token_file
+        )
+        return doc
+    reply = runs_pb2_grpc.JournalServiceStub(channel).VerifyJournal(
+        runs_pb2.RunRef(id=run_id), metadata=coordinator.admin_metadata(token_file), timeout=60
+    )
+    return as_dict(reply)

@@ -107,6 +107,11 @@ def _init_store(db_url: str, admin_token: Path, secrets_key: Path, workdir: Path
     )
 
 
+def init_store(db_url: str, workdir: Path) -> None:
+    """`init` a store, its admin token and secrets key written in `workdir`."""
+    _init_store(db_url, workdir / "admin.token", workdir / "secrets.key", workdir)
+
+
 _template_lock = threading.Lock()
 _template: list[Path] = []
 
