@@ -128,15 +128,23 @@ class Presence:
             ),
             asyncio.get_running_loop().create_future(),
         )
-        self._claims.append(claim)
-        self._wake.set()
-        session.rotate_credential = await claim.done
         previous = self._sessions.get(worker_id)
         if previous is not None:
             previous.end(DeskfleetError("superseded by a newer connection of the same worker"))
-        # No await between these two: an order claimed from now on finds this session.
+        # Taking orders before the presence is written: routing can choose the worker on this
+        # session only after that write, so every attempt claimed on it finds this stream, and
+        # one claimed earlier is, by its time, an older stream's (`send`). No await between
+        # these two.
         session.opened_at = time.time()
         self._sessions[worker_id] = session
+        self._claims.append(claim)
+        self._wake.set()
+        try:
+            session.rotate_credential = await claim.done
+        except BaseException:
+            if self._sessions.get(worker_id) is session:
+                del self._sessions[worker_id]
+            raise
         return session
 
     def connected_ids(self) -> frozenset[str]:
