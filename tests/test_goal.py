@@ -116,7 +116,9 @@ def test_a_scripted_goal_researches_then_fills_the_form_after_approval(
     done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 120)
     assert done["status"] == "SUCCEEDED", done["stopReason"]
     assert done["stopReason"].startswith("completed: Done")
-    assert desktop_site.snapshot()[0] == [TEXT]
+    # The Return's receipt means the key was sent; the page posts its form a moment later.
+    submitted = wait_until(lambda: desktop_site.snapshot()[0], 15, 0.1, "the form's submit")
+    assert submitted == [TEXT]
 
     events = journal(coordinator, goal["id"])
     kinds = [e["kind"] for e in events]
