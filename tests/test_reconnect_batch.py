@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,12 +15,13 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger, outcomes
-from coordinator.heart.dispatch import _Connect, _one_per_worker
+from coordinator.heart.dispatch import Dispatcher, _Connect, _one_per_worker
 from coordinator.heart.ledger import DISPATCHED, Context
 from coordinator.heart.orders import CancelOrder, DispatchOrder, Held, Order
 from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
 from coordinator.presence import Presence, WorkerSession
 from coordinator.principals import Authenticator, Principal
+from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.models import ActionRow, KillSwitchRow, WorkerRow
 from coordinator.store.schema import upgrade
@@ -332,3 +334,65 @@ def test_the_reconcile_first_leaves_nothing_for_the_dispatcher_to_send(
 
     assert dispatched(store.run(resend)) == []
     assert _action(store, claimed.action_id).attempt_id == again.attempt_id
+
+
+class _Relay:
+    """This replica alone: every order is for a stream here (the relay's other half unused)."""
+
+    receiver: Any = None
+
+    def route(self, s: Session, orders: list[Order], *_: object) -> list[Order]:
+        return orders
+
+
+class _Bus:
+    def notify(self, *_: object) -> None:
+        pass
+
+
+async def test_attempts_one_delivery_held_back_go_out_again_in_one_transaction(
+    store: Store,  # noqa: F811
+) -> None:
+    """A fleet reconnecting at once can hold back many claims of one transaction: they are
+    sent again together, in one transaction, and the held-back attempts leave no timeout
+    armed and no span open behind them (their replacements have both)."""
+    w = store.worker("w")
+    for _ in range(3):
+        store.submit(1, idempotent=False)
+    stale = [
+        replace(o, dispatched_at=_action(store, o.action_id).dispatched_at or 0.0)
+        for o in in_flight(store)
+    ]
+    url = str(store.engine.url)
+    db = Database(url)
+    presence = Presence(cast(Any, None), cast(Any, None), cast(Any, None))  # the session map only
+    session = WorkerSession(w, "ses_new")
+    session.opened_at = time.time()  # the stream opened after the three claims
+    presence._sessions[w] = session
+    dispatcher = Dispatcher(
+        db, presence, cast(Any, _Bus()), CoordinatorConfig(db_url=url), cast(Any, _Relay()),
+        store.index,
+    )  # fmt: skip
+    writes = 0
+    write = db.write
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal writes
+        writes += 1
+        return await write(*args, **kwargs)
+
+    db.write = counted  # type: ignore[method-assign]
+    try:
+        dispatcher.deliver(stale)
+        assert session.outbox.empty()  # none of the stale claims went on the new stream
+        await asyncio.gather(*dispatcher._resends)
+        sent = [session.outbox.get_nowait() for _ in range(session.outbox.qsize())]
+        assert writes == 1
+        assert {o.action_id for o in sent} == {o.action_id for o in stale}
+        assert not {o.attempt_id for o in sent} & {o.attempt_id for o in stale}
+        armed = {(o.action_id, o.attempt_id) for o in sent}
+        assert set(dispatcher._timers) == armed
+        assert set(dispatcher._spans._open) == armed
+    finally:
+        await dispatcher.aclose()
+        await db.close()

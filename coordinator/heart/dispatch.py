@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -172,54 +171,72 @@ class Dispatcher:
         touched: Iterable[str] = (),
         stopped: Iterable[str] | None = None,
     ) -> None:
+        held_back: list[DispatchOrder] = []
         for order in orders:
-            if isinstance(order, DispatchOrder):
-                self.metrics.dispatched(order.ready_at)
-                order = self._spans.dispatched(order)
-                self._arm_timeout(order)
-                if log.isEnabledFor(logging.DEBUG):
-                    with log_context(
-                        run_id=order.run_id,
-                        action_id=order.action_id,
-                        attempt_id=order.attempt_id,
-                        worker_id=order.worker_id,
-                        trace_id=order.trace_id,
-                    ):
-                        log.debug("dispatching attempt %s of %s", order.attempt, order.kind)
-            elif isinstance(order, ReceiptVerdict):
-                if order.accepted:
-                    self._disarm(order.action_id, order.attempt_id)
-                self._spans.finished(
-                    order.action_id, order.attempt_id, ok=order.accepted, detail=order.reason
-                )
-            if not self._presence.send(order.worker_id, order) and isinstance(order, DispatchOrder):
-                if self._presence.opened_after(order):
-                    # Claimed before the worker's current stream opened, so not sent on it;
-                    # its connect's reconcile may have read the ledger before this claim was
-                    # committed, so send the attempt again unless that reconcile already did.
-                    self._resend(order)
-                else:
-                    # The stream went away after the claim (or is on a replica that stopped):
-                    # the worker's reconnect, or the lease, reconciles this attempt.
-                    log.info(
-                        "worker %s left before dispatch of %s", order.worker_id, order.action_id
+            if not isinstance(order, DispatchOrder):
+                if isinstance(order, ReceiptVerdict):
+                    if order.accepted:
+                        self._disarm(order.action_id, order.attempt_id)
+                    self._spans.finished(
+                        order.action_id, order.attempt_id, ok=order.accepted, detail=order.reason
                     )
+                self._presence.send(order.worker_id, order)
+                continue
+            self.metrics.dispatched(order.ready_at)
+            order = self._spans.dispatched(order)
+            if not self._presence.send(order.worker_id, order):
+                self._not_sent(order, held_back)
+                continue
+            # Armed only once the attempt is on a stream: one that never left has nothing to
+            # time out, and a timer left behind would end its span as a timeout much later.
+            self._arm_timeout(order)
+            if log.isEnabledFor(logging.DEBUG):
+                with log_context(
+                    run_id=order.run_id,
+                    action_id=order.action_id,
+                    attempt_id=order.attempt_id,
+                    worker_id=order.worker_id,
+                    trace_id=order.trace_id,
+                ):
+                    log.debug("dispatching attempt %s of %s", order.attempt, order.kind)
+        if held_back:
+            self._resend(held_back)
         self._bus.notify(set(touched), None if stopped is None else set(stopped))
 
-    def _resend(self, order: DispatchOrder) -> None:
+    def _not_sent(self, order: DispatchOrder, held_back: list[DispatchOrder]) -> None:
+        if self._presence.opened_after(order):
+            # Claimed before the worker's current stream opened, so not sent on it; its
+            # connect's reconcile may have read the ledger before this claim was committed,
+            # so the attempt is sent again (as a new one) unless that reconcile already did.
+            held_back.append(order)
+            cause = "claimed before the worker reconnected; sent again as a new attempt"
+        else:
+            # The stream went away after the claim (or is on a replica that stopped): the
+            # worker's reconnect, or the lease, reconciles this attempt.
+            log.info("worker %s left before dispatch of %s", order.worker_id, order.action_id)
+            cause = "the worker left before the attempt was sent"
+        self._spans.finished(order.action_id, order.attempt_id, ok=False, detail=cause)
+
+    def _resend(self, orders: Sequence[DispatchOrder]) -> None:
+        """Send again, in one transaction, the attempts one `deliver` held back. Their runs are
+        locked in id order, as a receipt batch locks its runs, so the two cannot deadlock."""
+        ordered = sorted(orders, key=lambda o: (o.run_id, o.action_id))
+
         def unit(s: Session, ctx: Context) -> list[Order]:
-            run = run_queries.run_for_update(s, order.run_id)
-            if run is None:
-                return []
-            return outcomes.resend_unsent(s, run, order.action_id, order.attempt_id, ctx)
+            out: list[Order] = []
+            for order in ordered:
+                run = run_queries.run_for_update(s, order.run_id)
+                if run is not None:
+                    out += outcomes.resend_unsent(s, run, order.action_id, order.attempt_id, ctx)
+            return out
 
         async def resend() -> None:
             try:
                 await self.run_unit(unit)
-            except DeskfleetError as exc:  # the attempt's lease runs out and recovers it
-                log.warning("could not send %s again: %s", order.action_id, exc)
+            except DeskfleetError as exc:  # the attempts' leases run out and recover them
+                log.warning("could not send %d attempt(s) again: %s", len(ordered), exc)
 
-        task = asyncio.create_task(resend(), name=f"resend-{order.action_id}")
+        task = asyncio.create_task(resend(), name=f"resend-{ordered[0].action_id}")
         self._resends.add(task)
         task.add_done_callback(self._resends.discard)
 
@@ -231,9 +248,7 @@ class Dispatcher:
     def on_started(self, started: Started) -> None:
         self._inbox.put_nowait(started)
 
-    async def on_connect(
-        self, worker_id: str, held: Sequence[Held], opened_at: float = math.inf
-    ) -> None:
+    async def on_connect(self, worker_id: str, held: Sequence[Held], opened_at: float) -> None:
         """Reconcile the worker's attempts, then give runs in line a chance to use it.
         `opened_at`: when its new stream began taking orders (attempts claimed since then
         were sent on it and are not the hello's to account for).
