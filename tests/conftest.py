@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,13 @@ from tests.harness import (
     scratch_database,
     wait_until,
 )
+
+# A table fits the terminal's width, or COLUMNS. A test process has no terminal, but pytest-xdist
+# starts its workers with COLUMNS=80: without this, tables would be cut in one process and
+# whole in the other, and so would those of the CLI processes the tests start. A test of
+# widths sets COLUMNS itself.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 def require(condition: bool, reason: str) -> None:

@@ -280,7 +280,7 @@ def test_a_goal_cut_by_a_coordinator_restart_continues_on_retry_from_its_journal
 ) -> None:
     coordinator = own_coordinator
     steps: list[dict[str, Any]] = [
-        {"sleep": 0.4, "tool_calls": [{"name": "recall", "arguments": {"text": f"step {i}"}}]}
+        {"sleep": 0.15, "tool_calls": [{"name": "recall", "arguments": {"text": f"step {i}"}}]}
         for i in range(30)
     ]
     model = coordinator.script("long.json", [*steps, {"text": "all done", "tool_calls": []}])

@@ -33,8 +33,12 @@ from tests.harness import (
 
 pytestmark = pytest.mark.slow
 
-# 90 s certificates: renewed with a third left (~60 s after issue), checked every 9 s.
+# 90 s certificates for the module: none is renewed during the other tests.
 WORKER_CERT_DAYS = 90 / 86400
+# The renewal test's coordinator issues 30 s certificates: renewed with a third left (~20 s
+# after issue; checked every 3 s), which leaves the old one ~8 s of life to be refused for
+# having been replaced rather than for having expired.
+RENEWED_CERT_DAYS = 30 / 86400
 
 
 def _mode(path: Path) -> int:
@@ -58,10 +62,9 @@ def ca_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def tls_coordinator(ca_dir: Path) -> Iterator[CoordinatorProcess]:
-    proc = CoordinatorProcess(
-        ca_dir.parent / "coord",
+def _tls_coordinator(ca_dir: Path, workdir: Path, cert_days: float) -> CoordinatorProcess:
+    return CoordinatorProcess(
+        workdir,
         serve_args=(
             "--tls-cert",
             str(ca_dir / "server.pem"),
@@ -70,10 +73,15 @@ def tls_coordinator(ca_dir: Path) -> Iterator[CoordinatorProcess]:
             "--ca-dir",
             str(ca_dir),
             "--worker-cert-days",
-            str(WORKER_CERT_DAYS),
+            str(cert_days),
         ),
         ca_file=ca_dir / "ca.pem",
     ).start()
+
+
+@pytest.fixture(scope="module")
+def tls_coordinator(ca_dir: Path) -> Iterator[CoordinatorProcess]:
+    proc = _tls_coordinator(ca_dir, ca_dir.parent / "coord", WORKER_CERT_DAYS)
     yield proc
     proc.stop()
 
@@ -248,26 +256,30 @@ def test_a_revoked_workers_certificate_is_refused(
     assert f"not for worker {other.worker_id}" in details
 
 
-def test_a_renewed_certificate_replaces_the_old_one(
-    tls_coordinator: CoordinatorProcess, tls_worker: WorkerProcess, ca_dir: Path
-) -> None:
-    tls_worker.start().wait_online(60)
-    credential, key, old = _files(tls_worker)
-    # The worker renews on its own with a third of the lifetime left (~60 s after issue).
-    wait_until(
-        lambda: (tls_worker.state_dir / "client.pem").read_bytes() != old,
-        120,
-        0.5,
-        "the worker to renew its certificate",
-    )
-    assert _mode(tls_worker.state_dir / "client.key") == 0o600
-    code, details = _connect(tls_coordinator, ca_dir, credential, key, old)
-    assert code == grpc.StatusCode.UNAUTHENTICATED
-    assert "was replaced at" in details
-    # The worker itself carries on with its new certificate, also across a reconnect.
-    assert tls_worker.row() is not None and tls_worker.row()["online"]  # type: ignore[index]
-    tls_worker.stop()
-    tls_worker.start().wait_online(60)
+def test_a_renewed_certificate_replaces_the_old_one(ca_dir: Path, tmp_path: Path) -> None:
+    coordinator = _tls_coordinator(ca_dir, tmp_path / "coord", RENEWED_CERT_DAYS)
+    worker = WorkerProcess(coordinator, "renews", extra_args=("--no-computer-use",), browser=False)
+    try:
+        worker.start().wait_online(60)
+        credential, key, old = _files(worker)
+        # The worker renews on its own with a third of the lifetime left (~20 s after issue).
+        wait_until(
+            lambda: (worker.state_dir / "client.pem").read_bytes() != old,
+            60,
+            0.5,
+            "the worker to renew its certificate",
+        )
+        assert _mode(worker.state_dir / "client.key") == 0o600
+        code, details = _connect(coordinator, ca_dir, credential, key, old)
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+        assert "was replaced at" in details
+        # The worker itself carries on with its new certificate, also across a reconnect.
+        assert worker.row() is not None and worker.row()["online"]  # type: ignore[index]
+        worker.stop()
+        worker.start().wait_online(60)
+    finally:
+        worker.stop()
+        coordinator.stop()
 
 
 def test_plaintext_beyond_loopback_is_refused_with_one_line(tmp_path: Path) -> None:
