@@ -224,7 +224,9 @@ def test_in_a_terminal_top_refreshes_until_ctrl_c_and_exits_quietly(
     # Started with SIGINT ignored, as a child of a process that ignores it would be (it is
     # inherited through exec): Ctrl-C must still leave the live view.
     proc = subprocess.Popen(
-        [BIN / "deskfleet", "top", "--interval", "0.2"],
+        # A generous deadline per call: on a saturated machine the first answer can be slow,
+        # and this test is about the live view, not latency.
+        [BIN / "deskfleet", "top", "--interval", "0.2", "--timeout", "30"],
         stdin=follower,
         stdout=follower,
         stderr=subprocess.PIPE,
@@ -235,6 +237,9 @@ def test_in_a_terminal_top_refreshes_until_ctrl_c_and_exits_quietly(
     try:
         # The footer is the end of a frame; a read can stop anywhere inside one.
         seen = _read_until(leader, b"Ctrl-C to quit", 30)
+        if proc.poll() is not None:  # the terminal closed: top left, and says why on stderr
+            assert proc.stderr is not None
+            raise AssertionError(f"top exited {proc.returncode}: {proc.stderr.read()!r}")
         assert b"headless online: 0" in seen
         # Frames keep coming: the clock in the header moves on (it shows whole seconds).
         deadline = time.monotonic() + 15
