@@ -57,7 +57,8 @@ def _settled(worker: WorkerProcess, renderers: int, timeout: float) -> tuple[int
     return seen
 
 
-@pytest.mark.timeout(600)
+# 200 runs beside the other test process (the suite runs two) take longer than alone.
+@pytest.mark.timeout(1500)
 def test_many_research_runs_leave_no_contexts_renderers_or_memory_behind(
     coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
 ) -> None:
