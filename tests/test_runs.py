@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import (
     BIN,
     STOPPED,
@@ -279,8 +280,13 @@ def test_guidance_is_queued_delivered_at_a_boundary_and_limited(
             ],
         ),
     )
+    # Filled in-process (the CLI's messages are what the calls around this check).
+    channel = coordinator.channel()
+    assert channel is not None
+    stub = runs_pb2_grpc.RunServiceStub(channel)
     for i in range(16):
-        coordinator.cli("runs", "guide", counted["id"], f"note {i}")
+        request = runs_pb2.GuideRunRequest(id=counted["id"], text=f"note {i}")
+        stub.GuideRun(request, metadata=coordinator.admin_metadata(), timeout=30)
     seventeenth = coordinator.cli("runs", "guide", counted["id"], "one more", check=False)
     assert seventeenth.returncode == 1
     assert "already has 16 guidance messages (at most 16 per run)" in seventeenth.stderr
