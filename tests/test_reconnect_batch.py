@@ -19,6 +19,7 @@ from coordinator.heart.dispatch import Dispatcher, _Connect, _one_per_worker
 from coordinator.heart.ledger import DISPATCHED, Context
 from coordinator.heart.orders import CancelOrder, DispatchOrder, Held, Order
 from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
+from coordinator.metrics import Recovered
 from coordinator.presence import Presence, WorkerSession
 from coordinator.principals import Authenticator, Principal
 from coordinator.settings import CoordinatorConfig
@@ -259,6 +260,24 @@ def test_an_attempt_claimed_after_the_new_stream_opened_is_not_sent_again(
     # The one claimed after it is the worker's, untouched.
     row = _action(store, claimed[after].action_id)
     assert (row.status, row.attempt_id) == (DISPATCHED, claimed[after].attempt_id)
+
+
+def test_an_attempt_claimed_after_the_new_stream_opened_is_not_counted_as_recovered(
+    store: Store,  # noqa: F811
+) -> None:
+    """A worker's first connect finds work claimed on it in the moment between its presence
+    and its reconcile: nothing was recovered, so the recovery metric must not count it."""
+    w = store.worker("w")
+    opened_at = time.time()
+    time.sleep(0.01)
+    store.submit(1)
+    [claimed] = in_flight(store)
+    ctx = Context(lease_ttl=30.0, max_attempts=3, workers=store.index)
+    with Session(store.engine, expire_on_commit=False) as s, s.begin():
+        orders = outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at})
+    assert dispatched(orders) == []
+    assert [e for e in ctx.notes.events if isinstance(e, Recovered)] == []
+    assert _action(store, claimed.action_id).attempt_id == claimed.attempt_id
 
 
 def test_a_stream_is_not_sent_an_attempt_claimed_before_it_opened() -> None:

@@ -349,11 +349,11 @@ def reconcile_worker(
             a for a in ledger.in_flight if a.worker_id == worker_id and a.status in IN_FLIGHT
         ]
         unknown = [a for a in ledger.unknown if a.worker_id == worker_id and a.status == UNKNOWN]
+    # Those claimed after the new stream opened were sent on it (`Presence.send`): the hello
+    # could not list them, sending them again would run them twice, and there is nothing to
+    # recover (nor to count as recovered).
+    in_flight = [a for a in in_flight if a.dispatched_at is None or a.dispatched_at < opened_at]
     for action in in_flight:
-        if action.dispatched_at is not None and action.dispatched_at >= opened_at:
-            # Claimed after the new stream opened, so sent on it (`Presence.send`): the hello
-            # could not list it. Sending it again would run the action twice.
-            continue
         run = run_queries.run_for_update(s, action.run_id)
         assert run is not None
         h = by_action.get(action.id)
