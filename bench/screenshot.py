@@ -34,7 +34,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import grpc
 from PIL import Image
@@ -74,6 +74,7 @@ class Window:
         self.xvfb = xvfb
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log: BinaryIO | None = None
 
     def start(self) -> str:
         """Shows the page; returns what is on the screen, for the report."""
@@ -99,7 +100,7 @@ class Window:
             ],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self._open_log(),
         )
         if shutil.which("xdotool") is None:
             time.sleep(5)
@@ -114,11 +115,26 @@ class Window:
             )
             return done.returncode == 0 and bool(done.stdout.split())
 
-        wait_until(shown, 30, 0.2, "the chromium window")
+        # Generous: in CI this runs right after the suite and the heavier benchmarks, and a
+        # first Chromium start on a loaded two-core machine once took longer than 30 s.
+        try:
+            wait_until(shown, 90, 0.2, "the chromium window")
+        except TimeoutError as exc:
+            alive = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+            raise TimeoutError(
+                f"{exc} (chromium {alive}; its log: {tail(self.workdir / 'chromium.log', 5)})"
+            ) from exc
         time.sleep(1.5)  # first paint
         return "chromium --app page: 32 coloured cells on a gradient, counter every 50 ms"
 
+    def _open_log(self) -> BinaryIO:
+        self._log = (self.workdir / "chromium.log").open("wb")
+        return self._log
+
     def stop(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
