@@ -34,7 +34,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import grpc
 from PIL import Image
@@ -74,7 +74,6 @@ class Window:
         self.xvfb = xvfb
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
-        self._log: BinaryIO | None = None
 
     def start(self) -> str:
         """Shows the page; returns what is on the screen, for the report."""
@@ -84,24 +83,28 @@ class Window:
         self.workdir.mkdir(parents=True, exist_ok=True)
         page = self.workdir / "page.html"
         page.write_text(PAGE)
+        if self.proc is not None:
+            raise RuntimeError("the chromium window is already started")
         env = {**self.xvfb.env, "HOME": str(self.workdir), "PATH": "/usr/bin:/bin"}
-        self.proc = subprocess.Popen(
-            [
-                chromium,
-                "--test-type",
-                "--no-sandbox",
-                "--no-first-run",
-                "--disable-gpu",
-                "--password-store=basic",
-                f"--user-data-dir={self.workdir / 'profile'}",
-                "--window-position=0,0",
-                f"--window-size={WIDTH},{HEIGHT}",
-                f"--app={page.as_uri()}",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=self._open_log(),
-        )
+        # The child keeps its own copy of the log's descriptor; this process needs none.
+        with (self.workdir / "chromium.log").open("wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    chromium,
+                    "--test-type",
+                    "--no-sandbox",
+                    "--no-first-run",
+                    "--disable-gpu",
+                    "--password-store=basic",
+                    f"--user-data-dir={self.workdir / 'profile'}",
+                    "--window-position=0,0",
+                    f"--window-size={WIDTH},{HEIGHT}",
+                    f"--app={page.as_uri()}",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         if shutil.which("xdotool") is None:
             time.sleep(5)
             return "chromium --app page (not confirmed: xdotool is not installed)"
@@ -127,14 +130,7 @@ class Window:
         time.sleep(1.5)  # first paint
         return "chromium --app page: 32 coloured cells on a gradient, counter every 50 ms"
 
-    def _open_log(self) -> BinaryIO:
-        self._log = (self.workdir / "chromium.log").open("wb")
-        return self._log
-
     def stop(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -27,7 +27,7 @@ from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.heart.orders import CancelOrder, KillPush, Order
-from coordinator.presence import Presence
+from coordinator.presence import Presence, Sent
 from coordinator.principals import Principal, Role
 from coordinator.runs import owned_run
 from coordinator.store import Database
@@ -255,7 +255,8 @@ class KillSwitches:
         """Queue a fleet switch change on every stream this replica holds, serialized once.
         Called after the commit: a stream opened from now on reads the switch for its welcome."""
         message = push_bytes(push)
-        return {w for w in self._presence.connected_ids() if self._presence.send(w, message)}
+        ids = self._presence.connected_ids()
+        return {w for w in ids if self._presence.send(w, message) is Sent.SENT}
 
     async def release(
         self, who: Principal, *, kill_id: str, worker_id: str, run_id: str, fleet: bool, reason: str

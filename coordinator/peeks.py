@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from coordinator import audit
-from coordinator.presence import Presence
+from coordinator.presence import Presence, Sent
 from coordinator.principals import Principal
 from coordinator.scope import Scope
 from coordinator.store import Database
@@ -115,7 +115,7 @@ class Peeks:
         self._waiting[peek_id] = (worker, answer)
         try:
             order = PeekOrder(worker, peek_id, target.display, MAX_BYTES)
-            if not self._presence.send(worker, order):
+            if self._presence.send(worker, order) is not Sent.SENT:
                 raise UnavailableError(f"worker {worker} is offline: there is no screen to show")
             try:
                 got = await asyncio.wait_for(answer, TIMEOUT)

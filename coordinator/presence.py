@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,15 @@ REVOCATION_WINDOW = 60.0
 STORE_WARNING_EVERY = 30.0
 # Connects and disconnects written in one transaction, at most.
 WRITE_BATCH = 500
+
+
+class Sent(enum.Enum):
+    """What became of an order given to `Presence.send`."""
+
+    SENT = "queued on the worker's stream"
+    NOT_HERE = "the worker has no open stream on this replica"
+    # The worker's hello did not list the attempt, so its connect's reconcile accounts for it.
+    CLAIMED_BEFORE_STREAM = "claimed before the worker's current stream opened"
 
 
 @dataclass(eq=False)
@@ -150,31 +160,21 @@ class Presence:
     def connected_ids(self) -> frozenset[str]:
         return frozenset(self._sessions)
 
-    def send(self, worker_id: str, order: object) -> bool:
-        """Queue an order for the worker's stream on this replica; False if it is not here.
+    def send(self, worker_id: str, order: object) -> Sent:
+        """Queue an order for the worker's stream on this replica, or say why it was not.
 
-        An attempt claimed before the stream opened is not sent on it (False): the worker's
-        hello did not list it, so the reconcile of this connect sends the attempt again, and
-        sending this one as well would run the action twice. Both sides compare the same two
-        values (the claim's `dispatched_at`, the session's `opened_at`), so exactly one of
-        them sends it, whatever the order in which they run."""
+        An attempt claimed before the stream opened is not sent on it: the worker's hello did
+        not list it, so the reconcile of this connect sends the attempt again, and sending this
+        one as well would run the action twice. Both sides compare the same two values (the
+        claim's `dispatched_at`, the session's `opened_at`), so exactly one of them sends it,
+        whatever the order in which they run."""
         session = self._sessions.get(worker_id)
         if session is None or session.ended.done():
-            return False
+            return Sent.NOT_HERE
         if isinstance(order, DispatchOrder) and 0 < order.dispatched_at < session.opened_at:
-            return False
+            return Sent.CLAIMED_BEFORE_STREAM
         session.outbox.put_nowait(order)
-        return True
-
-    def opened_after(self, order: DispatchOrder) -> bool:
-        """Whether the worker streams here on a stream opened after the order's claim (so
-        `send` refused the order, and the attempt must be sent again)."""
-        session = self._sessions.get(order.worker_id)
-        return (
-            session is not None
-            and not session.ended.done()
-            and 0 < order.dispatched_at < session.opened_at
-        )
+        return Sent.SENT
 
     async def close(self, session: WorkerSession) -> None:
         """Forget a session whose stream ended; its presence row goes with the next write

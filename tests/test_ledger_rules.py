@@ -271,7 +271,7 @@ def test_a_worker_connecting_serves_the_line(store: Store) -> None:
 
     def connect(s: Session, ctx: Context) -> list[Order]:
         ctx.capacity_changed = True
-        return outcomes.reconcile_worker(s, b, (), ctx)
+        return outcomes.reconcile_workers(s, [outcomes.Reconnect(b, (), time.time())], ctx)
 
     sent = dispatched(store.run(connect))
     assert [(o.run_id, o.worker_id) for o in sent] == [(waiter, b)]

@@ -20,7 +20,7 @@ from coordinator.heart.ledger import DISPATCHED, Context
 from coordinator.heart.orders import CancelOrder, DispatchOrder, Held, Order
 from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
 from coordinator.metrics import Recovered
-from coordinator.presence import Presence, WorkerSession
+from coordinator.presence import Presence, Sent, WorkerSession
 from coordinator.principals import Authenticator, Principal
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
@@ -38,9 +38,13 @@ def _action(fleet: Store, action_id: str) -> ActionRow:
 
 
 def _reconcile(connects: list[tuple[str, tuple[Held, ...]]]) -> Any:
+    """The workers' connects, their new streams opened now: after every claim made so far."""
+
     def unit(s: Session, ctx: Context) -> list[Order]:
         ctx.capacity_changed = True
-        return outcomes.reconcile_workers(s, connects, ctx)
+        opened_at = time.time()
+        batch = [outcomes.Reconnect(w, held, opened_at) for w, held in connects]
+        return outcomes.reconcile_workers(s, batch, ctx)
 
     return unit
 
@@ -253,7 +257,9 @@ def test_an_attempt_claimed_after_the_new_stream_opened_is_not_sent_again(
     claimed = {o.run_id: o for o in in_flight(store)}
     at = {run: _action(store, o.action_id).dispatched_at for run, o in claimed.items()}
     assert at[after] >= opened_at > at[before]
-    orders = store.run(lambda s, ctx: outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at}))
+    orders = store.run(
+        lambda s, ctx: outcomes.reconcile_workers(s, [outcomes.Reconnect(w, (), opened_at)], ctx)
+    )
     # The attempt claimed before the stream opened never reached the worker: sent again.
     [again] = dispatched(orders)
     assert again.run_id == before and again.attempt_id != old.attempt_id
@@ -274,7 +280,7 @@ def test_an_attempt_claimed_after_the_new_stream_opened_is_not_counted_as_recove
     [claimed] = in_flight(store)
     ctx = Context(lease_ttl=30.0, max_attempts=3, workers=store.index)
     with Session(store.engine, expire_on_commit=False) as s, s.begin():
-        orders = outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at})
+        orders = outcomes.reconcile_workers(s, [outcomes.Reconnect(w, (), opened_at)], ctx)
     assert dispatched(orders) == []
     assert [e for e in ctx.notes.events if isinstance(e, Recovered)] == []
     assert _action(store, claimed.action_id).attempt_id == claimed.attempt_id
@@ -284,7 +290,7 @@ def test_a_stream_is_not_sent_an_attempt_claimed_before_it_opened() -> None:
     """The other half of the rule: the order of an attempt claimed before the stream opened is
     not queued on it (the connect's reconcile re-sends the attempt), one claimed after is."""
 
-    async def scenario() -> tuple[bool, bool, bool, int]:
+    async def scenario() -> tuple[Sent, Sent, Sent, Sent, int]:
         # Only the session map is used: no store, no background tasks.
         presence = Presence(cast(Any, None), cast(Any, None), cast(Any, None))
         session = WorkerSession("w", "ses_1")
@@ -300,11 +306,18 @@ def test_a_stream_is_not_sent_an_attempt_claimed_before_it_opened() -> None:
             presence.send("w", order(99.9)),
             presence.send("w", order(100.0)),
             presence.send("w", CancelOrder("w", "a", "t", "x")),
+            presence.send("elsewhere", order(100.0)),
         )
         return (*sent, session.outbox.qsize())
 
-    stale, current, other, queued = asyncio.run(scenario())
-    assert (stale, current, other, queued) == (False, True, True, 2)
+    stale, current, other, absent, queued = asyncio.run(scenario())
+    assert (stale, current, other, absent) == (
+        Sent.CLAIMED_BEFORE_STREAM,
+        Sent.SENT,
+        Sent.SENT,
+        Sent.NOT_HERE,
+    )
+    assert queued == 2
 
 
 def test_an_unsent_attempt_is_sent_again_once_whichever_comes_first(
@@ -324,7 +337,7 @@ def test_an_unsent_attempt_is_sent_again_once_whichever_comes_first(
         return outcomes.resend_unsent(s, run, claimed.action_id, claimed.attempt_id, ctx)
 
     def reconcile(s: Session, ctx: Context) -> list[Order]:
-        return outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at})
+        return outcomes.reconcile_workers(s, [outcomes.Reconnect(w, (), opened_at)], ctx)
 
     [again] = dispatched(store.run(resend))  # the dispatcher first
     assert again.attempt_id != claimed.attempt_id
@@ -343,7 +356,11 @@ def test_the_reconcile_first_leaves_nothing_for_the_dispatcher_to_send(
     time.sleep(0.01)
     opened_at = time.time()
     [again] = dispatched(
-        store.run(lambda s, ctx: outcomes.reconcile_workers(s, [(w, ())], ctx, {w: opened_at}))
+        store.run(
+            lambda s, ctx: outcomes.reconcile_workers(
+                s, [outcomes.Reconnect(w, (), opened_at)], ctx
+            )
+        )
     )
 
     def resend(s: Session, ctx: Context) -> list[Order]:

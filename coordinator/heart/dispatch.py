@@ -22,7 +22,7 @@ from coordinator.heart.orders import DispatchOrder, Held, IncomingReceipt, Order
 from coordinator.heart.run_kinds import RunKind
 from coordinator.journal import JournalBus
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.presence import Presence
+from coordinator.presence import Presence, Sent
 from coordinator.relay import Relay
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
@@ -184,8 +184,9 @@ class Dispatcher:
                 continue
             self.metrics.dispatched(order.ready_at)
             order = self._spans.dispatched(order)
-            if not self._presence.send(order.worker_id, order):
-                self._not_sent(order, held_back)
+            sent = self._presence.send(order.worker_id, order)
+            if sent is not Sent.SENT:
+                self._not_sent(order, sent, held_back)
                 continue
             # Armed only once the attempt is on a stream: one that never left has nothing to
             # time out, and a timer left behind would end its span as a timeout much later.
@@ -203,8 +204,8 @@ class Dispatcher:
             self._resend(held_back)
         self._bus.notify(set(touched), None if stopped is None else set(stopped))
 
-    def _not_sent(self, order: DispatchOrder, held_back: list[DispatchOrder]) -> None:
-        if self._presence.opened_after(order):
+    def _not_sent(self, order: DispatchOrder, sent: Sent, held_back: list[DispatchOrder]) -> None:
+        if sent is Sent.CLAIMED_BEFORE_STREAM:
             # Claimed before the worker's current stream opened, so not sent on it; its
             # connect's reconcile may have read the ledger before this claim was committed,
             # so the attempt is sent again (as a new one) unless that reconcile already did.
@@ -270,12 +271,13 @@ class Dispatcher:
                 await self._reconcile(batch)
 
     async def _reconcile(self, batch: list[_Connect]) -> None:
-        connects = [(c.worker_id, c.held) for c in batch if not c.done.done()]
-        opened_at = {c.worker_id: c.opened_at for c in batch}
+        connects = [
+            outcomes.Reconnect(c.worker_id, c.held, c.opened_at) for c in batch if not c.done.done()
+        ]
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             ctx.capacity_changed = True
-            return outcomes.reconcile_workers(s, connects, ctx, opened_at)
+            return outcomes.reconcile_workers(s, connects, ctx)
 
         try:
             if connects:

@@ -29,7 +29,7 @@ class DispatchOrder:
     scope: Grant | None = None  # a desktop action's approved scope, as the worker is sent it
     # When the claim was made (the action row's `dispatched_at`). A stream that opened later
     # is not sent the order: the reconcile of that connect re-sends the attempt instead
-    # (`presence.Presence.send`, `outcomes.reconcile_worker`), so it runs once, not twice.
+    # (`presence.Presence.send`, `outcomes.reconcile_workers`), so it runs once, not twice.
     dispatched_at: float = 0.0
 
 

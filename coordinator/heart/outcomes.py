@@ -6,9 +6,8 @@ send once it has committed.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
@@ -307,51 +306,36 @@ def resend_unsent(
     return _send_again(s, run, action, "the attempt was claimed before the worker reconnected", ctx)
 
 
-def reconcile_workers(
-    s: Session,
-    connects: Sequence[tuple[str, Sequence[Held]]],
-    ctx: Context,
-    opened_at: Mapping[str, float] | None = None,
-) -> list[Order]:
-    """Reconcile the workers that connected together (at most one entry per worker): what
-    the ledger holds for all of them is locked and read at once, then each is reconciled as
-    `reconcile_worker` would, in turn. `opened_at`: when each one's new stream opened."""
-    ledger = run_queries.lock_for_reconnects(s, [worker_id for worker_id, _ in connects])
-    opened = opened_at or {}
+class Reconnect(NamedTuple):
+    """A worker's connect, as the ledger reconciles it."""
+
+    worker_id: str
+    held: Sequence[Held]  # what its hello says it holds
+    opened_at: float  # when its new stream began taking orders (see `Presence.send`)
+
+
+def reconcile_workers(s: Session, connects: Sequence[Reconnect], ctx: Context) -> list[Order]:
+    """Compare the ledger with what (re)connecting workers say they hold (at most one entry
+    per worker). What the ledger holds for all of them is locked and read at once, then each
+    is reconciled in turn."""
+    ledger = run_queries.lock_for_reconnects(s, [c.worker_id for c in connects])
     orders: list[Order] = []
-    for worker_id, held in connects:
-        orders += reconcile_worker(
-            s, worker_id, held, ctx, ledger[worker_id], opened.get(worker_id, math.inf)
-        )
+    for connect in connects:
+        orders += _reconcile_worker(s, connect, ctx, ledger[connect.worker_id])
     return orders
 
 
-def reconcile_worker(
-    s: Session,
-    worker_id: str,
-    held: Sequence[Held],
-    ctx: Context,
-    ledger: run_queries.HeldByWorker | None = None,
-    opened_at: float = math.inf,
+def _reconcile_worker(
+    s: Session, connect: Reconnect, ctx: Context, ledger: run_queries.HeldByWorker
 ) -> list[Order]:
-    """Compare the ledger with what a (re)connecting worker says it holds; `ledger` is what
-    `lock_for_reconnects` read for it earlier in the transaction (None: read it now)."""
+    worker_id, held, opened_at = connect
     by_action = {h.action_id: h for h in held}
     orders: list[Order] = []
     current: set[tuple[str, str]] = set()
-    if ledger is None:
-        in_flight = run_queries.in_flight_of_worker(s, worker_id)
-        unknown = run_queries.unknown_of_worker(s, worker_id)
-    else:
-        # Read before the workers reconciled ahead of this one: what they changed (a run
-        # handed back, its attempts ended) is in these same rows, and is skipped.
-        in_flight = [
-            a for a in ledger.in_flight if a.worker_id == worker_id and a.status in IN_FLIGHT
-        ]
-        unknown = [a for a in ledger.unknown if a.worker_id == worker_id and a.status == UNKNOWN]
-    # Those claimed after the new stream opened were sent on it (`Presence.send`): the hello
-    # could not list them, sending them again would run them twice, and there is nothing to
-    # recover (nor to count as recovered).
+    # Read before the workers reconciled ahead of this one: what they changed (a run handed
+    # back, its attempts ended) is in these same rows, and is skipped.
+    in_flight = [a for a in ledger.in_flight if a.worker_id == worker_id and a.status in IN_FLIGHT]
+    unknown = [a for a in ledger.unknown if a.worker_id == worker_id and a.status == UNKNOWN]
     in_flight = [a for a in in_flight if a.dispatched_at is None or a.dispatched_at < opened_at]
     for action in in_flight:
         run = run_queries.run_for_update(s, action.run_id)
