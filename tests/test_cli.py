@@ -12,6 +12,7 @@ import pytest
 from shared.config import parse_duration
 from shared.errors import InvalidArgumentError
 from tests.harness import BIN, CoordinatorProcess, base_env
+from tests.harness.cli import run_in_process
 from worker_agent.backoff import Backoff
 
 
@@ -138,3 +139,31 @@ def test_backoff_grows_is_capped_jittered_and_resets() -> None:
     assert max(delays[6:]) <= 4.0 and max(delays[6:]) > 2.0
     backoff.reset()
     assert backoff.next_delay() <= 0.5
+
+
+def test_the_cli_run_in_the_test_process_answers_as_the_installed_program(
+    coordinator: CoordinatorProcess,
+) -> None:
+    """The tests run `deskfleet` by its `main` in their own process (tests/harness/cli.py):
+    exit code, stdout and stderr must be what the installed program gives, for an answer, a
+    refusal, a usage error and input on stdin."""
+    env = base_env(coordinator.workdir)
+    env["DESKFLEET_COORDINATOR"] = coordinator.address
+    env["DESKFLEET_TOKEN_FILE"] = str(coordinator.admin_token_file)
+    cases: list[tuple[list[str], str | None]] = [
+        (["workers", "list", "--json"], None),
+        (["workers", "show", "wkr_nope"], None),
+        (["runs", "submit"], None),  # no plan: argparse's usage error, exit 2
+        (["secrets", "set", "HARNESS_PIN"], "4711\n"),  # the value is read from stdin
+        (["status", "--coordinator", "127.0.0.1:99999"], None),
+    ]
+    for args, stdin in cases:
+        argv = [str(BIN / "deskfleet"), *args]
+        real = subprocess.run(argv, capture_output=True, text=True, env=env, input=stdin)
+        here = run_in_process(argv, env, stdin, 30)
+        assert (here.returncode, here.stdout, here.stderr) == (
+            real.returncode,
+            real.stdout,
+            real.stderr,
+        ), args
+        assert real.returncode != 0 or real.stdout, args  # each case says something

@@ -26,6 +26,7 @@ from coordinator import faults
 from coordinator.admin_cli.render import as_dict
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, fleet_pb2, fleet_pb2_grpc
+from tests.harness.cli import run_in_process
 
 BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -316,16 +317,15 @@ class CoordinatorProcess:
         timeout: float = 30,
         input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run `deskfleet ARGS` against this coordinator (as admin unless told otherwise)."""
+        """`deskfleet ARGS` against this coordinator (as admin unless told otherwise), run by
+        the CLI's `main` in this process (see `harness.cli`)."""
         env = base_env(self.workdir)
         env["DESKFLEET_COORDINATOR"] = self.address
         env["DESKFLEET_TOKEN_FILE"] = str(token_file or self.admin_token_file)
         if self.ca_file is not None:
             env["DESKFLEET_CA_FILE"] = str(self.ca_file)
         argv = [str(BIN / "deskfleet"), *args, *(["--json"] if json_out else [])]
-        done = subprocess.run(
-            argv, capture_output=True, text=True, env=env, timeout=timeout, input=input_text
-        )
+        done = run_in_process(argv, env, input_text, timeout)
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(argv[1:])} failed ({done.returncode}): {done.stderr}")
         return done
@@ -416,7 +416,7 @@ class WorkerProcess:
             argv += ["--label", label]
         if self.coordinator.ca_file is not None:
             argv += ["--ca-file", str(self.coordinator.ca_file)]
-        done = subprocess.run(argv, capture_output=True, text=True, env=self.env(), timeout=60)
+        done = run_in_process(argv, self.env(), None, 60)
         if done.returncode == 0:
             self.worker_id = json.loads((self.state_dir / "worker.json").read_text())["worker_id"]
         return done
