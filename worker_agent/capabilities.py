@@ -10,6 +10,7 @@ import contextlib
 import os
 import platform
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
@@ -41,6 +42,11 @@ class ProbeOptions:
     headless_allowed: bool = True
     browser_timeout: float = 30.0
     research_apps: tuple[str, ...] = ()  # `--research-app` names, advertised as they are
+    # Starts the browser that will serve this worker's browser actions, if it is not running,
+    # and returns its version: the browser launched to measure the capability is then the one
+    # that serves, instead of a second launch at the first action (about a second of a core).
+    # None: a browser is launched to measure it and closed again (`deskfleet-worker doctor`).
+    launch: Callable[[], str] | None = None
 
 
 def _display_problem() -> str | None:
@@ -133,6 +139,8 @@ _launched: dict[str, tuple[Capability, str]] = {}
 
 
 def _headless(options: ProbeOptions) -> tuple[Capability, str]:
+    if options.launch is not None and options.headless_allowed:
+        return _serving_browser(options, options.launch)
     known = _launched.get(options.chromium)
     if known is not None and os.path.exists(options.chromium):
         return known
@@ -140,6 +148,23 @@ def _headless(options: ProbeOptions) -> tuple[Capability, str]:
     if found[0].available:
         _launched[options.chromium] = found
     return found
+
+
+def _serving_browser(options: ProbeOptions, launch: Callable[[], str]) -> tuple[Capability, str]:
+    """The capability as the browser that serves the actions shows it: started if it is not
+    running (at the first connect, or after it stopped), asked for its version otherwise."""
+    name = "headless"
+    if not os.path.exists(options.chromium):
+        why = f"no browser at {options.chromium}: install chromium or pass --chromium PATH"
+        return Capability(name, False, why), ""
+    try:
+        version = launch()
+    except Exception as exc:
+        cause = exc.__cause__ or exc
+        return Capability(
+            name, False, f"chromium at {options.chromium} did not launch: {_short(cause)}"
+        ), ""
+    return Capability(name, True), version
 
 
 def measure(options: ProbeOptions, labels: dict[str, str]) -> Advertisement:

@@ -327,16 +327,18 @@ async def _run(args: argparse.Namespace) -> None:
         max_timeout=args.research_app_timeout,
         user=app_user(args.research_app_user),
     )
+    if not args.browser_idle > 0:
+        raise SystemExit("deskfleet-worker: --browser-idle must be positive")
+    registry = default_registry(ScratchDir.of(args.state_dir))
+    browsers = _browsers(args, registry)
     options = ProbeOptions(
         chromium=args.chromium,
         computer_use_allowed=not args.no_computer_use,
         headless_allowed=not args.no_headless,
         research_apps=apps.names,
+        # The headless browser measured at connect is the one that serves (the first).
+        launch=browsers[0].version if browsers else None,
     )
-    if not args.browser_idle > 0:
-        raise SystemExit("deskfleet-worker: --browser-idle must be positive")
-    registry = default_registry(ScratchDir.of(args.state_dir))
-    browsers = _browsers(args, registry)
     apps.register(registry)
     desktop = None if args.no_computer_use else DesktopActions()
     if desktop is not None:
@@ -386,9 +388,11 @@ async def _run(args: argparse.Namespace) -> None:
 def _browsers(args: argparse.Namespace, registry: ActionRegistry) -> list[BrowserService]:
     """Register the browser actions; the browsers to close when the worker stops.
 
-    A browser starts with the first browser action, not with the worker. With --no-headless
-    there is none at all: Playwright is not even imported (it and the page extraction take
-    about a second of a core), and a browser action that reaches this worker anyway is refused.
+    The headless browser starts when the worker measures its capabilities (its launch shows
+    that it works) and serves from then on; the visible one starts with its first action. With
+    --no-headless there is none at all: Playwright is not even imported (it and the page
+    extraction take about a second of a core), and a browser action that reaches this worker
+    anyway is refused.
     """
     if args.no_headless:
         for kind in ACTION_KINDS:

@@ -277,6 +277,13 @@ class BrowserService:
                         await pages.close()
             self._want_spare()
 
+    def version(self) -> str:
+        """Start the browser if it is not running (it then serves the actions) and say which
+        it is; raises ActionFailed if it does not start."""
+        self._ensure()
+        assert self._browser is not None
+        return self._browser.version
+
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is not None:
