@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from coordinator import routing
@@ -79,6 +81,40 @@ def test_a_run_fetches_pages_through_a_worker(
         "application/pdf",
         "",
     )
+
+
+def _browser_pids(worker: WorkerProcess) -> set[int]:
+    """The Chromium browser processes (not its renderers or helpers) below the worker."""
+    assert worker.proc is not None
+    found = set()
+    for proc in psutil.Process(worker.proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.cmdline()
+            if (
+                cmdline
+                and "chrom" in cmdline[0]
+                and not any(a.startswith("--type=") for a in cmdline)
+            ):
+                found.add(proc.pid)
+    return found
+
+
+def test_the_browser_launched_to_measure_the_worker_serves_its_fetches(
+    coordinator: CoordinatorProcess,
+    workers: Callable[..., WorkerProcess],
+    tmp_path: Path,
+    site: str,
+) -> None:
+    worker = workers("w")
+    assert worker.wait_online()["versions"]["chromium"]
+    measured = _browser_pids(worker)
+    assert len(measured) == 1, measured  # launched to measure it, and kept
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [{"kind": "browser.fetch", "args": {"url": f"{site}/varn/lens.html"}, "idempotent": True}],
+    )
+    assert submit(coordinator, plan, wait=True)["status"] == "SUCCEEDED"
+    assert _browser_pids(worker) == measured  # no second launch for the first action
 
 
 def test_the_coordinator_decides_whether_private_networks_are_reachable(
