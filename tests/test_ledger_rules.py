@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from coordinator.heart import ledger, outcomes, slots
 from coordinator.heart.context import Context
 from coordinator.heart.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.store import runs as run_queries
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, PresenceRow, ReplicaRow, RunRow, WorkerRow
 from coordinator.worker_index import WorkerIndex
@@ -276,6 +277,42 @@ def test_a_worker_connecting_serves_the_line(store: Store) -> None:
     sent = dispatched(store.run(connect))
     assert [(o.run_id, o.worker_id) for o in sent] == [(waiter, b)]
     assert store.run_row(waiter).queued_at is None
+
+
+def _capacity_changed(s: Session, ctx: Context) -> list[Order]:
+    ctx.capacity_changed = True
+    return []
+
+
+def test_the_line_is_read_a_page_at_a_time_and_served_in_the_same_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slots, "LINE_PAGE", 2)
+    runs = [store.submit(3, stage_all=True) for _ in range(5)]  # no worker: all in line
+    for i in range(3):
+        store.worker(f"w{i}")  # 12 slots for 15 units
+    sent = dispatched(store.run(_capacity_changed))
+    # One unit a turn, oldest place first: through three pages, then the back of the line.
+    assert [o.run_id for o in sent] == runs + runs + runs[:2]
+
+
+def test_a_full_fleet_reads_one_page_of_a_long_line(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slots, "LINE_PAGE", 2)
+    store.worker("w")
+    [store.submit(1) for _ in range(10)]  # four run, six wait
+    read: list[int] = []
+    line_page = run_queries.line_page
+
+    def spy(*args: Any) -> Any:
+        rows = line_page(*args)
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(run_queries, "line_page", spy)
+    assert dispatched(store.run(_capacity_changed)) == []
+    assert read == [2]  # one page, although six runs wait
 
 
 # ------------------------------------------------------------------ fencing, retry, hand-back

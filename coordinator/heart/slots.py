@@ -18,9 +18,10 @@ runs, the free slots are given out in the same transaction:
 - Runs this transaction queued are tried even when no slot is free, so that their state says
   why they wait; the rest of the line is only walked while slots are free.
 
-Cost: one indexed read of the line per serving transaction, and one stage read per run tried
-(none for a run whose stage this transaction has read already: a receipt's run). A run that
-cannot use the free slots (other labels or capability) is looked at each time.
+Cost: the line is read from its index a page at a time, only as far as the serving walks it
+(usually one page of `LINE_PAGE`, whatever the length of the line), and one stage read per
+run tried (none for a run whose stage this transaction has read already: a receipt's run). A
+run that cannot use the free slots (other labels or capability) is looked at each time.
 """
 
 from __future__ import annotations
@@ -33,6 +34,41 @@ from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.orders import Order
 from coordinator.store import runs as run_queries
+
+# Runs read from the line's index at a time.
+LINE_PAGE = 64
+
+
+class _Line:
+    """The line as one serving walks it: the store's line a page at a time, then the runs this
+    serving sent to the back (their new places come after every place in the store).
+
+    A run this serving sent to the back is met there, not again in a later page (where its new
+    place shows once the transaction's changes are flushed for a slot count)."""
+
+    def __init__(self, s: Session) -> None:
+        self._s = s
+        self._page: deque[str] = deque()
+        self._after: tuple[float, str] | None = None
+        self._more = True
+        self._back: deque[str] = deque()
+        self._moved: set[str] = set()
+
+    def next(self) -> str | None:
+        if not self._page and self._more:
+            rows = run_queries.line_page(self._s, self._after, LINE_PAGE)
+            self._more = len(rows) == LINE_PAGE
+            if rows:
+                run_id, at = rows[-1]
+                self._after = (at, run_id)
+            self._page.extend(run_id for run_id, _ in rows if run_id not in self._moved)
+        if self._page:
+            return self._page.popleft()
+        return self._back.popleft() if self._back else None
+
+    def to_back(self, run_id: str) -> None:
+        self._back.append(run_id)
+        self._moved.add(run_id)
 
 
 def serve(s: Session, ctx: Context) -> list[Order]:
@@ -48,11 +84,10 @@ def serve(s: Session, ctx: Context) -> list[Order]:
 
 
 def _serve_line(s: Session, ctx: Context) -> list[Order]:
-    line = deque(run_queries.queued_run_ids(s))
+    line = _Line(s)
     must_try = set(ctx.queued)
     orders: list[Order] = []
-    while line:
-        run_id = line.popleft()
+    while (run_id := line.next()) is not None:
         fresh = run_id in must_try
         must_try.discard(run_id)
         if not fresh and ctx.free_slots(s) <= 0:
@@ -68,5 +103,5 @@ def _serve_line(s: Session, ctx: Context) -> list[Order]:
             run.queued_at = None
         elif sent:  # served: to the back of the line
             run.queued_at = ctx.next_position()
-            line.append(run_id)
+            line.to_back(run_id)
     return orders

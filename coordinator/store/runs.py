@@ -148,12 +148,30 @@ def line_is_empty(s: Session) -> bool:
     return first is None
 
 
-_LINE = select(RunRow.id).where(RunRow.queued_at.is_not(None)).order_by(RunRow.queued_at, RunRow.id)
+_LINE = (
+    select(RunRow.id, RunRow.queued_at)
+    .where(RunRow.queued_at.is_not(None))
+    .order_by(RunRow.queued_at, RunRow.id)
+    .limit(bindparam("limit"))
+)
+_LINE_AFTER = _LINE.where(
+    or_(
+        RunRow.queued_at > bindparam("at"),
+        and_(RunRow.queued_at == bindparam("at"), RunRow.id > bindparam("run_id")),
+    )
+)
 
 
-def queued_run_ids(s: Session) -> Sequence[str]:
-    """Runs in line for a worker slot, oldest place first (an index scan)."""
-    return s.execute(_LINE).scalars().all()
+def line_page(
+    s: Session, after: tuple[float, str] | None, limit: int
+) -> Sequence[tuple[str, float]]:
+    """Up to `limit` runs in line for a worker slot, oldest place first, after the place
+    `after` (queued_at, run id) if given: (run id, place) pairs, from the index."""
+    if after is None:
+        rows = s.execute(_LINE, {"limit": limit})
+    else:
+        rows = s.execute(_LINE_AFTER, {"limit": limit, "at": after[0], "run_id": after[1]})
+    return [(run_id, at) for run_id, at in rows if at is not None]
 
 
 # The stage queries run several times per receipt: built once, with their parameters bound at
