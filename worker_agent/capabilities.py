@@ -99,20 +99,18 @@ def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Ca
     return Capability(name, True)
 
 
+def _no_browser_at(options: ProbeOptions) -> Capability:
+    why = f"no browser at {options.chromium}: install chromium or pass --chromium PATH"
+    return Capability("headless", False, why)
+
+
 def probe_headless(options: ProbeOptions) -> tuple[Capability, str]:
     """(capability, browser version)."""
     name = "headless"
     if not options.headless_allowed:
         return Capability(name, False, HEADLESS_DISABLED), ""
     if not os.path.exists(options.chromium):
-        return (
-            Capability(
-                name,
-                False,
-                f"no browser at {options.chromium}: install chromium or pass --chromium PATH",
-            ),
-            "",
-        )
+        return _no_browser_at(options), ""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
@@ -155,8 +153,7 @@ def _serving_browser(options: ProbeOptions, launch: Callable[[], str]) -> tuple[
     running (at the first connect, or after it stopped), asked for its version otherwise."""
     name = "headless"
     if not os.path.exists(options.chromium):
-        why = f"no browser at {options.chromium}: install chromium or pass --chromium PATH"
-        return Capability(name, False, why), ""
+        return _no_browser_at(options), ""
     try:
         version = launch()
     except Exception as exc:

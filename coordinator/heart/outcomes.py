@@ -333,10 +333,17 @@ def _reconcile_worker(
     orders: list[Order] = []
     current: set[tuple[str, str]] = set()
     # Read before the workers reconciled ahead of this one: what they changed (a run handed
-    # back, its attempts ended) is in these same rows, and is skipped.
-    in_flight = [a for a in ledger.in_flight if a.worker_id == worker_id and a.status in IN_FLIGHT]
+    # back, its attempts ended) is in these same rows, and is skipped. Attempts claimed after
+    # the new stream opened were sent on it (`Presence.send`): the hello could not list them,
+    # sending them again would run them twice, and there is nothing to recover (nor to count).
+    in_flight = [
+        a
+        for a in ledger.in_flight
+        if a.worker_id == worker_id
+        and a.status in IN_FLIGHT
+        and (a.dispatched_at is None or a.dispatched_at < opened_at)
+    ]
     unknown = [a for a in ledger.unknown if a.worker_id == worker_id and a.status == UNKNOWN]
-    in_flight = [a for a in in_flight if a.dispatched_at is None or a.dispatched_at < opened_at]
     for action in in_flight:
         run = run_queries.run_for_update(s, action.run_id)
         assert run is not None

@@ -171,6 +171,7 @@ def line_page(
         rows = s.execute(_LINE, {"limit": limit})
     else:
         rows = s.execute(_LINE_AFTER, {"limit": limit, "at": after[0], "run_id": after[1]})
+    # `queued_at` is never None here (the WHERE); the check only narrows its type.
     return [(run_id, at) for run_id, at in rows if at is not None]
 
 
@@ -315,18 +316,6 @@ def action(s: Session, action_id: str) -> ActionRow | None:
     if action_id in _held(s).missing:
         return None
     return s.get(ActionRow, action_id)
-
-
-def in_flight_of_worker(s: Session, worker_id: str) -> Sequence[ActionRow]:
-    return (
-        s.execute(
-            select(ActionRow).where(
-                ActionRow.worker_id == worker_id, ActionRow.status.in_(IN_FLIGHT)
-            )
-        )
-        .scalars()
-        .all()
-    )
 
 
 def expired_in_flight(s: Session, now: float) -> Sequence[ActionRow]:
@@ -496,16 +485,6 @@ _IN_FLIGHT_COUNTS = (
     .where(ActionRow.status.in_(IN_FLIGHT))
     .group_by(ActionRow.worker_id)
 )
-
-
-def unknown_of_worker(s: Session, worker_id: str) -> Sequence[ActionRow]:
-    return (
-        s.execute(
-            select(ActionRow).where(ActionRow.worker_id == worker_id, ActionRow.status == "UNKNOWN")
-        )
-        .scalars()
-        .all()
-    )
 
 
 @dataclass
