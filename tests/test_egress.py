@@ -175,6 +175,40 @@ def test_a_tunnel_to_loopback_is_refused_and_reported_and_an_allowed_one_is_conn
     assert SECRET.encode() in tunnelled and public_log == [b"HELLO tunnel"] and loop_log == []
 
 
+def test_a_late_request_refused_between_navigations_is_reported_with_its_redirect_origin() -> None:
+    """A kept page's worker can follow a redirect and be refused while no navigation listens;
+    the run's next navigation reports it with the URL the page asked for, whichever of the
+    redirect event and the refusal arrives first."""
+    from worker_agent.browser.navigation import Navigation
+
+    loop_log, port = serve_raw("127.0.0.1")
+    origin, target = "http://public.test:9/go?k=worker", f"http://127.0.0.1:{port}/?worker"
+
+    async def refuse(guard: EgressGuard) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", guard.port)
+        writer.write(f"GET {target} HTTP/1.1\r\n\r\n".encode())
+        assert (await reader.read()).startswith(b"HTTP/1.1 403 ")
+        writer.close()
+
+    async def go(redirect_first: bool) -> list[dict[str, str]]:
+        guard = await EgressGuard(BrowserPolicy(), SETTINGS).start()
+        if redirect_first:
+            guard.followed(target, origin)
+        await refuse(guard)  # no navigation listens: an orphan
+        nav = Navigation("http://public.test:9/next", via=guard.origins)
+        guard.listen(nav)
+        if not redirect_first:
+            guard.followed(target, origin)
+        await guard.close()
+        return nav.refusals()
+
+    for redirect_first in (True, False):
+        (refused,) = asyncio.run(go(redirect_first))
+        assert refused["redirect_of"] == origin, refused
+        assert refused["reason"].startswith(f"redirect of {origin}: 127.0.0.1 is a loopback")
+    assert loop_log == []
+
+
 # -- in a real Chromium ------------------------------------------------------------------
 
 

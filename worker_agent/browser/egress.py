@@ -46,6 +46,7 @@ SHARED = ipaddress.ip_network("100.64.0.0/10")
 NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 COMPATIBLE = ipaddress.ip_network("::/96")
 MAX_ORPHANS = 50
+MAX_ORIGINS = 500
 HOP_HEADERS = ("connection", "proxy-connection", "keep-alive", "proxy-authorization")
 REFUSED_HEADER = "X-Deskfleet-Refused"
 
@@ -120,6 +121,10 @@ class EgressGuard:
         # Refusals made while no navigation listened (a kept page's late requests): handed
         # to the next navigation that listens, so each refusal reaches a report.
         self.orphans: list[tuple[str, str]] = []
+        # Each redirected request of the run's pages, to the first URL of its chain. Kept here,
+        # not per navigation, because a late request's redirect and its refusal can each come
+        # before or after the navigation that reports it starts listening.
+        self.origins: dict[str, str] = {}
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -179,6 +184,12 @@ class EgressGuard:
                     shown = why if literal else f"{name} resolves to {why}"
                     return None, f"{shown}; the policy does not allow loopback or private addresses"
         return addresses[0], ""
+
+    def followed(self, url: str, previous: str) -> None:
+        """The browser followed a redirect from `previous` to `url`."""
+        if len(self.origins) >= MAX_ORIGINS:
+            del self.origins[next(iter(self.origins))]
+        self.origins[url] = self.origins.get(previous, previous)
 
     def listen(self, listener: Listener) -> None:
         self.listeners.add(listener)

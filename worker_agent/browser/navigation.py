@@ -42,7 +42,7 @@ class Navigation:
     outcome: str = ""
     reason: str = ""
     blocked: list[dict[str, str]] = field(default_factory=list)
-    # Every request of the page that was a redirect, to the first URL of its chain.
+    # Every redirected request of the run's pages, to the first URL of its chain (the guard's).
     via: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
     locations: dict[str, str] = field(default_factory=dict)  # http redirects the guard saw
@@ -135,10 +135,10 @@ async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
 
     def request(request: Request) -> None:
         nav, policy, previous = slot.nav, slot.policy, request.redirected_from
-        if nav is None or policy is None or previous is None:
+        if previous is None:
             return
-        nav.via[request.url] = nav.via.get(previous.url, previous.url)
-        if not _main_document(request, page):
+        slot.guard.followed(request.url, previous.url)
+        if nav is None or policy is None or not _main_document(request, page):
             return
         nav.redirects.append(request.url)
         if len(nav.redirects) > policy.max_redirects:
@@ -178,7 +178,7 @@ async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
 
 async def navigate(slot: Slot, url: str, policy: BrowserPolicy) -> Navigation:
     """Load `url` in the slot's page; `outcome` says why not when it did not load."""
-    nav = Navigation(url)
+    nav = Navigation(url, via=slot.guard.origins)
     refusal = policy.refusal(url, document=True)
     if refusal:
         nav.stop("refused", refusal)
