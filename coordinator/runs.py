@@ -414,25 +414,27 @@ class Runs:
                 now=now,
             )
             s.add(run)
-            s.flush()
+            s.flush()  # the actions refer to the run (the models declare no relationship)
             # The owner's limits are checked as this transaction commits (coordinator/quota.py).
             quotas.admit(s, owner.id)
             quotas.charge(s, owner.id, size)
-            for i, p in enumerate(plan.actions):
-                s.add(
-                    ledger.new_action(
-                        run_id,
-                        i,
-                        stages[i],
-                        p.kind,
-                        p.args,
-                        idempotent=p.idempotent,
-                        route=p.route,
-                        intent=p.intent,
-                        timeout=limits["action_timeout_seconds"],
-                    )
+            rows = [
+                ledger.new_action(
+                    run_id,
+                    i,
+                    stages[i],
+                    p.kind,
+                    p.args,
+                    idempotent=p.idempotent,
+                    route=p.route,
+                    intent=p.intent,
+                    timeout=limits["action_timeout_seconds"],
                 )
+                for i, p in enumerate(plan.actions)
+            ]
+            s.add_all(rows)
             s.flush()
+            ledger.new_run_stages(s, run, rows, ctx)
             ledger.record(
                 s,
                 run,

@@ -21,7 +21,14 @@ from coordinator.heart.context import Context
 from coordinator.heart.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store import runs as run_queries
 from coordinator.store.engine import create_store_engine
-from coordinator.store.models import Base, PresenceRow, ReplicaRow, RunRow, WorkerRow
+from coordinator.store.models import (
+    ActionRow,
+    Base,
+    PresenceRow,
+    ReplicaRow,
+    RunRow,
+    WorkerRow,
+)
 from coordinator.worker_index import WorkerIndex
 from shared.ids import new_id
 
@@ -81,9 +88,18 @@ class Store:
             self.index.read(s)
         return worker_id
 
-    def submit(self, actions: int, *, stage_all: bool = False, idempotent: bool = True) -> str:
-        """A plan run of `actions` diag.echo actions, in sequence or all in one stage."""
+    def submit(
+        self,
+        actions: int,
+        *,
+        stage_all: bool = False,
+        idempotent: bool = True,
+        stages: list[int] | None = None,
+    ) -> str:
+        """A plan run of `actions` diag.echo actions, in sequence, all in one stage or in the
+        `stages` given; written as `Runs.submit` writes it."""
         run_id = new_id("run")
+        stages = stages or [0 if stage_all else i for i in range(actions)]
         now = time.time()
 
         def unit(s: Session, ctx: Context) -> list[Order]:
@@ -110,21 +126,23 @@ class Store:
             )
             s.add(run)
             s.flush()
-            for i in range(actions):
-                s.add(
-                    ledger.new_action(
-                        run_id,
-                        i,
-                        0 if stage_all else i,
-                        "diag.echo",
-                        {"value": i},
-                        idempotent=idempotent,
-                        route={},
-                        intent="",
-                        timeout=60.0,
-                    )
+            rows = [
+                ledger.new_action(
+                    run_id,
+                    i,
+                    stages[i],
+                    "diag.echo",
+                    {"value": i},
+                    idempotent=idempotent,
+                    route={},
+                    intent="",
+                    timeout=60.0,
                 )
+                for i in range(actions)
+            ]
+            s.add_all(rows)
             s.flush()
+            ledger.new_run_stages(s, run, rows, ctx)
             return ledger.advance(s, run, ctx)
 
         self.run(unit)
@@ -178,7 +196,6 @@ def apply_all(receipts: list[IncomingReceipt]) -> Unit:
 
 def in_flight(store: Store) -> list[DispatchOrder]:
     """The dispatches of the store's in-flight actions, rebuilt for receipts."""
-    from coordinator.store.models import ActionRow
 
     def rows(s: Session) -> list[DispatchOrder]:
         found = s.query(ActionRow).filter(ActionRow.status.in_(ledger.IN_FLIGHT)).all()
@@ -313,6 +330,37 @@ def test_a_full_fleet_reads_one_page_of_a_long_line(
     monkeypatch.setattr(run_queries, "line_page", spy)
     assert dispatched(store.run(_capacity_changed)) == []
     assert read == [2]  # one page, although six runs wait
+
+
+def test_a_new_runs_stages_are_taken_from_the_rows_just_written(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.worker("w")
+    reads: list[str] = []
+    for name in ("first_open_stage", "stage_actions", "next_stage", "open_stages_of"):
+        real = getattr(run_queries, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            reads.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(run_queries, name, spy)
+    run_id = store.submit(4, stages=[3, 1, 1, 7])  # stages need not start at 0 nor follow on
+    assert reads == []  # the submission read no stage from the store
+    first = in_flight(store)
+    assert sorted(store.read(lambda s: [s.get(ActionRow, o.action_id).idx for o in first])) == [
+        1,
+        2,
+    ]
+    # The stages then follow in order, each found through the store as receipts come in.
+    store.run(apply_all([receipt(o) for o in first]))
+    (second,) = in_flight(store)
+    assert store.read(lambda s: s.get(ActionRow, second.action_id).idx) == 0
+    store.run(apply_all([receipt(second)]))
+    (third,) = in_flight(store)
+    assert store.read(lambda s: s.get(ActionRow, third.action_id).idx) == 3
+    store.run(apply_all([receipt(third)]))
+    assert in_flight(store) == [] and store.run_row(run_id).status == ledger.SUCCEEDED
 
 
 # ------------------------------------------------------------------ fencing, retry, hand-back
