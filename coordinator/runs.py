@@ -22,7 +22,7 @@ from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.heart.orders import CancelOrder, Order
-from coordinator.journal import JournalBus
+from coordinator.journal import JournalBus, StopWait
 from coordinator.principals import Principal, Role
 from coordinator.store import Database, quotas
 from coordinator.store import desktop as desktop_queries
@@ -469,7 +469,7 @@ class Runs:
             await self._dispatcher.run_unit(unit)
             return created[0]
         # Subscribed before the run exists, so that nothing needs reading until it stops.
-        wake = self._bus.subscribe(run_id, stops_only=True)
+        wake = self._bus.subscribe_stop(run_id)
         try:
             await self._dispatcher.run_unit(unit)
             if created[0].run.status not in ledger.ACTIVE:
@@ -498,14 +498,14 @@ class Runs:
     async def wait(self, owner: Principal, run_id: str, timeout: float) -> RunView:  # noqa: ASYNC109
         # Subscribed before reading, so a change between the read and the wait still wakes us;
         # only the run's end wakes it, not each start and receipt on the way.
-        wake = self._bus.subscribe(run_id, stops_only=True)
+        wake = self._bus.subscribe_stop(run_id)
         try:
             return await self._wait(owner, run_id, time.monotonic() + timeout, wake, woken=True)
         finally:
             self._bus.unsubscribe(run_id, wake)
 
     async def _wait(
-        self, owner: Principal, run_id: str, deadline: float, wake: asyncio.Event, *, woken: bool
+        self, owner: Principal, run_id: str, deadline: float, wake: StopWait, *, woken: bool
     ) -> RunView:
         """The run's view once it has stopped or at `deadline` (monotonic), whichever is first.
 
@@ -523,6 +523,9 @@ class Runs:
             return _view(s, run, with_timeline=False)
 
         while True:
+            handed: RunView | None = wake.view
+            if handed is not None and handed.run.owner_id == owner.id:
+                return handed  # read by the transaction that stopped the run
             if woken:
                 wake.clear()
                 view = await self._db.read(unit)
@@ -734,6 +737,12 @@ def new_run(
         kind=kind,
         spec=spec,
     )
+
+
+def stopped_view(s: Session, run_id: str) -> RunView | None:
+    """A run's view for its waiters, in the transaction that stopped it (the run is locked)."""
+    run = s.get(RunRow, run_id)
+    return _view(s, run, with_timeline=False) if run is not None else None
 
 
 def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:

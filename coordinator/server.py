@@ -32,7 +32,7 @@ from coordinator.ratelimit import FailureLimiter
 from coordinator.recall import Recall
 from coordinator.relay import Relay
 from coordinator.research import RESEARCH_RUNS
-from coordinator.runs import Runs
+from coordinator.runs import Runs, stopped_view
 from coordinator.secret_box import SecretBox
 from coordinator.servicers.admin import AdminServicer
 from coordinator.servicers.desktop import ApprovalServicer, DesktopServicer, KillSwitchServicer
@@ -227,6 +227,7 @@ def create_server(
         server,
     )
     runs = Runs(db, dispatcher, bus, config.allow_private_networks)
+    bus.stop_view = stopped_view  # waiters are handed the view read as their run stops
     policy = routing.load(config.policy_file)
     desktop = Desktop(db, dispatcher, bus, box)
     recall = Recall(db)

@@ -322,6 +322,13 @@ async def test_submit_and_wait_is_one_call(fleet: Fleet) -> None:
         request.wait_seconds = 30
         run = await client.runs.SubmitRun(request, metadata=client.md, timeout=60)
         assert (run.status, run.actions_succeeded) == ("SUCCEEDED", 3)
+        # The answer is the view the receipt's transaction read for its waiter: it is the
+        # run as a later wait reads it from the store, down to each action's receipt.
+        read = await client.runs.WaitRun(
+            runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=5), metadata=client.md, timeout=30
+        )
+        assert run == read, (run, read)
+        assert all(a.receipt_id for a in run.actions) and len(run.actions) == 3
         for bad in (-1.0, 3601.0, float("nan")):
             request.wait_seconds = bad
             with pytest.raises(grpc.aio.AioRpcError) as caught:

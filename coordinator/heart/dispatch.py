@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -150,12 +151,18 @@ class Dispatcher:
         """
         ctx = self.context()
         here = self._presence.connected_ids()
+        views: dict[str, Any] = {}
 
         def with_relay(s: Session, ctx: Context) -> list[Order]:
             ctx.reset()
             orders = unit(s, ctx)
             orders += slots.serve(s, ctx)
-            return self._relay.route(s, orders, ctx.touched, here)
+            routed = self._relay.route(s, orders, ctx.touched, here)
+            # A run stopped here is read for its waiters in this transaction: they answer
+            # with it instead of each reading the run again once woken.
+            views.clear()
+            views.update(self._bus.views_of_stops(s, ctx.stopped))
+            return routed
 
         orders = await self._db.write(with_relay, ctx)
         if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT) and any(
@@ -163,13 +170,14 @@ class Dispatcher:
         ):
             faults.crash(faults.EXIT_AFTER_RECEIPT_COMMIT)  # tests only: see coordinator/faults
         self.metrics.observe(ctx.notes)
-        self.deliver(orders, ctx.touched, ctx.stopped)
+        self.deliver(orders, ctx.touched, ctx.stopped, views)
 
     def deliver(
         self,
         orders: Iterable[Order],
         touched: Iterable[str] = (),
         stopped: Iterable[str] | None = None,
+        views: Mapping[str, Any] | None = None,
     ) -> None:
         held_back: list[DispatchOrder] = []
         for order in orders:
@@ -202,7 +210,7 @@ class Dispatcher:
                     log.debug("dispatching attempt %s of %s", order.attempt, order.kind)
         if held_back:
             self._resend(held_back)
-        self._bus.notify(set(touched), None if stopped is None else set(stopped))
+        self._bus.notify(set(touched), None if stopped is None else set(stopped), views)
 
     def _not_sent(self, order: DispatchOrder, sent: Sent, held_back: list[DispatchOrder]) -> None:
         if sent is Sent.CLAIMED_BEFORE_STREAM:

@@ -1,0 +1,100 @@
+"""The journal bus in-process: who is woken, and what a run's waiters are handed when the
+transaction that stopped it read the run for them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from coordinator.journal import JournalBus, StopWait
+
+
+def _bus(built: list[str]) -> JournalBus:
+    bus = JournalBus()
+
+    def view(s: Session, run_id: str) -> dict[str, str]:
+        built.append(run_id)
+        return {"run": run_id}
+
+    bus.stop_view = view
+    return bus
+
+
+def test_views_are_read_only_for_stopped_runs_with_waiters_and_handed_to_each() -> None:
+    built: list[str] = []
+    bus = _bus(built)
+    first, second = bus.subscribe_stop("run_a"), bus.subscribe_stop("run_a")
+    watcher = bus.subscribe("run_a")
+    session: Any = object()  # the builder is given the writing session; this one is not read
+    views = bus.views_of_stops(session, {"run_a", "run_nobody_waits_for"})
+    assert built == ["run_a"] and views == {"run_a": {"run": "run_a"}}
+    bus.notify({"run_a"}, {"run_a"}, views)
+    assert first.is_set() and second.is_set() and watcher.is_set()
+    assert first.view == second.view == {"run": "run_a"}
+
+
+def test_a_stop_seen_from_another_replica_wakes_waiters_with_nothing_to_hand() -> None:
+    bus = _bus([])
+    waiter = bus.subscribe_stop("run_a")
+    bus.notify({"run_a"})  # a notification from the store: no view came with it
+    assert waiter.is_set() and waiter.view is None
+
+
+def test_growth_without_a_stop_wakes_watchers_but_not_waiters() -> None:
+    bus = _bus([])
+    waiter, watcher = bus.subscribe_stop("run_a"), bus.subscribe("run_a")
+    bus.notify({"run_a"}, set())
+    assert watcher.is_set() and not waiter.is_set()
+
+
+def test_a_waiter_that_left_is_neither_read_for_nor_woken() -> None:
+    built: list[str] = []
+    bus = _bus(built)
+    waiter: StopWait = bus.subscribe_stop("run_a")
+    watcher = bus.subscribe("run_a")
+    bus.unsubscribe("run_a", waiter)
+    bus.unsubscribe("run_a", watcher)
+    assert bus.views_of_stops(object(), {"run_a"}) == {} and built == []  # type: ignore[arg-type]
+    bus.notify({"run_a"}, {"run_a"}, {"run_a": {"run": "run_a"}})
+    assert not waiter.is_set() and waiter.view is None and not watcher.is_set()
+
+
+def test_stop_waiters_are_events_a_task_can_wait_on() -> None:
+    async def go() -> Any:
+        bus = _bus([])
+        waiter = bus.subscribe_stop("run_a")
+        asyncio.get_running_loop().call_soon(bus.notify, {"run_a"}, {"run_a"}, {"run_a": 1})
+        await asyncio.wait_for(waiter.wait(), 1)
+        return waiter.view
+
+    assert asyncio.run(go()) == 1
+
+
+def test_a_waiter_handed_its_stopped_run_answers_without_reading_and_only_its_owner() -> None:
+    from coordinator.principals import Principal, Role
+    from coordinator.runs import Runs, RunView
+    from coordinator.store.models import RunRow
+
+    reads: list[str] = []
+
+    class Store:
+        async def read(self, unit: Any) -> Any:
+            reads.append("read")
+            return "read from the store"
+
+    runs = Runs(Store(), dispatcher=None, bus=JournalBus())  # type: ignore[arg-type]
+    handed = RunView(RunRow(id="run_a", owner_id="usr_alice", status="SUCCEEDED"))
+
+    def wait(who: str) -> Any:
+        waiter = StopWait()
+        waiter.view = handed
+        waiter.set()
+        owner = Principal(who, who, Role.OWNER)
+        return asyncio.run(runs._wait(owner, "run_a", time.monotonic() + 5, waiter, woken=True))
+
+    assert wait("usr_alice") is handed and reads == []
+    # Anyone else's wait reads (and the store's read says NOT_FOUND): nothing is handed over.
+    assert wait("usr_mallory") == "read from the store" and reads == ["read"]
