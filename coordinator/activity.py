@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from coordinator.principals import Principal, Role
-from coordinator.store import Database
-from coordinator.store import activity as queries
+from coordinator.store import Database, activity as queries
 
 
 @dataclass(frozen=True)

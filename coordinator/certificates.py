@@ -14,8 +14,7 @@ import time
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from coordinator.store import Database
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, workers as worker_queries
 from coordinator.store.models import WorkerCertificateRow
 from coordinator.tls import CertificateAuthority, IssuedCertificate
 from shared.errors import AuthenticationError, FailedPreconditionError

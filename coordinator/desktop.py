@@ -29,11 +29,14 @@ from coordinator.principals import Principal, Role
 from coordinator.runs import RunView, new_run, owned_run
 from coordinator.scope import Scope
 from coordinator.secret_box import NO_KEY, SecretBox
-from coordinator.store import Database, quotas
-from coordinator.store import desktop as queries
-from coordinator.store import principals as principal_queries
-from coordinator.store import runs as run_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import (
+    Database,
+    desktop as queries,
+    principals as principal_queries,
+    quotas,
+    runs as run_queries,
+    workers as worker_queries,
+)
 from coordinator.store.models import (
     ActionRow,
     ApprovalRow,

@@ -10,9 +10,7 @@ from sqlalchemy.orm import Session
 from coordinator import capabilities
 from coordinator.certificates import WorkerCertificates, row_for
 from coordinator.principals import Principal
-from coordinator.store import Database
-from coordinator.store import principals as principal_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, principals as principal_queries, workers as worker_queries
 from coordinator.store.models import EnrollmentTokenRow, WorkerRow
 from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
 from shared.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError

@@ -21,9 +21,7 @@ if TYPE_CHECKING:
     from coordinator.heart.context import Context
     from coordinator.heart.dispatch import Dispatcher
     from coordinator.worker_index import IndexUpdates
-from coordinator.store import Database
-from coordinator.store import replicas as replica_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, replicas as replica_queries, workers as worker_queries
 from coordinator.store.models import PresenceRow, WorkerRow
 from shared.advertisement import Advertisement, Capability
 from shared.errors import (

@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from coordinator.store import Database
-from coordinator.store import search as queries
+from coordinator.store import Database, search as queries
 from coordinator.store.engine import Dialect
 from shared.errors import DeskfleetError
 

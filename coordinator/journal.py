@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from coordinator.store import quotas
-from coordinator.store import runs as run_queries
+from coordinator.store import quotas, runs as run_queries
 from coordinator.store.models import JournalRow, ReceiptRow, RunRow
 from shared.errors import DataIntegrityError
 from shared.receipts import content_hash, decode_result, encode_result

@@ -30,10 +30,12 @@ from coordinator.heart.orders import CancelOrder, KillPush, Order
 from coordinator.presence import Presence, Sent
 from coordinator.principals import Principal, Role
 from coordinator.runs import owned_run
-from coordinator.store import Database
-from coordinator.store import desktop as queries
-from coordinator.store import runs as run_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import (
+    Database,
+    desktop as queries,
+    runs as run_queries,
+    workers as worker_queries,
+)
 from coordinator.store.models import KillSwitchRow, RunRow
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2

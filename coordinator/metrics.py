@@ -24,8 +24,7 @@ from sqlalchemy.orm import Session
 
 from coordinator import capabilities
 from coordinator.fleet import view_of
-from coordinator.store import counts
-from coordinator.store import workers as worker_queries
+from coordinator.store import counts, workers as worker_queries
 from coordinator.store.models import RunRow
 from shared.metrics_endpoint import MetricsEndpoint
 from shared.run_states import RUN_STATES

@@ -26,8 +26,7 @@ from coordinator import audit
 from coordinator.presence import Presence, Sent
 from coordinator.principals import Principal
 from coordinator.scope import Scope
-from coordinator.store import Database
-from coordinator.store import desktop as desktop_queries
+from coordinator.store import Database, desktop as desktop_queries
 from coordinator.store.models import ApprovalRow, PresenceRow
 from shared.errors import FailedPreconditionError, NotFoundError, UnavailableError
 from shared.ids import new_id

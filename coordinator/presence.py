@@ -29,9 +29,7 @@ from sqlalchemy.orm import Session
 from coordinator import capabilities
 from coordinator.heart.orders import DispatchOrder
 from coordinator.settings import CoordinatorConfig
-from coordinator.store import Database
-from coordinator.store import replicas as replica_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, replicas as replica_queries, workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, RevokedError
 from shared.ids import new_id

@@ -12,9 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from coordinator import audit
-from coordinator.store import Database
-from coordinator.store import principals as principal_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, principals as principal_queries, workers as worker_queries
 from coordinator.store.models import PrincipalRow, WorkerRow
 from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
 from shared.errors import (

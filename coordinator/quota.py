@@ -23,9 +23,7 @@ from coordinator import audit
 from coordinator.heart import ledger
 from coordinator.principals import Principal, Role
 from coordinator.settings import DEFAULT_OWNER_MAX_ACTIVE_RUNS, DEFAULT_OWNER_MAX_STORED_BYTES
-from coordinator.store import Database
-from coordinator.store import principals as principal_queries
-from coordinator.store import quotas as queries
+from coordinator.store import Database, principals as principal_queries, quotas as queries
 from coordinator.store.models import PrincipalRow
 from shared.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
 

@@ -17,8 +17,7 @@ from sqlalchemy.orm import Session
 from coordinator import journal
 from coordinator.principals import Principal
 from coordinator.runs import owned_run
-from coordinator.store import Database
-from coordinator.store import runs as run_queries
+from coordinator.store import Database, runs as run_queries
 from coordinator.store.models import JournalRow
 from shared.errors import InvalidArgumentError, NotFoundError
 from shared.receipts import decode_result

@@ -36,10 +36,12 @@ from coordinator.heart.orders import (
 from coordinator.journal import JournalBus
 from coordinator.presence import Presence
 from coordinator.settings import CoordinatorConfig
-from coordinator.store import Database
-from coordinator.store import desktop as desktop_queries
-from coordinator.store import replicas as queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import (
+    Database,
+    desktop as desktop_queries,
+    replicas as queries,
+    workers as worker_queries,
+)
 from coordinator.store.engine import Dialect
 from coordinator.store.models import DeliveryRow, ReplicaRow, RunRow
 from shared.desktop_scope import Grant

@@ -35,8 +35,7 @@ from sqlalchemy.orm import Session
 from coordinator import journal
 from coordinator.store import runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
-from shared import passages as page_passages
-from shared import relevance
+from shared import passages as page_passages, relevance
 from shared.receipts import decode_result
 
 APP_KIND = "app.research"

@@ -16,18 +16,20 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session
 
-from coordinator import capabilities, journal
-from coordinator import timeline as timelines
+from coordinator import capabilities, journal, timeline as timelines
 from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.heart.orders import CancelOrder, Order
 from coordinator.journal import JournalBus, StopWait
 from coordinator.principals import Principal, Role
-from coordinator.store import Database, quotas
-from coordinator.store import desktop as desktop_queries
-from coordinator.store import principals as principal_queries
-from coordinator.store import runs as run_queries
+from coordinator.store import (
+    Database,
+    desktop as desktop_queries,
+    principals as principal_queries,
+    quotas,
+    runs as run_queries,
+)
 from coordinator.store.models import (
     ActionRow,
     ArtifactRow,

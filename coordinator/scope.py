@@ -25,11 +25,11 @@ from shared.desktop_scope import (
     Grant,
     Refusal,
     Region,
+    keys_in_text as _keys_in_text,
     outside,
     scale,
     space_of,
 )
-from shared.desktop_scope import keys_in_text as _keys_in_text
 from shared.errors import InvalidArgumentError
 
 # The shape of xdotool-style key combos ("ctrl+shift+t Return"); the worker knows the names.

@@ -39,8 +39,10 @@ from coordinator.servicers.desktop import ApprovalServicer, DesktopServicer, Kil
 from coordinator.servicers.fleet import FleetServicer
 from coordinator.servicers.guard import GuardInterceptor
 from coordinator.servicers.runs import JournalServicer, RunServicer
-from coordinator.servicers.worker_gateway import WorkerGatewayServicer
-from coordinator.servicers.worker_gateway import add_to_server as add_worker_gateway
+from coordinator.servicers.worker_gateway import (
+    WorkerGatewayServicer,
+    add_to_server as add_worker_gateway,
+)
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.schema import head_revision

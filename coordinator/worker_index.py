@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from coordinator.fleet import WorkerView
-from coordinator.store import Database
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError
 

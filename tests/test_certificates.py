@@ -13,8 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from coordinator.certificates import WorkerCertificates, row_for
-from coordinator.store import Database
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, workers as worker_queries
 from coordinator.store.models import WorkerCertificateRow, WorkerRow
 from coordinator.store.schema import upgrade
 from coordinator.tls import CertificateAuthority, certificate_request, new_private_key

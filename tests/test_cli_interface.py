@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.admin_cli import main as cli
-from coordinator.admin_cli import render, runs_commands
+from coordinator.admin_cli import main as cli, render, runs_commands
 from coordinator.admin_cli.completion import SHELLS
 from shared.config import DEFAULT_COORDINATOR
 from shared.gen.deskfleet.v1 import runs_pb2

@@ -15,12 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from coordinator import desktop as coordinator_desktop
-from coordinator import relay
-from coordinator import scope as coordinator_scope
+from coordinator import desktop as coordinator_desktop, relay, scope as coordinator_scope
 from coordinator.agent.tools import COMPUTER_ACTIONS
 from coordinator.heart.orders import DispatchOrder
 from coordinator.scope import Scope
@@ -32,8 +29,7 @@ from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, worker_pb2
 from shared.receipts import encode_result
 from worker_agent.actions import REFUSED, ActionContext, ActionRefused, ActionRegistry, run_action
-from worker_agent.desktop import DesktopActions, DesktopSession
-from worker_agent.desktop import actions as worker_desktop
+from worker_agent.desktop import DesktopActions, DesktopSession, actions as worker_desktop
 from worker_agent.desktop.keys import parse_keys
 from worker_agent.desktop.scope import DesktopScope, check_scope, check_text_keys
 from worker_agent.desktop.text import SecretText

@@ -19,8 +19,7 @@ from coordinator import journal
 from coordinator.indexer import JournalIndexer
 from coordinator.principals import Principal, Role
 from coordinator.recall import Recall
-from coordinator.store import Database, search
-from coordinator.store import runs as run_queries
+from coordinator.store import Database, runs as run_queries, search
 from coordinator.store.models import JournalRow, RunRow
 from coordinator.store.schema import _config, sync_engine, upgrade
 from tests.harness import CoordinatorProcess, submit, wait_until, write_plan

@@ -15,9 +15,7 @@ from sqlalchemy.orm import Session
 from coordinator.fleet import page_token, parse_page_token, view_of
 from coordinator.presence import Presence
 from coordinator.settings import CoordinatorConfig
-from coordinator.store import Database
-from coordinator.store import replicas as replica_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, replicas as replica_queries, workers as worker_queries
 from coordinator.store.models import WorkerRow
 from coordinator.store.schema import upgrade
 from coordinator.worker_index import IndexUpdates, WorkerIndex

@@ -13,8 +13,7 @@ import pytest
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
-from coordinator.store import Database
-from coordinator.store import workers as worker_queries
+from coordinator.store import Database, workers as worker_queries
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, PresenceRow, ReplicaRow, WorkerRow
 from coordinator.store.schema import upgrade

@@ -13,8 +13,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
+from importlib.metadata import PackageNotFoundError, version as package_version
 
 from shared import __version__
 from shared.advertisement import Advertisement, Capability, Display

@@ -36,12 +36,17 @@ from worker_agent.desktop.actions import DesktopActions
 from worker_agent.desktop.peek import ScreenPeeker, no_desktop
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
 from worker_agent.executor import ActionExecutor
-from worker_agent.hotkey import DEFAULT_HOTKEY
-from worker_agent.hotkey import listen as listen_for_hotkey
+from worker_agent.hotkey import DEFAULT_HOTKEY, listen as listen_for_hotkey
 from worker_agent.input_guard import InputGuard
 from worker_agent.metrics import WorkerMetrics
-from worker_agent.research_app import APPS_DIR, ResearchApps, app_user, parse_apps, parse_env
-from worker_agent.research_app import MAX_TIMEOUT as MAX_APP_TIMEOUT
+from worker_agent.research_app import (
+    APPS_DIR,
+    MAX_TIMEOUT as MAX_APP_TIMEOUT,
+    ResearchApps,
+    app_user,
+    parse_apps,
+    parse_env,
+)
 from worker_agent.scratch import ScratchDir
 from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
 

@@ -50,9 +50,7 @@ from coordinator.heart.orders import Order
 from coordinator.heart.run_kinds import RunKind
 from coordinator.principals import Principal, Role
 from coordinator.runs import RunView, new_run, owned_run
-from coordinator.store import Database, quotas
-from coordinator.store import desktop as desktop_queries
-from coordinator.store import runs as run_queries
+from coordinator.store import Database, desktop as desktop_queries, quotas, runs as run_queries
 from coordinator.store.models import PrincipalRow, RunRow
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.ids import new_id

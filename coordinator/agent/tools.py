@@ -30,8 +30,7 @@ from coordinator.research import ResearchRequest, research_plan
 from coordinator.routing import RoutingPolicy
 from coordinator.runs import Plan, PlannedAction, Runs
 from coordinator.scope import Scope
-from coordinator.store import Database
-from coordinator.store import runs as run_queries
+from coordinator.store import Database, runs as run_queries
 from shared import desktop_scope
 from shared.errors import DeskfleetError, FailedPreconditionError
 

@@ -15,8 +15,7 @@ from sqlalchemy.orm import Session
 
 from coordinator.heart.run_kinds import PLAN, RunKind
 from coordinator.metrics import Notes
-from coordinator.store import runs as run_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import runs as run_queries, workers as worker_queries
 from coordinator.store.models import ActionRow, RunRow
 from coordinator.worker_index import FleetSnapshot, WorkerIndex
 

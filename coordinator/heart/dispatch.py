@@ -26,8 +26,7 @@ from coordinator.metrics import CoordinatorMetrics
 from coordinator.presence import Presence, Sent
 from coordinator.relay import Relay
 from coordinator.settings import CoordinatorConfig
-from coordinator.store import Database
-from coordinator.store import runs as run_queries
+from coordinator.store import Database, runs as run_queries
 from coordinator.worker_index import WorkerIndex
 from shared.errors import DeskfleetError
 from shared.logs import log_context

@@ -17,85 +17,36 @@ from coordinator import journal, worker_index
 from coordinator.fleet import WorkerView, view_of
 from coordinator.heart.context import (
     ACTIVE as ACTIVE,
-)
-from coordinator.heart.context import (
     ARCHIVE_OVER as ARCHIVE_OVER,
-)
-from coordinator.heart.context import (
     CANCELLED as CANCELLED,
-)
-from coordinator.heart.context import (
     DISPATCHED as DISPATCHED,
-)
-from coordinator.heart.context import (
     DONE as DONE,
-)
-from coordinator.heart.context import (
     FAILED as FAILED,
-)
-from coordinator.heart.context import (
     FINISHED as FINISHED,
-)
-from coordinator.heart.context import (
     HAND_BACK_TO_HUMAN as HAND_BACK_TO_HUMAN,
-)
-from coordinator.heart.context import (
     IN_FLIGHT as IN_FLIGHT,
-)
-from coordinator.heart.context import (
     MAX_PER_WORKER as MAX_PER_WORKER,
-)
-from coordinator.heart.context import (
     NEEDS_APPROVAL as NEEDS_APPROVAL,
-)
-from coordinator.heart.context import (
     PENDING as PENDING,
-)
-from coordinator.heart.context import (
     PREVIEW_CHARS as PREVIEW_CHARS,
-)
-from coordinator.heart.context import (
     RUNNING as RUNNING,
-)
-from coordinator.heart.context import (
     SKIPPED as SKIPPED,
-)
-from coordinator.heart.context import (
     STARTED as STARTED,
-)
-from coordinator.heart.context import (
     STOPPED_FOR_A_PERSON as STOPPED_FOR_A_PERSON,
-)
-from coordinator.heart.context import (
     SUCCEEDED as SUCCEEDED,
-)
-from coordinator.heart.context import (
     UNKNOWN as UNKNOWN,
-)
-from coordinator.heart.context import (
     UNKNOWN_OUTCOME as UNKNOWN_OUTCOME,
-)
-from coordinator.heart.context import (
     WAITING_FOR_AUTHORITY as WAITING_FOR_AUTHORITY,
-)
-from coordinator.heart.context import (
     WAITING_FOR_ENVIRONMENT as WAITING_FOR_ENVIRONMENT,
-)
-from coordinator.heart.context import (
     WORKERS_BUSY as WORKERS_BUSY,
-)
-from coordinator.heart.context import (
     Context as Context,
-)
-from coordinator.heart.context import (
     OpenStage,
 )
 from coordinator.heart.orders import (
     DispatchOrder,
     Order,
 )
-from coordinator.store import runs as run_queries
-from coordinator.store import workers as worker_queries
+from coordinator.store import runs as run_queries, workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
 from shared.action_kinds import APP_RESEARCH
 from shared.ids import new_id

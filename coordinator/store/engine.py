@@ -20,8 +20,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DataError, DBAPIError, IntegrityError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    TimeoutError as PoolTimeoutError,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 from shared.errors import InternalError, InvalidArgumentError, StoreUnavailableError

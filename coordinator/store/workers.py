@@ -14,6 +14,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast as sql_cast,
     delete,
     func,
     insert,
@@ -22,7 +23,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 

@@ -16,8 +16,7 @@ from typing import Any
 import grpc
 
 from coordinator.admin_cli.render import as_dict
-from coordinator.admin_cli.runs_commands import _timeline_nulls as timeline_nulls
-from coordinator.admin_cli.runs_commands import load_plan
+from coordinator.admin_cli.runs_commands import _timeline_nulls as timeline_nulls, load_plan
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness.processes import CoordinatorProcess, wait_until
 

@@ -16,8 +16,7 @@ from urllib.parse import quote_plus
 
 import trafilatura
 import trafilatura.external
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Page
+from playwright.async_api import Error as PlaywrightError, Page
 
 from shared import passages
 from shared.search import SearchSpec, search_spec

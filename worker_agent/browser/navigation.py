@@ -15,9 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from playwright.async_api import BrowserContext, ConsoleMessage, Page, Request, Response
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import TimeoutError as PlaywrightTimeout
+from playwright.async_api import (
+    BrowserContext,
+    ConsoleMessage,
+    Error as PlaywrightError,
+    Page,
+    Request,
+    Response,
+    TimeoutError as PlaywrightTimeout,
+)
 
 from worker_agent.browser.egress import EgressGuard
 from worker_agent.browser.policy import BrowserPolicy

@@ -20,8 +20,7 @@ import contextlib
 import time
 from typing import Any
 
-from playwright.async_api import CDPSession, Page
-from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import CDPSession, Error as PlaywrightError, Page
 
 QUIET_MS = 300
 BOUND_MS = 3000
