@@ -18,6 +18,7 @@ from coordinator.heart import ledger, outcomes
 from coordinator.heart.dispatch import Dispatcher, _Connect, _one_per_worker
 from coordinator.heart.ledger import DISPATCHED, Context
 from coordinator.heart.orders import CancelOrder, DispatchOrder, Held, Order
+from coordinator.journal import JournalBus
 from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
 from coordinator.metrics import Recovered
 from coordinator.presence import Presence, Sent, WorkerSession
@@ -381,11 +382,6 @@ class _Relay:
         return orders
 
 
-class _Bus:
-    def notify(self, *_: object) -> None:
-        pass
-
-
 async def test_attempts_one_delivery_held_back_go_out_again_in_one_transaction(
     store: Store,  # noqa: F811
 ) -> None:
@@ -406,7 +402,7 @@ async def test_attempts_one_delivery_held_back_go_out_again_in_one_transaction(
     session.opened_at = time.time()  # the stream opened after the three claims
     presence._sessions[w] = session
     dispatcher = Dispatcher(
-        db, presence, cast(Any, _Bus()), CoordinatorConfig(db_url=url), cast(Any, _Relay()),
+        db, presence, cast(Any, JournalBus()), CoordinatorConfig(db_url=url), cast(Any, _Relay()),
         store.index,
     )  # fmt: skip
     writes = 0
