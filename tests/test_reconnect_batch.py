@@ -402,7 +402,7 @@ async def test_attempts_one_delivery_held_back_go_out_again_in_one_transaction(
     session.opened_at = time.time()  # the stream opened after the three claims
     presence._sessions[w] = session
     dispatcher = Dispatcher(
-        db, presence, cast(Any, JournalBus()), CoordinatorConfig(db_url=url), cast(Any, _Relay()),
+        db, presence, JournalBus(), CoordinatorConfig(db_url=url), cast(Any, _Relay()),
         store.index,
     )  # fmt: skip
     writes = 0
