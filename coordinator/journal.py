@@ -128,8 +128,8 @@ class JournalBus:
     def __init__(self) -> None:
         self._events: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._stops: dict[str, set[StopWait]] = defaultdict(set)
-        # Builds, in the transaction that stops a run, the view its waiters are handed (set by
-        # `coordinator.runs`): a waiter then answers without a read of its own.
+        # Builds, in the transaction that stops a run, the view its waiters are handed (wired
+        # by `coordinator.server`: `runs.stopped_view`); a waiter then answers without a read.
         self.stop_view: Callable[[Session, str], Any] | None = None
 
     def views_of_stops(self, s: Session, stopped: Collection[str]) -> dict[str, Any]:

@@ -742,9 +742,12 @@ def new_run(
 
 
 def stopped_view(s: Session, run_id: str) -> RunView | None:
-    """A run's view for its waiters, in the transaction that stopped it (the run is locked)."""
+    """A run's view for its waiters, in the transaction that stopped it (the run is locked);
+    None if the transaction made it active again after stopping it (its waiters read)."""
     run = s.get(RunRow, run_id)
-    return _view(s, run, with_timeline=False) if run is not None else None
+    if run is None or run.status in ledger.ACTIVE:
+        return None
+    return _view(s, run, with_timeline=False)
 
 
 def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from coordinator.journal import JournalBus, StopWait
+from tests.test_ledger_rules import Store, apply_all, in_flight, receipt, store  # noqa: F401
 
 
 def _bus(built: list[str]) -> JournalBus:
@@ -98,3 +99,18 @@ def test_a_waiter_handed_its_stopped_run_answers_without_reading_and_only_its_ow
     assert wait("usr_alice") is handed and reads == []
     # Anyone else's wait reads (and the store's read says NOT_FOUND): nothing is handed over.
     assert wait("usr_mallory") == "read from the store" and reads == ["read"]
+
+
+def test_the_view_handed_over_is_read_only_for_a_run_that_stayed_stopped(
+    store: Store,  # noqa: F811
+) -> None:
+    from coordinator.runs import stopped_view
+
+    store.worker("w")
+    run_id = store.submit(2)
+    assert store.read(lambda s: stopped_view(s, run_id)) is None  # still running: nothing
+    for _ in range(2):
+        store.run(apply_all([receipt(o) for o in in_flight(store)]))
+    view = store.read(lambda s: stopped_view(s, run_id))
+    assert view.run.status == "SUCCEEDED" and [a.status for a in view.actions] == ["SUCCEEDED"] * 2
+    assert all(a.receipt_id for a in view.actions)
