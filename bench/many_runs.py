@@ -4,7 +4,9 @@ stood idle while a run waited for one.
   figure     R runs of N diag.echo actions submitted at once (SubmitRun x R, then WaitRun on
              each) on 2 real workers (8 slots): actions/s, the longest time a slot stood free
              while a run waited, and how far one run got ahead of another
-  baseline   the same R x N actions as one sequential run on the same fleet, in the same run
+  baseline   the same R x N actions run one at a time on the same fleet, in the same run: one
+             sequential run, or several one after another where R x N is more than a plan
+             may hold (coordinator/runs.py MAX_ACTIONS_PER_PLAN)
 
 Usage: python -m bench.many_runs [--quick] [--out bench/results/many_runs.json]
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from coordinator.runs import MAX_ACTIONS_PER_PLAN
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess
@@ -104,6 +107,12 @@ def steps_of(db: Path, run_ids: list[str]) -> tuple[list[Step], dict[str, float]
     return steps, created
 
 
+def plan_sizes(actions: int) -> list[int]:
+    """`actions` split into as few plans as a plan's limit allows."""
+    full, rest = divmod(actions, MAX_ACTIONS_PER_PLAN)
+    return [MAX_ACTIONS_PER_PLAN] * full + ([rest] if rest else [])
+
+
 def echoes(n: int) -> runs_pb2.SubmitRunRequest:
     return runs_pb2.SubmitRunRequest(
         actions=[
@@ -156,8 +165,9 @@ def run(quick: bool) -> dict[str, Any]:
             db = Path(coordinator.db_url.removeprefix("sqlite:///"))
             # Warm-up: both workers have taken work once.
             asyncio.run(submit_and_wait(coordinator.address, token, [echoes(4)] * 4))
-            _, sequential_s = asyncio.run(
-                submit_and_wait(coordinator.address, token, [echoes(actions)])
+            sequential_s = sum(
+                asyncio.run(submit_and_wait(coordinator.address, token, [echoes(n)]))[1]
+                for n in plan_sizes(actions)
             )
             ids, concurrent_s = asyncio.run(
                 submit_and_wait(coordinator.address, token, [echoes(per_run)] * runs)
@@ -189,7 +199,10 @@ def main() -> int:
     args = parser.parse_args()
     try:
         doc = run(args.quick)
-    except (RuntimeError, TimeoutError, grpc.RpcError, OSError) as exc:
+    except grpc.RpcError as exc:
+        print(f"many_runs bench: {exc.code().name}: {exc.details()}", file=sys.stderr)  # type: ignore[attr-defined]
+        return 1
+    except (RuntimeError, TimeoutError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         print(f"many_runs bench: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1

@@ -62,7 +62,10 @@ def run_group_here(name: str, quick: bool, result: Path) -> int:
 
 def describe(exc: BaseException) -> str:
     """One line on why a group failed: a failed command by its name and its last words."""
-    if isinstance(exc, subprocess.CalledProcessError):
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):  # a gRPC error: its status and what it said
+        text = f"RPC failed: {getattr(code(), 'name', code())}: {details()}"
+    elif isinstance(exc, subprocess.CalledProcessError):
         argv = [Path(str(a)).name for a in exc.cmd[:2]] if isinstance(exc.cmd, list) else [exc.cmd]
         said = (exc.stderr or exc.stdout or "").strip().splitlines()
         text = f"{' '.join(argv)} exited {exc.returncode}" + (f": {said[-1]}" if said else "")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from bench import figures, groups, suite
@@ -73,6 +74,30 @@ def test_an_error_entry_keeps_the_first_line_and_no_value() -> None:
         "value": None,
         "error": "TimeoutError: no chromium window",
     }
+
+
+def test_a_failed_rpc_is_described_by_its_status_and_details_on_one_line() -> None:
+    class Refused(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.INVALID_ARGUMENT
+
+        def details(self) -> str:
+            return "actions: at most 1000 per plan"
+
+        def __str__(self) -> str:
+            return "<AioRpcError of RPC that terminated with:\n\tstatus = ..."
+
+    assert suite.describe(Refused()) == (
+        "RPC failed: INVALID_ARGUMENT: actions: at most 1000 per plan"
+    )
+
+
+def test_the_many_runs_baseline_splits_its_actions_into_plans_a_plan_may_hold() -> None:
+    from bench.many_runs import plan_sizes
+
+    assert plan_sizes(200) == [200]
+    assert plan_sizes(2000) == [1000, 1000]
+    assert plan_sizes(2500) == [1000, 1000, 500]
 
 
 def test_a_well_formed_document_has_no_problems() -> None:
