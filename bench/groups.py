@@ -40,7 +40,11 @@ def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
                     trip[f"{stat}_ms"],
                     "ms",
                     baseline=(f"raw grpc.aio two-hop echo {stat}", echo[f"{stat}_ms"]),
-                    params={"samples": trip["n"], "path": "SubmitRun + WaitRun, durable receipt"},
+                    params={
+                        "samples": trip["n"],
+                        "path": "SubmitRun + WaitRun, durable receipt",
+                        "coordinator_cpu_ms_per_round_trip": round(trip["coordinator_cpu_ms"], 2),
+                    },
                 )
             )
     ingest = doc["figures"]["ingest_50_workers"]
@@ -58,6 +62,9 @@ def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
             params={
                 "receipts": ingest["receipts"],
                 "runs": ingest["runs"],
+                "coordinator_cpu_ms_per_receipt": round(
+                    ingest["coordinator_cpu_ms_per_receipt"], 2
+                ),
                 "journal_events_per_receipt": round(ingest["journal_events_per_receipt"], 2),
                 "baseline_batch": equal["batch"],
                 "raw_receipt_rows_per_s": round(raw["rows_per_s"]),

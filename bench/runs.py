@@ -10,6 +10,8 @@
                (SQLite WAL, synchronous=FULL), one transaction per batch of as many receipts
                as the flow can have in flight (one per run); and, for reference, raw batched
                inserts of receipt rows alone
+  CPU          beside each: the coordinator's CPU (user + system) per round trip and per
+               receipt, which drifts less with the machine's speed than the latencies do
 
 Usage: python -m bench.runs [--quick] [--out bench/results/runs.json]
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 from sqlalchemy import bindparam, func, insert, select, update
 
 from bench.simulated_workers import SimulatorProcess
@@ -122,25 +125,46 @@ class Client:
         return len(listed.runs)
 
 
-def round_trips(client: Client, n: int) -> dict[str, float]:
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU of the process so far (0 when not given): on a machine whose speed
+    drifts, what the coordinator spent per unit of work moves less than its latency does."""
+    if pid is None:
+        return 0.0
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def round_trips(client: Client, n: int, coordinator_pid: int | None = None) -> dict[str, float]:
     for _ in range(10):
         client.round_trip()
-    return summary([client.round_trip() for _ in range(n)])
+    before = cpu_seconds(coordinator_pid)
+    found = summary([client.round_trip() for _ in range(n)])
+    if coordinator_pid is not None:
+        found["coordinator_cpu_ms"] = (cpu_seconds(coordinator_pid) - before) * 1000 / n
+    return found
 
 
-def ingest(client: Client, runs: int, actions: int) -> dict[str, float]:
+def ingest(
+    client: Client, runs: int, actions: int, coordinator_pid: int | None = None
+) -> dict[str, float]:
     before = client.succeeded()
+    cpu = cpu_seconds(coordinator_pid)
     start = time.perf_counter()
     for _ in range(runs):
         client.submit(actions)
     wait_until(lambda: client.succeeded() >= before + runs, 120, 0.05, "ingest runs to finish")
     elapsed = time.perf_counter() - start
-    return {
+    found = {
         "receipts": runs * actions,
         "seconds": elapsed,
         "receipts_per_s": runs * actions / elapsed,
         "runs": runs,
     }
+    if coordinator_pid is not None:
+        found["coordinator_cpu_ms_per_receipt"] = (
+            (cpu_seconds(coordinator_pid) - cpu) * 1000 / (runs * actions)
+        )
+    return found
 
 
 def raw_insert(rows: int, batch: int = 256) -> dict[str, float]:
@@ -426,7 +450,7 @@ def table(doc: dict[str, Any]) -> str:
         fig = f[key]
         rows.append(
             (
-                label,
+                f"{label} (coordinator CPU {fig['coordinator_cpu_ms']:.1f} ms each)",
                 f"p50 {fig['p50_ms']:.2f} / p99 {fig['p99_ms']:.2f} ms",
                 f"p50 {echo['p50_ms']:.2f} ms",
                 f"{fig['p50_ms'] / echo['p50_ms']:.1f}x",
@@ -448,7 +472,8 @@ def table(doc: dict[str, Any]) -> str:
     ing = f["ingest_50_workers"]
     rows.append(
         (
-            f"receipts durable/s, 50 workers ({ing['receipts']} receipts)",
+            f"receipts durable/s, 50 workers ({ing['receipts']} receipts,"
+            f" coordinator CPU {ing['coordinator_cpu_ms_per_receipt']:.2f} ms each)",
             f"{ing['receipts_per_s']:.0f} /s",
             f"{equal['receipts_per_s']:.0f} /s",
             f"{ing['receipts_per_s'] / equal['receipts_per_s']:.3f}x",
@@ -471,7 +496,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             client = Client(coordinator)
             worker.start().wait_online(60)
-            real = round_trips(client, n)
+            pid = coordinator.proc.pid if coordinator.proc is not None else None
+            real = round_trips(client, n, pid)
             worker.stop()
             wait_until(lambda: client.online() == 0, 30, 0.05, "the real worker to leave")
             sim = SimulatorProcess(
@@ -479,8 +505,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             sim.wait_ready(60)
             wait_until(lambda: client.online() >= 50, 30, 0.05, "50 simulated workers online")
-            simulated = round_trips(client, n)
-            flow = ingest(client, ingest_runs, ingest_actions)
+            simulated = round_trips(client, n, pid)
+            flow = ingest(client, ingest_runs, ingest_actions, pid)
             events_per_receipt = journal_per_receipt(coordinator.db_url, ingest_actions)
         finally:
             if sim is not None:
