@@ -273,7 +273,7 @@ def test_a_timed_out_attempt_frees_its_slot_for_the_line(store: Store) -> None:
     stuck = in_flight(store)[0]
 
     def timeout(s: Session, ctx: Context) -> list[Order]:
-        action = s.get(ledger.ActionRow, stuck.action_id)
+        action = s.get(ActionRow, stuck.action_id)
         assert action is not None
         return outcomes.expire(s, action, "timed out after 60 s", ctx)
 
@@ -393,7 +393,7 @@ def test_an_unknown_outcome_of_a_non_idempotent_action_is_handed_back(store: Sto
     [first] = in_flight(store)
 
     def lost(s: Session, ctx: Context) -> list[Order]:
-        action = s.get(ledger.ActionRow, first.action_id)
+        action = s.get(ActionRow, first.action_id)
         assert action is not None
         return outcomes.expire(s, action, "its claimant stopped responding", ctx)
 
