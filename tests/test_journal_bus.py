@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy.orm import Session
 
 from coordinator.journal import JournalBus, StopWait
@@ -74,31 +76,37 @@ def test_stop_waiters_are_events_a_task_can_wait_on() -> None:
     assert asyncio.run(go()) == 1
 
 
-def test_a_waiter_handed_its_stopped_run_answers_without_reading_and_only_its_owner() -> None:
+def test_a_waiter_handed_its_stopped_run_answers_without_reading_and_only_its_owner(
+    tmp_path: Path,
+) -> None:
+    """On a real store that does not hold the run: a wait that read it would be NOT_FOUND."""
     from coordinator.principals import Principal, Role
     from coordinator.runs import Runs, RunView
+    from coordinator.store import Database
     from coordinator.store.models import RunRow
+    from coordinator.store.schema import upgrade
+    from shared.errors import NotFoundError
 
-    reads: list[str] = []
-
-    class Store:
-        async def read(self, unit: Any) -> Any:
-            reads.append("read")
-            return "read from the store"
-
-    runs = Runs(Store(), dispatcher=None, bus=JournalBus())  # type: ignore[arg-type]
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    upgrade(url)
     handed = RunView(RunRow(id="run_a", owner_id="usr_alice", status="SUCCEEDED"))
 
-    def wait(who: str) -> Any:
-        waiter = StopWait()
-        waiter.view = handed
-        waiter.set()
-        owner = Principal(who, who, Role.OWNER)
-        return asyncio.run(runs._wait(owner, "run_a", time.monotonic() + 5, waiter, woken=True))
+    async def wait(who: str) -> Any:
+        db = Database(url)
+        try:
+            runs = Runs(db, dispatcher=None, bus=JournalBus())  # type: ignore[arg-type]
+            waiter = StopWait()
+            waiter.view = handed
+            waiter.set()
+            owner = Principal(who, who, Role.OWNER)
+            return await runs._wait(owner, "run_a", time.monotonic() + 5, waiter, woken=True)
+        finally:
+            await db.close()
 
-    assert wait("usr_alice") is handed and reads == []
+    assert asyncio.run(wait("usr_alice")) is handed  # answered without a read
     # Anyone else's wait reads (and the store's read says NOT_FOUND): nothing is handed over.
-    assert wait("usr_mallory") == "read from the store" and reads == ["read"]
+    with pytest.raises(NotFoundError):
+        asyncio.run(wait("usr_mallory"))
 
 
 def test_the_view_handed_over_is_read_only_for_a_run_that_stayed_stopped(
