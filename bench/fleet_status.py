@@ -14,8 +14,9 @@ trying, when the coordinator cannot hold them all):
   CPU        the coordinator's CPU time over a hold of H seconds with only heartbeats, as %
              of one core (psutil on its pid: user + system)
   RSS        the coordinator's resident memory after the hold
-  status     GetWorkerStatus p50/p99 (every row, all K workers) from one client: up to 50
-             calls, fewer when they take more than 45 s in all (at least 3)
+  status     GetWorkerStatus p50/p99 (the fleet's counts and the first page of 100 workers,
+             with all K online) from one client: up to 50 calls, fewer when they take more
+             than 45 s in all (at least 3)
 
 The status figures stand beside a gRPC health Check round trip to the same coordinator over
 the same channel, measured with the same K connected.

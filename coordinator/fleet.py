@@ -20,7 +20,7 @@ from coordinator.principals import Authenticator
 if TYPE_CHECKING:
     from coordinator.heart.context import Context
     from coordinator.heart.dispatch import Dispatcher
-    from coordinator.worker_index import IndexUpdates
+    from coordinator.worker_index import IndexUpdates, ReplicaCounts
 from coordinator.store import Database, replicas as replica_queries, workers as worker_queries
 from coordinator.store.models import PresenceRow, WorkerRow
 from shared.advertisement import Advertisement, Capability
@@ -92,7 +92,7 @@ class FleetStatus:
     workers: tuple[WorkerView, ...]
     next_page_token: str = ""
     online: int = 0
-    replicas: tuple[worker_queries.ReplicaCounts, ...] = ()
+    replicas: tuple[ReplicaCounts, ...] = ()
 
 
 DEFAULT_PAGE = 100
@@ -202,16 +202,14 @@ class Fleet:
         self._dispatcher = dispatcher
 
     async def status(self, limit: int = 0, token: str = "") -> FleetStatus:
-        """Counts of workers that can take work now, read from the shared store in one
-        aggregate query, and one page of the enrolled workers."""
+        """The fleet's counts, from this replica's worker index (constant time, whatever the
+        fleet's size), and one page of the enrolled workers from the store."""
         size, after = page_size(limit), parse_page_token(token)
-
-        def read(s: Session) -> tuple[list[worker_queries.ReplicaCounts], WorkerPage]:
-            now = time.time()
-            counts = worker_queries.fleet_counts(s, now)
-            return counts, _page(s, worker_queries.WorkerFilter(), after, size, now)
-
-        counts, page = await self._db.read(read)
+        page = await self._db.read(
+            lambda s: _page(s, worker_queries.WorkerFilter(), after, size, time.time())
+        )
+        # After the page: the counts then include every change the page shows of this replica.
+        counts = await self._index.counts()
         return FleetStatus(
             headless_online=sum(c.headless for c in counts),
             computer_use_online=sum(c.computer_use for c in counts),

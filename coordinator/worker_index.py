@@ -18,6 +18,9 @@ revoked, on whichever replica that happens:
 Refreshes run one at a time, each read after the change it covers committed, so a later
 refresh never applies an older state than an earlier one. Busy counts are not kept here: they
 are read from the store in each transaction (`ledger.Context.busy`).
+
+The fleet's counts (online by replica, and offering each capability) are kept as each view
+changes, so that a status answers them without reading or scanning the fleet.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +60,16 @@ class Lease:
 class _Entry:
     row: worker_queries.RoutingRow
     advertisement: Advertisement
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """Workers online through one replica, and those of them offering each capability."""
+
+    replica: str
+    online: int
+    headless: int
+    computer_use: int
 
 
 RouteKey = tuple[str, tuple[tuple[str, str], ...], str]
@@ -121,6 +135,8 @@ class WorkerIndex:
         self._leases: dict[str, Lease] = {}
         self._live: frozenset[str] = frozenset()  # replicas whose lease ran at the last look
         self._snapshot: FleetSnapshot | None = None
+        # replica -> [online, headless, computer_use] of the views online there
+        self._tally: dict[str, list[int]] = {}
 
     def snapshot(self, now: float) -> FleetSnapshot:
         """The fleet as of the last applied change, with online judged at `now`."""
@@ -131,6 +147,19 @@ class WorkerIndex:
             if self._snapshot is None:
                 self._snapshot = FleetSnapshot(dict(self._views))
             return self._snapshot
+
+    def counts(self, now: float) -> list[ReplicaCounts]:
+        """Workers online by replica, and those offering each capability, judged at `now`:
+        kept as views change, so this costs the same whatever the fleet's size."""
+        with self._lock:
+            live = frozenset(r for r, lease in self._leases.items() if lease.expires_at > now)
+            if live != self._live:
+                self._restate(live ^ self._live, live)
+            return [
+                ReplicaCounts(replica, *tally)
+                for replica, tally in sorted(self._tally.items())
+                if tally[0]
+            ]
 
     def read(self, s: Session, worker_ids: Sequence[str] | None = None) -> None:
         """Read these workers (None: the whole fleet, and the replicas' leases) again."""
@@ -158,11 +187,12 @@ class WorkerIndex:
                     advertisement = old.advertisement if old is not None else Advertisement()
                 entry = _Entry(row, advertisement)
                 self._entries[row.id] = entry
-                self._views[row.id] = self._view(entry)
+                self._put(row.id, self._view(entry))
                 self._snapshot = None
             asked = set(self._entries) if worker_ids is None else set(worker_ids)
             for worker_id in (asked - seen) & set(self._entries):
-                del self._entries[worker_id], self._views[worker_id]
+                del self._entries[worker_id]
+                self._put(worker_id, None)
                 self._snapshot = None
         if worker_ids is None:
             self.set_leases(worker_queries.replica_leases(s))
@@ -187,8 +217,27 @@ class WorkerIndex:
         self._live = live
         for worker_id, entry in self._entries.items():
             if entry.row.replica in replicas:
-                self._views[worker_id] = self._view(entry)
+                self._put(worker_id, self._view(entry))
         self._snapshot = None
+
+    def _put(self, worker_id: str, view: WorkerView | None) -> None:
+        """Set (None: remove) a worker's view, and move the counts with it. Called with the
+        lock held."""
+        old = self._views.pop(worker_id, None)
+        if old is not None and old.online:
+            self._count(old, -1)
+        if view is not None:
+            self._views[worker_id] = view
+            if view.online:
+                self._count(view, 1)
+
+    def _count(self, view: WorkerView, sign: int) -> None:
+        tally = self._tally.setdefault(view.replica, [0, 0, 0])
+        tally[0] += sign
+        tally[1] += sign * view.offers("headless")
+        tally[2] += sign * view.offers("computer_use")
+        if not tally[0]:
+            del self._tally[view.replica]
 
     def _view(self, entry: _Entry) -> WorkerView:
         """Called with the lock held."""
@@ -255,6 +304,12 @@ class IndexUpdates:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._request(worker_ids, done)
         await done
+
+    async def counts(self) -> list[ReplicaCounts]:
+        """The fleet's counts once every change this replica was told of before now is
+        applied: a status that has just read a disconnect's commit counts it too."""
+        await self.refresh(())
+        return self.index.counts(time.time())
 
     def _request(self, worker_ids: Iterable[str] | None, done: asyncio.Future[None] | None) -> None:
         pending = self._pending

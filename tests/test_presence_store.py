@@ -65,7 +65,11 @@ def _enroll(
 
 
 def _claim(worker_id: str, *available: str) -> worker_queries.PresenceClaim:
-    return worker_queries.PresenceClaim(worker_id, f"ses_{worker_id}", {}, frozenset(available))
+    """A connect advertising `available` as measured usable, as a worker's welcome does."""
+    advertisement = {"capabilities": [{"name": n, "available": True} for n in available]}
+    return worker_queries.PresenceClaim(
+        worker_id, f"ses_{worker_id}", advertisement, frozenset(available)
+    )
 
 
 def test_backoff_first_retry_is_fast_and_jittered_then_grows_with_full_jitter() -> None:
@@ -143,7 +147,9 @@ async def test_online_is_the_replica_lease_and_counts_cover_every_replica(db: Da
         worker_queries.set_state(s, ids[1], "draining")
 
     await db.write(setup)
-    counts = await db.read(worker_queries.fleet_counts, now + 1)
+    index = WorkerIndex()  # what a replica reads from the store (its counts are kept there)
+    await db.read(index.read)
+    counts = index.counts(now + 1)
     assert [(c.replica, c.online, c.headless, c.computer_use) for c in counts] == [
         ("a", 2, 1, 0),  # the draining one is online, offers nothing; computer use not granted
         ("b", 1, 1, 0),
@@ -151,15 +157,15 @@ async def test_online_is_the_replica_lease_and_counts_cover_every_replica(db: Da
     # Replica b stops beating: its workers go offline when its lease lapses, all at once.
     later = now + TTL + 1
     await db.write(replica_queries.beat, "a", "a:1", now, later, TTL)
-    counts = await db.read(worker_queries.fleet_counts, later)
-    assert [(c.replica, c.online) for c in counts] == [("a", 2)]
+    await db.read(index.read)
+    assert [(c.replica, c.online) for c in index.counts(later)] == [("a", 2)]
     rows = await db.read(worker_queries.workers_with_presence, include_revoked=False)
     online = {w.id: view_of(w, p, later).online for w, p in rows}
     assert online == {"wrk_000": True, "wrk_001": True, "wrk_002": False, "wrk_003": False}
     # Nothing about the workers was written to keep them online.
     await db.write(worker_queries.release_presences, [("wrk_000", "ses_wrk_000")])
-    counts = await db.read(worker_queries.fleet_counts, later)
-    assert [(c.replica, c.online) for c in counts] == [("a", 1)]
+    await db.read(index.read, ["wrk_000"])
+    assert [(c.replica, c.online) for c in index.counts(later)] == [("a", 1)]
 
 
 async def test_pages_walk_every_worker_exactly_once_with_filters(db: Database) -> None:
@@ -262,5 +268,5 @@ async def test_connects_of_a_moment_are_one_write_and_the_welcome_learns_rotatio
             await asyncio.sleep(0.05)
         assert writes == 2
         assert updates.index.snapshot(time.time()).online == 0
-    counts = await db.read(worker_queries.fleet_counts, time.time())
-    assert counts == []
+    rows = await db.read(worker_queries.workers_with_presence, include_revoked=True)
+    assert [p for _, p in rows if p is not None] == []  # every presence row released

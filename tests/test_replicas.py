@@ -143,9 +143,14 @@ def test_both_replicas_show_one_fleet_and_a_plan_submitted_on_a_runs_on_bs_worke
     wb = pair.worker(pair.b, "wb", browser=True)
     holders = _online(pair.a, wa, wb)
     assert holders == {wa.worker_id: "a", wb.worker_id: "b"}
-    from_a, from_b = _fleet(pair.a), _fleet(pair.b)
-    assert from_a == from_b
-    assert from_a[0] == 2
+
+    # Each replica counts from its own worker index, which learns of the other's connects
+    # through the store's notifications: the two agree once those have arrived.
+    def agreeing() -> tuple[Any, ...] | None:
+        from_a, from_b = _fleet(pair.a), _fleet(pair.b)
+        return from_a if from_a == from_b else None
+
+    assert wait_until(agreeing, 10, 0.1, "both replicas to show the same fleet")[0] == 2
     table = pair.b.cli("status").stdout
     assert " a " in table and " b " in table  # the table names each worker's replica
 

@@ -4,6 +4,7 @@ drains, revocations, label changes and replica leases, read from a SQLite store.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,6 +248,69 @@ def test_many_route_shapes_do_not_grow_a_snapshot_without_bound(fleet: Fleet) ->
     for i in range(1000):  # an owner may name any labels
         assert snapshot.eligible("", {"k": str(i)}, "") == ()
     assert len(snapshot._eligible) <= ELIGIBLE_CACHE
+
+
+def _recount(fleet: Fleet, now: float) -> list[tuple[str, int, int, int]]:
+    """The counts worked out from scratch from every view (what a status used to aggregate)."""
+    by: dict[str, list[int]] = {}
+    for view in fleet.index.snapshot(now):
+        if view.online:
+            tally = by.setdefault(view.replica, [0, 0, 0])
+            tally[0] += 1
+            tally[1] += view.offers("headless")
+            tally[2] += view.offers("computer_use")
+    return [(r, *t) for r, t in sorted(by.items())]  # type: ignore[misc]
+
+
+def test_the_counts_kept_with_each_change_equal_a_recount_of_the_fleet(fleet: Fleet) -> None:
+    """Counts move with every view change instead of being aggregated per status: after each
+    of a random walk of connects, disconnects, drains, revocations, grants, removals, lease
+    lapses and replica restarts, they equal a count of the whole fleet."""
+    both = {
+        "capabilities": [*HEADLESS["capabilities"], {"name": "computer_use", "available": True}]
+    }
+    fleet.replica("r2")
+    workers = [f"w{i:02d}" for i in range(12)]
+    for worker in workers:
+        fleet.enroll(worker)
+    fleet.read()
+    pick = random.Random(20261202)
+    seen = set()
+    for _ in range(300):
+        worker, replica = pick.choice(workers), pick.choice(("r1", "r2"))
+        step = pick.choice(
+            ("connect", "connect", "disconnect", "state", "grant", "lease", "restart", "remove")
+        )
+        if step == "connect":
+            fleet.connect(worker, replica, pick.choice((HEADLESS, both, {})))
+        elif step == "disconnect":
+            fleet.disconnect(worker)
+        elif step == "state":
+            fleet.set(worker, state=pick.choice(("active", "draining", "revoked")))
+        elif step == "grant":
+            fleet.set(
+                worker, allowed_capabilities=pick.choice(([], ["headless"], ["computer_use"]))
+            )
+        elif step == "lease":  # a lease lapses or runs again, as a relay beat tells
+            fleet.replica(replica, ttl=pick.choice((-1.0, 3600.0)))
+        elif step == "restart":  # rows of the previous process stop counting
+            fleet.replica(replica, started=time.time() + pick.choice((-120.0, 1.0)))
+        elif step == "remove" and worker in workers[:3]:
+            with Session(fleet.engine) as s, s.begin():
+                s.execute(delete(PresenceRow).where(PresenceRow.worker_id == worker))
+                s.execute(delete(WorkerRow).where(WorkerRow.id == worker))
+            workers.remove(worker)
+        if step in ("lease", "restart"):
+            fleet.index.set_leases(_leases(fleet))
+        else:
+            fleet.read(worker)
+        now = time.time()
+        counts = [
+            (c.replica, c.online, c.headless, c.computer_use) for c in fleet.index.counts(now)
+        ]
+        assert counts == _recount(fleet, now), step
+        seen.add(tuple(counts))
+    assert len(seen) > 20  # the walk went through many different fleets, not one
 
 
 def _leases(fleet: Fleet) -> list[tuple[str, float, float]]:

@@ -13,7 +13,6 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
-    case,
     cast as sql_cast,
     delete,
     func,
@@ -253,34 +252,6 @@ def _matching(text: str) -> Any:
         pair = json.dumps({key: value})[1:-1]  # as the store wrote it
         found.append(labels.contains(pair, autoescape=True))
     return or_(*found)
-
-
-@dataclass(frozen=True)
-class ReplicaCounts:
-    replica: str
-    online: int
-    headless: int
-    computer_use: int
-
-
-def fleet_counts(s: Session, now: float) -> list[ReplicaCounts]:
-    """Workers online by replica, and those offering each capability: one aggregate query over
-    the presence rows of live replicas, whatever the fleet's size on the Python side."""
-    active = WorkerRow.state == "active"
-    rows = s.execute(
-        select(
-            PresenceRow.replica,
-            func.count(),
-            func.sum(case((and_(active, PresenceRow.headless.is_(True)), 1), else_=0)),
-            func.sum(case((and_(active, PresenceRow.computer_use.is_(True)), 1), else_=0)),
-        )
-        .join(WorkerRow, WorkerRow.id == PresenceRow.worker_id)
-        .join(ReplicaRow, ReplicaRow.name == PresenceRow.replica)
-        .where(ReplicaRow.lease_expires_at > now, WorkerRow.state != "revoked")
-        .group_by(PresenceRow.replica)
-        .order_by(PresenceRow.replica)
-    )
-    return [ReplicaCounts(r, int(n), int(h or 0), int(c or 0)) for r, n, h, c in rows]
 
 
 def set_state(s: Session, worker_id: str, state: str, **values: Any) -> None:
