@@ -55,6 +55,8 @@ class WorkerRow(Base):
     """An enrolled machine. `advertisement` is the last capability report it made on connect."""
 
     __tablename__ = "workers"
+    # Pages of workers are read in enrollment order (keyset on both): see store.workers.
+    __table_args__ = (Index("ix_workers_enrolled_at_id", "enrolled_at", "id"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
