@@ -15,7 +15,8 @@ Group = Callable[[bool], list[dict[str, Any]]]
 
 FLEET_FULL = (1000, 5000, 10000)
 FLEET_QUICK = (300,)
-KILL_SWITCH_WORKERS = {False: 1000, True: 200}  # real + simulated; SPEC: at 1k workers
+# real + simulated; the goal is at 500 and it asks for a report at 1,000
+KILL_SWITCH_WORKERS = {False: (500, 1000), True: (200,)}
 KILL_SWITCH_CYCLES = {False: 10, True: 5}
 
 
@@ -169,36 +170,44 @@ def fleet_scale(quick: bool) -> list[dict[str, Any]]:
 def kill_switch(quick: bool) -> list[dict[str, Any]]:
     from bench import kill_switch as bench
 
-    total = KILL_SWITCH_WORKERS[quick]
-    doc = bench.run(
-        argparse.Namespace(
-            quick=quick,
-            simulated=total - 1,
-            cycles=KILL_SWITCH_CYCLES[quick],
-            poll_ms=bench.POLL_MS,
+    out = []
+    for total in KILL_SWITCH_WORKERS[quick]:
+        doc = bench.run(
+            argparse.Namespace(
+                quick=quick,
+                simulated=total - 1,
+                cycles=KILL_SWITCH_CYCLES[quick],
+                poll_ms=bench.POLL_MS,
+            )
         )
-    )
-    f, base, s = doc["figures"], doc["baseline"], doc["settings"]
-    acked = f["engage_coordinator_got_all_acks"]
-    params = {
-        "workers": total,
-        "real_workers": 1,
-        "cycles": s["cycles"],
-        "from": "Engage returning, to the coordinator reading the last worker's ack",
-        "push_reached_all_p99_ms": f["engage_push_all"]["p99_ms"],
-        "status_shows_all_acked_p99_ms": f["engage_status_all"]["p99_ms"],
-    }
-    return [
-        figure(
-            "kill_switch",
-            f"kill switch engage -> all {total} acknowledged {stat}",
-            acked[f"{stat}_ms"],
-            "ms",
-            baseline=(f"WhoAmI unary round trip {stat}", base[f"{stat}_ms"]),
-            params=params,
-        )
-        for stat in ("p50", "p99")
-    ]
+        f, floor, s = doc["figures"], doc["floor"], doc["settings"]
+        acked = f["engage_coordinator_got_all_acks"]
+        params = {
+            "workers": total,
+            "real_workers": 1,
+            "cycles": s["cycles"],
+            "from": "Engage returning, to the coordinator reading the last worker's ack",
+            "push_reached_all_p99_ms": f["engage_push_all"]["p99_ms"],
+            "status_shows_all_acked_p99_ms": f["engage_status_all"]["p99_ms"],
+            "whoami_round_trip_p50_ms": doc["baseline"]["p50_ms"],
+        }
+        out += [
+            figure(
+                "kill_switch",
+                f"kill switch engage -> all {total} acknowledged {stat}",
+                acked[f"{stat}_ms"],
+                "ms",
+                # The floor: a bare grpc.aio server pushing to as many streams and reading as
+                # many acks, in the same run (bench/raw_fanout.py).
+                baseline=(
+                    f"bare grpc.aio push to {total} streams, acks read {stat}",
+                    floor[f"{stat}_ms"],
+                ),
+                params=params,
+            )
+            for stat in ("p50", "p99")
+        ]
+    return out
 
 
 def screenshot(quick: bool) -> list[dict[str, Any]]:
