@@ -736,6 +736,9 @@ def new_run(
         trace_id=trace_id,
         created_at=now,
         updated_at=now,
+        # It entered its first state now: its first change of state measures from here, with no
+        # look through the journal for a `run.state` event that a new run does not have.
+        state_since=now,
         kind=kind,
         spec=spec,
     )

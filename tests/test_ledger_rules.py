@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger, outcomes, slots
 from coordinator.heart.context import Context
 from coordinator.heart.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.runs import new_run
 from coordinator.store import runs as run_queries
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import (
@@ -103,26 +104,15 @@ class Store:
         now = time.time()
 
         def unit(s: Session, ctx: Context) -> list[Order]:
-            run = RunRow(
-                id=run_id,
-                owner_id="owner",
-                title="t",
-                status=ledger.RUNNING,
-                limits={
-                    "max_actions": 3 * actions + 10,
-                    "max_seconds": 3600.0,
-                    "estimate_actions": 3 * actions + 10,
-                    "estimate_seconds": 3600.0,
-                    "action_timeout_seconds": 60.0,
-                },
-                estimate_actions=3 * actions + 10,
-                estimate_seconds=3600.0,
-                actions_total=actions,
-                trace_id="0" * 32,
-                created_at=now,
-                updated_at=now,
-                kind="plan",
-                spec={},
+            limits = {
+                "max_actions": 3 * actions + 10,
+                "max_seconds": 3600.0,
+                "estimate_actions": 3 * actions + 10,
+                "estimate_seconds": 3600.0,
+                "action_timeout_seconds": 60.0,
+            }
+            run = new_run(
+                run_id, "owner", "t", limits, kind="plan", spec={}, actions_total=actions, now=now
             )
             s.add(run)
             s.flush()
@@ -345,8 +335,20 @@ def test_a_new_runs_stages_are_taken_from_the_rows_just_written(
             return _real(*args)
 
         monkeypatch.setattr(run_queries, name, spy)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    def selects(*tables: str) -> list[str]:
+        return [q for q in statements if q.startswith("SELECT") and any(t in q for t in tables)]
+
+    event.listen(store.engine, "before_cursor_execute", seen)
     run_id = store.submit(4, stages=[3, 1, 1, 7])  # stages need not start at 0 nor follow on
     assert reads == []  # the submission read no stage from the store
+    # Nor did it lock the run it had just written, or look for guidance nobody could have
+    # given it yet (the line it joined is read, a page of ids).
+    assert selects("WHERE runs.id =", "FROM guidance") == []
     first = in_flight(store)
     assert sorted(store.read(lambda s: [s.get(ActionRow, o.action_id).idx for o in first])) == [
         1,
@@ -361,6 +363,10 @@ def test_a_new_runs_stages_are_taken_from_the_rows_just_written(
     assert store.read(lambda s: s.get(ActionRow, third.action_id).idx) == 3
     store.run(apply_all([receipt(third)]))
     assert in_flight(store) == [] and store.run_row(run_id).status == ledger.SUCCEEDED
+    event.remove(store.engine, "before_cursor_execute", seen)
+    # Its change of state to SUCCEEDED measured from when it was written, with no look through
+    # the journal for when it entered its state.
+    assert selects("FROM journal") == []
 
 
 # ------------------------------------------------------------------ fencing, retry, hand-back

@@ -143,7 +143,9 @@ def read_stages_ahead(s: Session, run_ids: Collection[str], ctx: Context) -> Non
 
 def new_run_stages(s: Session, run: RunRow, rows: Sequence[ActionRow], ctx: Context) -> None:
     """A run written in this transaction: its open stage is its lowest, read from the rows
-    just added instead of from the store (two statements saved on every submission)."""
+    just added instead of from the store (two statements saved on every submission), and the
+    run neither locked nor looked up for guidance again (`run_queries.hold_new_run`)."""
+    run_queries.hold_new_run(s, run)
     stages = sorted({a.stage for a in rows})
     if not stages:
         return

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -57,23 +57,28 @@ class Row:
     max_stored_bytes: int | None
 
 
+# Built once: every ledger transaction that stores anything runs it (a statement built per
+# call cost more than its execution).
+_ADD_STORED = (
+    update(OwnerQuotaRow)
+    .where(OwnerQuotaRow.owner_id == bindparam("owner"))
+    .values(stored_bytes=OwnerQuotaRow.stored_bytes + bindparam("nbytes"))
+    .returning(
+        OwnerQuotaRow.stored_bytes,
+        OwnerQuotaRow.max_active_runs,
+        OwnerQuotaRow.max_stored_bytes,
+    )
+    .execution_options(synchronize_session=False)
+)
+
+
 def add_stored(s: Session, owner_id: str, nbytes: int) -> Row:
     """Add to the owner's stored bytes (creating the owner's row) and lock it; the row after."""
-    change = (
-        update(OwnerQuotaRow)
-        .where(OwnerQuotaRow.owner_id == owner_id)
-        .values(stored_bytes=OwnerQuotaRow.stored_bytes + nbytes)
-        .returning(
-            OwnerQuotaRow.stored_bytes,
-            OwnerQuotaRow.max_active_runs,
-            OwnerQuotaRow.max_stored_bytes,
-        )
-        .execution_options(synchronize_session=False)
-    )
-    found = s.execute(change).one_or_none()
+    values = {"owner": owner_id, "nbytes": nbytes}
+    found = s.execute(_ADD_STORED, values).one_or_none()
     if found is None:
         s.execute(_insert_missing(s, owner_id))
-        found = s.execute(change).one()
+        found = s.execute(_ADD_STORED, values).one()
     return Row(int(found[0]), found[1], found[2])
 
 
@@ -86,15 +91,21 @@ def _insert_missing(s: Session, owner_id: str) -> Any:
     )
 
 
+_ACTIVE_RUNS = select(func.count()).select_from(
+    select(RunRow.id)
+    .where(
+        RunRow.owner_id == bindparam("owner"),
+        RunRow.status.in_(bindparam("statuses", expanding=True)),
+    )
+    .limit(bindparam("cap"))
+    .subquery()
+)
+
+
 def active_runs(s: Session, owner_id: str, statuses: Sequence[str], cap: int) -> int:
     """The owner's runs in `statuses`, counted through the (owner, status) index up to `cap`."""
-    ids = (
-        select(RunRow.id)
-        .where(RunRow.owner_id == owner_id, RunRow.status.in_(statuses))
-        .limit(cap)
-        .subquery()
-    )
-    return int(s.scalar(select(func.count()).select_from(ids)) or 0)
+    values = {"owner": owner_id, "statuses": list(statuses), "cap": cap}
+    return int(s.scalar(_ACTIVE_RUNS, values) or 0)
 
 
 def quota_row(s: Session, owner_id: str) -> OwnerQuotaRow | None:

@@ -43,6 +43,17 @@ def _held(s: Session) -> _Held:
     return held
 
 
+def hold_new_run(s: Session, run: RunRow) -> None:
+    """A run this transaction wrote: as good as locked (no other transaction sees it before
+    the commit) and with no guidance (none can name it yet), so the line service and the
+    guidance check at its first dispatch read neither again."""
+    held = _held(s)
+    held.runs.add(run.id)
+    held.rows.append(run)
+    held.guidance_known.add(run.id)
+    held.guided.discard(run.id)
+
+
 def run_for_update(s: Session, run_id: str) -> RunRow | None:
     """The run row, locked for this transaction: its journal head is about to move."""
     held = _held(s)
