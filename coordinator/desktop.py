@@ -610,7 +610,9 @@ class Desktop:
                 )
             approval = queries.latest_approval(s, run.id)
             worker_id = approval.worker_id if approval else run.spec.get("worker", "")
-            idx = len(run_queries.actions_of(s, run.id))
+            # The run counts its actions (each Act adds one, under the run's lock): loading
+            # every action of a long session to count them cost more with each Act.
+            idx = run.actions_total
             row = ledger.new_action(
                 run.id,
                 idx,

@@ -253,6 +253,9 @@ def test_refusals_name_their_reason_and_leave_a_receipt(
     ok(coordinator, run["id"], "screenshot")
     ok(coordinator, run["id"], "screenshot")
     assert refused(coordinator, run["id"], "screenshot")["code"] == "max_actions"
+    # Every act, refused or done, is the run's next action, numbered in order.
+    shown = coordinator.cli_json("runs", "show", run["id"])
+    assert [a["index"] for a in shown["actions"]] == list(range(6))
     # Only the one click inside the region reached the page.
     clicks = [e for e in desktop_site.snapshot()[1] if e["type"] == "click"]
     assert [(c["x"], c["y"]) for c in clicks] == [(int(mx), int(my))]
