@@ -104,6 +104,7 @@ class Dispatcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._resends: set[asyncio.Task[None]] = set()  # see `_resend`
         self._started = time.monotonic()
+        self._started_wall = time.time()  # leases expiring after this plus a lease are our own
         self._spans = AttemptSpans()
         self._connects: list[_Connect] = []
         self._connect_wake = asyncio.Event()
@@ -392,21 +393,25 @@ class Dispatcher:
     async def sweep(self) -> None:
         """Resume saved work: expired leases, overdue attempts, runs with nothing in flight."""
         # Right after a start, workers are still reconnecting (with backoff) to report what
-        # they hold: lapsed leases then say nothing about the claimants yet.
+        # they hold: leases a previous process granted then say nothing about the claimants
+        # yet. A lease granted or renewed by this process (it expires later than the start
+        # plus one lease) lapsed because its worker left this replica's streams: it is due at
+        # once, or work claimed just after a start would wait out the grace for a dead worker.
         grace = max(2 * self._config.lease_ttl, RECONNECT_GRACE)
         leases_due = time.monotonic() - self._started >= grace
+        granted_after = None if leases_due else self._started_wall + self._config.lease_ttl
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             orders: list[Order] = []
+            for action in run_queries.expired_in_flight(s, ctx.now, granted_after):
+                orders += outcomes.expire(
+                    s,
+                    action,
+                    "its claimant stopped responding (lease expired)",
+                    ctx,
+                    recovery="sweep",
+                )
             if leases_due:
-                for action in run_queries.expired_in_flight(s, ctx.now):
-                    orders += outcomes.expire(
-                        s,
-                        action,
-                        "its claimant stopped responding (lease expired)",
-                        ctx,
-                        recovery="sweep",
-                    )
                 for action in run_queries.overdue_in_flight(s, ctx.now, ctx.lease_ttl):
                     orders += outcomes.expire(
                         s,

@@ -329,16 +329,15 @@ def action(s: Session, action_id: str) -> ActionRow | None:
     return s.get(ActionRow, action_id)
 
 
-def expired_in_flight(s: Session, now: float) -> Sequence[ActionRow]:
-    return (
-        s.execute(
-            select(ActionRow).where(
-                ActionRow.status.in_(IN_FLIGHT), ActionRow.lease_expires_at < now
-            )
-        )
-        .scalars()
-        .all()
-    )
+def expired_in_flight(
+    s: Session, now: float, expiring_after: float | None = None
+) -> Sequence[ActionRow]:
+    """In-flight attempts whose lease lapsed before `now` (and, if given, had been due to
+    expire after `expiring_after`)."""
+    lapsed = [ActionRow.status.in_(IN_FLIGHT), ActionRow.lease_expires_at < now]
+    if expiring_after is not None:
+        lapsed.append(ActionRow.lease_expires_at >= expiring_after)
+    return s.execute(select(ActionRow).where(*lapsed)).scalars().all()
 
 
 def overdue_in_flight(s: Session, now: float, grace: float) -> Sequence[ActionRow]:
