@@ -6,7 +6,7 @@ import json
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,18 @@ pytestmark = pytest.mark.slow
 def worker_browser() -> bool:
     """These tests' workers never browse: they start without Chromium (--no-headless)."""
     return False
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
+    """One coordinator for the module (conftest.py): each test has its own workers and runs,
+    and runs a test leaves waiting are cancelled after it, so that none takes a later test's
+    worker."""
+    yield module_coordinator
+    listed = module_coordinator.cli_json("runs", "list", "--owner", "*", "--limit", "500")
+    for run in listed["runs"]:
+        if run["status"] not in STOPPED:
+            module_coordinator.cli("runs", "cancel", run["id"], check=False)
 
 
 def _kinds(events: list[dict]) -> list[str]:
@@ -479,9 +491,12 @@ def test_runs_are_owner_scoped_on_every_read_path(
     ):
         done = coordinator.cli("runs", "list", "--owner", owner, token_file=bob, check=False)
         assert done.returncode != 0 and done.stderr.strip() == said and run["id"] not in done.stdout
-    for owner in ("alice", run["owner"], "*"):
+    for owner in ("alice", run["owner"]):
         listed = coordinator.cli_json("runs", "list", "--owner", owner, "--kind", "plan")["runs"]
         assert [r["id"] for r in listed] == [run["id"]] and listed[0]["kind"] == "plan"
+    # Every owner's: with the runs of the module's other tests (they share one coordinator).
+    listed = coordinator.cli_json("runs", "list", "--owner", "*", "--kind", "plan")["runs"]
+    assert run["id"] in [r["id"] for r in listed] and {r["kind"] for r in listed} == {"plan"}
     assert coordinator.cli_json("runs", "list", "--owner", "*", "--kind", "research")["runs"] == []
 
 
