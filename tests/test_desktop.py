@@ -167,6 +167,18 @@ def click_field(coordinator: CoordinatorProcess, run_id: str) -> None:
     ok(coordinator, run_id, "key", "--key", "BackSpace")
 
 
+def clicked(site: DesktopSite, count: int) -> list[dict]:
+    """The clicks the page has reported, once there are `count`: a click's receipt means the
+    input was sent, and the page posts the event to the site a moment later."""
+    found: list[dict] = wait_until(
+        lambda: len(c := [e for e in site.snapshot()[1] if e["type"] == "click"]) >= count and c,
+        15,
+        0.05,
+        f"{count} clicks on the page",
+    )
+    return found
+
+
 def submitted(site: DesktopSite, count: int) -> list[str]:
     return wait_until(
         lambda: (s := site.snapshot()[0]) and len(s) >= count and s, 15, 0.1, "form submit"
@@ -257,7 +269,7 @@ def test_refusals_name_their_reason_and_leave_a_receipt(
     shown = coordinator.cli_json("runs", "show", run["id"])
     assert [a["index"] for a in shown["actions"]] == list(range(6))
     # Only the one click inside the region reached the page.
-    clicks = [e for e in desktop_site.snapshot()[1] if e["type"] == "click"]
+    clicks = clicked(desktop_site, 1)
     assert [(c["x"], c["y"]) for c in clicks] == [(int(mx), int(my))]
 
     # Expired: the approval's time ends the run.
@@ -506,7 +518,7 @@ def test_a_person_at_the_desk_pauses_input_until_told_to_continue(
     )
     coordinator.cli("desktop", "continue", run["id"])
     ok(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
-    clicks = [e for e in desktop_site.snapshot()[1] if e["type"] == "click"]
+    clicks = clicked(desktop_site, 2)
     assert len(clicks) == 2
 
 
