@@ -135,15 +135,14 @@ class WorkerIndex:
         self._leases: dict[str, Lease] = {}
         self._live: frozenset[str] = frozenset()  # replicas whose lease ran at the last look
         self._snapshot: FleetSnapshot | None = None
-        # replica -> [online, headless, computer_use] of the views online there
+        # replica -> [online, headless, computer_use] of the views online there (a replica
+        # with none online has no entry)
         self._tally: dict[str, list[int]] = {}
 
     def snapshot(self, now: float) -> FleetSnapshot:
         """The fleet as of the last applied change, with online judged at `now`."""
         with self._lock:
-            live = frozenset(r for r, lease in self._leases.items() if lease.expires_at > now)
-            if live != self._live:
-                self._restate(live ^ self._live, live)
+            self._judge_leases(now)
             if self._snapshot is None:
                 self._snapshot = FleetSnapshot(dict(self._views))
             return self._snapshot
@@ -152,14 +151,8 @@ class WorkerIndex:
         """Workers online by replica, and those offering each capability, judged at `now`:
         kept as views change, so this costs the same whatever the fleet's size."""
         with self._lock:
-            live = frozenset(r for r, lease in self._leases.items() if lease.expires_at > now)
-            if live != self._live:
-                self._restate(live ^ self._live, live)
-            return [
-                ReplicaCounts(replica, *tally)
-                for replica, tally in sorted(self._tally.items())
-                if tally[0]
-            ]
+            self._judge_leases(now)
+            return [ReplicaCounts(r, *tally) for r, tally in sorted(self._tally.items())]
 
     def read(self, s: Session, worker_ids: Sequence[str] | None = None) -> None:
         """Read these workers (None: the whole fleet, and the replicas' leases) again."""
@@ -211,6 +204,13 @@ class WorkerIndex:
             self._leases = fresh
             if changed:
                 self._restate(changed, self._live)
+
+    def _judge_leases(self, now: float) -> None:
+        """Judge again the workers of replicas whose lease lapsed or ran again since the last
+        look. Called with the lock held."""
+        live = frozenset(r for r, lease in self._leases.items() if lease.expires_at > now)
+        if live != self._live:
+            self._restate(live ^ self._live, live)
 
     def _restate(self, replicas: set[str] | frozenset[str], live: frozenset[str]) -> None:
         """Judge again the workers streaming to these replicas. Called with the lock held."""

@@ -51,7 +51,6 @@ def hold_new_run(s: Session, run: RunRow) -> None:
     held.runs.add(run.id)
     held.rows.append(run)
     held.guidance_known.add(run.id)
-    held.guided.discard(run.id)
 
 
 def run_for_update(s: Session, run_id: str) -> RunRow | None:
