@@ -7,6 +7,6 @@ bash scripts/setup.sh
 # Two test processes by default (DESKFLEET_TEST_PROCESSES=N for N; 0 runs in this process), a
 # module at a time each, their displays apart. Serially the two cores are busy only about 40%
 # of the time: much of a real-process test waits (for a lease, a heartbeat, a page) while the
-# other core is idle. On a quiet two-core machine the suite took 969–1,008 s serially and
-# 616–739 s in two (measured on different days).
+# other core is idle. On a quiet two-core machine the suite took 555 s serially (-n 0, the leak
+# check at 20 runs), and 604 s in two processes with the leak check at CI's 200 runs.
 exec .venv/bin/python -m pytest -ra --durations=15 -n "${DESKFLEET_TEST_PROCESSES:-2}" --dist loadfile "$@"
