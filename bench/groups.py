@@ -48,7 +48,29 @@ def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
                     },
                 )
             )
+    store = doc["baselines"]["raw_round_trip_store"]
+    floor = echo["p50_ms"] + store["p50_ms"]
+    out.append(
+        figure(
+            "round_trip",
+            "durable round trip floor p50: echo + a round trip's rows as raw Core",
+            floor,
+            "ms",
+            baseline=("raw grpc.aio two-hop echo p50", echo["p50_ms"]),
+            params={
+                "raw_core_round_trip_rows_p50_ms": round(store["p50_ms"], 3),
+                "transactions": store["transactions"],
+                "journal_events": store["journal_events"],
+                "store": doc["store"],
+            },
+        )
+    )
+    trip = doc["figures"]["round_trip_simulated_worker"]
+    out.append(_writer("round_trip", "round trip, simulated worker", trip, store["mean_ms"]))
     ingest = doc["figures"]["ingest_50_workers"]
+    out.append(
+        _writer("ingest", "receipt, 50 simulated workers", ingest, 1000 / equal["receipts_per_s"])
+    )
     out.append(
         figure(
             "ingest",
@@ -74,6 +96,24 @@ def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
         )
     )
     return out
+
+
+def _writer(group: str, per: str, fig: dict[str, Any], raw_ms: float) -> dict[str, Any]:
+    """The store writer's busy time per unit of a figure, beside raw Core writing its rows."""
+    return figure(
+        group,
+        f"store writer busy per {per}",
+        fig["store_write_unit_ms"] + fig["store_write_commit_ms"],
+        "ms",
+        baseline=("raw Core statements writing the same rows", raw_ms),
+        params={
+            "transactions": round(fig["store_write_transactions"], 2),
+            "units_ms": round(fig["store_write_unit_ms"], 3),
+            "commits_ms": round(fig["store_write_commit_ms"], 3),
+            "cpu_ms": round(fig["store_write_cpu_ms"], 3),
+            "source": "the coordinator's /metrics: deskfleet_store_busy_seconds_total",
+        },
+    )
 
 
 def many_runs(quick: bool) -> list[dict[str, Any]]:

@@ -12,6 +12,12 @@
                inserts of receipt rows alone
   CPU          beside each: the coordinator's CPU (user + system) per round trip and per
                receipt, which drifts less with the machine's speed than the latencies do
+  store        beside each: the store writer's transactions and busy time per round trip and
+               per receipt (the coordinator's /metrics, `deskfleet_store_*`), split into the
+               units' own work and their commits; baseline: the same rows written by raw Core
+               statements in as many transactions (SQLite WAL, synchronous=FULL), so that
+               "echo + these statements" is the floor this store's durable writes put under a
+               round trip
 
 Usage: python -m bench.runs [--quick] [--out bench/results/runs.json]
 """
@@ -27,12 +33,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import bindparam, func, insert, select, update
 
 from bench.simulated_workers import SimulatorProcess
@@ -143,18 +152,77 @@ def cpu_seconds(pid: int | None) -> float:
     return float(times.user + times.system)
 
 
-def round_trips(client: Client, n: int, coordinator_pid: int | None = None) -> dict[str, float]:
-    for _ in range(10):
-        client.round_trip()
-    before = cpu_seconds(coordinator_pid)
-    found = summary([client.round_trip() for _ in range(n)])
-    if coordinator_pid is not None:
-        found["coordinator_cpu_ms"] = (cpu_seconds(coordinator_pid) - before) * 1000 / n
+Meter = Callable[[], dict[str, float]]
+
+
+def store_meter(metrics_port: int) -> Meter:
+    """The coordinator's store writer so far, from its /metrics: transactions, seconds busy in
+    units and in commits, CPU seconds."""
+
+    def read() -> dict[str, float]:
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            text = reply.read().decode()
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("access") != "write":
+                    continue
+                if sample.name == "deskfleet_store_transactions_total":
+                    found["transactions"] = sample.value
+                elif sample.name == "deskfleet_store_busy_seconds_total":
+                    found[sample.labels["phase"]] = sample.value
+                elif sample.name == "deskfleet_store_cpu_seconds_total":
+                    found["cpu"] = sample.value
+        return found
+
+    return read
+
+
+def metered(
+    meter: Meter | None, work: Callable[[], dict[str, float]], per: float
+) -> dict[str, float]:
+    """`work()`'s figures, with what the store writer spent on it divided by `per` units."""
+    before = meter() if meter is not None else {}
+    found = work()
+    if meter is not None:
+        after = meter()
+        spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        found["store_write_transactions"] = spent["transactions"] / per
+        found["store_write_unit_ms"] = spent["unit"] * 1000 / per
+        found["store_write_commit_ms"] = spent["commit"] * 1000 / per
+        found["store_write_cpu_ms"] = spent["cpu"] * 1000 / per
     return found
 
 
+def round_trips(
+    client: Client, n: int, coordinator_pid: int | None = None, meter: Meter | None = None
+) -> dict[str, float]:
+    for _ in range(10):
+        client.round_trip()
+
+    def work() -> dict[str, float]:
+        before = cpu_seconds(coordinator_pid)
+        found = summary([client.round_trip() for _ in range(n)])
+        if coordinator_pid is not None:
+            found["coordinator_cpu_ms"] = (cpu_seconds(coordinator_pid) - before) * 1000 / n
+        return found
+
+    return metered(meter, work, n)
+
+
 def ingest(
-    client: Client, runs: int, actions: int, coordinator_pid: int | None = None
+    client: Client,
+    runs: int,
+    actions: int,
+    coordinator_pid: int | None = None,
+    meter: Meter | None = None,
+) -> dict[str, float]:
+    return metered(meter, lambda: _ingest(client, runs, actions, coordinator_pid), runs * actions)
+
+
+def _ingest(
+    client: Client, runs: int, actions: int, coordinator_pid: int | None
 ) -> dict[str, float]:
     cpu = cpu_seconds(coordinator_pid)
     start = time.perf_counter()
@@ -278,6 +346,147 @@ def journal_per_receipt(db_url: str, actions: int) -> float:
     finally:
         engine.dispose()
     return float(events) / max(1, int(receipts))
+
+
+def round_trip_events(db_url: str) -> tuple[int, int]:
+    """Journal events a one-action run wrote, on average, up to its action's dispatch (the
+    submitting transaction) and after it (the receipt's), in the round-trip runs."""
+    engine = create_store_engine(db_url, immediate=False, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            one = select(RunRow.id).where(RunRow.actions_total == 1)
+            runs = conn.execute(select(func.count()).select_from(one.subquery())).scalar_one()
+            dispatched = (
+                select(ActionRow.dispatched_at)
+                .where(ActionRow.run_id == JournalRow.run_id)
+                .scalar_subquery()
+            )
+            early = conn.execute(
+                select(func.count())
+                .select_from(JournalRow)
+                .where(JournalRow.run_id.in_(one), JournalRow.at <= dispatched)
+            ).scalar_one()
+            total = conn.execute(
+                select(func.count()).select_from(JournalRow).where(JournalRow.run_id.in_(one))
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    runs = max(1, int(runs))
+    return round(early / runs), round((total - early) / runs)
+
+
+def raw_round_trip_store(n: int, submit_events: int, stop_events: int) -> dict[str, float]:
+    """A no-op round trip's rows as raw Core statements, in the two transactions the
+    coordinator needs at least: the submission with its dispatch (the run, its action, their
+    journal events, the claim, the owner's usage), then the receipt with the run's stop (the
+    receipt, its events, the finished action, the run's status and head, the usage), with
+    the coordinator's writer settings (SQLite WAL, synchronous=FULL). Per round trip."""
+    body = '{"action":"act_x","result":{"echo":null},"status":"succeeded"}'
+    t = ActionRow.__table__
+    r = RunRow.__table__
+    claim = (
+        update(t)
+        .where(t.c.id == bindparam("aid"))
+        .values(status="DISPATCHED", worker_id="w", attempt_id="a", epoch=1, attempts=1)
+    )
+    finish = (
+        update(t)
+        .where(t.c.id == bindparam("aid"))
+        .values(status="SUCCEEDED", receipt_id=bindparam("rid"), finished_at=bindparam("at"))
+    )
+    head = (
+        update(r)
+        .where(r.c.id == bindparam("rid"))
+        .values(
+            status=bindparam("status"),
+            last_seq=bindparam("seq"),
+            last_hash=bindparam("h"),
+            updated_at=bindparam("at"),
+        )
+    )
+    usage = (
+        update(OwnerQuotaRow.__table__)
+        .where(OwnerQuotaRow.__table__.c.owner_id == "u")
+        .values(stored_bytes=OwnerQuotaRow.__table__.c.stored_bytes + bindparam("n"))
+    )
+
+    def events(run_id: str, first: int, count: int, prev: str, at: float) -> list[dict[str, Any]]:
+        rows = []
+        for seq in range(first, first + count):
+            digest = event_hash(prev, run_id, seq, "event", at, body)
+            rows.append(
+                dict(
+                    run_id=run_id,
+                    seq=seq,
+                    kind="event",
+                    at=at,
+                    data=body,
+                    prev_hash=prev,
+                    hash=digest,
+                    trace_id="t" * 32,
+                )
+            )
+            prev = digest
+        return rows
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/raw.db"
+        upgrade(url)
+        engine = create_store_engine(url, pool_size=1)
+        with engine.begin() as conn:
+            conn.execute(insert(OwnerQuotaRow.__table__), [dict(owner_id="u", stored_bytes=0)])
+        times = []
+        for i in range(n + 20):
+            start = time.perf_counter()
+            at = time.time()
+            run_id, action_id = f"run_{i}", f"act_{i}"
+            with engine.begin() as conn:
+                conn.execute(insert(r), [_run(run_id, at)])
+                conn.execute(insert(t), [_action(action_id, run_id, 0)])
+                first = events(run_id, 1, submit_events, GENESIS, at)
+                if first:
+                    conn.execute(insert(JournalRow.__table__), first)
+                conn.execute(claim, dict(aid=action_id))
+                prev = first[-1]["hash"] if first else GENESIS
+                conn.execute(
+                    head, dict(rid=run_id, status="RUNNING", seq=len(first), h=prev, at=at)
+                )
+                conn.execute(usage, dict(n=len(body) * len(first)))
+            with engine.begin() as conn:
+                receipt_id = f"rcp_{i}"
+                conn.execute(
+                    insert(ReceiptRow.__table__),
+                    [
+                        dict(
+                            id=receipt_id,
+                            run_id=run_id,
+                            action_id=action_id,
+                            attempt_id="a",
+                            epoch=1,
+                            worker_id="w",
+                            status="succeeded",
+                            body=body,
+                            sha256=content_hash(body),
+                            created_at=at,
+                            traceparent="",
+                        )
+                    ],
+                )
+                last = events(run_id, len(first) + 1, stop_events, prev, at)
+                if last:
+                    conn.execute(insert(JournalRow.__table__), last)
+                conn.execute(finish, dict(aid=action_id, rid=receipt_id, at=at))
+                seq = len(first) + len(last)
+                h = last[-1]["hash"] if last else prev
+                conn.execute(head, dict(rid=run_id, status="SUCCEEDED", seq=seq, h=h, at=at))
+                conn.execute(usage, dict(n=len(body) * (1 + len(last))))
+            if i >= 20:  # the first ones warm the statement cache
+                times.append((time.perf_counter() - start) * 1000)
+        engine.dispose()
+    found = summary(times)
+    found["transactions"] = 2
+    found["journal_events"] = submit_events + stop_events
+    return found
 
 
 def _run(run_id: str, now: float) -> dict[str, Any]:
@@ -454,6 +663,7 @@ def table(doc: dict[str, Any]) -> str:
             "-",
         )
     ]
+    store = b.get("raw_round_trip_store")
     for key, label in (
         ("round_trip_real_worker", "no-op round trip, real worker"),
         ("round_trip_simulated_worker", "no-op round trip, simulated worker"),
@@ -465,6 +675,27 @@ def table(doc: dict[str, Any]) -> str:
                 f"p50 {fig['p50_ms']:.2f} / p99 {fig['p99_ms']:.2f} ms",
                 f"p50 {echo['p50_ms']:.2f} ms",
                 f"{fig['p50_ms'] / echo['p50_ms']:.1f}x",
+            )
+        )
+        if store is not None and "store_write_unit_ms" in fig:
+            rows.append(_store_row("  its store writer", fig, store["mean_ms"], "round trip"))
+    if store is not None:
+        floor = echo["p50_ms"] + store["p50_ms"]
+        rows.append(
+            (
+                f"raw Core: a round trip's rows in 2 transactions ({store['journal_events']}"
+                " journal events; baseline)",
+                f"p50 {store['p50_ms']:.2f} / p99 {store['p99_ms']:.2f} ms",
+                "-",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                "floor of a durable round trip: echo + those statements (p50)",
+                f"{floor:.2f} ms",
+                f"p50 {echo['p50_ms']:.2f} ms",
+                f"{floor / echo['p50_ms']:.1f}x",
             )
         )
     raw = b["raw_batched_insert"]
@@ -490,9 +721,28 @@ def table(doc: dict[str, Any]) -> str:
             f"{ing['receipts_per_s'] / equal['receipts_per_s']:.3f}x",
         )
     )
+    if "store_write_unit_ms" in ing:
+        rows.append(
+            _store_row("  its store writer", ing, 1000 / equal["receipts_per_s"], "receipt")
+        )
     header = ("figure", "value", "baseline", "ratio")
     lines = table_lines(header, rows)
     return "\n".join(lines)
+
+
+def _store_row(
+    label: str, fig: dict[str, Any], baseline_ms: float, per: str
+) -> tuple[str, str, str, str]:
+    """The store writer's share of a figure beside raw Core doing the same rows."""
+    busy = fig["store_write_unit_ms"] + fig["store_write_commit_ms"]
+    return (
+        f"{label}: {fig['store_write_transactions']:.1f} transactions per {per}, units"
+        f" {fig['store_write_unit_ms']:.2f} + commits {fig['store_write_commit_ms']:.2f} ms"
+        f" (CPU {fig['store_write_cpu_ms']:.2f})",
+        f"{busy:.2f} ms busy",
+        f"raw Core {baseline_ms:.2f} ms",
+        f"{busy / baseline_ms:.1f}x",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -500,15 +750,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ingest_runs, ingest_actions = (30, 20) if args.quick else (50, 40)
     with tempfile.TemporaryDirectory() as tmp:
         coordinator = CoordinatorProcess(
-            Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=60.0
+            Path(tmp) / "coord",
+            heartbeat=1.0,
+            lease=5.0,
+            sweep=60.0,
+            serve_args=("--metrics-listen", "127.0.0.1:0"),
         ).start()
         worker = WorkerProcess(coordinator, "bench-worker")
         sim: SimulatorProcess | None = None
         try:
+            meter = store_meter(metrics_port(coordinator))
             client = Client(coordinator)
             worker.start().wait_online(60)
             pid = coordinator.proc.pid if coordinator.proc is not None else None
-            real = round_trips(client, n, pid)
+            real = round_trips(client, n, pid, meter)
             worker.stop()
             wait_until(lambda: client.online() == 0, 30, 0.05, "the real worker to leave")
             sim = SimulatorProcess(
@@ -516,9 +771,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             sim.wait_ready(60)
             wait_until(lambda: client.online() >= 50, 30, 0.05, "50 simulated workers online")
-            simulated = round_trips(client, n, pid)
-            flow = ingest(client, ingest_runs, ingest_actions, pid)
+            simulated = round_trips(client, n, pid, meter)
+            flow = ingest(client, ingest_runs, ingest_actions, pid, meter)
             events_per_receipt = journal_per_receipt(coordinator.db_url, ingest_actions)
+            submit_events, stop_events = round_trip_events(coordinator.db_url)
         finally:
             if sim is not None:
                 sim.stop()
@@ -538,6 +794,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "raw_two_hop_echo": raw_echo(n),
             "raw_batched_insert": raw_insert(5000 if args.quick else 20000),
             "raw_equal_work": raw_equal_work(ingest_runs, ingest_actions, events_per_receipt),
+            "raw_round_trip_store": raw_round_trip_store(n, submit_events, stop_events),
         },
         "figures": {
             "round_trip_real_worker": real,
@@ -545,6 +802,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ingest_50_workers": {**flow, "journal_events_per_receipt": events_per_receipt},
         },
     }
+
+
+def metrics_port(coordinator: CoordinatorProcess) -> int:
+    """The /metrics port `serve` prints right after the line the harness waits for."""
+    assert coordinator.proc is not None and coordinator.proc.stdout is not None
+    line = coordinator.proc.stdout.readline().strip()
+    if " metrics on " not in line:
+        raise RuntimeError(f"the coordinator did not say where its metrics are: {line!r}")
+    return int(line.rsplit(":", 1)[1])
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session
 
@@ -288,6 +288,34 @@ class _Snapshot:
     kills: dict[str, int]
 
 
+def _busy(db: Database) -> Iterator[Metric]:
+    """How busy the store's threads were: on SQLite, the write figures are the one writer
+    every receipt and dispatch waits for (`store.engine.Busy`)."""
+    transactions = CounterMetricFamily(
+        "deskfleet_store_transactions",
+        "Store transactions this replica ran, by access (write, read), committed or not",
+        labels=["access"],
+    )
+    busy = CounterMetricFamily(
+        "deskfleet_store_busy_seconds",
+        "Seconds store threads spent in transactions, by access and phase: unit (from BEGIN to"
+        " the unit's return) or commit (owner limits, the last flush, COMMIT and its fsync)",
+        labels=["access", "phase"],
+    )
+    cpu = CounterMetricFamily(
+        "deskfleet_store_cpu_seconds",
+        "CPU seconds of store threads in transactions, by access (the rest of the busy"
+        " seconds waited on the database or the disk)",
+        labels=["access"],
+    )
+    for access, spent in sorted(db.busy.items()):
+        transactions.add_metric([access], spent.transactions)
+        busy.add_metric([access, "unit"], spent.unit_seconds)
+        busy.add_metric([access, "commit"], spent.commit_seconds)
+        cpu.add_metric([access], spent.cpu_seconds)
+    yield from (transactions, busy, cpu)
+
+
 class _StateCollector(Collector):
     """Gauges computed when scraped: one read of the store, made on the coordinator's loop."""
 
@@ -308,6 +336,7 @@ class _StateCollector(Collector):
         )
         streams.add_metric([self.replica], presence.connected)
         yield streams
+        yield from _busy(db)
         try:
             read = asyncio.run_coroutine_threadsafe(db.read(self._read), loop)
             snap = read.result(SCRAPE_TIMEOUT)

@@ -197,6 +197,16 @@ def _scenario(
     assert value(c, "deskfleet_store_up") == 1
     assert labelled(c, "deskfleet_recovery_attempts_total") == {}
     assert labelled(c, "deskfleet_store_errors_total") == {}
+    # Every receipt, dispatch and submission above was a write transaction with a commit.
+    writes = value(c, "deskfleet_store_transactions_total", access="write")
+    assert writes >= 7
+    committing = value(c, "deskfleet_store_busy_seconds_total", access="write", phase="commit")
+    running = value(c, "deskfleet_store_busy_seconds_total", access="write", phase="unit")
+    assert committing > 0 and running > 0
+    assert 0 < value(c, "deskfleet_store_cpu_seconds_total", access="write") <= (
+        committing + running
+    ) * 1.05  # thread CPU clock and wall clock tick apart
+    assert value(c, "deskfleet_store_transactions_total", access="read") >= 1
 
     w = scrape(w_port)
     assert labelled(w, "deskfleet_worker_actions_total") == {

@@ -12,9 +12,12 @@ import contextvars
 import enum
 import logging
 import random
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -128,6 +131,29 @@ def create_store_engine(url: str, *, immediate: bool = True, pool_size: int = 5)
     return engine
 
 
+@dataclass
+class Busy:
+    """What the store's threads spent in the transactions of one access (writes or reads) since
+    the coordinator started, added as each transaction ends (committed or rolled back).
+
+    On SQLite one thread makes every write, so the write figures are how busy the one resource
+    every receipt and dispatch queues for is; `/metrics` reports them
+    (`deskfleet_store_busy_seconds_total`) and the benchmarks divide them by the work done."""
+
+    transactions: int = 0
+    unit_seconds: float = 0.0  # from BEGIN to the unit's return: its statements and Python
+    commit_seconds: float = 0.0  # the commit: hooks (owner limits), the last flush, COMMIT, fsync
+    cpu_seconds: float = 0.0  # the thread's CPU across both; the rest waited on the store or disk
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, unit: float, commit: float, cpu: float) -> None:
+        with self._lock:  # reads run on several threads, PostgreSQL writes too
+            self.transactions += 1
+            self.unit_seconds += unit
+            self.commit_seconds += commit
+            self.cpu_seconds += cpu
+
+
 class Database:
     """The coordinator's connection to its store: units of work run on store threads.
 
@@ -160,6 +186,7 @@ class Database:
         self._read_sessions = sessionmaker(self._reader, expire_on_commit=False)
         # Told the kind of each store error ("conflict", "unavailable"): the metrics count them.
         self.on_error: Callable[[str], None] = _ignore
+        self.busy = {"write": Busy(), "read": Busy()}
 
     def before_commit(self, hook: Callable[[Session], None]) -> None:
         """Run `hook(session)` as each write transaction commits, after its unit: what it
@@ -178,7 +205,12 @@ class Database:
         for attempt in range(1, RETRIES + 1):
             try:
                 result = await self._run(
-                    self._write_pool, self._write_sessions, unit, *args, **kwargs
+                    self._write_pool,
+                    self._write_sessions,
+                    self.busy["write"],
+                    unit,
+                    *args,
+                    **kwargs,
                 )
                 self._checkpoint_if_due()
                 return result
@@ -195,19 +227,31 @@ class Database:
         self, unit: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
         """Run `unit(session, ...)` in one read-only transaction (a consistent snapshot)."""
-        return await self._run(self._read_pool, self._read_sessions, unit, *args, **kwargs)
+        return await self._run(
+            self._read_pool, self._read_sessions, self.busy["read"], unit, *args, **kwargs
+        )
 
     async def _run(
         self,
         pool: ThreadPoolExecutor,
         sessions: sessionmaker[Session],
+        busy: Busy,
         unit: Callable[Concatenate[Session, P], T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
         def in_thread() -> T:
-            with _store_errors(self.on_error), sessions() as session, session.begin():
-                return unit(session, *args, **kwargs)
+            start, cpu = time.perf_counter(), time.thread_time()
+            returned: float | None = None
+            try:
+                with _store_errors(self.on_error), sessions() as session, session.begin():
+                    result = unit(session, *args, **kwargs)
+                    returned = time.perf_counter()
+                return result
+            finally:
+                end = time.perf_counter()
+                ran = (returned or end) - start
+                busy.add(ran, end - start - ran, time.thread_time() - cpu)
 
         loop = asyncio.get_running_loop()
         # The caller's context goes along: a unit sees the RPC's trace (a new run adopts it).
