@@ -57,28 +57,28 @@ class Row:
     max_stored_bytes: int | None
 
 
-# Built once: every ledger transaction that stores anything runs it (a statement built per
-# call cost more than its execution).
+# Built once, on the tables rather than the mapped classes, and run on the session's
+# connection: every ledger transaction that stores anything runs them, and the ORM's handling
+# of an UPDATE ... RETURNING cost 116 us against 32 us for the statement itself (measured in
+# process on SQLite). Neither statement needs the ORM: they read and write no mapped object.
+_QUOTAS = OwnerQuotaRow.__table__
+_RUNS = RunRow.__table__
 _ADD_STORED = (
-    update(OwnerQuotaRow)
-    .where(OwnerQuotaRow.owner_id == bindparam("owner"))
-    .values(stored_bytes=OwnerQuotaRow.stored_bytes + bindparam("nbytes"))
-    .returning(
-        OwnerQuotaRow.stored_bytes,
-        OwnerQuotaRow.max_active_runs,
-        OwnerQuotaRow.max_stored_bytes,
-    )
-    .execution_options(synchronize_session=False)
+    update(_QUOTAS)
+    .where(_QUOTAS.c.owner_id == bindparam("owner"))
+    .values(stored_bytes=_QUOTAS.c.stored_bytes + bindparam("nbytes"))
+    .returning(_QUOTAS.c.stored_bytes, _QUOTAS.c.max_active_runs, _QUOTAS.c.max_stored_bytes)
 )
 
 
 def add_stored(s: Session, owner_id: str, nbytes: int) -> Row:
     """Add to the owner's stored bytes (creating the owner's row) and lock it; the row after."""
     values = {"owner": owner_id, "nbytes": nbytes}
-    found = s.execute(_ADD_STORED, values).one_or_none()
+    conn = s.connection()
+    found = conn.execute(_ADD_STORED, values).one_or_none()
     if found is None:
         s.execute(_insert_missing(s, owner_id))
-        found = s.execute(_ADD_STORED, values).one()
+        found = conn.execute(_ADD_STORED, values).one()
     return Row(int(found[0]), found[1], found[2])
 
 
@@ -92,10 +92,10 @@ def _insert_missing(s: Session, owner_id: str) -> Any:
 
 
 _ACTIVE_RUNS = select(func.count()).select_from(
-    select(RunRow.id)
+    select(_RUNS.c.id)
     .where(
-        RunRow.owner_id == bindparam("owner"),
-        RunRow.status.in_(bindparam("statuses", expanding=True)),
+        _RUNS.c.owner_id == bindparam("owner"),
+        _RUNS.c.status.in_(bindparam("statuses", expanding=True)),
     )
     .limit(bindparam("cap"))
     .subquery()
@@ -103,9 +103,10 @@ _ACTIVE_RUNS = select(func.count()).select_from(
 
 
 def active_runs(s: Session, owner_id: str, statuses: Sequence[str], cap: int) -> int:
-    """The owner's runs in `statuses`, counted through the (owner, status) index up to `cap`."""
+    """The owner's runs in `statuses`, counted through the (owner, status) index up to `cap`.
+    Runs this transaction changed count only once flushed (`Quotas.settle` flushes first)."""
     values = {"owner": owner_id, "statuses": list(statuses), "cap": cap}
-    return int(s.scalar(_ACTIVE_RUNS, values) or 0)
+    return int(s.connection().scalar(_ACTIVE_RUNS, values) or 0)
 
 
 def quota_row(s: Session, owner_id: str) -> OwnerQuotaRow | None:
