@@ -111,6 +111,7 @@ def _writer(group: str, per: str, fig: dict[str, Any], raw_ms: float) -> dict[st
             "units_ms": round(fig["store_write_unit_ms"], 3),
             "commits_ms": round(fig["store_write_commit_ms"], 3),
             "cpu_ms": round(fig["store_write_cpu_ms"], 3),
+            "writer_busy_share": round(fig["store_write_busy_share"], 3),
             "source": "the coordinator's /metrics: deskfleet_store_busy_seconds_total",
         },
     )

@@ -182,12 +182,16 @@ def store_meter(metrics_port: int) -> Meter:
 def metered(
     meter: Meter | None, work: Callable[[], dict[str, float]], per: float
 ) -> dict[str, float]:
-    """`work()`'s figures, with what the store writer spent on it divided by `per` units."""
+    """`work()`'s figures, with what the store writer spent on it divided by `per` units, and
+    the share of the time the writer was busy (near 1: the writer is what limits the work)."""
     before = meter() if meter is not None else {}
+    start = time.perf_counter()
     found = work()
+    elapsed = time.perf_counter() - start
     if meter is not None:
         after = meter()
         spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        found["store_write_busy_share"] = (spent["unit"] + spent["commit"]) / elapsed
         found["store_write_transactions"] = spent["transactions"] / per
         found["store_write_unit_ms"] = spent["unit"] * 1000 / per
         found["store_write_commit_ms"] = spent["commit"] * 1000 / per
@@ -738,7 +742,8 @@ def _store_row(
     return (
         f"{label}: {fig['store_write_transactions']:.1f} transactions per {per}, units"
         f" {fig['store_write_unit_ms']:.2f} + commits {fig['store_write_commit_ms']:.2f} ms"
-        f" (CPU {fig['store_write_cpu_ms']:.2f})",
+        f" (CPU {fig['store_write_cpu_ms']:.2f}); busy {fig['store_write_busy_share']:.0%}"
+        " of the time",
         f"{busy:.2f} ms busy",
         f"raw Core {baseline_ms:.2f} ms",
         f"{busy / baseline_ms:.1f}x",

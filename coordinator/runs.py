@@ -434,8 +434,9 @@ class Runs:
                 )
                 for i, p in enumerate(plan.actions)
             ]
+            # Written with the journal event and the run's place in line by the flush before the
+            # line is served: a flush of its own cost the submission a unit-of-work pass.
             s.add_all(rows)
-            s.flush()
             ledger.new_run_stages(s, run, rows, ctx)
             ledger.record(
                 s,
