@@ -35,7 +35,7 @@ from coordinator.tls import (
     certificate_hosts,
     init_ca,
 )
-from shared import __version__, logs, telemetry_options, tracing
+from shared import __version__, heap, logs, telemetry_options, tracing
 from shared.errors import AlreadyExistsError, DeskfleetError
 from shared.ids import new_id
 
@@ -330,6 +330,7 @@ async def _serve(config: CoordinatorConfig, console_listen: str | None = None) -
     except BaseException:
         await coordinator.stop()
         raise
+    heap.freeze_startup()  # before serving: see shared/heap.py
     host = config.listen.rsplit(":", 1)[0]
     # Tests and scripts read the bound port from this line (with --listen HOST:0).
     print(f"deskfleet-coordinator {config.replica} listening on {host}:{port}", flush=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from shared import __version__, logs, telemetry_options, tracing
+from shared import __version__, heap, logs, telemetry_options, tracing
 from shared.errors import (
     AuthenticationError,
     DeskfleetError,
@@ -373,6 +373,7 @@ async def _run(args: argparse.Namespace) -> None:
         peek=no_desktop if desktop is None else ScreenPeeker(desktop.screen, guard).answer,
     )
     metrics.watch(connection)
+    heap.freeze_startup()  # before connecting: see shared/heap.py
     task = asyncio.create_task(connection.run_forever())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
