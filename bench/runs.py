@@ -33,19 +33,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import psutil
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import bindparam, func, insert, select, update
 
 from bench.simulated_workers import SimulatorProcess
 from bench.stats import summary, table_lines, timed
+from bench.store_meter import METRICS_ARGS, Meter, metered, metrics_port, store_meter
 from coordinator.heart.context import ACTIVE
 from coordinator.journal import GENESIS, event_hash
 from coordinator.store.engine import create_store_engine
@@ -150,53 +148,6 @@ def cpu_seconds(pid: int | None) -> float:
         return 0.0
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
-
-
-Meter = Callable[[], dict[str, float]]
-
-
-def store_meter(metrics_port: int) -> Meter:
-    """The coordinator's store writer so far, from its /metrics: transactions, seconds busy in
-    units and in commits, CPU seconds."""
-
-    def read() -> dict[str, float]:
-        url = f"http://127.0.0.1:{metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            text = reply.read().decode()
-        found: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.labels.get("access") != "write":
-                    continue
-                if sample.name == "deskfleet_store_transactions_total":
-                    found["transactions"] = sample.value
-                elif sample.name == "deskfleet_store_busy_seconds_total":
-                    found[sample.labels["phase"]] = sample.value
-                elif sample.name == "deskfleet_store_cpu_seconds_total":
-                    found["cpu"] = sample.value
-        return found
-
-    return read
-
-
-def metered(
-    meter: Meter | None, work: Callable[[], dict[str, float]], per: float
-) -> dict[str, float]:
-    """`work()`'s figures, with what the store writer spent on it divided by `per` units, and
-    the share of the time the writer was busy (near 1: the writer is what limits the work)."""
-    before = meter() if meter is not None else {}
-    start = time.perf_counter()
-    found = work()
-    elapsed = time.perf_counter() - start
-    if meter is not None:
-        after = meter()
-        spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-        found["store_write_busy_share"] = (spent["unit"] + spent["commit"]) / elapsed
-        found["store_write_transactions"] = spent["transactions"] / per
-        found["store_write_unit_ms"] = spent["unit"] * 1000 / per
-        found["store_write_commit_ms"] = spent["commit"] * 1000 / per
-        found["store_write_cpu_ms"] = spent["cpu"] * 1000 / per
-    return found
 
 
 def round_trips(
@@ -759,7 +710,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             heartbeat=1.0,
             lease=5.0,
             sweep=60.0,
-            serve_args=("--metrics-listen", "127.0.0.1:0"),
+            serve_args=METRICS_ARGS,
         ).start()
         worker = WorkerProcess(coordinator, "bench-worker")
         sim: SimulatorProcess | None = None
@@ -807,15 +758,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ingest_50_workers": {**flow, "journal_events_per_receipt": events_per_receipt},
         },
     }
-
-
-def metrics_port(coordinator: CoordinatorProcess) -> int:
-    """The /metrics port `serve` prints right after the line the harness waits for."""
-    assert coordinator.proc is not None and coordinator.proc.stdout is not None
-    line = coordinator.proc.stdout.readline().strip()
-    if " metrics on " not in line:
-        raise RuntimeError(f"the coordinator did not say where its metrics are: {line!r}")
-    return int(line.rsplit(":", 1)[1])
 
 
 def main() -> int:

@@ -40,6 +40,7 @@ import grpc
 from PIL import Image
 
 from bench.stats import summary, table_lines, write_results
+from bench.store_meter import METRICS_ARGS, metered, metrics_port, store_meter
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until
@@ -307,7 +308,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="deskfleet-bench-") as tmp:
         xvfb = Xvfb(Path(tmp) / "xvfb", WIDTH, HEIGHT)
         window = Window(xvfb, Path(tmp) / "chromium")
-        coordinator = CoordinatorProcess(Path(tmp) / "coord", heartbeat=5.0, lease=15.0, sweep=60.0)
+        coordinator = CoordinatorProcess(
+            Path(tmp) / "coord", heartbeat=5.0, lease=15.0, sweep=60.0, serve_args=METRICS_ARGS
+        )
         worker = WorkerProcess(coordinator, "bench-desk")
         desk: Desk | None = None
         try:
@@ -315,6 +318,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             worker.display_env = xvfb.env
             screen = window.start()
             coordinator.start()
+            meter = store_meter(metrics_port(coordinator))
             row = worker.start().wait_online(90)
             caps = {c["name"]: c for c in row["capabilities"]}
             if not caps.get("computer_use", {}).get("available"):
@@ -323,10 +327,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raw = raw_grab_encode(xvfb, n, warmup)
             desk = Desk(coordinator)
             desk.open(worker.worker_id, 2 * (n + warmup))
-            e2e = end_to_end(desk, n, warmup)
+            e2e = metered(meter, lambda: end_to_end(desk, n, warmup), n + warmup)
             for _ in range(warmup):
                 desk.no_picture()
-            no_picture = summary([desk.no_picture() for _ in range(n)])
+            no_picture = metered(meter, lambda: summary([desk.no_picture() for _ in range(n)]), n)
             if worker.proc is not None and worker.proc.poll() is not None:
                 raise RuntimeError(f"the worker exited: {tail(worker.log, 3)}")
         finally:
@@ -393,6 +397,18 @@ def table(doc: dict[str, Any]) -> str:
             f"p50 {doc['no_picture']['p50_ms']:.1f} / p99 {doc['no_picture']['p99_ms']:.1f} ms",
             "-",
             "-",
+        ),
+        *(
+            (
+                f"  its store writer: {fig['store_write_transactions']:.1f} transactions per"
+                f" {what}, units {fig['store_write_unit_ms']:.1f} + commits"
+                f" {fig['store_write_commit_ms']:.1f} ms (CPU {fig['store_write_cpu_ms']:.1f})",
+                f"{fig['store_write_unit_ms'] + fig['store_write_commit_ms']:.1f} ms busy",
+                "-",
+                "-",
+            )
+            for what, fig in (("screenshot", e2e), ("Act(cursor_position)", doc["no_picture"]))
+            if "store_write_unit_ms" in fig
         ),
         (
             "  raw grab / encode p50",

@@ -27,6 +27,16 @@ class _Pool(threading.local):
 _pool = _Pool()
 
 
+def _forget_pool() -> None:
+    # A forked child starts with a copy of the parent's unread bytes: it would hand out the
+    # same ids as the parent. It reads its own instead.
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _random() -> int:
     pool = _pool
     if pool.at >= len(pool.data):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -60,3 +61,20 @@ def test_the_random_digits_come_from_the_os_a_batch_at_a_time_per_thread(
     thread.start()
     thread.join()
     assert len(reads) == 3 and seen[0] not in drawn  # another thread reads its own pool
+
+
+def test_a_forked_child_draws_its_own_random_digits() -> None:
+    ids._random()  # the parent holds unread bytes of its pool
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next digits, to the parent
+        os.close(read)
+        os.write(write, ids._random().to_bytes(ids._RANDOM_BYTES, "big"))
+        os._exit(0)
+    os.close(write)
+    try:
+        child = int.from_bytes(os.read(read, ids._RANDOM_BYTES), "big")
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert child != ids._random()  # the parent's next digits, from the same pool position
