@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import os
 import re
@@ -132,7 +133,11 @@ def run_parent(trace_id: str, run_id: str) -> TraceParent:
     return TraceParent(trace_id, run_span_id(run_id))
 
 
+@functools.cache
 def tracer() -> trace.Tracer:
+    # Looked up once: the SDK builds a new Tracer on every lookup (9 us, in a deprecation
+    # shim), and every dispatch asks. Got before `Tracing.start`, it is OpenTelemetry's proxy,
+    # which follows the provider set later.
     return trace.get_tracer(_TRACER)
 
 
