@@ -33,13 +33,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import psutil
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import Engine, bindparam, func, insert, select, update
 
 from bench.simulated_workers import SimulatorProcess
 from bench.stats import summary, table_lines, timed
@@ -201,88 +203,86 @@ def _ingest(
     return found
 
 
-def raw_insert(rows: int, batch: int = 256) -> dict[str, float]:
+# A receipt's body in the raw baselines, as long as a no-op echo's.
+BODY = '{"action":"act_x","result":{"echo":null},"status":"succeeded"}'
+_USAGE = (
+    update(OwnerQuotaRow.__table__)
+    .where(OwnerQuotaRow.__table__.c.owner_id == "u")
+    .values(stored_bytes=OwnerQuotaRow.__table__.c.stored_bytes + bindparam("n"))
+)
+
+
+@contextmanager
+def _raw_store() -> Iterator[Engine]:
+    """A fresh store with the coordinator's schema and writer settings, and owner "u"."""
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/raw.db"
         upgrade(url)
         engine = create_store_engine(url, pool_size=1)
+        try:
+            with engine.begin() as conn:
+                conn.execute(insert(OwnerQuotaRow.__table__), [dict(owner_id="u", stored_bytes=0)])
+            yield engine
+        finally:
+            engine.dispose()
+
+
+def _receipt(receipt_id: str, run_id: str, action_id: str, at: float) -> dict[str, Any]:
+    return dict(
+        id=receipt_id,
+        run_id=run_id,
+        action_id=action_id,
+        attempt_id="a",
+        epoch=1,
+        worker_id="w",
+        status="succeeded",
+        body=BODY,
+        sha256=content_hash(BODY),
+        created_at=at,
+        traceparent="",
+    )
+
+
+def _events(
+    run_id: str, first: int, count: int, prev: str, at: float, kind: str
+) -> list[dict[str, Any]]:
+    """`count` journal rows of the run from seq `first`, hash-chained after `prev`."""
+    rows = []
+    for seq in range(first, first + count):
+        digest = event_hash(prev, run_id, seq, kind, at, BODY)
+        rows.append(
+            dict(
+                run_id=run_id,
+                seq=seq,
+                kind=kind,
+                at=at,
+                data=BODY,
+                prev_hash=prev,
+                hash=digest,
+                trace_id="t" * 32,
+            )
+        )
+        prev = digest
+    return rows
+
+
+def raw_insert(rows: int, batch: int = 256) -> dict[str, float]:
+    with _raw_store() as engine:
         now = time.time()
-        body = '{"action":"act_x","result":{"echo":null},"status":"succeeded"}'
         with engine.begin() as conn:
-            conn.execute(
-                insert(RunRow.__table__),
-                [
-                    dict(
-                        id="run_x",
-                        owner_id="u",
-                        title="t",
-                        status="RUNNING",
-                        stop_reason="",
-                        waiting_code="",
-                        waiting_detail="",
-                        limits={},
-                        estimate_actions=1,
-                        estimate_seconds=1.0,
-                        extensions=0,
-                        successes_at_extension=0,
-                        actions_total=1,
-                        actions_succeeded=0,
-                        attempts_used=0,
-                        last_seq=0,
-                        last_hash="",
-                        trace_id="t",
-                        created_at=now,
-                        updated_at=now,
-                    )
-                ],
-            )
-            conn.execute(
-                insert(ActionRow.__table__),
-                [
-                    dict(
-                        id="act_x",
-                        run_id="run_x",
-                        idx=0,
-                        kind="diag.echo",
-                        intent="",
-                        args="{}",
-                        fingerprint="f",
-                        idempotent=True,
-                        route={},
-                        status="SUCCEEDED",
-                        worker_id="w",
-                        attempt_id="a",
-                        epoch=1,
-                        attempts=1,
-                        timeout_seconds=60.0,
-                        error="",
-                        receipt_id="",
-                    )
-                ],
-            )
+            conn.execute(insert(RunRow.__table__), [_run("run_x", now)])
+            conn.execute(insert(ActionRow.__table__), [_action("act_x", "run_x", 0)])
         start = time.perf_counter()
         for first in range(0, rows, batch):
             with engine.begin() as conn:
                 conn.execute(
                     insert(ReceiptRow.__table__),
                     [
-                        dict(
-                            id=f"rcp_{i}",
-                            run_id="run_x",
-                            action_id="act_x",
-                            attempt_id="a",
-                            epoch=1,
-                            worker_id="w",
-                            status="succeeded",
-                            body=body,
-                            sha256=content_hash(body),
-                            created_at=now,
-                        )
+                        _receipt(f"rcp_{i}", "run_x", "act_x", now)
                         for i in range(first, min(rows, first + batch))
                     ],
                 )
         elapsed = time.perf_counter() - start
-        engine.dispose()
     return {"rows": rows, "seconds": elapsed, "rows_per_s": rows / elapsed, "batch": batch}
 
 
@@ -336,7 +336,6 @@ def raw_round_trip_store(n: int, submit_events: int, stop_events: int) -> dict[s
     journal events, the claim, the owner's usage), then the receipt with the run's stop (the
     receipt, its events, the finished action, the run's status and head, the usage), with
     the coordinator's writer settings (SQLite WAL, synchronous=FULL). Per round trip."""
-    body = '{"action":"act_x","result":{"echo":null},"status":"succeeded"}'
     t = ActionRow.__table__
     r = RunRow.__table__
     claim = (
@@ -359,46 +358,16 @@ def raw_round_trip_store(n: int, submit_events: int, stop_events: int) -> dict[s
             updated_at=bindparam("at"),
         )
     )
-    usage = (
-        update(OwnerQuotaRow.__table__)
-        .where(OwnerQuotaRow.__table__.c.owner_id == "u")
-        .values(stored_bytes=OwnerQuotaRow.__table__.c.stored_bytes + bindparam("n"))
-    )
-
-    def events(run_id: str, first: int, count: int, prev: str, at: float) -> list[dict[str, Any]]:
-        rows = []
-        for seq in range(first, first + count):
-            digest = event_hash(prev, run_id, seq, "event", at, body)
-            rows.append(
-                dict(
-                    run_id=run_id,
-                    seq=seq,
-                    kind="event",
-                    at=at,
-                    data=body,
-                    prev_hash=prev,
-                    hash=digest,
-                    trace_id="t" * 32,
-                )
-            )
-            prev = digest
-        return rows
-
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/raw.db"
-        upgrade(url)
-        engine = create_store_engine(url, pool_size=1)
-        with engine.begin() as conn:
-            conn.execute(insert(OwnerQuotaRow.__table__), [dict(owner_id="u", stored_bytes=0)])
-        times = []
+    times = []
+    with _raw_store() as engine:
         for i in range(n + 20):
             start = time.perf_counter()
             at = time.time()
-            run_id, action_id = f"run_{i}", f"act_{i}"
+            run_id, action_id, receipt_id = f"run_{i}", f"act_{i}", f"rcp_{i}"
             with engine.begin() as conn:
                 conn.execute(insert(r), [_run(run_id, at)])
                 conn.execute(insert(t), [_action(action_id, run_id, 0)])
-                first = events(run_id, 1, submit_events, GENESIS, at)
+                first = _events(run_id, 1, submit_events, GENESIS, at, "event")
                 if first:
                     conn.execute(insert(JournalRow.__table__), first)
                 conn.execute(claim, dict(aid=action_id))
@@ -406,38 +375,21 @@ def raw_round_trip_store(n: int, submit_events: int, stop_events: int) -> dict[s
                 conn.execute(
                     head, dict(rid=run_id, status="RUNNING", seq=len(first), h=prev, at=at)
                 )
-                conn.execute(usage, dict(n=len(body) * len(first)))
+                conn.execute(_USAGE, dict(n=len(BODY) * len(first)))
             with engine.begin() as conn:
-                receipt_id = f"rcp_{i}"
                 conn.execute(
-                    insert(ReceiptRow.__table__),
-                    [
-                        dict(
-                            id=receipt_id,
-                            run_id=run_id,
-                            action_id=action_id,
-                            attempt_id="a",
-                            epoch=1,
-                            worker_id="w",
-                            status="succeeded",
-                            body=body,
-                            sha256=content_hash(body),
-                            created_at=at,
-                            traceparent="",
-                        )
-                    ],
+                    insert(ReceiptRow.__table__), [_receipt(receipt_id, run_id, action_id, at)]
                 )
-                last = events(run_id, len(first) + 1, stop_events, prev, at)
+                last = _events(run_id, len(first) + 1, stop_events, prev, at, "event")
                 if last:
                     conn.execute(insert(JournalRow.__table__), last)
                 conn.execute(finish, dict(aid=action_id, rid=receipt_id, at=at))
                 seq = len(first) + len(last)
                 h = last[-1]["hash"] if last else prev
                 conn.execute(head, dict(rid=run_id, status="SUCCEEDED", seq=seq, h=h, at=at))
-                conn.execute(usage, dict(n=len(body) * (1 + len(last))))
+                conn.execute(_USAGE, dict(n=len(BODY) * (1 + len(last))))
             if i >= 20:  # the first ones warm the statement cache
                 times.append((time.perf_counter() - start) * 1000)
-        engine.dispose()
     found = summary(times)
     found["transactions"] = 2
     found["journal_events"] = submit_events + stop_events
@@ -498,11 +450,35 @@ def raw_equal_work(runs: int, actions: int, events_per_receipt: float) -> dict[s
     claimed, the run's head; per transaction the owner's usage. One transaction per batch of
     `runs` receipts (one per run, the most the flow has in flight), synchronous=FULL."""
     events = max(1, round(events_per_receipt))
-    body = '{"action":"act_x","result":{"echo":null},"status":"succeeded"}'
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/raw.db"
-        upgrade(url)
-        engine = create_store_engine(url, pool_size=1)  # the coordinator's writer settings
+    finish = (
+        update(ActionRow.__table__)
+        .where(ActionRow.__table__.c.id == bindparam("aid"))
+        .values(
+            status="SUCCEEDED",
+            finished_at=bindparam("at"),
+            receipt_id=bindparam("rid"),
+            lease_expires_at=None,
+        )
+    )
+    claim = (
+        update(ActionRow.__table__)
+        .where(ActionRow.__table__.c.id == bindparam("aid"))
+        .values(
+            status="DISPATCHED",
+            worker_id="w",
+            attempt_id=bindparam("att"),
+            epoch=1,
+            attempts=1,
+            dispatched_at=bindparam("at"),
+            lease_expires_at=bindparam("at"),
+        )
+    )
+    head = (
+        update(RunRow.__table__)
+        .where(RunRow.__table__.c.id == bindparam("rid"))
+        .values(last_seq=bindparam("seq"), last_hash=bindparam("h"), updated_at=bindparam("at"))
+    )
+    with _raw_store() as engine:  # the coordinator's writer settings
         now = time.time()
         run_ids = [f"run_{r}" for r in range(runs)]
         with engine.begin() as conn:
@@ -511,79 +487,18 @@ def raw_equal_work(runs: int, actions: int, events_per_receipt: float) -> dict[s
                 insert(ActionRow.__table__),
                 [_action(f"act_{r}_{i}", r, i) for r in run_ids for i in range(actions + 1)],
             )
-            conn.execute(insert(OwnerQuotaRow.__table__), [dict(owner_id="u", stored_bytes=0)])
         heads = {r: (0, GENESIS) for r in run_ids}
-        finish = (
-            update(ActionRow.__table__)
-            .where(ActionRow.__table__.c.id == bindparam("aid"))
-            .values(
-                status="SUCCEEDED",
-                finished_at=bindparam("at"),
-                receipt_id=bindparam("rid"),
-                lease_expires_at=None,
-            )
-        )
-        claim = (
-            update(ActionRow.__table__)
-            .where(ActionRow.__table__.c.id == bindparam("aid"))
-            .values(
-                status="DISPATCHED",
-                worker_id="w",
-                attempt_id=bindparam("att"),
-                epoch=1,
-                attempts=1,
-                dispatched_at=bindparam("at"),
-                lease_expires_at=bindparam("at"),
-            )
-        )
-        head = (
-            update(RunRow.__table__)
-            .where(RunRow.__table__.c.id == bindparam("rid"))
-            .values(last_seq=bindparam("seq"), last_hash=bindparam("h"), updated_at=bindparam("at"))
-        )
-        usage = (
-            update(OwnerQuotaRow.__table__)
-            .where(OwnerQuotaRow.__table__.c.owner_id == "u")
-            .values(stored_bytes=OwnerQuotaRow.__table__.c.stored_bytes + bindparam("n"))
-        )
         start = time.perf_counter()
         for i in range(actions):
             at = time.time()
             receipts, journal, finished, claimed, heads_now = [], [], [], [], []
             for r in run_ids:
                 rid = f"rcp_{r}_{i}"
-                receipts.append(
-                    dict(
-                        id=rid,
-                        run_id=r,
-                        action_id=f"act_{r}_{i}",
-                        attempt_id="a",
-                        epoch=1,
-                        worker_id="w",
-                        status="succeeded",
-                        body=body,
-                        sha256=content_hash(body),
-                        created_at=at,
-                        traceparent="",
-                    )
-                )
+                receipts.append(_receipt(rid, r, f"act_{r}_{i}", at))
                 seq, prev = heads[r]
-                for _ in range(events):
-                    seq += 1
-                    digest = event_hash(prev, r, seq, "receipt", at, body)
-                    journal.append(
-                        dict(
-                            run_id=r,
-                            seq=seq,
-                            kind="receipt",
-                            at=at,
-                            data=body,
-                            prev_hash=prev,
-                            hash=digest,
-                            trace_id="t" * 32,
-                        )
-                    )
-                    prev = digest
+                rows = _events(r, seq + 1, events, prev, at, "receipt")
+                journal += rows
+                seq, prev = seq + events, rows[-1]["hash"]
                 heads[r] = (seq, prev)
                 finished.append(dict(aid=f"act_{r}_{i}", at=at, rid=rid))
                 claimed.append(dict(aid=f"act_{r}_{i + 1}", att=f"att_{r}_{i}", at=at))
@@ -594,9 +509,8 @@ def raw_equal_work(runs: int, actions: int, events_per_receipt: float) -> dict[s
                 conn.execute(finish, finished)
                 conn.execute(claim, claimed)
                 conn.execute(head, heads_now)
-                conn.execute(usage, dict(n=len(body) * (1 + events) * runs))
+                conn.execute(_USAGE, dict(n=len(BODY) * (1 + events) * runs))
         elapsed = time.perf_counter() - start
-        engine.dispose()
     receipts_total = runs * actions
     return {
         "receipts": receipts_total,
