@@ -12,9 +12,8 @@ _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 # id instead of a Python loop over 26 digits.
 _TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
 _RANDOM_BYTES = 10
-# Random bytes are read from the OS this many ids at a time: each read releases the GIL, and
-# getting it back behind a busy event loop cost the store writer up to a switch interval
-# (5 ms) per id. Kept per thread, so that no lock is needed.
+# Random bytes are read from the OS this many ids at a time: one system call (which gives up
+# the GIL and must win it back) per batch instead of per id. Kept per thread: no lock needed.
 _BATCH = 256
 
 
@@ -49,7 +48,11 @@ def _random() -> int:
 
 def new_id(prefix: str) -> str:
     """`prefix_` + 10 chars of milliseconds + 16 random chars, e.g. `wkr_01jd...`."""
-    millis = int(time.time() * 1000) & (2**50 - 1)
+    return f"{prefix}_{_digits(int(time.time() * 1000), _random())}"
+
+
+def _digits(millis: int, rand: int) -> str:
+    """The low 50 bits of `millis`, then the 80 of `rand`: 26 Crockford digits."""
+    value = ((millis & (2**50 - 1)) << 80) | rand
     # 160 bits are 32 digits; the first 6 hold the 30 zero bits above the 50 + 80 used.
-    digits = base64.b32encode(((millis << 80) | _random()).to_bytes(20, "big"))
-    return f"{prefix}_{digits.translate(_TO_CROCKFORD)[6:].decode()}"
+    return base64.b32encode(value.to_bytes(20, "big")).translate(_TO_CROCKFORD)[6:].decode()

@@ -6,29 +6,31 @@ import os
 import threading
 import time
 
-import pytest
-
 from shared import ids
 from shared.ids import new_id
 
 
-def _digits(value: int, length: int) -> str:
+def _reference(value: int, length: int) -> str:
     """The reference encoding: `length` base-32 digits of `value`, most significant first."""
     return "".join(ids._ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(length)))
 
 
-def test_an_id_is_its_prefix_its_milliseconds_then_its_random_digits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_digits_are_the_milliseconds_then_the_random_part_in_crockford_base32() -> None:
     for millis, rand in (
         (0, 0),
         (1_764_633_600_123, 0x0123456789ABCDEF0123),
         (2**50 - 1, 2**80 - 1),
         (1, 1),
     ):
-        monkeypatch.setattr(ids.time, "time", lambda m=millis: m / 1000)
-        monkeypatch.setattr(ids, "_random", lambda r=rand: r)
-        assert new_id("rcp") == f"rcp_{_digits(millis, 10)}{_digits(rand, 16)}"
+        assert ids._digits(millis, rand) == _reference(millis, 10) + _reference(rand, 16)
+
+
+def test_an_id_is_its_prefix_then_the_time_it_was_made() -> None:
+    before = int(time.time() * 1000)
+    made = new_id("rcp")
+    after = int(time.time() * 1000)
+    assert made.startswith("rcp_") and len(made) == 4 + 26
+    assert _reference(before, 10) <= made[4:14] <= _reference(after, 10)
 
 
 def test_ids_sort_by_time_and_use_only_the_alphabet() -> None:
@@ -41,26 +43,22 @@ def test_ids_sort_by_time_and_use_only_the_alphabet() -> None:
     assert len({new_id("x") for _ in range(1000)}) == 1000
 
 
-def test_the_random_digits_come_from_the_os_a_batch_at_a_time_per_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    reads: list[int] = []
-    real = ids.os.urandom
-
-    def urandom(n: int) -> bytes:
-        reads.append(n)
-        return real(n)
-
-    monkeypatch.setattr(ids.os, "urandom", urandom)
-    monkeypatch.setattr(ids, "_pool", ids._Pool())
-    drawn = [ids._random() for _ in range(ids._BATCH + 1)]
-    assert reads == [ids._RANDOM_BYTES * ids._BATCH] * 2
+def test_the_random_digits_come_from_the_os_a_batch_at_a_time_per_thread() -> None:
+    pool = ids._pool
+    pool.at = len(pool.data)  # used up: the next draw reads a new batch
+    first = ids._random()
+    batch = pool.data
+    assert len(batch) == ids._RANDOM_BYTES * ids._BATCH
+    drawn = [first] + [ids._random() for _ in range(ids._BATCH - 1)]
+    assert pool.data is batch  # a whole batch drawn from one read
     assert len(set(drawn)) == len(drawn)  # no slice of the pool is handed out twice
-    seen: list[int] = []
-    thread = threading.Thread(target=lambda: seen.append(ids._random()))
+    ids._random()
+    assert pool.data is not batch  # the next draw read a new batch
+    seen: list[bytes] = []
+    thread = threading.Thread(target=lambda: (ids._random(), seen.append(ids._pool.data)))
     thread.start()
     thread.join()
-    assert len(reads) == 3 and seen[0] not in drawn  # another thread reads its own pool
+    assert seen[0] is not pool.data  # another thread reads its own pool
 
 
 def test_a_forked_child_draws_its_own_random_digits() -> None:
