@@ -13,11 +13,12 @@ from sqlalchemy.orm import Session
 from coordinator.heart.dispatch import RECONNECT_GRACE, Dispatcher
 from coordinator.journal import JournalBus
 from coordinator.presence import Presence
+from coordinator.relay import Relay
 from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.models import ActionRow
+from coordinator.worker_index import IndexUpdates
 from tests.test_ledger_rules import Store, in_flight, store  # noqa: F401
-from tests.test_reconnect_batch import _Relay
 
 LEASE = 0.2
 
@@ -49,7 +50,10 @@ async def test_a_lease_this_process_granted_is_taken_back_at_once_an_older_one_a
     presence = Presence(cast(Any, None), cast(Any, None), cast(Any, None))  # no streams here
     config = CoordinatorConfig(db_url=url, lease_ttl=LEASE)
     started = time.time()  # the coordinator's start (its dispatcher's), or just before it
-    dispatcher = Dispatcher(db, presence, JournalBus(), config, cast(Any, _Relay()), store.index)
+    bus = JournalBus()
+    # One replica: every order stays here.
+    relay = Relay(db, presence, bus, config, IndexUpdates(db, store.index))
+    dispatcher = Dispatcher(db, presence, bus, config, relay, store.index)
     try:
         await asyncio.sleep(2 * LEASE)  # time for a lease of this process to lapse
         _lease(store, mine.action_id, started + LEASE + 0.05)  # granted (or renewed) since
