@@ -26,9 +26,7 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +41,7 @@ from bench.stats import summary, table_lines, write_results
 from bench.store_meter import METRICS_ARGS, metered, metrics_port, store_meter
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
-from tests.harness import CoordinatorProcess, WorkerProcess, Xvfb, tail, wait_until
+from tests.harness import ChromiumApp, CoordinatorProcess, WorkerProcess, Xvfb, tail
 from worker_agent.desktop.screen import encode, to_image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,76 +67,28 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
 
 class Window:
-    """A Chromium --app window filling the display (no window manager: placed by flags)."""
+    """The page in a Chromium --app window filling the display (tests/harness/x11.py)."""
 
     def __init__(self, xvfb: Xvfb, workdir: Path) -> None:
         self.xvfb = xvfb
         self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.app: ChromiumApp | None = None
 
     def start(self) -> str:
         """Shows the page; returns what is on the screen, for the report."""
-        chromium = shutil.which("chromium")
-        if chromium is None:
-            return "blank (chromium is not installed)"
+        if not ChromiumApp.available():
+            return "blank (chromium or xdotool is not installed)"
         self.workdir.mkdir(parents=True, exist_ok=True)
         page = self.workdir / "page.html"
         page.write_text(PAGE)
-        if self.proc is not None:
-            raise RuntimeError("the chromium window is already started")
-        env = {**self.xvfb.env, "HOME": str(self.workdir), "PATH": "/usr/bin:/bin"}
-        # The child keeps its own copy of the log's descriptor; this process needs none.
-        with (self.workdir / "chromium.log").open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    chromium,
-                    "--test-type",
-                    "--no-sandbox",
-                    "--no-first-run",
-                    "--disable-gpu",
-                    "--password-store=basic",
-                    f"--user-data-dir={self.workdir / 'profile'}",
-                    "--window-position=0,0",
-                    f"--window-size={WIDTH},{HEIGHT}",
-                    f"--app={page.as_uri()}",
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        if shutil.which("xdotool") is None:
-            time.sleep(5)
-            return "chromium --app page (not confirmed: xdotool is not installed)"
-
-        def shown() -> bool:
-            done = subprocess.run(
-                ["xdotool", "search", "--onlyvisible", "--class", "chromium"],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            return done.returncode == 0 and bool(done.stdout.split())
-
-        # Generous: in CI this runs right after the suite and the heavier benchmarks, and a
-        # first Chromium start on a loaded two-core machine once took longer than 30 s.
-        try:
-            wait_until(shown, 90, 0.2, "the chromium window")
-        except TimeoutError as exc:
-            alive = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
-            raise TimeoutError(
-                f"{exc} (chromium {alive}; its log: {tail(self.workdir / 'chromium.log', 5)})"
-            ) from exc
+        self.app = ChromiumApp(self.xvfb.env, page.as_uri(), self.workdir)
+        self.app.start(WIDTH, HEIGHT)
         time.sleep(1.5)  # first paint
         return "chromium --app page: 32 coloured cells on a gradient, counter every 50 ms"
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.app is not None:
+            self.app.stop()
 
 
 def raw_grab_encode(xvfb: Xvfb, n: int, warmup: int) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.harness import (
     IN_CI,
+    ChromiumApp,
     CoordinatorProcess,
     DesktopSite,
     WorkerProcess,
@@ -24,7 +25,6 @@ from tests.harness import (
     initialised_database,
     postgres_available,
     scratch_database,
-    wait_until,
 )
 
 # A table fits the terminal's width, or COLUMNS. A test process has no terminal, but pytest-xdist
@@ -230,36 +230,9 @@ def window(
     window the focus again (another test module's window may have taken it)."""
     require(shutil.which("chromium") is not None, "chromium is not installed")
     require(shutil.which("xdotool") is not None, "xdotool is not installed")
-    home = tmp_path_factory.mktemp("chromium-home")
-    env = {**xvfb.env, "HOME": str(home), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen(
-        [
-            "chromium",
-            "--test-type",
-            "--no-sandbox",
-            "--no-first-run",
-            "--disable-gpu",
-            "--password-store=basic",
-            f"--user-data-dir={home / 'profile'}",
-            "--window-position=0,0",
-            "--window-size=1280,800",
-            f"--app={desktop_site.url}",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def shown() -> str:
-        done = subprocess.run(
-            ["xdotool", "search", "--onlyvisible", "--class", "chromium"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else ""
-
-    wid = wait_until(shown, 30, 0.2, "the chromium window")
+    app = ChromiumApp(xvfb.env, desktop_site.url, tmp_path_factory.mktemp("chromium-home"))
+    wid = app.start()
+    env = app.env
 
     def focus() -> None:
         # No window manager: focus does not follow clicks unless the window is given it.
@@ -269,9 +242,10 @@ def window(
 
     focus()
     time.sleep(1.0)  # first paint
-    yield focus
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield focus
+    finally:
+        app.stop()
 
 
 # ------------------------------------------------------------------ tiers

@@ -25,7 +25,7 @@ from PIL import Image
 from shared.desktop_scope import Grant, Region
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.receipts import encode_result
-from tests.harness import Xvfb, wait_until
+from tests.harness import ChromiumApp, Xvfb, wait_until
 from tests.harness.sites import FIELD, MARKER, DesktopSite
 from worker_agent.actions import (
     CANCELLED,
@@ -44,7 +44,6 @@ from worker_agent.desktop.scope import DesktopScope, check_scope, check_text_key
 from worker_agent.desktop.screen import DisplayGeometry, Space
 from worker_agent.desktop.text import CHUNK, SecretText
 
-CHROMIUM = Path("/usr/bin/chromium")
 ALL_ACTIONS = [
     "screenshot",
     "mouse_move",
@@ -266,42 +265,18 @@ def decode(ctx: ActionContext, index: int = -1) -> Image.Image:
 
 @pytest.fixture(scope="module")
 def desk_module(xvfb: Xvfb) -> Iterator[Desk]:
-    if not CHROMIUM.exists():
-        pytest.skip("no Chromium at /usr/bin/chromium")
+    if not ChromiumApp.available():
+        pytest.skip("chromium and xdotool are not installed")
     with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as home:
         # pyautogui and python-xlib read these when first imported / connected.
         patch.setenv("DISPLAY", xvfb.display)
         patch.setenv("XAUTHORITY", str(xvfb.auth))
-        env = {
-            **os.environ,
-            "HOME": home,  # Chromium writes under HOME even with --user-data-dir
-            "XDG_CONFIG_HOME": f"{home}/config",
-            "XDG_CACHE_HOME": f"{home}/cache",
-        }
         site = DesktopSite().start()
-        browser = subprocess.Popen(
-            [
-                str(CHROMIUM),
-                "--test-type",  # else an "unsupported flag" bar pushes the page down 56 px
-                "--no-sandbox",
-                "--password-store=basic",
-                f"--user-data-dir={home}/profile",
-                "--window-position=0,0",
-                "--window-size=1280,800",
-                f"--app={site.url}",
-                "--no-first-run",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        app = ChromiumApp(xvfb.env, site.url, Path(home))
+        env = {**os.environ, **app.env}
         actions = DesktopActions(DesktopSession())
         try:
-            window = wait_until(lambda: _chromium_window(env), 30, 0.1, what="Chromium's window")
+            window = app.start()
             desk = Desk(site, actions, ActionRegistry(), window, env)
             actions.register(desk.registry)
             _wait_for_marker(desk)
@@ -309,20 +284,8 @@ def desk_module(xvfb: Xvfb) -> Iterator[Desk]:
             yield desk
         finally:
             actions.close()
-            browser.terminate()
-            browser.wait(10)
+            app.stop()
             site.stop()
-
-
-def _chromium_window(env: dict[str, str]) -> str:
-    found = subprocess.run(
-        ["xdotool", "search", "--onlyvisible", "--class", "chromium"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=10,
-    )
-    return found.stdout.split()[0] if found.stdout.split() else ""
 
 
 def _wait_for_marker(desk: Desk) -> None:

@@ -203,9 +203,11 @@ def _scenario(
     committing = value(c, "deskfleet_store_busy_seconds_total", access="write", phase="commit")
     running = value(c, "deskfleet_store_busy_seconds_total", access="write", phase="unit")
     assert committing > 0 and running > 0
-    assert 0 < value(c, "deskfleet_store_cpu_seconds_total", access="write") <= (
-        committing + running
-    ) * 1.05  # thread CPU clock and wall clock tick apart
+    assert (
+        0
+        < value(c, "deskfleet_store_cpu_seconds_total", access="write")
+        <= (committing + running) * 1.05
+    )  # thread CPU clock and wall clock tick apart
     assert value(c, "deskfleet_store_transactions_total", access="read") >= 1
 
     w = scrape(w_port)

@@ -30,7 +30,7 @@ from tests.harness.processes import (
     wait_until,
 )
 from tests.harness.sites import FIELD, MARKER, DesktopSite, SearchSite
-from tests.harness.x11 import Xvfb
+from tests.harness.x11 import ChromiumApp, Xvfb
 
 __all__ = [
     "BIN",
@@ -39,6 +39,7 @@ __all__ = [
     "MARKER",
     "PG_ADMIN_URL",
     "STOPPED",
+    "ChromiumApp",
     "ConsoleProcess",
     "CoordinatorProcess",
     "DesktopSite",
