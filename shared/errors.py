@@ -9,14 +9,17 @@
     │   └── MissingCredentialError .. UNAUTHENTICATED   (no credential at all)
     ├── PermissionDeniedError ....... PERMISSION_DENIED (a known credential that may not do this)
     │   └── RevokedError ............ PERMISSION_DENIED (the credential was revoked)
-    ├── ResourceExhaustedError ...... RESOURCE_EXHAUSTED (a limit: guidance, failed logins)
+    ├── ResourceExhaustedError ...... RESOURCE_EXHAUSTED (a limit: guidance, streams, quotas)
+    │   └── TooManyFailuresError .... RESOURCE_EXHAUSTED (a failed credential, past the host's
+    │                                                     failed-authentication limit)
     ├── UnavailableError ............ UNAVAILABLE
     │   └── StoreUnavailableError ... UNAVAILABLE       (the coordinator cannot read its store)
     ├── DataIntegrityError .......... DATA_LOSS         (a stored receipt or event was altered)
     └── InternalError ............... INTERNAL          (a defect; the message hides details)
 
 Servers raise these from domain code; one place per process maps them to status codes
-(`coordinator/servicers/interceptor.py`), and clients map codes back with `from_status`.
+(`coordinator/servicers/guard.py`), and clients map codes back with `from_rpc_error`, which
+keeps the subclasses a client acts on (`SUBCLASSES`) by the name the server tags them with.
 """
 
 from __future__ import annotations
@@ -74,6 +77,11 @@ class ResourceExhaustedError(DeskfleetError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class TooManyFailuresError(ResourceExhaustedError):
+    """A credential that failed, answered as over its host's limit: it is never a valid
+    credential's answer (a client may treat it as an authentication failure)."""
+
+
 class DataIntegrityError(DeskfleetError):
     code = grpc.StatusCode.DATA_LOSS
 
@@ -107,6 +115,13 @@ _BY_CODE: dict[grpc.StatusCode, type[DeskfleetError]] = {
 }
 
 
+# Subclasses a client tells apart from their code's class, by the server's tag.
+SUBCLASSES: dict[str, type[DeskfleetError]] = {
+    cls.__name__: cls
+    for cls in (MissingCredentialError, RevokedError, TooManyFailuresError, StoreUnavailableError)
+}
+
+
 def from_status(code: grpc.StatusCode, details: str) -> DeskfleetError:
     """The client-side error for a status a server returned."""
     cls = _BY_CODE.get(code, DeskfleetError)
@@ -123,6 +138,10 @@ def from_rpc_error(exc: grpc.RpcError, target: str) -> DeskfleetError:
         return UnavailableError(f"cannot reach the coordinator at {target}: {_first_line(details)}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return UnavailableError(f"the coordinator at {target} did not answer in time")
+    tags = [str(v) for k, v in call.trailing_metadata() or () if k == ERROR_METADATA_KEY]
+    sub = SUBCLASSES.get(tags[0]) if tags else None
+    if sub is not None and sub.code == code:
+        return sub(_first_line(details) or code.name.lower().replace("_", " "))
     return from_status(code, _first_line(details))
 
 

@@ -14,7 +14,6 @@ from coordinator.principals import Role
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES, FailureLimiter, host_of
 from coordinator.server import SERVICE_NAMES
 from shared.credentials import auth_metadata
-from shared.errors import ResourceExhaustedError
 from shared.gen.deskfleet.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -382,24 +381,26 @@ def test_every_rpc_with_every_role_follows_the_matrix(
 def test_the_failure_limiter_counts_per_host_within_its_window() -> None:
     now = [0.0]
     limiter = FailureLimiter(3, window=60.0, clock=lambda: now[0])
-    for _ in range(3):
-        limiter.check("ipv4:10.0.0.1")
-        limiter.failed("ipv4:10.0.0.1")
-    with pytest.raises(ResourceExhaustedError, match=r"from ipv4:10\.0\.0\.1: try again in 60 s"):
-        limiter.check("ipv4:10.0.0.1")
-    limiter.check("ipv4:10.0.0.2")  # another host is not held back
+    assert [limiter.failed("ipv4:10.0.0.1") for _ in range(3)] == [None, None, None]
+    assert limiter.spent("ipv4:10.0.0.1") == 60.0  # the allowance is used up, not yet over it
+    assert limiter.failed("ipv4:10.0.0.1") == 60.0  # the fourth is over the allowance
+    assert limiter.spent("ipv4:10.0.0.2") is None  # another host is not held back
     now[0] = 30.0
-    with pytest.raises(ResourceExhaustedError, match="try again in 30 s"):
-        limiter.check("ipv4:10.0.0.1")
+    assert limiter.failed("ipv4:10.0.0.1") == 30.0
     now[0] = 60.5
-    limiter.check("ipv4:10.0.0.1")  # the failures aged out
+    assert limiter.spent("ipv4:10.0.0.1") is None  # the first failures aged out
+    now[0] = 1000.0
+    assert limiter.failed("ipv4:10.0.0.1") is None
+    assert FailureLimiter(0).failed("x") is None and FailureLimiter(0).spent("x") is None
     assert host_of("ipv4:10.0.0.1:51234") == "ipv4:10.0.0.1"
     assert host_of("ipv6:[::1]:5") == "ipv6:[::1]"
 
 
-def test_repeated_bad_credentials_from_one_host_are_refused_for_a_while(
+def test_failures_from_a_host_never_refuse_a_valid_credential_from_it(
     own_coordinator: CoordinatorProcess, own_channel: grpc.Channel
 ) -> None:
+    """A guesser's failures are answered as over the limit once there are too many; a valid
+    credential from the same host (an admin, the kill switch, a worker) is never refused."""
     coordinator, channel = own_coordinator, own_channel
     admin = admin_pb2_grpc.AdminServiceStub(channel)
     request = admin_pb2.WhoAmIRequest()
@@ -409,14 +410,25 @@ def test_repeated_bad_credentials_from_one_host_are_refused_for_a_while(
     for i in range(DEFAULT_AUTH_FAILURES):
         code, details = _code(admin.WhoAmI, request, metadata=auth_metadata(f"dfu_x.guess{i}"))
         assert (code, details) == (grpc.StatusCode.UNAUTHENTICATED, "unknown credential")
-    good = auth_metadata(coordinator.admin_token_file.read_text().strip())
-    code, details = _code(admin.WhoAmI, request, metadata=good)
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert details.startswith("too many failed authentications from ipv4:127.0.0.1: try again in")
-    refused = coordinator.cli("whoami", check=False)
-    assert refused.returncode == 1
-    assert refused.stderr.startswith("deskfleet: too many failed authentications from")
+    for i in range(10):
+        code, details = _code(admin.WhoAmI, request, metadata=auth_metadata(f"dfu_x.more{i}"))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert details.startswith("too many failed authentications from ipv4:127.0.0.1: try")
+        assert details.endswith("(last: unknown credential)")
     assert "failed to authenticate 30 times in 60 s" in coordinator.log.read_text()
+    good = auth_metadata(coordinator.admin_token_file.read_text().strip())
+    assert _code(admin.WhoAmI, request, metadata=good)[0] == grpc.StatusCode.OK
+    assert coordinator.cli_json("whoami")["role"] == "admin"
+    switch = coordinator.cli_json("kill", "engage", "--reason", "drill while guessed at")
+    coordinator.cli("kill", "release", "--id", switch["id"], "--reason", "drill over")
+    worker = WorkerProcess(coordinator, "w-guessed", browser=False).start()
+    try:
+        worker.wait_online()
+    finally:
+        worker.stop()
+    # The host's guesses are still answered as over the limit.
+    code, _ = _code(admin.WhoAmI, request, metadata=auth_metadata("dfu_x.again"))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_the_failure_limit_is_a_serve_setting_and_zero_turns_it_off(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from shared.errors import (
     DeskfleetError,
     MissingCredentialError,
     PermissionDeniedError,
+    TooManyFailuresError,
 )
 from shared.ids import new_id
 
@@ -50,9 +51,9 @@ def _bearer(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     return None
 
 
-def _traceparent(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+def _metadata(context: grpc.aio.ServicerContext[Any, Any], name: str) -> str:
     for key, value in context.invocation_metadata() or ():
-        if key == tracing.METADATA_KEY and isinstance(value, str):
+        if key == name and isinstance(value, str):
             return value
     return ""
 
@@ -88,20 +89,15 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             if handler.stream_stream is not None:
                 # A worker's stream lives for hours: its actions have spans of their own.
                 return await checked(request, context)
-            with tracing.server_span(method, _traceparent(context)):
+            with tracing.server_span(method, _metadata(context, tracing.METADATA_KEY)):
                 return await checked(request, context)
 
         async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            host = host_of(context.peer() or "")
             try:
-                self._limiter.check(host)
                 await self._admit(method, roles, context)
                 return await inner(request, context)  # type: ignore[arg-type]
-            except DeskfleetError as exc:
-                if isinstance(exc, AuthenticationError) and not isinstance(
-                    exc, MissingCredentialError
-                ):
-                    self._limiter.failed(host)
+            except DeskfleetError as failure:
+                exc = self._counted(failure, context)
                 await context.abort(
                     exc.code,
                     exc.message,
@@ -118,6 +114,23 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
             guarded,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
+        )
+
+    def _counted(
+        self, exc: DeskfleetError, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> DeskfleetError:
+        """A failed authentication counts against its host, and past the limit it is answered
+        as such. Only a request that already failed is ever answered so: the count never
+        stands between a valid credential and its call (see `coordinator.ratelimit`)."""
+        if not isinstance(exc, AuthenticationError) or isinstance(exc, MissingCredentialError):
+            return exc
+        host = host_of(context.peer() or "")
+        wait = self._limiter.failed(host)
+        if wait is None:
+            return exc
+        return TooManyFailuresError(
+            f"too many failed authentications from {host}: try again in {wait:.0f} s"
+            f" (last: {exc.message})"
         )
 
     async def _admit(
