@@ -8,6 +8,7 @@ act that did not happen, nor misses one that did. It never holds a secret: only 
 from __future__ import annotations
 
 import contextvars
+import ipaddress
 import json
 import math
 import time
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # principals records its own acts here: no import at run time
     from coordinator.principals import Principal
 
 MAX_LIMIT = 10_000
+PEER_CHARS = 200  # the stored column's width
 DEFAULT_LIMIT = 1000
 
 # The caller's address, set by the guard for each RPC. Read it on the event loop (units of
@@ -33,8 +35,23 @@ DEFAULT_LIMIT = 1000
 _peer: contextvars.ContextVar[str] = contextvars.ContextVar("peer", default="")
 
 
-def set_peer(peer: str) -> None:
-    _peer.set(peer)
+def set_peer(peer: str, console_client: str = "") -> None:
+    """`console_client`: the browser's address as the web console reports it. It is recorded
+    beside the peer, marked as reported (anyone can send it), and decides nothing."""
+    shown = f"{peer} via console, reported {_address(console_client)}" if console_client else peer
+    _peer.set(shown[:PEER_CHARS])
+
+
+def peer() -> str:
+    """The caller's address as recorded (see `set_peer`), on the event loop."""
+    return _peer.get()
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text.strip("[]")))
+    except ValueError:
+        return "an invalid address"
 
 
 @dataclass(frozen=True)
@@ -56,7 +73,7 @@ def record(s: Session, by: Actor, action: str, subject: str, **detail: Any) -> N
             actor_id=by.principal.id,
             actor_name=by.principal.name,
             actor_role=by.principal.role.value,
-            peer=by.peer[:200],
+            peer=by.peer[:PEER_CHARS],
             action=action,
             target=subject[:200],
             detail=json.dumps(detail, sort_keys=True, ensure_ascii=True),

@@ -15,6 +15,9 @@ from enum import StrEnum
 
 METADATA_KEY = "authorization"
 SCHEME = "Bearer "
+# The web console names the browser it acts for: the coordinator records the address in the
+# audit log as reported by the console, and never decides anything by it.
+CONSOLE_CLIENT_KEY = "deskfleet-console-client"
 
 
 class SecretKind(StrEnum):

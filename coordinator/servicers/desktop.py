@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from coordinator import scope
+from coordinator import audit, scope
 from coordinator.desktop import ActResult, Desktop
 from coordinator.killswitch import KillSwitches, KillView
 from coordinator.peeks import Peeks
@@ -252,7 +252,7 @@ class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
     ) -> desktop_pb2.KillSwitch:
         view = await self._kills.engage(
             current_principal(),
-            context.peer() or "",
+            audit.peer(),
             worker_id=request.worker,
             run_id=request.run,
             reason=request.reason,

@@ -18,7 +18,7 @@ from coordinator import audit, authz
 from coordinator.principals import Authenticator, Principal
 from coordinator.ratelimit import FailureLimiter, host_of
 from shared import tracing
-from shared.credentials import METADATA_KEY, SCHEME
+from shared.credentials import CONSOLE_CLIENT_KEY, METADATA_KEY, SCHEME
 from shared.errors import (
     ERROR_METADATA_KEY,
     AuthenticationError,
@@ -136,7 +136,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     async def _admit(
         self, method: str, roles: frozenset[Any] | None, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
-        audit.set_peer(context.peer() or "")
+        audit.set_peer(context.peer() or "", _metadata(context, CONSOLE_CLIENT_KEY))
         if roles is None:
             raise PermissionDeniedError(f"{method} has no access rule; it is refused to everyone")
         if not roles:  # authz.PUBLIC
