@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coordinator import secret_box
+from coordinator.console.limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_PER_CLIENT,
+    DEFAULT_REQUEST_TIMEOUT,
+)
 from coordinator.principals import NewUser, Role, create_user, has_admin_secret
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
 from coordinator.secret_box import KEY_FILE_NAME, SecretBox
@@ -66,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also serve the web console here; it calls this coordinator's API like any client"
         " (HTTPS with the API's certificate when it has one)",
     )
+    _host_name_option(serve, "--console-host-name")
     serve.add_argument("--heartbeat-interval", type=float, default=5.0, metavar="SECONDS")
     serve.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
     serve.add_argument(
@@ -222,6 +228,29 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve plain HTTP on a non-loopback address (loopback needs no flag)",
     )
+    _host_name_option(console, "--host-name")
+    console.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help=f"HTTP connections open at once, in all (default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    console.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=DEFAULT_MAX_PER_CLIENT,
+        metavar="N",
+        help=f"HTTP connections open at once from one address (default {DEFAULT_MAX_PER_CLIENT})",
+    )
+    console.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT,
+        metavar="SECONDS",
+        help="a request's head and body must arrive within this time, or the connection is"
+        f" closed (default {DEFAULT_REQUEST_TIMEOUT:.0f})",
+    )
 
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)
@@ -244,6 +273,18 @@ def _parser() -> argparse.ArgumentParser:
         help=f"validity of the server certificate (default {DEFAULT_SERVER_DAYS})",
     )
     return p
+
+
+def _host_name_option(p: argparse.ArgumentParser, flag: str) -> None:
+    p.add_argument(
+        flag,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the console answers to in the Host header (repeatable); IP addresses,"
+        " localhost and this machine's names are always accepted, any other name is refused"
+        " (a page on another name resolving to this address: DNS rebinding)",
+    )
 
 
 def _key_file_option(p: argparse.ArgumentParser) -> None:
@@ -323,7 +364,11 @@ def _write_secret(path: Path, secret: str) -> None:
         fh.write(secret + "\n")
 
 
-async def _serve(config: CoordinatorConfig, console_listen: str | None = None) -> None:
+async def _serve(
+    config: CoordinatorConfig,
+    console_listen: str | None = None,
+    console_host_names: tuple[str, ...] = (),
+) -> None:
     coordinator = Coordinator(config)
     try:
         port = await coordinator.start()
@@ -351,7 +396,7 @@ async def _serve(config: CoordinatorConfig, console_listen: str | None = None) -
     console = None
     if console_listen:
         try:
-            console = await _console_beside(config, console_listen, port)
+            console = await _console_beside(config, console_listen, port, console_host_names)
         except BaseException:
             await coordinator.stop()
             raise
@@ -367,7 +412,9 @@ async def _serve(config: CoordinatorConfig, console_listen: str | None = None) -
     await coordinator.stop()
 
 
-async def _console_beside(config: CoordinatorConfig, listen: str, port: int) -> Embedded:
+async def _console_beside(
+    config: CoordinatorConfig, listen: str, port: int, host_names: tuple[str, ...] = ()
+) -> Embedded:
     """The console in this process, dialling this coordinator's API on its own address with
     the API's certificate checked against the CA of --ca-dir."""
     from coordinator.console.server import ConsoleOptions, start_beside
@@ -392,6 +439,7 @@ async def _console_beside(config: CoordinatorConfig, listen: str, port: int) -> 
         tls_cert=cert,
         tls_key=key,
         plaintext=config.plaintext,
+        host_names=host_names,
     )
     return await start_beside(options, tls_name=name)
 
@@ -442,6 +490,10 @@ def main(argv: list[str] | None = None) -> int:
                     tls_key=args.tls_key,
                     plaintext=args.plaintext,
                     session_ttl=args.session_ttl * 3600,
+                    host_names=tuple(args.host_name),
+                    max_connections=args.max_connections,
+                    max_connections_per_client=args.max_connections_per_client,
+                    request_timeout=args.request_timeout,
                 )
             )
             return 0
@@ -499,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             tracing.COORDINATOR, {"service.instance.id": config.replica}, endpoint
         ).start()
         try:
-            asyncio.run(_serve(config, args.console_listen))
+            asyncio.run(_serve(config, args.console_listen, tuple(args.console_host_name)))
         finally:
             spans.shutdown()
         return 0

@@ -419,6 +419,12 @@ def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(
     response = page.request.post(f"/approvals/{approval['id']}/peek", form={"csrf": _csrf(page)})
     assert response.status == 409 and "kill switch" in response.text()
     assert f"kill switch {switch['id']} (worker) is engaged" in response.text()
+    # The screen already peeked is no longer served either, nor drawn on the approval's page.
+    gone = page.request.get(f"/approvals/{approval['id']}/screen")
+    assert gone.status == 410 and "no longer shown" in gone.text()
+    assert gone.headers["cache-control"] == "no-store"
+    page.goto(f"/approvals/{approval['id']}")
+    assert page.locator("svg#screen image.peek").count() == 0
     coordinator.cli("kill", "release", "--worker", stack.worker.worker_id, "--reason", "done")
 
     # The switch ended the request (it must be asked again): no longer one to peek for.

@@ -326,6 +326,8 @@ def test_a_desktop_runs_replay_shows_its_frames_in_order_with_each_action_drawn(
     assert secret not in page.content() and "hunter2" not in text_of(page)
     image = page.request.get(f"/runs/{run['id']}/artifacts/{one}")
     assert image.status == 200 and image.headers["content-type"] == "image/png"
+    # A screen is not kept in the browser's cache, where it would outlive the sign-out.
+    assert image.headers["cache-control"] == "no-store"
 
     # One step at a time, in order: the buttons and the arrow keys move through them.
     def visible_step() -> list[str]:
@@ -625,9 +627,19 @@ def test_serve_console_listen_serves_the_console_over_https_through_the_api(
         page.fill("#token", coordinator.admin_token_file.read_text().strip())
         page.click("button[type=submit]")
         page.wait_for_url("**/fleet")
-        [cookie] = [c for c in context.cookies() if c["name"] == "df_session"]
-        assert cookie["secure"] and cookie["httpOnly"]
+        # Over HTTPS the session cookie carries the __Host- prefix: Secure, this host only,
+        # the whole path (no sibling name can plant or overwrite it).
+        [cookie] = [c for c in context.cookies() if c["name"] == "__Host-df_session"]
+        assert cookie["secure"] and cookie["httpOnly"] and cookie["path"] == "/"
+        assert "domain" not in cookie or cookie["domain"] in ("127.0.0.1", "")
+        assert not [c for c in context.cookies() if c["name"] == "df_session"]
         assert page.goto("/runs?owner=*").status == 200
+        page.click("text=Sign out")
+        page.wait_for_url("**/signin")
+        assert not [c for c in context.cookies() if "df_session" in c["name"]]
+        page.fill("#token", coordinator.admin_token_file.read_text().strip())
+        page.click("button[type=submit]")
+        page.wait_for_url("**/fleet")
         context.close()
 
         context = stack.browser.new_context(base_url=url, ignore_https_errors=True)

@@ -14,7 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -27,18 +27,25 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from coordinator.console import model
-from coordinator.console.rpc import ConsoleClient
+from coordinator.console.limits import (
+    DEFAULT_LIVE_PER_SESSION,
+    DEFAULT_SESSIONS_PER_USER,
+    DEFAULT_SIGNIN_FAILURES,
+    DEFAULT_SIGNIN_FAILURES_PER_ADDRESS,
+)
+from coordinator.console.rpc import ConsoleClient, browser_address
+from coordinator.console.security import RequestChecks, SecurityHeaders, default_host_names
 from coordinator.console.sessions import (
-    COOKIE,
     DEFAULT_TTL,
-    PRE_COOKIE,
     Session,
     Sessions,
+    cookie_names,
     tokens_equal,
 )
+from coordinator.ratelimit import FailureLimiter
 from shared.config import ClientConfig
 from shared.errors import (
     AuthenticationError,
@@ -47,17 +54,13 @@ from shared.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    TooManyFailuresError,
     UnavailableError,
 )
 from shared.gen.deskfleet.v1 import admin_pb2, desktop_pb2, fleet_pb2, runs_pb2
 from shared.text import visible
 
 HERE = Path(__file__).parent
-CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
-    " connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self';"
-    " frame-ancestors 'none'"
-)
 JOURNAL_PAGE = 50
 RECENT_ACTIONS = 20  # a worker page's finished attempts
 LIVE_INTERVAL = 2.0  # seconds between the live stream's looks at the coordinator
@@ -72,37 +75,12 @@ class ConsoleSettings:
     # The name the coordinator's TLS certificate is checked against when the address is not
     # it (the console inside the coordinator dials its own loopback address).
     tls_name: str = ""
-
-
-class SecurityHeaders:
-    """Every response: the CSP, no sniffing, no framing, no referrer; pages are not cached."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                names = {k.lower() for k, _ in headers}
-                extra = {
-                    b"content-security-policy": CSP.encode(),
-                    b"x-content-type-options": b"nosniff",
-                    b"x-frame-options": b"DENY",
-                    b"referrer-policy": b"same-origin",
-                    b"cross-origin-opener-policy": b"same-origin",
-                }
-                if not scope["path"].startswith("/static/"):
-                    extra[b"cache-control"] = b"no-store"
-                headers += [(k, v) for k, v in extra.items() if k not in names]
-                message["headers"] = headers
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
+    # The names a request's Host may carry (IP addresses are always accepted).
+    host_names: frozenset[str] = field(default_factory=default_host_names)
+    live_per_session: int = DEFAULT_LIVE_PER_SESSION
+    sessions_per_user: int = DEFAULT_SESSIONS_PER_USER
+    signin_failures: int = DEFAULT_SIGNIN_FAILURES
+    signin_failures_per_address: int = DEFAULT_SIGNIN_FAILURES_PER_ADDRESS
 
 
 def _finalize(value: Any) -> Any:
@@ -132,7 +110,36 @@ def _templates() -> Environment:
     env.filters["multiline"] = _multiline
     env.filters["href"] = model.href
     env.globals["DESKTOP_ACTIONS"] = model.DESKTOP_ACTIONS
+    env.globals["grid_step"] = model.grid_step
     return env
+
+
+class LiveLooks:
+    """The live streams' looks at the coordinator, shared by the streams of one session that
+    watch the same thing: a look younger than `interval` (or one under way) is reused."""
+
+    def __init__(
+        self,
+        look: Callable[[Session, str], Awaitable[dict[str, Any]]],
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._look = look
+        self._interval = interval
+        self._clock = clock
+        self._recent: dict[tuple[str, str], tuple[float, asyncio.Task[dict[str, Any]]]] = {}
+
+    async def get(self, session: Session, run_id: str) -> dict[str, Any]:
+        key = (session.id, run_id)
+        now = self._clock()
+        for old in [k for k, (at, _) in self._recent.items() if at + self._interval <= now]:
+            del self._recent[old]
+        held = self._recent.get(key)
+        if held is None:
+            # Slightly less than the interval: a stream sleeping one interval finds it stale.
+            task = asyncio.ensure_future(self._look(session, run_id))
+            self._recent[key] = held = (now - 0.1 * self._interval, task)
+        return await asyncio.shield(held[1])
 
 
 class Refused(Exception):
@@ -163,7 +170,11 @@ Handler = Callable[[Request, Session], Awaitable[Response]]
 class Console:
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
-        self.sessions = Sessions(settings.session_ttl)
+        self.sessions = Sessions(settings.session_ttl, per_user=settings.sessions_per_user)
+        self.session_cookie, self.pre_cookie = cookie_names(settings.secure_cookies)
+        self._failed_by_browser = FailureLimiter(settings.signin_failures)
+        self._failed_by_address = FailureLimiter(settings.signin_failures_per_address)
+        self.looks = LiveLooks(self.live_state, settings.live_interval)
         self.client: ConsoleClient | None = None
         self.env = _templates()
 
@@ -217,12 +228,13 @@ class Console:
     # --- the session wrapper -----------------------------------------------------------------
 
     def session_of(self, request: Request) -> Session | None:
-        return self.sessions.get(request.cookies.get(COOKIE))
+        return self.sessions.get(request.cookies.get(self.session_cookie))
 
     def signed_in(self, handler: Handler, *, change: bool = False) -> Callable[..., Any]:
         """A handler that needs a session; `change=True`: a POST that must carry its CSRF token."""
 
         async def endpoint(request: Request) -> Response:
+            browser_address.set(_client_of(request))
             session = self.session_of(request)
             if session is None:
                 if change:
@@ -238,11 +250,11 @@ class Console:
                 return self.render(
                     request, "error.html", exc.status, session=session, message=str(exc)
                 )
-            except AuthenticationError as exc:
+            except (AuthenticationError, TooManyFailuresError) as exc:
                 # The token was rotated or the user removed: the session is over.
                 self.sessions.end_for_token(session.token)
                 response = self.render(request, "error.html", 401, message=str(exc))
-                response.delete_cookie(COOKIE, path="/")
+                self._forget(response, self.session_cookie)
                 return response
             except DeskfleetError as exc:
                 return self.render(
@@ -264,32 +276,56 @@ class Console:
     async def signin_form(self, request: Request) -> Response:
         if self.session_of(request) is not None:
             return self.redirect("/fleet")
-        pre = request.cookies.get(PRE_COOKIE) or _random()
+        pre = request.cookies.get(self.pre_cookie) or _random()
         response = self.render(
             request, "signin.html", pre=pre, next=_local(request.query_params.get("next"))
         )
-        self._cookie(response, PRE_COOKIE, pre, max_age=3600)
+        self._cookie(response, self.pre_cookie, pre, max_age=3600)
         return response
 
+    def _signin_wait(self, browser: str, address: str) -> float | None:
+        """Seconds this browser (or its address) must wait before its next sign-in, once it
+        has failed too often: such a sign-in is refused here, never sent to the coordinator,
+        which then never counts it against the console's own address."""
+        waits = [
+            w
+            for w in (
+                self._failed_by_browser.spent(browser),
+                self._failed_by_address.spent(address),
+            )
+            if w
+        ]
+        return max(waits) if waits else None
+
     async def signin(self, request: Request) -> Response:
+        address = _client_of(request)
+        browser_address.set(address)
         form = await request.form()
         try:
             _same_origin(request)
         except Refused as exc:
             return self.render(request, "error.html", exc.status, message=str(exc))
-        if not tokens_equal(str(form.get("pre") or ""), request.cookies.get(PRE_COOKIE, "")):
+        pre = request.cookies.get(self.pre_cookie, "")
+        if not tokens_equal(str(form.get("pre") or ""), pre):
             return self.render(
                 request,
                 "signin.html",
                 403,
-                pre=request.cookies.get(PRE_COOKIE, ""),
+                pre=pre,
                 error="the sign-in form expired: try again",
                 next="/fleet",
             )
         token = str(form.get("token") or "").strip()
         nxt = _local(str(form.get("next") or ""))
-        error = ""
-        if not token:
+        browser = f"{address} {pre}"
+        error, status = "", 401
+        wait = self._signin_wait(browser, address)
+        if wait is not None:
+            error, status = (
+                f"too many failed sign-ins from this browser: try again in {wait:.0f} s",
+                429,
+            )
+        elif not token:
             error = "paste a user token (dfu_...)"
         else:
             try:
@@ -301,22 +337,30 @@ class Console:
                     error = (
                         f"sign-in refused: a {who.role} credential cannot sign in; use a user token"
                     )
+            if error:
+                self._failed_by_browser.failed(browser)
+                self._failed_by_address.failed(address)
         if error:
-            pre = _random()
-            response = self.render(request, "signin.html", 401, pre=pre, error=error, next=nxt)
-            self._cookie(response, PRE_COOKIE, pre, max_age=3600)
-            return response
+            # The same form token again: the browser's failures keep counting as one browser's.
+            return self.render(request, "signin.html", status, pre=pre, error=error, next=nxt)
         session = self.sessions.create(token=token, user_id=who.id, name=who.name, role=who.role)
         signed = self.redirect(nxt)
-        self._cookie(signed, COOKIE, session.id, max_age=int(self.settings.session_ttl))
-        signed.delete_cookie(PRE_COOKIE, path="/")
+        self._cookie(
+            signed, self.session_cookie, session.id, max_age=int(self.settings.session_ttl)
+        )
+        self._forget(signed, self.pre_cookie)
         return signed
 
     async def signout(self, request: Request, session: Session) -> Response:
         self.sessions.end(session.id)
         response = self.redirect("/signin")
-        response.delete_cookie(COOKIE, path="/")
+        self._forget(response, self.session_cookie)
         return response
+
+    def _forget(self, response: Response, name: str) -> None:
+        response.delete_cookie(
+            name, path="/", secure=self.settings.secure_cookies, httponly=True, samesite="strict"
+        )
 
     def _cookie(self, response: Response, name: str, value: str, *, max_age: int) -> None:
         response.set_cookie(
@@ -592,7 +636,8 @@ class Console:
         return Response(
             art.data,
             media_type=media,
-            headers={"cache-control": "private, max-age=3600", "content-disposition": "inline"},
+            # Not kept by the browser: a screen must not outlive the session that saw it.
+            headers={"cache-control": "no-store", "content-disposition": "inline"},
         )
 
     # --- approvals ---------------------------------------------------------------------------
@@ -631,7 +676,7 @@ class Console:
         if worker is not None:
             display = next((d for d in worker.displays if d.index == shown[0]), None)
         requested = approval.requested
-        peek = session.peeks.get(approval_id) if approval.status == "pending" else None
+        peek = await self._shown_peek(session, approval)
         if peek is not None:  # the screen as it was captured: its real size is the surface's
             display = fleet_pb2.Display(index=peek.display, width=peek.width, height=peek.height)
         return await self.page(
@@ -696,11 +741,36 @@ class Console:
         session.flash("ok", f"approval {answer.id} approved: {model.scope_text(answer.granted)}")
         return self.redirect(f"/approvals/{approval_id}")
 
-    async def approval_screen(self, request: Request, session: Session) -> Response:
-        """The image this session peeked for the approval (never another session's)."""
-        peek = session.peeks.get(request.path_params["id"])
+    async def _shown_peek(
+        self, session: Session, approval: desktop_pb2.Approval
+    ) -> desktop_pb2.ScreenPeek | None:
+        """The screen this session peeked for the approval, while it may still be shown: the
+        approval is pending and no kill switch applies to it. Otherwise it is dropped."""
+        peek = session.peeks.get(approval.id)
         if peek is None:
+            return None
+        if approval.status == "pending":
+            kills = await self.rpc.call(
+                session.token, self.rpc.kills.Status, desktop_pb2.KillStatusRequest()
+            )
+            if not any(_stops(k, approval) for k in kills.switches):
+                return peek
+        session.peeks.pop(approval.id, None)
+        return None
+
+    async def approval_screen(self, request: Request, session: Session) -> Response:
+        """The image this session peeked for the approval (never another session's), only
+        while the approval is pending and no kill switch applies to it."""
+        approval_id = request.path_params["id"]
+        if approval_id not in session.peeks:
             raise Refused(404, "no screen captured for this approval: use “Show the screen”")
+        peek = await self._shown_peek(session, await self._approval(session, approval_id))
+        if peek is None:
+            raise Refused(
+                410,
+                "the screen is no longer shown: the approval is answered or ended, or a kill"
+                " switch stops its desktop",
+            )
         return Response(
             peek.data,
             media_type=peek.media_type,
@@ -801,48 +871,70 @@ class Console:
     # --- live --------------------------------------------------------------------------------
 
     async def events(self, request: Request, session: Session) -> Response:
-        """Server-sent events: the chrome (approvals, fleet stop) and, given `run`, its status."""
-        run_id = request.query_params.get("run", "")
-        interval = self.settings.live_interval
+        """Server-sent events: the chrome (approvals, fleet stop) and, given `run`, its status.
+
+        A session holds at most `live_per_session` of them at once, and its streams share
+        their looks at the coordinator (`LiveLooks`): more tabs of one session cost no more
+        calls. A credential the coordinator no longer accepts ends the session: the page is
+        told `signed-out` and the stream closes, instead of asking again every interval."""
+        run_id = request.query_params.get("run", "")[:100]
+        limit = self.settings.live_per_session
+        if session.live >= limit:
+            raise Refused(
+                429,
+                f"too many live connections for this session (the limit is {limit}): close"
+                " another console tab",
+            )
+        session.live += 1
 
         async def stream() -> AsyncIterator[bytes]:
             last = ""
-            yield b"retry: 3000\n\n"
-            while not await request.is_disconnected():
-                if self.sessions.get(session.id) is None:
-                    yield _sse("signed-out", {})
-                    return
-                try:
-                    doc: dict[str, Any] = await self.chrome(session)
-                    if run_id:
-                        run = await self.rpc.call(
-                            session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id)
-                        )
-                        doc["run"] = {
-                            "status": run.status,
-                            "stop_reason": visible(run.stop_reason),
-                            "waiting": visible(
-                                f"{run.waiting.code}: {run.waiting.detail}"
-                                if run.waiting.code
-                                else ""
-                            ),
-                            "last_seq": run.last_seq,
-                        }
-                except DeskfleetError as exc:
-                    doc = {"error": visible(str(exc))}
-                text = json.dumps(doc, sort_keys=True)
-                if text != last:
-                    last = text
-                    yield _sse("state", doc)
-                else:
-                    yield b": keep-alive\n\n"
-                await asyncio.sleep(interval)
+            try:
+                yield b"retry: 3000\n\n"
+                while not await request.is_disconnected():
+                    if self.sessions.get(session.id) is None:
+                        yield _sse("signed-out", {})
+                        return
+                    try:
+                        doc = await self.looks.get(session, run_id)
+                    except (AuthenticationError, TooManyFailuresError):
+                        self.sessions.end_for_token(session.token)
+                        yield _sse("signed-out", {})
+                        return
+                    except DeskfleetError as exc:
+                        doc = {"error": visible(str(exc))}
+                    text = json.dumps(doc, sort_keys=True)
+                    if text != last:
+                        last = text
+                        yield _sse("state", doc)
+                    else:
+                        yield b": keep-alive\n\n"
+                    await asyncio.sleep(self.settings.live_interval)
+            finally:
+                session.live -= 1
 
         return StreamingResponse(
             stream(),
             media_type="text/event-stream",
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )
+
+    async def live_state(self, session: Session, run_id: str) -> dict[str, Any]:
+        """One look for the live stream: the chrome and, given a run, its status."""
+        doc: dict[str, Any] = await self.chrome(session)
+        if run_id:
+            run = await self.rpc.call(
+                session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id)
+            )
+            doc["run"] = {
+                "status": run.status,
+                "stop_reason": visible(run.stop_reason),
+                "waiting": visible(
+                    f"{run.waiting.code}: {run.waiting.detail}" if run.waiting.code else ""
+                ),
+                "last_seq": run.last_seq,
+            }
+        return doc
 
     async def home(self, request: Request) -> Response:
         return self.redirect("/fleet" if self.session_of(request) else "/signin")
@@ -892,6 +984,15 @@ def approve_scope(form: FormData) -> desktop_pb2.DesktopScope:
     return scope
 
 
+def _stops(kill: desktop_pb2.KillSwitch, approval: desktop_pb2.Approval) -> bool:
+    """Whether an engaged kill switch applies to the approval's desktop."""
+    return kill.engaged and (
+        kill.scope == "fleet"
+        or (kill.scope == "worker" and kill.target == approval.worker_id)
+        or (kill.scope == "run" and kill.target == approval.run_id)
+    )
+
+
 def _reason(form: FormData) -> str:
     return str(form.get("reason") or "").strip()
 
@@ -904,6 +1005,11 @@ def _random() -> str:
     import secrets
 
     return secrets.token_urlsafe(24)
+
+
+def _client_of(request: Request) -> str:
+    """The browser's address as this console's socket sees it (no proxy header is trusted)."""
+    return request.client.host if request.client is not None else ""
 
 
 def _local(target: str | None) -> str:
@@ -968,4 +1074,4 @@ def create_app(settings: ConsoleSettings) -> Starlette:
 
 
 def asgi(settings: ConsoleSettings) -> ASGIApp:
-    return SecurityHeaders(create_app(settings))
+    return RequestChecks(SecurityHeaders(create_app(settings)), settings.host_names)

@@ -339,6 +339,19 @@ def scope_text(scope: desktop_pb2.DesktopScope) -> str:
     return "; ".join(parts)
 
 
+GRID = 160  # px between the grid lines of a display's drawing, at most
+GRID_LINES = 32  # lines each way, at most, whatever size a worker advertises
+
+
+def grid_step(width: int, height: int) -> int:
+    """The spacing of a display drawing's grid: every GRID px, doubled until a side has at
+    most GRID_LINES lines (the size comes from the worker: it bounds nothing by itself)."""
+    step, side = GRID, max(width, height, 1)
+    while side > step * GRID_LINES:
+        step *= 2
+    return step
+
+
 def parse_int(value: Any, default: int = 0) -> int:
     try:
         return int(str(value).strip())

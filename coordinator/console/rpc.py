@@ -6,6 +6,7 @@ does, `shared.credentials.auth_metadata`) and the coordinator's guard decides.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -13,7 +14,7 @@ import grpc
 
 from coordinator.admin_cli.client import CHANNEL_OPTIONS, channel_credentials
 from shared.config import ClientConfig
-from shared.credentials import auth_metadata
+from shared.credentials import CONSOLE_CLIENT_KEY, auth_metadata
 from shared.errors import from_rpc_error
 from shared.gen.deskfleet.v1 import (
     admin_pb2_grpc,
@@ -25,6 +26,9 @@ from shared.gen.deskfleet.v1 import (
 from shared.tracing import METADATA_KEY, TraceParent
 
 Response = TypeVar("Response")
+
+# The address of the browser the current request came from (set per request by the app).
+browser_address: contextvars.ContextVar[str] = contextvars.ContextVar("browser", default="")
 
 
 class ConsoleClient:
@@ -53,7 +57,9 @@ class ConsoleClient:
     @staticmethod
     def metadata(token: str) -> tuple[tuple[str, str], ...]:
         # One trace per page: the coordinator's spans of one request share a parent.
-        return (*auth_metadata(token), (METADATA_KEY, TraceParent.new().header()))
+        traced = (*auth_metadata(token), (METADATA_KEY, TraceParent.new().header()))
+        browser = browser_address.get()
+        return (*traced, (CONSOLE_CLIENT_KEY, browser)) if browser else traced
 
     async def call(
         self,

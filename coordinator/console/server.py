@@ -12,6 +12,13 @@ from pathlib import Path
 import uvicorn
 
 from coordinator.console.app import ConsoleSettings, asgi
+from coordinator.console.connections import ConnectionLimits, protocol_class
+from coordinator.console.limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_PER_CLIENT,
+    DEFAULT_REQUEST_TIMEOUT,
+)
+from coordinator.console.security import default_host_names
 from shared.config import ClientConfig
 from shared.errors import InvalidArgumentError
 from shared.transport import is_loopback
@@ -26,6 +33,20 @@ class ConsoleOptions:
     tls_key: Path | None = None
     plaintext: bool = False
     session_ttl: float = 8 * 3600.0
+    host_names: tuple[str, ...] = ()  # names the Host header may carry beyond the defaults
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_client: int = DEFAULT_MAX_PER_CLIENT
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+
+    def settings(self, coordinator: ClientConfig, tls_name: str = "") -> ConsoleSettings:
+        listen_host = self.listen.rpartition(":")[0].strip("[]")
+        return ConsoleSettings(
+            coordinator=coordinator,
+            session_ttl=self.session_ttl,
+            secure_cookies=self.tls_cert is not None,
+            tls_name=tls_name,
+            host_names=default_host_names((*self.host_names, listen_host)),
+        )
 
 
 def _bind(listen: str) -> socket.socket:
@@ -58,14 +79,27 @@ def check(options: ConsoleOptions) -> None:
         )
     if options.session_ttl <= 0:
         raise InvalidArgumentError("--session-ttl must be positive")
+    if options.max_connections < 1 or options.max_connections_per_client < 1:
+        raise InvalidArgumentError("--max-connections and --max-connections-per-client: 1 or more")
+    if not options.request_timeout > 0:
+        raise InvalidArgumentError("--request-timeout must be positive")
+    for name in options.host_names:
+        if not name.strip() or any(c in name for c in "/: \t") or len(name) > 253:
+            raise InvalidArgumentError(f"--host-name {name!r}: a DNS name, without port or scheme")
 
 
 def _server(
     options: ConsoleOptions, settings: ConsoleSettings
 ) -> tuple[uvicorn.Config, socket.socket]:
     sock = _bind(options.listen)
+    limits = ConnectionLimits(
+        max_connections=options.max_connections,
+        max_per_client=options.max_connections_per_client,
+        request_timeout=options.request_timeout,
+    )
     config = uvicorn.Config(
         asgi(settings),
+        http=protocol_class(limits),
         log_level="warning",
         access_log=False,
         proxy_headers=False,
@@ -86,11 +120,7 @@ def _url(options: ConsoleOptions, sock: socket.socket) -> str:
 
 def serve(options: ConsoleOptions) -> None:
     check(options)
-    settings = ConsoleSettings(
-        coordinator=ClientConfig(options.coordinator, None, options.ca_file),
-        session_ttl=options.session_ttl,
-        secure_cookies=options.tls_cert is not None,
-    )
+    settings = options.settings(ClientConfig(options.coordinator, None, options.ca_file))
     config, sock = _server(options, settings)
     print(f"console listening on {_url(options, sock)}", flush=True)
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
@@ -128,12 +158,7 @@ async def start_beside(options: ConsoleOptions, *, tls_name: str = "") -> Embedd
     """`serve --console-listen`: the console on this event loop, calling the coordinator's own
     API address like any client, so the guard still decides every request."""
     check(options)
-    settings = ConsoleSettings(
-        coordinator=ClientConfig(options.coordinator, None, options.ca_file),
-        session_ttl=options.session_ttl,
-        secure_cookies=options.tls_cert is not None,
-        tls_name=tls_name,
-    )
+    settings = options.settings(ClientConfig(options.coordinator, None, options.ca_file), tls_name)
     config, sock = _server(options, settings)
     beside = _Beside(config)
     task = asyncio.create_task(beside.serve(sockets=[sock]))

@@ -14,12 +14,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from coordinator.console.limits import DEFAULT_SESSIONS_PER_USER
 from shared.gen.deskfleet.v1.desktop_pb2 import ScreenPeek
 
 COOKIE = "df_session"
 PRE_COOKIE = "df_signin"  # the sign-in form's double-submit token (no session exists yet)
+# Over HTTPS the cookies carry the `__Host-` prefix: the browser then keeps them only when set
+# Secure, for this host alone (no Domain) and the whole path, so no sibling subdomain can plant
+# or overwrite one.
+HOST_PREFIX = "__Host-"
 DEFAULT_TTL = 8 * 3600.0
 PEEKS_KEPT = 4
+
+
+def cookie_names(secure: bool) -> tuple[str, str]:
+    """The session cookie's and the sign-in form's cookie's names."""
+    prefix = HOST_PREFIX if secure else ""
+    return prefix + COOKIE, prefix + PRE_COOKIE
 
 
 @dataclass
@@ -35,6 +46,7 @@ class Session:
     # The last screen peeked per approval, shown only to this session (the peek is audited as
     # this user's): at most PEEKS_KEPT, the oldest dropped first.
     peeks: dict[str, ScreenPeek] = field(default_factory=dict)
+    live: int = 0  # live streams (`/events`) open now
 
     @property
     def is_admin(self) -> bool:
@@ -59,15 +71,26 @@ def tokens_equal(a: str, b: str) -> bool:
 
 
 class Sessions:
-    """Sessions by id, each valid for `ttl` seconds from sign-in (not extended by use)."""
+    """Sessions by id, each valid for `ttl` seconds from sign-in (not extended by use); at
+    most `per_user` of one user at a time, the oldest ended first when a new one begins (a
+    stolen token cannot pile up sessions in this process's memory)."""
 
-    def __init__(self, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.time,
+        per_user: int = DEFAULT_SESSIONS_PER_USER,
+    ) -> None:
         self.ttl = ttl
+        self.per_user = per_user
         self._clock = clock
         self._by_id: dict[str, Session] = {}
 
     def create(self, *, token: str, user_id: str, name: str, role: str) -> Session:
         self._sweep()
+        mine = [s.id for s in self._by_id.values() if s.user_id == user_id]  # oldest first
+        for sid in mine[: max(len(mine) - self.per_user + 1, 0)]:
+            del self._by_id[sid]
         session = Session(
             id=secrets.token_urlsafe(32),
             token=token,
