@@ -1,0 +1,216 @@
+"""A hostile enrolled worker against a real coordinator: streams opened by hand with a real
+worker's credential (`tests/harness/raw_worker.py`), every message chosen by the test.
+
+What it may not do: report on another worker's attempt (30.3), make the store keep or lose
+kill switch acknowledgements (30.4), advertise without bounds (30.5); and the attack forms
+that held before, kept held: a capability it was not granted, control characters in what it
+advertises, heartbeats it never reads the answers to, large junk receipts, idle connections.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.admin_cli.render import as_dict
+from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, worker_pb2
+from tests.harness import (
+    CoordinatorProcess,
+    journal,
+    submit,
+    verify_journal,
+    wait_run,
+    wait_until,
+    write_plan,
+)
+from tests.harness.raw_worker import RawWorker
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    """One coordinator for the module: each test has its own raw workers, runs and switches."""
+    return module_coordinator
+
+
+@pytest.fixture
+def raw(coordinator: CoordinatorProcess) -> Iterator[Callable[..., RawWorker]]:
+    made: list[RawWorker] = []
+
+    def make(name: str, **kw: Any) -> RawWorker:
+        worker = RawWorker(coordinator, name, **kw)
+        made.append(worker)
+        return worker
+
+    yield make
+    for worker in made:
+        worker.close()
+
+
+def _receipt(d: worker_pb2.Dispatch, result_json: str, **kw: Any) -> worker_pb2.Receipt:
+    now = time.time()
+    return worker_pb2.Receipt(
+        action_id=d.action_id,
+        run_id=d.run_id,
+        attempt_id=d.attempt_id,
+        epoch=d.epoch,
+        status="succeeded",
+        result_json=result_json,
+        started_at=now,
+        finished_at=now,
+        **kw,
+    )
+
+
+# ------------------------------------------------------------------ 30.3 forged receipts
+
+
+def test_a_worker_cannot_start_or_complete_another_workers_attempt(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker], tmp_path: Path
+) -> None:
+    claimant, forger = raw("claimant"), raw("forger")
+    claimant.connect()
+    forger.connect()
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [{"kind": "diag.echo", "args": {"value": "real"}, "idempotent": False,
+          "route": {"worker": claimant.worker_id}}],
+    )  # fmt: skip
+    run_id = submit(coordinator, plan)["id"]
+    d = claimant.expect("dispatch").dispatch
+    assert d.run_id == run_id
+
+    # What the run's owner reads in GetRun is all the forger needs.
+    forger.send(started=worker_pb2.ActionStarted(action_id=d.action_id, attempt_id=d.attempt_id))
+    forger.send(receipt=_receipt(d, '{"echo": "forged"}'))
+    ack = forger.expect("receipt_ack").receipt_ack
+    assert (ack.action_id, ack.accepted) == (d.action_id, False)
+    assert ack.reason == "this worker does not hold the claim on the attempt"
+    run = wait_run(coordinator, run_id, lambda r: True)
+    assert run["status"] == "RUNNING"
+    [action] = run["actions"]
+    assert (action["status"], action["workerId"], action["receiptId"]) == (
+        "DISPATCHED",
+        claimant.worker_id,
+        "",
+    )
+    events = journal(coordinator, run_id)
+    refused = {e["kind"]: e["data"] for e in events if e["kind"].endswith(".refused")}
+    assert set(refused) == {"receipt.refused", "started.refused"}
+    assert {d["worker"] for d in refused.values()} == {forger.worker_id}
+    assert not [e for e in events if e["kind"] in ("receipt", "action.started")]
+
+    # The claimant's own receipt is still taken, with its own result.
+    claimant.send(receipt=_receipt(d, '{"echo": "real"}'))
+    assert claimant.expect("receipt_ack").receipt_ack.accepted
+    run = wait_run(coordinator, run_id, lambda r: r["status"] == "SUCCEEDED")
+    [recorded] = [e["data"] for e in journal(coordinator, run_id) if e["kind"] == "receipt"]
+    assert recorded["result"] == {"echo": "real"}
+    assert verify_journal(coordinator, run_id)["ok"]
+    shown = coordinator.cli("runs", "show", run_id).stdout
+    assert "receipt from" in shown and "does not hold the claim" in shown
+
+
+# ---------------------------------------------------------------- 30.4 kill acknowledgements
+
+
+def _switch(coordinator: CoordinatorProcess, kill_id: str) -> dict[str, Any]:
+    channel = coordinator.channel()
+    assert channel is not None
+    reply = desktop_pb2_grpc.KillSwitchServiceStub(channel).Status(
+        desktop_pb2.KillStatusRequest(include_released=True),
+        metadata=coordinator.admin_metadata(),
+        timeout=30,
+    )
+    switch: dict[str, Any] = next(s for s in as_dict(reply)["switches"] if s["id"] == kill_id)
+    return switch
+
+
+def _store_bytes(coordinator: CoordinatorProcess) -> int:
+    db = Path(coordinator.db_url.removeprefix("sqlite:///"))
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+
+
+def _bad_acks_beside_a_real_one(coordinator: CoordinatorProcess, acker: RawWorker) -> None:
+    """Engage a switch for `acker` and one for another worker; the acker sends 200 junk
+    acknowledgements around its one real one. Only the real one counts."""
+    other = RawWorker(coordinator, "bystander")
+    kill = coordinator.cli_json("kill", "engage", "--worker", acker.worker_id, "--reason", "t")
+    theirs = coordinator.cli_json("kill", "engage", "--worker", other.worker_id, "--reason", "t")
+    try:
+        acker.expect("kill", where=lambda m: m.kill.kill_id == kill["id"])
+        junk = [
+            worker_pb2.KillAck(kill_id=f"kill_{i:04}" + "x" * 65536, engaged=True)
+            for i in range(200)
+        ]
+        near = [
+            worker_pb2.KillAck(kill_id="kill_nothing", engaged=True),  # no such switch
+            worker_pb2.KillAck(kill_id=theirs["id"], engaged=True),  # another worker's
+            worker_pb2.KillAck(kill_id=kill["id"], engaged=False),  # not released
+        ]
+        for ack in [*junk[:100], *near, worker_pb2.KillAck(kill_id=kill["id"], engaged=True)]:
+            acker.send(kill_ack=ack)
+        for ack in [*junk[100:], *near]:
+            acker.send(kill_ack=ack)
+        mine = wait_until(
+            lambda: (s := _switch(coordinator, kill["id"]))["acknowledgedCount"] and s,
+            15,
+            0.1,
+            "the real acknowledgement",
+        )
+        assert mine["acknowledged"] == [acker.worker_id] and mine["unacknowledgedCount"] == 0
+        # The junk after it was read too: once another real change arrives behind it.
+        coordinator.cli("kill", "release", "--id", kill["id"], "--reason", "t")
+        acker.expect("kill", where=lambda m: m.kill.kill_id == kill["id"] and not m.kill.engaged)
+        acker.send(kill_ack=worker_pb2.KillAck(kill_id=kill["id"], engaged=False))
+        wait_until(
+            lambda: (
+                _switch(coordinator, kill["id"])["acknowledgedCount"] == 1
+                and _switch(coordinator, kill["id"])["acknowledged"] == [acker.worker_id]
+            ),
+            15,
+            0.1,
+            "the release's acknowledgement",
+        )
+        assert _switch(coordinator, theirs["id"])["acknowledgedCount"] == 0
+    finally:
+        coordinator.cli("kill", "release", "--id", theirs["id"], "--reason", "t", check=False)
+        coordinator.cli("kill", "release", "--id", kill["id"], "--reason", "t", check=False)
+
+
+def test_kill_acks_count_only_for_a_switch_that_applies_and_junk_costs_the_store_nothing(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker]
+) -> None:
+    acker = raw("acker")
+    acker.connect()
+    before = _store_bytes(coordinator)
+    _bad_acks_beside_a_real_one(coordinator, acker)
+    # 200 ids of 64 KiB stored were 26 MB; refused, they cost nothing but the real rows.
+    assert _store_bytes(coordinator) - before < 1024 * 1024
+    lines = [line for line in coordinator.log.read_text().splitlines() if "refused" in line]
+    counted = [line for line in lines if "kill switch acknowledgements" in line]
+    assert counted and len(counted) <= 3, counted  # logged at a bounded rate, not 200 times
+
+
+@pytest.mark.postgres
+def test_on_postgresql_one_bad_kill_ack_costs_no_other_its_place(
+    pg_store: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, credentials = pg_store
+    coordinator = CoordinatorProcess(tmp_path / "pg", url)
+    shutil.copy(credentials / "admin.token", coordinator.admin_token_file)
+    shutil.copy(credentials / "secrets.key", coordinator.secrets_key_file)
+    coordinator.start()
+    acker = RawWorker(coordinator, "acker")
+    try:
+        acker.connect()
+        _bad_acks_beside_a_real_one(coordinator, acker)
+    finally:
+        acker.close()
+        coordinator.stop()
