@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 
 from coordinator.heart.orders import Held, IncomingReceipt
+from shared.advertisement import Advertisement, HelloLimits
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,15 @@ def ids_refusal(**ids: str) -> str:
         if not value or len(value) > MAX_ID:
             return f"{name}: 1 to {MAX_ID} characters (got {len(value)})"
     return ""
+
+
+def hello_refusal(
+    size: int, advertisement: Advertisement, held: Sequence[Held], limits: HelloLimits
+) -> str:
+    """Why a hello (`size` bytes serialized) is refused, naming the limit; "" when it is not."""
+    if size > limits.max_bytes:
+        return f"hello limit max_bytes={limits.max_bytes}: the hello is {size} bytes"
+    return limits.refusal(advertisement) or held_refusal(held, limits.max_held)
 
 
 def held_refusal(held: Sequence[Held], max_held: int) -> str:

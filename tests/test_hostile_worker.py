@@ -10,17 +10,28 @@ advertises, heartbeats it never reads the answers to, large junk receipts, idle 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from coordinator.admin_cli.render import as_dict
-from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, worker_pb2
+from shared.gen.deskfleet.v1 import (
+    desktop_pb2,
+    desktop_pb2_grpc,
+    fleet_pb2,
+    fleet_pb2_grpc,
+    worker_pb2,
+)
 from tests.harness import (
+    BIN,
     CoordinatorProcess,
+    base_env,
     journal,
     submit,
     verify_journal,
@@ -28,7 +39,7 @@ from tests.harness import (
     wait_until,
     write_plan,
 )
-from tests.harness.raw_worker import RawWorker
+from tests.harness.raw_worker import HEADLESS, RawWorker
 
 pytestmark = pytest.mark.slow
 
@@ -55,17 +66,17 @@ def raw(coordinator: CoordinatorProcess) -> Iterator[Callable[..., RawWorker]]:
 
 def _receipt(d: worker_pb2.Dispatch, result_json: str, **kw: Any) -> worker_pb2.Receipt:
     now = time.time()
-    return worker_pb2.Receipt(
-        action_id=d.action_id,
-        run_id=d.run_id,
-        attempt_id=d.attempt_id,
-        epoch=d.epoch,
-        status="succeeded",
-        result_json=result_json,
-        started_at=now,
-        finished_at=now,
-        **kw,
-    )
+    fields: dict[str, Any] = {
+        "action_id": d.action_id,
+        "run_id": d.run_id,
+        "attempt_id": d.attempt_id,
+        "epoch": d.epoch,
+        "status": "succeeded",
+        "result_json": result_json,
+        "started_at": now,
+        "finished_at": now,
+    }
+    return worker_pb2.Receipt(**(fields | kw))
 
 
 # ------------------------------------------------------------------ 30.3 forged receipts
@@ -214,3 +225,144 @@ def test_on_postgresql_one_bad_kill_ack_costs_no_other_its_place(
     finally:
         acker.close()
         coordinator.stop()
+
+
+# ------------------------------------------------------------------------ 30.5 bounded hello
+
+
+def _refused_hello(worker: RawWorker, hello: worker_pb2.Hello) -> str:
+    """Open a stream with this hello: it must be refused as INVALID_ARGUMENT; the details."""
+    worker.open(hello)
+    with pytest.raises(grpc.RpcError) as caught:
+        worker.expect("welcome", timeout=15)
+    error: Any = caught.value
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    details: str = error.details()
+    return details
+
+
+def _status_bytes(coordinator: CoordinatorProcess) -> int:
+    channel = coordinator.channel()
+    assert channel is not None
+    reply = fleet_pb2_grpc.FleetServiceStub(channel).GetWorkerStatus(
+        fleet_pb2.GetWorkerStatusRequest(), metadata=coordinator.admin_metadata(), timeout=30
+    )
+    return int(reply.ByteSize())
+
+
+def _row(coordinator: CoordinatorProcess, worker_id: str) -> dict[str, Any]:
+    channel = coordinator.channel()
+    assert channel is not None
+    reply = fleet_pb2_grpc.FleetServiceStub(channel).GetWorker(
+        fleet_pb2.WorkerRef(id=worker_id), metadata=coordinator.admin_metadata(), timeout=30
+    )
+    return as_dict(reply)
+
+
+def test_a_hello_past_its_bounds_is_refused_naming_the_limit_and_nothing_is_written(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker]
+) -> None:
+    before = _status_bytes(coordinator)
+    ad = HEADLESS.to_proto()
+    bloated = fleet_pb2.Advertisement()
+    bloated.CopyFrom(ad)
+    bloated.versions.update({f"v{i}": "x" * 1000 for i in range(8000)})  # the 8 MB hello
+    many = fleet_pb2.Advertisement()
+    many.CopyFrom(ad)
+    many.versions.update({f"v{i}": "1.0" for i in range(100)})
+    huge_screen = fleet_pb2.Advertisement()
+    huge_screen.CopyFrom(ad)
+    huge_screen.displays.add(index=0, width=16_000_000, height=16_000_000)
+    wide = fleet_pb2.Advertisement()  # every entry within its bounds, the whole past 64 KiB
+    wide.CopyFrom(ad)
+    wide.labels.update({f"{i:0>250}": "l" * 256 for i in range(64)})
+    wide.versions.update({f"{i:0>250}": "v" * 256 for i in range(64)})
+    held = [worker_pb2.HeldAction(action_id="act_1", attempt_id="att", state="running")]
+    cases = [
+        (worker_pb2.Hello(advertisement=bloated), "hello limit max_bytes=65536: the hello is 8"),
+        (worker_pb2.Hello(advertisement=many), "hello limit max_entries=64:"),
+        (worker_pb2.Hello(advertisement=huge_screen), "hello limit max_display_px=32768:"),
+        (worker_pb2.Hello(advertisement=wide), "hello limit max_bytes=65536: the hello is"),
+        (worker_pb2.Hello(advertisement=ad, held=held * 513), "hello limit max_held=512:"),
+        (
+            worker_pb2.Hello(
+                advertisement=ad, held=[worker_pb2.HeldAction(action_id="a" * 60_000)]
+            ),
+            "held[0].action_id: 1 to 64 characters (got 60000)",
+        ),
+    ]
+    for i, (hello, said) in enumerate(cases):
+        worker = raw(f"bloated-{i}")
+        details = _refused_hello(worker, hello)
+        assert details.startswith(said) and "\n" not in details and len(details) < 200, details
+        row = _row(coordinator, worker.worker_id)
+        assert not row["online"] and row["versions"] == {} and row["displays"] == [], row
+    # Every status call would carry the 8 MB advertisement; it was never written.
+    assert _status_bytes(coordinator) < before + 4096
+
+
+def test_hello_limits_are_a_serve_setting(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [BIN / "deskfleet-coordinator", "serve", "--db", "sqlite:///x.db",
+         "--hello-limit", "max_entries=lots"],
+        capture_output=True, text=True, timeout=60, env=base_env(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "deskfleet-coordinator: --hello-limit 'max_entries=lots': N must be a whole number"
+        " of at least 1"
+    ]
+    coordinator = CoordinatorProcess(
+        tmp_path / "coord", serve_args=("--hello-limit", "max_entries=2")
+    ).start()
+    try:
+        labelled = replace(HEADLESS, labels={"a": "1", "b": "2", "c": "3"})
+        worker = RawWorker(coordinator, "labelled")
+        details = _refused_hello(worker, worker_pb2.Hello(advertisement=labelled.to_proto()))
+        worker.close()
+        assert details == "hello limit max_entries=2: advertisement.labels has 3 entries"
+        fine = RawWorker(coordinator, "fine")
+        fine.connect(replace(HEADLESS, labels={"a": "1", "b": "2"}))
+        fine.close()
+    finally:
+        coordinator.stop()
+
+
+def test_a_receipt_past_its_bounds_is_refused_naming_the_limit_and_the_run_goes_on(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker], tmp_path: Path
+) -> None:
+    worker = raw("sloppy")
+    worker.connect()
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [{"kind": "diag.echo", "args": {"value": 1}, "idempotent": False,
+          "route": {"worker": worker.worker_id}}],
+    )  # fmt: skip
+    run_id = submit(coordinator, plan)["id"]
+    d = worker.expect("dispatch").dispatch
+    for changes, said in [
+        ({"status": "succeeded\x1b[2J"}, "status: one of cancelled, failed, refused, succeeded"),
+        ({"error": "e" * 20_000}, "error: at most 8000 characters (got 20000)"),
+        ({"traceparent": "00-" + "1" * 70_000}, "traceparent: at most 64 characters"),
+        (
+            {"artifacts": [worker_pb2.ReceiptArtifact(sha256="f" * 64, media_type="m" * 70_000)]},
+            "artifacts[0].media_type: at most 64 characters (got 70000)",
+        ),
+    ]:
+        worker.send(receipt=_receipt(d, '{"echo": 1}', **changes))
+        ack = worker.expect("receipt_ack").receipt_ack
+        assert (ack.action_id, ack.attempt_id, ack.accepted) == (d.action_id, d.attempt_id, False)
+        assert ack.reason.startswith(said), ack.reason
+    # Ids no row could have are answered without the store, cut to the id's length.
+    worker.send(receipt=_receipt(d, "{}", action_id="a" * 100_000, run_id="r"))
+    ack = worker.expect("receipt_ack").receipt_ack
+    assert (ack.action_id, ack.accepted) == ("a" * 64, False)
+    assert ack.reason == "action_id: 1 to 64 characters (got 100000)"
+    assert wait_run(coordinator, run_id, lambda r: True)["status"] == "RUNNING"
+    assert not [e for e in journal(coordinator, run_id) if e["kind"].startswith("receipt")]
+    # Junk starts and peek answers are dropped: the stream goes on.
+    worker.send(started=worker_pb2.ActionStarted(action_id="a" * 100_000, attempt_id="t"))
+    worker.send(peek_result=worker_pb2.PeekResult(peek_id="p" * 100_000, error="e" * 100_000))
+    worker.send(receipt=_receipt(d, '{"echo": 1}'))
+    assert worker.expect("receipt_ack").receipt_ack.accepted
+    assert wait_run(coordinator, run_id, lambda r: r["status"] == "SUCCEEDED")

@@ -70,11 +70,17 @@ class RawWorker:
             self.error = exc
         self._in.put(_END)
 
-    def open(self, hello: worker_pb2.Hello) -> None:
-        """Open the stream with this hello; the welcome (or the refusal) is read with `expect`."""
+    def open(self, hello: worker_pb2.Hello, *, read: bool = True) -> None:
+        """Open the stream with this hello; the welcome (or the refusal) is read with `expect`.
+        `read=False`: nothing the coordinator sends is ever read (a worker that stopped
+        reading its stream), until `read_from_now`."""
         stub = worker_pb2_grpc.WorkerGatewayStub(self._channel)
         self._call = stub.Connect(self._requests(), metadata=self.metadata)
         self._out.put(worker_pb2.WorkerMessage(hello=hello))
+        if read:
+            self.read_from_now()
+
+    def read_from_now(self) -> None:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
