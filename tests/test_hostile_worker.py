@@ -10,6 +10,7 @@ advertises, heartbeats it never reads the answers to, large junk receipts, idle 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 import pytest
 
 from coordinator.admin_cli.render import as_dict
+from shared.advertisement import Capability, Display
 from shared.gen.deskfleet.v1 import (
     desktop_pb2,
     desktop_pb2_grpc,
@@ -366,3 +369,143 @@ def test_a_receipt_past_its_bounds_is_refused_naming_the_limit_and_the_run_goes_
     worker.send(receipt=_receipt(d, '{"echo": 1}'))
     assert worker.expect("receipt_ack").receipt_ack.accepted
     assert wait_run(coordinator, run_id, lambda r: r["status"] == "SUCCEEDED")
+
+
+# ------------------------------------------------------------------- forms that held before
+
+RAW = ("\x1b", "\x07", "\r", "\u202e", "\x9b")
+
+
+def test_a_capability_the_token_did_not_grant_is_not_offered_whatever_the_hello_says(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker], tmp_path: Path
+) -> None:
+    worker = raw("boaster", capabilities=("headless",))
+    worker.connect(
+        replace(
+            HEADLESS,
+            displays=(Display(0, 0, 0, 1280, 800),),
+            capabilities=(Capability("headless", True), Capability("computer_use", True)),
+        )
+    )
+    row = _row(coordinator, worker.worker_id)
+    [cu] = [c for c in row["capabilities"] if c["name"] == "computer_use"]
+    assert (cu["available"], cu["reason"]) == (False, "not granted by the enrollment token")
+    done = coordinator.cli(
+        "desktop", "request", "--worker", worker.worker_id, "--action=screenshot", check=False
+    )
+    assert done.returncode != 0 and "was not enrolled for computer_use" in done.stderr
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [{"kind": "diag.echo", "args": {"value": 1}, "idempotent": True,
+          "route": {"worker": worker.worker_id, "capability": "computer_use"}}],
+    )  # fmt: skip
+    run = submit(coordinator, plan)
+    assert run["status"] == "WAITING_FOR_ENVIRONMENT", run
+    with pytest.raises(TimeoutError):
+        worker.expect("dispatch", timeout=2)
+    coordinator.cli("runs", "cancel", run["id"])
+
+
+def test_control_characters_a_worker_advertises_are_spelled_out_wherever_they_are_shown(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker]
+) -> None:
+    os_text = "Linux\x1b[2J\x1b[1;1Hfine\u202e"
+    worker = raw("shouter")
+    worker.connect(
+        replace(
+            HEADLESS,
+            hostname="host\x1b]0;owned\x07",
+            os=os_text,
+            versions={"deskfleet": "1.0\r\x1b[1Aapproved", "py\x9b31m": "3"},
+            capabilities=(
+                Capability("headless", False, "no browser\r\x1b[2Kall good\u202e"),
+                Capability("computer_use", False, "\x1b[8mhidden"),
+            ),
+            research_apps=("notes\x1b[0m",),
+        )
+    )
+    shown = {
+        "status": coordinator.cli("status").stdout,
+        "workers list": coordinator.cli("workers", "list").stdout,
+        "workers show": coordinator.cli("workers", "show", worker.worker_id).stdout,
+        "top": coordinator.cli("top", "--once").stdout,
+    }
+    for where, text in shown.items():
+        assert not [c for c in RAW if c in text], (where, text)
+    assert "Linux\\x1b[2J\\x1b[1;1Hfine\\u202e" in shown["workers show"]
+    assert "no browser\\r\\x1b[2Kall good\\u202e" in shown["workers show"]
+    # --json is the exact text, its control characters as JSON escapes.
+    assert coordinator.cli_json("workers", "show", worker.worker_id)["os"] == os_text
+
+
+def test_heartbeats_whose_answers_are_never_read_leave_the_coordinator_responsive(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker]
+) -> None:
+    assert coordinator.proc is not None
+    process = psutil.Process(coordinator.proc.pid)
+    before = process.memory_info().rss
+    worker = raw("chatty")
+    # A worker from before stream liveness: each heartbeat is answered, and it reads none.
+    hello = worker_pb2.Hello(advertisement=HEADLESS.to_proto(), stream_liveness=False)
+    worker.open(hello, read=False)
+    beats = 150_000
+    for seq in range(beats):
+        worker.send(heartbeat=worker_pb2.Heartbeat(seq=seq))
+    # The coordinator reads them for several seconds (about 10 here), queueing the answers.
+    slowest, until = 0.0, time.monotonic() + 6
+    while time.monotonic() < until or not worker.all_sent():
+        started = time.monotonic()
+        coordinator.status()
+        slowest = max(slowest, time.monotonic() - started)
+        time.sleep(0.2)
+    assert slowest < 2.0, f"a status call took {slowest:.1f} s during the flood"
+    grown = process.memory_info().rss - before
+    assert grown < 200 * 1024 * 1024, f"the coordinator grew by {grown >> 20} MiB"
+    # Nothing was lost or cut off: once it reads again, every answer is there, in order.
+    worker.read_from_now()
+    worker.expect("welcome")
+    for seq in range(beats):
+        assert worker.expect("heartbeat_ack").heartbeat_ack.seq == seq
+    assert worker.error is None
+
+
+def test_large_junk_receipts_are_refused_and_cost_the_store_nothing(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker]
+) -> None:
+    worker = raw("junk")
+    worker.connect()
+    before = _store_bytes(coordinator)
+    body = '"' + "j" * (12 * 1024 * 1024 - 64) + '"'  # 12 MiB, under the 16 MiB message limit
+    for i in range(30):
+        worker.send(
+            receipt=worker_pb2.Receipt(
+                action_id=f"act_junk{i}", run_id="run_junk", attempt_id="att", epoch=1,
+                status="succeeded", result_json=body,
+            )
+        )  # fmt: skip
+    acks = [worker.expect("receipt_ack", timeout=120).receipt_ack for _ in range(30)]
+    assert {(a.accepted, a.reason) for a in acks} == {(False, "unknown action")}
+    assert sorted(a.action_id for a in acks) == sorted(f"act_junk{i}" for i in range(30))
+    assert _store_bytes(coordinator) - before < 1024 * 1024
+    assert coordinator.status()["workers"] is not None  # still answering
+
+
+def test_idle_connections_are_closed_by_the_coordinator(coordinator: CoordinatorProcess) -> None:
+    """Sockets that never finish a call (nothing sent, or only the HTTP/2 preface) are closed
+    by the stream keepalive (`server.server_options`): within the lease, at least 5 s after a
+    ping goes unanswered; a coordinator at its defaults (5 s, 15 s) closes them in ~20 s."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    sockets = [socket.create_connection(("127.0.0.1", coordinator.port)) for _ in range(20)]
+    for s in sockets[10:]:
+        s.sendall(preface)
+    bound = max(coordinator.lease, coordinator.heartbeat + 5) + 5
+    started = time.monotonic()
+    try:
+        for s in sockets:
+            s.settimeout(max(bound - (time.monotonic() - started), 0.1))
+            while s.recv(65536):  # the server's settings and GOAWAY, then the end
+                pass
+    finally:
+        for s in sockets:
+            s.close()
+    assert time.monotonic() - started < bound

@@ -95,6 +95,11 @@ class RawWorker:
     def send(self, **body: Any) -> None:
         self._out.put(worker_pb2.WorkerMessage(**body))
 
+    def all_sent(self) -> bool:
+        """Whether gRPC has taken every message sent so far (it takes them as the
+        coordinator's flow control lets it)."""
+        return self._out.empty()
+
     def expect(
         self, kind: str, timeout: float = 30, where: Any = None
     ) -> worker_pb2.CoordinatorMessage:
