@@ -41,6 +41,7 @@ from coordinator.tls import (
     init_ca,
 )
 from shared import __version__, heap, logs, telemetry_options, tracing
+from shared.advertisement import HelloLimits
 from shared.errors import AlreadyExistsError, DeskfleetError
 from shared.ids import new_id
 
@@ -161,6 +162,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="bytes one owner's runs may store before a new run is refused, e.g. 500MiB, 5GiB"
         " (default 5GiB; 0: no limit; `deskfleet users limits` per owner)",
+    )
+    serve.add_argument(
+        "--hello-limit",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="raise or lower a bound of what a worker's hello may hold (repeatable): max_bytes"
+        " (65536), max_entries (64), max_text (256), max_reason (1024), max_displays (16),"
+        " max_display_px (32768), max_held (512); see docs/SECURITY.md",
     )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
@@ -545,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             worker_cert_days=args.worker_cert_days,
             plaintext=args.plaintext,
             metrics_listen=args.metrics_listen,
+            hello_limits=HelloLimits.parse(args.hello_limit),
             **({"replica": args.replica} if args.replica else {}),
         )
         spans = tracing.Tracing(

@@ -3,7 +3,9 @@
 Engaging writes the switch first, takes back the approvals it covers (a released switch does
 not silently restore control: the runs ask for approval again), then pushes it to every
 connected worker it applies to. Workers acknowledge each change; acknowledgements are written
-in batches so that a thousand of them cost a few commits.
+in batches so that a thousand of them cost a few commits. One counts only for a switch that
+exists and applies to the worker that sent it, and only once; the others are left out of the
+batch's insert (`record_acks`), so that a worker's bad acknowledgement costs no other its own.
 
 A fleet switch is not routed worker by worker: once it is committed, its message is serialized
 once and queued on every stream this replica holds (the in-memory session map, taken after the
@@ -37,6 +39,7 @@ from coordinator.store import (
     workers as worker_queries,
 )
 from coordinator.store.models import KillSwitchRow, RunRow
+from coordinator.worker_bounds import RefusalLog, ids_refusal
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.ids import new_id
@@ -149,6 +152,7 @@ class KillSwitches:
         self._task: asyncio.Task[None] | None = None
         self._welcomes: list[tuple[str, asyncio.Future[list[KillSwitchRow]]]] = []
         self._welcome_reads: asyncio.Task[None] | None = None
+        self.refused_acks = RefusalLog("kill switch acknowledgements")
 
     async def __aenter__(self) -> KillSwitches:
         self._task = asyncio.create_task(self._ack_loop(), name="kill-acks")
@@ -406,6 +410,12 @@ class KillSwitches:
                     answer.set_result([k for k in kills if _applies_to(k, worker_id, mine)])
 
     def on_ack(self, worker_id: str, kill_id: str, engaged: bool) -> None:
+        """A worker applied a change; an id no switch could have is dropped here, before it
+        costs the store anything or joins a batch."""
+        refusal = ids_refusal(kill_id=kill_id)
+        if refusal:
+            self.refused_acks.note(worker_id, refusal)
+            return
         self._acks.put_nowait((kill_id, worker_id, engaged, time.time()))
 
     async def _ack_loop(self) -> None:
@@ -414,6 +424,41 @@ class KillSwitches:
             while not self._acks.empty() and len(batch) < ACK_BATCH:
                 batch.append(self._acks.get_nowait())
             try:
-                await self._db.write(queries.add_acks, batch)
+                refused = await self._db.write(record_acks, batch)
             except DeskfleetError as exc:
                 log.warning("could not record %d kill switch acknowledgements: %s", len(batch), exc)
+                continue
+            for worker_id, reason in refused:
+                self.refused_acks.note(worker_id, reason)
+
+
+def record_acks(s: Session, rows: Sequence[tuple[str, str, bool, float]]) -> list[tuple[str, str]]:
+    """Record the acknowledgements that count: each for a switch that exists and applies to
+    the worker that sent it (a release only once the switch is released), once. The others
+    are left out of the insert, so one bad acknowledgement never costs another its place;
+    they are returned as (worker id, why)."""
+    kills = queries.kills_by_id(s, {kill_id for kill_id, _, _, _ in rows})
+    of_run: dict[str, set[str]] = {}  # run switch id -> the workers it reaches
+
+    def reaches(kill: KillSwitchRow, worker_id: str) -> bool:
+        if kill.scope != RUN:
+            return _applies_to(kill, worker_id, set())
+        if kill.id not in of_run:
+            of_run[kill.id] = queries.workers_of_run(s, kill.target)
+        return worker_id in of_run[kill.id]
+
+    keep: list[tuple[str, str, bool, float]] = []
+    refused: list[tuple[str, str]] = []
+    for row in rows:
+        kill_id, worker_id, engaged, _ = row
+        kill = kills.get(kill_id)
+        if kill is None:
+            refused.append((worker_id, "acknowledged a kill switch that does not exist"))
+        elif not engaged and kill.released_at is None:
+            refused.append((worker_id, f"acknowledged the release of {kill_id}, still engaged"))
+        elif not reaches(kill, worker_id):
+            refused.append((worker_id, f"acknowledged {kill_id}, which does not apply to it"))
+        else:
+            keep.append(row)
+    queries.add_acks(s, keep)
+    return refused

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
+from shared.advertisement import HelloLimits
 from shared.errors import InvalidArgumentError
 
 # Per-owner limits (coordinator/quota.py); an admin overrides them per owner. 0: no limit.
@@ -68,6 +69,8 @@ class CoordinatorConfig:
     worker_cert_days: float = 30.0  # short: a stolen key is only good until the next renewal
     plaintext: bool = False  # the operator accepts plaintext on a non-loopback address
     metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint; None: none
+    # What a worker's hello may hold (`serve --hello-limit NAME=N`); past it, it is refused.
+    hello_limits: HelloLimits = field(default_factory=HelloLimits)
 
 
 SIZE = re.compile(r"([0-9]+)\s*(|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)", re.IGNORECASE)

@@ -50,6 +50,7 @@ NOTABLE = frozenset(
         "research.branch",
         "research.skipped",
         "receipt.refused",
+        "started.refused",
     }
 )
 # Events that recover a run (or give it back to a person) rather than move it forward.
@@ -224,6 +225,9 @@ def _note_detail(kind: str, data: dict[str, Any]) -> str:
         return _text(data.get("question", ""))
     if kind in ("goal.model_error", "goal.model_timeout"):
         return _text(data.get("error", ""))
+    if kind in ("receipt.refused", "started.refused") and data.get("reason"):
+        noun = "receipt" if kind == "receipt.refused" else "start"
+        return f"{noun} from {data.get('worker', '')} refused: {data.get('reason')}"
     if kind == "receipt.refused":
         return (
             f"stale receipt from {data.get('worker', '')} (epoch {data.get('epoch')}; current"

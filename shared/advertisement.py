@@ -1,10 +1,14 @@
-"""What a worker reports on connect: displays, measured capabilities, research apps."""
+"""What a worker reports on connect: displays, measured capabilities, research apps; and the
+bounds a coordinator holds a hello to (`HelloLimits`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import fleet_pb2
 
 
@@ -99,3 +103,111 @@ class Advertisement:
             versions=dict(data.get("versions", {})),
             research_apps=tuple(data.get("research_apps", ())),
         )
+
+
+@dataclass(frozen=True)
+class HelloLimits:
+    """What one hello may hold (`serve --hello-limit NAME=N`). A worker's advertisement is
+    stored with its presence and sent back in every status call, and its displays are drawn
+    for approvers: a hello past any of these is refused (INVALID_ARGUMENT naming the limit)
+    before anything is written. The defaults leave a real worker far inside them."""
+
+    max_bytes: int = 64 * 1024  # the whole hello, serialized: advertisement and held attempts
+    max_entries: int = 64  # labels, versions, capabilities, research apps: each
+    max_text: int = 256  # UTF-8 bytes of a hostname, os, name, label or version key and value
+    max_reason: int = 1024  # UTF-8 bytes of a capability's reason (an error's first line)
+    max_displays: int = 16
+    max_display_px: int = 32_768  # a display's width and height (as a peeked image's)
+    max_held: int = 512  # attempts a reconnecting worker says it holds
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> HelloLimits:
+        """`NAME=N` items over the defaults; an unknown name or a value that is not a whole
+        number of at least 1 is refused, naming the item."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        changed: dict[str, int] = {}
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep or name.strip() not in names:
+                known = ", ".join(sorted(names))
+                raise InvalidArgumentError(
+                    f"--hello-limit {item[:80]!r}: NAME=N with NAME one of {known}"
+                )
+            if not value.strip().isdigit() or int(value) < 1:
+                raise InvalidArgumentError(
+                    f"--hello-limit {item[:80]!r}: N must be a whole number of at least 1"
+                )
+            changed[name.strip()] = int(value)
+        return dataclasses.replace(cls(), **changed)
+
+    def _refused(self, limit: str, what: str) -> str:
+        return f"hello limit {limit}={getattr(self, limit)}: {what}"
+
+    def refusal(self, ad: Advertisement) -> str:
+        """Why this advertisement is refused, naming the limit; "" when it is within them."""
+        text = self.max_text
+        for name, count in (
+            ("labels", len(ad.labels)),
+            ("versions", len(ad.versions)),
+            ("capabilities", len(ad.capabilities)),
+            ("research_apps", len(ad.research_apps)),
+        ):
+            if count > self.max_entries:
+                return self._refused("max_entries", f"advertisement.{name} has {count} entries")
+        if len(ad.displays) > self.max_displays:
+            return self._refused(
+                "max_displays", f"advertisement.displays has {len(ad.displays)} entries"
+            )
+        texts: list[tuple[str, str]] = [("hostname", ad.hostname), ("os", ad.os)]
+        texts += _entries("labels", ad.labels)
+        texts += _entries("versions", ad.versions)
+        texts += [(f"research_apps[{i}]", name) for i, name in enumerate(ad.research_apps)]
+        texts += [(f"capabilities[{i}].name", c.name) for i, c in enumerate(ad.capabilities)]
+        for where, value in texts:
+            size = _utf8(value)
+            if size > text:
+                return self._refused("max_text", f"advertisement.{where} is {size} bytes")
+        for i, c in enumerate(ad.capabilities):
+            size = _utf8(c.reason)
+            if size > self.max_reason:
+                where = f"advertisement.capabilities[{i}].reason"
+                return self._refused("max_reason", f"{where} is {size} bytes")
+        return self._display_refusal(ad.displays)
+
+    def _display_refusal(self, displays: Iterable[Display]) -> str:
+        side = self.max_display_px
+        # Displays sit side by side in one virtual screen (X11, Windows: left of the primary
+        # is negative): their offsets stay within as many sides as there may be displays.
+        reach = side * self.max_displays
+        seen: set[int] = set()
+        for i, d in enumerate(displays):
+            where = f"advertisement.displays[{i}]"
+            if not (0 < d.width <= side and 0 < d.height <= side):
+                return self._refused(
+                    "max_display_px", f"{where} is {d.width}x{d.height} (1 to {side} a side)"
+                )
+            if not (-reach <= d.left <= reach and -reach <= d.top <= reach):
+                return self._refused(
+                    "max_display_px",
+                    f"{where} is placed at {d.left},{d.top} (within {reach} px of the origin)",
+                )
+            if not 0 <= d.index < self.max_displays or d.index in seen:
+                return self._refused(
+                    "max_displays",
+                    f"{where}.index is {d.index} (one index per display, 0 to"
+                    f" {self.max_displays - 1})",
+                )
+            seen.add(d.index)
+        return ""
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _entries(name: str, mapping: Mapping[str, str]) -> list[tuple[str, str]]:
+    out = []
+    for key, value in mapping.items():
+        shown = repr(key[:40])
+        out += [(f"{name} key {shown}", key), (f"{name}[{shown}]", value)]
+    return out

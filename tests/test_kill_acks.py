@@ -14,12 +14,21 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from coordinator.admin_cli.render import as_dict, kill_rows
+from coordinator.heart import ledger
 from coordinator.heart.orders import KillPush
-from coordinator.killswitch import push_bytes
+from coordinator.killswitch import push_bytes, record_acks
+from coordinator.runs import new_run
 from coordinator.servicers.worker_gateway import _message, _serialize
 from coordinator.store import desktop as queries
 from coordinator.store.engine import create_store_engine
-from coordinator.store.models import Base, KillAckRow, PresenceRow, ReplicaRow, WorkerRow
+from coordinator.store.models import (
+    Base,
+    KillAckRow,
+    KillSwitchRow,
+    PresenceRow,
+    ReplicaRow,
+    WorkerRow,
+)
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, worker_pb2
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
 
@@ -111,6 +120,86 @@ def test_acks_are_recorded_exactly_once_whatever_repeats(engine: Engine) -> None
             )
         )
         assert [tuple(r) for r in got] == [("w1", False, 3.0), ("w1", True, 1.0), ("w2", True, 2.0)]
+
+
+def _switch(s: Session, kill_id: str, scope: str, target: str = "", released: bool = False) -> None:
+    s.add(
+        KillSwitchRow(
+            id=kill_id,
+            scope=scope,
+            target=target,
+            reason="r",
+            engaged_by="adm",
+            engaged_from="127.0.0.1",
+            engaged_at=NOW,
+            released_at=NOW + 1 if released else None,
+            released_by="adm" if released else "",
+            release_reason="",
+        )
+    )
+
+
+def _run_acting_on(s: Session, run_id: str, worker_id: str) -> None:
+    limits = {"estimate_actions": 1, "estimate_seconds": 60.0}
+    s.add(new_run(run_id, "owner", "t", limits, kind="plan", spec={}, actions_total=1, now=NOW))
+    s.flush()
+    action = ledger.new_action(
+        run_id, 0, 0, "diag.echo", {}, idempotent=True, route={}, intent="", timeout=60.0
+    )
+    action.worker_id = worker_id
+    s.add(action)
+
+
+def test_an_ack_counts_only_for_a_switch_that_exists_and_applies_to_its_worker(
+    engine: Engine,
+) -> None:
+    """30.4: what a worker acknowledges is checked against the switches in the store, in the
+    batch's transaction; what does not count is left out of the insert, so one bad
+    acknowledgement (on PostgreSQL, an id longer than the column) fails no other."""
+    with Session(engine) as s, s.begin():
+        _switch(s, "k_fleet", "fleet")
+        _switch(s, "k_w1", "worker", "w1")
+        _switch(s, "k_run", "run", "run_1")
+        _switch(s, "k_gone", "worker", "w1", released=True)
+        _run_acting_on(s, "run_1", "w2")
+    rows = [
+        ("k_fleet", "w1", True, 1.0),
+        ("k_w1", "w1", True, 1.0),
+        ("k_w1", "w2", True, 1.0),  # another worker's switch
+        ("k_run", "w2", True, 1.0),
+        ("k_run", "w1", True, 1.0),  # a run that never reached w1
+        ("k_fleet", "w1", False, 1.0),  # the release of a switch still engaged
+        ("k_gone", "w1", False, 1.0),
+        ("k_gone", "w1", True, 1.0),  # it was applied before the release: true, and kept
+        ("kill_" + "x" * 65536, "w1", True, 1.0),  # no switch has such an id
+        ("k_nothing", "w1", True, 1.0),
+    ]
+    with Session(engine) as s, s.begin():
+        refused = record_acks(s, rows)
+    assert refused == [
+        ("w2", "acknowledged k_w1, which does not apply to it"),
+        ("w1", "acknowledged k_run, which does not apply to it"),
+        ("w1", "acknowledged the release of k_fleet, still engaged"),
+        ("w1", "acknowledged a kill switch that does not exist"),
+        ("w1", "acknowledged a kill switch that does not exist"),
+    ]
+    with Session(engine) as s:
+        got = s.execute(
+            select(KillAckRow.kill_id, KillAckRow.worker_id, KillAckRow.engaged).order_by(
+                KillAckRow.kill_id, KillAckRow.worker_id, KillAckRow.engaged
+            )
+        )
+        assert [tuple(r) for r in got] == [
+            ("k_fleet", "w1", True),
+            ("k_gone", "w1", False),
+            ("k_gone", "w1", True),
+            ("k_run", "w2", True),
+            ("k_w1", "w1", True),
+        ]
+    with Session(engine) as s, s.begin():
+        assert record_acks(s, rows[:2]) == []  # again: recorded once
+    with Session(engine) as s:
+        assert s.query(KillAckRow).count() == 5
 
 
 def test_status_counts_online_workers_that_have_not_acknowledged(engine: Engine) -> None:

@@ -45,6 +45,8 @@ from shared.receipts import (
 )
 from shared.tracing import TraceParent
 
+NOT_THE_CLAIMANT = "this worker does not hold the claim on the attempt"
+
 
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
     """Put the action back in line (its next claim gets a new epoch) and move the run on."""
@@ -120,8 +122,15 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         return [verdict(False, "unknown action")]
     run = run_queries.run_for_update(s, action.run_id)
     assert run is not None
+    refusal = ""
     if action.attempt_id != receipt.attempt_id or action.epoch != receipt.epoch:
         # Fencing: a timed-out or superseded attempt can never write over its successor.
+        refusal = f"stale epoch {receipt.epoch}; the current claim is epoch {action.epoch}"
+    elif action.worker_id != receipt.worker_id:
+        # Attempt ids and epochs are no secret (an owner reads them in GetRun, a worker in its
+        # dispatches): only the worker the ledger gave the attempt may report on it.
+        refusal = NOT_THE_CLAIMANT
+    if refusal:
         record(
             s,
             run,
@@ -133,12 +142,9 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
             current_epoch=action.epoch,
             worker=receipt.worker_id,
             status=receipt.status,
+            reason=refusal,
         )
-        return [
-            verdict(
-                False, f"stale epoch {receipt.epoch}; the current claim is epoch {action.epoch}"
-            )
-        ]
+        return [verdict(False, refusal)]
     if action.receipt_id:
         return [verdict(True, "already recorded")]
     try:
@@ -270,8 +276,27 @@ def _keep_artifacts(
 def apply_started(
     s: Session, worker_id: str, action_id: str, attempt_id: str, ctx: Context
 ) -> list[Order]:
+    """A worker has recorded its attempt and is about to act: the claim's lease runs on. A
+    start of an attempt that has moved on since changes nothing (it arrived late); one from a
+    worker that does not hold the claim is journaled as refused and changes nothing either."""
     action = run_queries.action(s, action_id)
-    if action is None or action.attempt_id != attempt_id or action.status != DISPATCHED:
+    if action is None:
+        return []
+    if action.worker_id != worker_id:
+        run = run_queries.run_for_update(s, action.run_id)
+        assert run is not None
+        record(
+            s,
+            run,
+            ctx,
+            "started.refused",
+            action=action.id,
+            attempt=attempt_id,
+            worker=worker_id,
+            reason=NOT_THE_CLAIMANT,
+        )
+        return []
+    if action.attempt_id != attempt_id or action.status != DISPATCHED:
         return []
     run = run_queries.run_for_update(s, action.run_id)
     assert run is not None

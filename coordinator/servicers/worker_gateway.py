@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from coordinator import enrollment
+from coordinator import enrollment, worker_bounds
 from coordinator.certificates import PEER_CERT_PROPERTY, WorkerCertificates
 from coordinator.heart.dispatch import Dispatcher, Started
 from coordinator.heart.orders import (
@@ -159,6 +159,9 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         self._presence = presence
         self._dispatcher = dispatcher
         self._config = config
+        self._refused_starts = worker_bounds.RefusalLog("action starts")
+        self._refused_receipts = worker_bounds.RefusalLog("receipts")
+        self._refused_peeks = worker_bounds.RefusalLog("peek answers")
 
     async def Enroll(
         self, request: worker_pb2.EnrollRequest, context: Context
@@ -217,9 +220,14 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         if first.WhichOneof("body") != "hello":
             raise InvalidArgumentError("the first message on the stream must be a hello")
         hello = first.hello
-        session = await self._presence.open(
-            worker.id, Advertisement.from_proto(hello.advertisement)
+        advertisement = Advertisement.from_proto(hello.advertisement)
+        held = [Held(h.action_id, h.attempt_id, h.epoch, h.state) for h in hello.held]
+        refusal = worker_bounds.hello_refusal(
+            hello.ByteSize(), advertisement, held, self._config.hello_limits
         )
+        if refusal:
+            raise InvalidArgumentError(refusal)
+        session = await self._presence.open(worker.id, advertisement)
         tasks: list[asyncio.Task[None]] = []
         try:
             # Read after the session is open: a switch engaged from now on is pushed to it.
@@ -247,7 +255,6 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                     )
                 )
             )
-            held = [Held(h.action_id, h.attempt_id, h.epoch, h.state) for h in hello.held]
             await self._dispatcher.on_connect(worker.id, held, session.opened_at)
             tasks = [
                 asyncio.create_task(
@@ -298,28 +305,45 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                     session.outbox.put_nowait(_Ack(message.heartbeat.seq))
             elif kind == "started":
                 m = message.started
+                refusal = worker_bounds.ids_refusal(action_id=m.action_id, attempt_id=m.attempt_id)
+                if refusal:
+                    self._refused_starts.note(session.worker_id, refusal)
+                    continue
                 self._dispatcher.on_started(Started(session.worker_id, m.action_id, m.attempt_id))
             elif kind == "receipt":
                 r = message.receipt
-                self._dispatcher.on_receipt(
-                    IncomingReceipt(
-                        session.worker_id,
-                        r.action_id,
-                        r.run_id,
-                        r.attempt_id,
-                        r.epoch,
-                        r.status,
-                        r.result_json,
-                        r.error,
-                        r.started_at,
-                        r.finished_at,
-                        tuple(
-                            IncomingArtifact(a.sha256, a.media_type, a.data, a.width, a.height)
-                            for a in r.artifacts
-                        ),
-                        r.traceparent,
-                    )
+                receipt = IncomingReceipt(
+                    session.worker_id,
+                    r.action_id,
+                    r.run_id,
+                    r.attempt_id,
+                    r.epoch,
+                    r.status,
+                    r.result_json,
+                    r.error,
+                    r.started_at,
+                    r.finished_at,
+                    tuple(
+                        IncomingArtifact(a.sha256, a.media_type, a.data, a.width, a.height)
+                        for a in r.artifacts
+                    ),
+                    r.traceparent,
                 )
+                refusal = worker_bounds.receipt_refusal(receipt)
+                if refusal:
+                    # Answered, so that the worker forgets it instead of sending it again.
+                    self._refused_receipts.note(session.worker_id, refusal)
+                    session.outbox.put_nowait(
+                        ReceiptVerdict(
+                            session.worker_id,
+                            r.action_id[: worker_bounds.MAX_ID],
+                            r.attempt_id[: worker_bounds.MAX_ID],
+                            False,
+                            refusal,
+                        )
+                    )
+                    continue
+                self._dispatcher.on_receipt(receipt)
                 if log.isEnabledFor(logging.DEBUG):
                     parent = TraceParent.parse(r.traceparent)
                     with log_context(
@@ -332,9 +356,17 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         log.debug("receipt %s of attempt %s", r.status, r.attempt_id)
             elif kind == "peek_result":
                 p = message.peek_result
+                refusal = worker_bounds.ids_refusal(peek_id=p.peek_id)
+                if refusal:
+                    self._refused_peeks.note(session.worker_id, refusal)
+                    continue
+                # Its refusal reaches the admin who asked, as one line: cut, never refused (it
+                # is the answer the admin waits for).
+                error = p.error[: worker_bounds.MAX_PEEK_ERROR]
+                code = p.code[: worker_bounds.MAX_CODE]
                 self._peeks.on_answer(
                     session.worker_id,
-                    PeekAnswer(p.peek_id, p.media_type, p.data, p.width, p.height, p.error, p.code),
+                    PeekAnswer(p.peek_id, p.media_type, p.data, p.width, p.height, error, code),
                 )
             elif kind == "kill_ack":
                 ack = message.kill_ack

@@ -96,6 +96,15 @@ def engaged_kills(s: Session) -> Sequence[KillSwitchRow]:
     )
 
 
+def kills_by_id(s: Session, kill_ids: Collection[str]) -> dict[str, KillSwitchRow]:
+    """The switches of these ids that exist, engaged or released."""
+    ids = sorted(kill_ids)
+    if not ids:
+        return {}
+    rows = s.execute(select(KillSwitchRow).where(KillSwitchRow.id.in_(ids))).scalars()
+    return {row.id: row for row in rows}
+
+
 def kills(
     s: Session, *, include_released: bool, owner_id: str = "", limit: int = 200
 ) -> Sequence[KillSwitchRow]:
