@@ -688,7 +688,10 @@ async def test_streams_of_one_session_share_their_looks_at_the_coordinator() -> 
     assert await looks.get(a, "run_1") == {"n": 1}  # still fresh
     now[0] = 2.0
     assert await looks.get(a, "run_1") == {"n": 4}  # one interval on: a new look
-    assert len(calls) == 4
+    # A stream's first look is always new: the page it serves was rendered just now.
+    assert await looks.get(a, "run_1", fresh=True) == {"n": 5}
+    assert await looks.get(a, "run_1") == {"n": 5}  # and the others share it
+    assert len(calls) == 5
 
 
 def test_the_audit_marks_a_reported_browser_address_and_drops_a_bad_one() -> None:

@@ -116,7 +116,9 @@ def _templates() -> Environment:
 
 class LiveLooks:
     """The live streams' looks at the coordinator, shared by the streams of one session that
-    watch the same thing: a look younger than `interval` (or one under way) is reused."""
+    watch the same thing: a look younger than `interval` (or one under way) is reused, except
+    for a stream's first, which is always new (the page it serves was just rendered: an older
+    look would undo what the page shows)."""
 
     def __init__(
         self,
@@ -129,13 +131,13 @@ class LiveLooks:
         self._clock = clock
         self._recent: dict[tuple[str, str], tuple[float, asyncio.Task[dict[str, Any]]]] = {}
 
-    async def get(self, session: Session, run_id: str) -> dict[str, Any]:
+    async def get(self, session: Session, run_id: str, *, fresh: bool = False) -> dict[str, Any]:
         key = (session.id, run_id)
         now = self._clock()
         for old in [k for k, (at, _) in self._recent.items() if at + self._interval <= now]:
             del self._recent[old]
         held = self._recent.get(key)
-        if held is None:
+        if held is None or fresh:
             # Slightly less than the interval: a stream sleeping one interval finds it stale.
             task = asyncio.ensure_future(self._look(session, run_id))
             self._recent[key] = held = (now - 0.1 * self._interval, task)
@@ -896,7 +898,7 @@ class Console:
                         yield _sse("signed-out", {})
                         return
                     try:
-                        doc = await self.looks.get(session, run_id)
+                        doc = await self.looks.get(session, run_id, fresh=not last)
                     except (AuthenticationError, TooManyFailuresError):
                         self.sessions.end_for_token(session.token)
                         yield _sse("signed-out", {})
