@@ -12,7 +12,8 @@ import grpc
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
-from shared.errors import InvalidArgumentError, from_rpc_error
+from coordinator.admin_cli.out_files import write_private
+from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
 
 EXIT_RUN_NOT_SUCCEEDED = 6
@@ -153,7 +154,10 @@ def _save_artifacts(client: CoordinatorClient, doc: dict[str, Any], directory: P
     """Write every artifact of the run into `directory` and note each file's path."""
     from shared.gen.deskfleet.v1 import desktop_pb2
 
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # screens: the user's alone
+    except OSError as exc:
+        raise DeskfleetError(f"--artifacts-dir {directory}: {exc.strerror or exc}") from exc
     for action in doc.get("actions", []):
         for art in action.get("artifacts", []):
             reply = client.call(
@@ -162,7 +166,7 @@ def _save_artifacts(client: CoordinatorClient, doc: dict[str, Any], directory: P
                 timeout=60,
             )
             path = directory / (art["sha256"] + EXTENSIONS.get(art["mediaType"], ".bin"))
-            path.write_bytes(reply.data)
+            write_private(path, reply.data, "--artifacts-dir")
             art["path"] = str(path)
 
 
