@@ -39,7 +39,7 @@ from coordinator.store.models import (
     RunRow,
 )
 from coordinator.timeline import Timeline
-from shared import action_kinds, tracing
+from shared import action_kinds, plans, tracing
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -63,17 +63,10 @@ WAIT_POLL = 2.0
 GUIDANCE_CHARS = 4000
 GUIDANCE_MESSAGES = 16
 GUIDANCE_TOTAL_CHARS = 16000
-# Explicit bounds on everything a plan carries: past them a request is a mistake or an attack,
-# and a clear INVALID_ARGUMENT beats a store error or a run that can never finish.
-MAX_TITLE_CHARS = 1000
+# Explicit bounds on everything a plan carries (`shared/plans.py`, which clients check too):
+# past them a request is a mistake or an attack, and a clear INVALID_ARGUMENT beats a store
+# error or a run that can never finish.
 EVERY_OWNER = "*"  # a list of every owner's runs (admins)
-MAX_INTENT_CHARS = 4000
-MAX_ID_CHARS = 64
-MAX_LABELS = 32
-MAX_LABEL_CHARS = 256
-MAX_LIMIT_ACTIONS = 100_000
-MAX_LIMIT_SECONDS = 30 * 24 * 3600.0
-MAX_ACTION_TIMEOUT = 24 * 3600.0
 KIND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}")
 # Where a browser may be sent. Every other scheme (file:, chrome:, javascript:, data:, ...)
 # reads the worker's own machine or runs code instead of fetching a page: it is refused here,
@@ -153,46 +146,34 @@ class Event:
         )
 
 
-def _text(field: str, text: str, limit: int) -> None:
-    # Free text is shown to people in terminals (shared/text.py) and stored as text, which on
-    # PostgreSQL cannot hold NUL: one line, no control or bidi-override characters.
-    refuse_control(field, text)
-    if len(text) > limit:
-        raise InvalidArgumentError(f"{field}: at most {limit} characters (this is {len(text)})")
+_text = plans.check_text
 
 
 def _route_checked(field: str, route: dict[str, Any]) -> None:
-    _text(f"{field}.worker", str(route.get("worker", "")), MAX_ID_CHARS)
-    labels = route.get("labels") or {}
-    if len(labels) > MAX_LABELS:
-        raise InvalidArgumentError(f"{field}.labels: at most {MAX_LABELS} labels")
-    for key, value in labels.items():
-        _text(f"{field}.labels key", str(key), MAX_LABEL_CHARS)
-        _text(f"{field}.labels[{key!r}]", str(value), MAX_LABEL_CHARS)
-    cap = route.get("capability", "")
-    if cap and cap not in capabilities.ALL:
-        raise InvalidArgumentError(
-            f"{field}.capability: unknown {cap!r} (known: {', '.join(capabilities.ALL)})"
-        )
+    plans.check_route(
+        field,
+        str(route.get("worker", "")),
+        {str(k): str(v) for k, v in (route.get("labels") or {}).items()},
+        str(route.get("capability", "")),
+        capabilities.ALL,
+    )
 
 
 def _limits_checked(plan: Plan) -> None:
-    numbers = {
-        "max_actions": (plan.max_actions, MAX_LIMIT_ACTIONS),
-        "estimate_actions": (plan.estimate_actions, MAX_LIMIT_ACTIONS),
-        "max_seconds": (plan.max_seconds, MAX_LIMIT_SECONDS),
-        "estimate_seconds": (plan.estimate_seconds, MAX_LIMIT_SECONDS),
-        "action_timeout_seconds": (plan.action_timeout, MAX_ACTION_TIMEOUT),
-    }
-    for name, (value, high) in numbers.items():
-        # NaN passes every comparison: it is refused by name, before any comparison.
-        if not math.isfinite(value) or not 0 <= value <= high:
-            raise InvalidArgumentError(f"limits.{name}: between 0 and {high:g} (0 = default)")
+    plans.check_limits(
+        {
+            "max_actions": plan.max_actions,
+            "max_seconds": plan.max_seconds,
+            "estimate_actions": plan.estimate_actions,
+            "estimate_seconds": plan.estimate_seconds,
+            "action_timeout_seconds": plan.action_timeout,
+        }
+    )
 
 
 def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
     """The run's limits, and the bytes its plan stores (ASCII JSON arguments, intents, title)."""
-    _text("title", plan.title, MAX_TITLE_CHARS)
+    _text("title", plan.title, plans.MAX_TITLE_CHARS)
     if not plan.actions:
         raise InvalidArgumentError("actions: a plan needs at least one action")
     if len(plan.actions) > MAX_ACTIONS_PER_PLAN:
@@ -208,7 +189,7 @@ def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
         action_kinds.check_args(
             f"actions[{i}]", action.kind, action.args, by_coordinator=plan.kind != "plan"
         )
-        _text(f"actions[{i}].intent", action.intent, MAX_INTENT_CHARS)
+        _text(f"actions[{i}].intent", action.intent, plans.MAX_INTENT_CHARS)
         args = len(encode_result(action.args))
         if args > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
@@ -355,10 +336,7 @@ def with_network_policy(
     loopback or private networks: that is the operator's `--allow-private-networks`.
     """
     if action.kind.startswith("desktop."):
-        raise InvalidArgumentError(
-            f"{field}: {action.kind[:40]} is not a plan action: desktop input needs an approved"
-            " scope (`deskfleet desktop request`, then `desktop act`)"
-        )
+        raise InvalidArgumentError(f"{field}: {plans.DESKTOP_KIND.format(kind=action.kind[:40])}")
     if not action.kind.startswith("browser."):
         return action
     _browser_args_checked(field, action.kind, action.args)

@@ -306,3 +306,7 @@ async def test_submit_plan_cancel_run_and_runs_as_resources(
 
         bad = await session.call_tool("submit_plan", {"plan": {"steps": []}})
         assert bad.is_error and text_of(bad) == 'plan: expected {"actions": [...]}'
+        loose = {"actions": [{"kind": "diag.echo"}], "limits": {"max_action": 1}}
+        bad = await session.call_tool("submit_plan", {"plan": loose})
+        assert bad.is_error
+        assert text_of(bad) == "limits.max_action: unknown field; did you mean max_actions?"

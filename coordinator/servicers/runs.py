@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
 from coordinator.heart import ledger
@@ -109,6 +111,29 @@ def run_message(view: RunView) -> runs_pb2.Run:
     return msg
 
 
+def refuse_unknown_fields(msg: Message, path: str = "") -> None:
+    """INVALID_ARGUMENT naming the first field `msg` carries that this coordinator's schema
+    does not define: protobuf keeps such fields aside and would let the plan run without
+    them (a newer client's field meeting an older coordinator, or a hand-built request)."""
+    unknown = UnknownFieldSet(msg)
+    if len(unknown):
+        where = f"{path}: field" if path else "field"
+        raise InvalidArgumentError(
+            f"{where} {unknown[0].field_number} is unknown to this coordinator"
+            f" ({msg.DESCRIPTOR.name}): leave it out or upgrade the coordinator"
+        )
+    for field, value in msg.ListFields():
+        kind = field.message_type
+        if kind is None or kind.GetOptions().map_entry:
+            continue  # a scalar, or a map of strings
+        inner = f"{path}.{field.name}" if path else field.name
+        if field.is_repeated:
+            for i, item in enumerate(value):
+                refuse_unknown_fields(item, f"{inner}[{i}]")
+        else:
+            refuse_unknown_fields(value, inner)
+
+
 def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
     route: dict[str, Any] = {}
     if msg.worker:
@@ -139,6 +164,7 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         return run_message(view)
 
     async def SubmitRun(self, request: runs_pb2.SubmitRunRequest, context: Context) -> runs_pb2.Run:
+        refuse_unknown_fields(request)
         actions = parse_plan_actions(
             [
                 (a.kind, a.args_json, a.idempotent, _route(a.route), a.intent)
