@@ -18,6 +18,7 @@ from coordinator.secret_box import KEY_FILE_NAME, SecretBox
 from coordinator.server import Coordinator
 from coordinator.settings import (
     DEFAULT_OWNER_MAX_ACTIVE_RUNS,
+    DEFAULT_OWNER_MAX_SECRETS,
     DEFAULT_OWNER_MAX_STORED_BYTES,
     CoordinatorConfig,
     parse_size,
@@ -155,6 +156,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="bytes one owner's runs may store before a new run is refused, e.g. 500MiB, 5GiB"
         " (default 5GiB; 0: no limit; `deskfleet users limits` per owner)",
+    )
+    serve.add_argument(
+        "--owner-max-secrets",
+        type=int,
+        default=DEFAULT_OWNER_MAX_SECRETS,
+        metavar="N",
+        help=f"secrets one owner may store (default {DEFAULT_OWNER_MAX_SECRETS}; 0: no limit);"
+        " replacing the value of one already stored does not count",
     )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
@@ -467,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--scripted-models-dir must name a directory")
         if args.owner_max_active_runs < 0:
             raise DeskfleetError("--owner-max-active-runs: 0 (no limit) or more")
+        if args.owner_max_secrets < 0:
+            raise DeskfleetError("--owner-max-secrets: 0 (no limit) or more")
         owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
         config = CoordinatorConfig(
             db_url=args.db,
@@ -479,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             auth_failures_per_minute=args.auth_failures_per_minute,
             owner_max_active_runs=args.owner_max_active_runs,
             owner_max_stored_bytes=owner_max_stored_bytes,
+            owner_max_secrets=args.owner_max_secrets,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

@@ -54,7 +54,7 @@ from shared.text import refuse_control
 
 MAX_ACTIONS_PER_PLAN = 1000
 MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
-MAX_PLAN_CHARS = 8 * 1024 * 1024  # all of a plan's arguments, intents and title together
+MAX_PLAN_CHARS = 8 * 1024 * 1024  # all of a plan's arguments, intents, routes and title
 DEFAULT_MAX_SECONDS = 3600.0
 DEFAULT_ACTION_TIMEOUT = 60.0
 # A waiter is woken when its run stops (here, or through the relay from another replica); it
@@ -172,7 +172,8 @@ def _limits_checked(plan: Plan) -> None:
 
 
 def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
-    """The run's limits, and the bytes its plan stores (ASCII JSON arguments, intents, title)."""
+    """The run's limits, and the bytes its plan stores (ASCII JSON arguments and routes,
+    intents, title, and the spec of a research run)."""
     _text("title", plan.title, plans.MAX_TITLE_CHARS)
     if not plan.actions:
         raise InvalidArgumentError("actions: a plan needs at least one action")
@@ -193,13 +194,15 @@ def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
         args = len(encode_result(action.args))
         if args > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
-        size += args + len(action.intent.encode())
+        _route_checked(f"actions[{i}].route", action.route)
+        route = len(encode_result(action.route)) if action.route else 0  # stored per action
+        size += args + len(action.intent.encode()) + route
         if size > MAX_PLAN_CHARS:
             raise InvalidArgumentError(
                 f"actions: the plan is larger than {MAX_PLAN_CHARS} bytes at actions[{i}]"
-                " (arguments, intents and title together): split it into several runs"
+                " (arguments, intents, routes and title together): split it into several runs"
             )
-        _route_checked(f"actions[{i}].route", action.route)
+    size += len(encode_result(plan.spec)) if plan.spec else 0  # a research run's request
     _limits_checked(plan)
     n = len(plan.actions)
     max_actions = plan.max_actions or max(3 * n, n + 10)
@@ -620,6 +623,7 @@ class Runs:
                     f"run {run_id} would exceed {GUIDANCE_TOTAL_CHARS} characters of guidance"
                     f" ({chars} used, {len(text)} more asked)"
                 )
+            quotas.charge_text(s, run.owner_id, text)  # the row; its journal event counts too
             s.add(
                 GuidanceRow(
                     id=guidance_id,

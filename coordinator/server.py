@@ -215,7 +215,11 @@ def create_server(
         else None
     )
     peeks = Peeks(db, presence, config.replica)
-    quotas = Quotas(db, OwnerLimits(config.owner_max_active_runs, config.owner_max_stored_bytes))
+    quotas = Quotas(
+        db,
+        OwnerLimits(config.owner_max_active_runs, config.owner_max_stored_bytes),
+        config.owner_max_secrets,
+    )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(db, config, auth, quotas), server
     )
