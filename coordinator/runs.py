@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import math
 import re
 import secrets
 import time
+from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.orm import Session
 
 from coordinator import capabilities, journal, timeline as timelines
+from coordinator.followers import RunFeed, RunFeeds
 from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
@@ -41,6 +42,7 @@ from coordinator.store.models import (
 from coordinator.timeline import Timeline
 from shared import action_kinds, plans, tracing
 from shared.errors import (
+    DeskfleetError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -57,9 +59,6 @@ MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
 MAX_PLAN_CHARS = 8 * 1024 * 1024  # all of a plan's arguments, intents, routes and title
 DEFAULT_MAX_SECONDS = 3600.0
 DEFAULT_ACTION_TIMEOUT = 60.0
-# A waiter is woken when its run stops (here, or through the relay from another replica); it
-# also looks at the run's status this often, in case a wake-up was missed.
-WAIT_POLL = 2.0
 GUIDANCE_CHARS = 4000
 GUIDANCE_MESSAGES = 16
 GUIDANCE_TOTAL_CHARS = 16000
@@ -366,6 +365,8 @@ class Runs:
         self._dispatcher = dispatcher
         self._bus = bus
         self._allow_private = allow_private_networks
+        # One reader per run followed or waited on here, whoever follows it.
+        self._feeds: RunFeeds[Event] = RunFeeds(_FeedSource(db), bus)
 
     async def submit(self, owner: Principal, plan: Plan, *, wait: float = 0.0) -> RunView:
         """Write the run and dispatch what can start; with `wait`, then wait up to that many
@@ -506,19 +507,23 @@ class Runs:
                 return None
             return _view(s, run, with_timeline=False)
 
-        while True:
-            handed: RunView | None = wake.view
-            if handed is not None and handed.run.owner_id == owner.id:
-                return handed  # read by the transaction that stopped the run
-            if woken:
-                wake.clear()
-                view = await self._db.read(unit)
-                if view is not None:
-                    return view
-            woken = True
-            remaining = deadline - time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), max(0.0, min(remaining, WAIT_POLL)))
+        with self._feeds.joined(run_id, follower=False) as feed:
+            trust_feed = True
+            while True:
+                handed: RunView | None = wake.view
+                if handed is not None and handed.run.owner_id == owner.id:
+                    return handed  # read by the transaction that stopped the run
+                if woken:
+                    wake.clear()
+                    view = await self._db.read(unit)
+                    if view is not None:
+                        return view
+                    trust_feed = False  # it read the run active: only a newer look counts
+                woken = True
+                # Woken by the run's stop (here, or through the relay), by the deadline, or
+                # by the feed seeing it stopped: the feed's look serves all of the run's
+                # waiters, where each waiter once looked every 2 s for itself.
+                await _stopped_or_timeout(wake, feed, deadline, trust=trust_feed)
 
     async def cancel(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:
@@ -652,31 +657,103 @@ class Runs:
     async def watch(
         self, who: Principal, run_id: str, after_seq: int, follow: bool
     ) -> AsyncIterator[Event]:
-        """History after `after_seq` from the store, then live events, each exactly once."""
-        await self.get(who, run_id)  # owner check before anything is sent
-        wake = self._bus.subscribe(run_id)
+        """History after `after_seq` from the store, then live events, each exactly once.
+
+        The history is the caller's own reads (the first one checks that the run is theirs);
+        live events come from the run's feed (`coordinator/followers.py`), which reads them
+        once for everyone following the run on this replica.
+        """
         last = after_seq
-        try:
+        while True:
+            rows, status = await self._db.read(_journal_page, who, run_id, last)
+            for row in rows:
+                yield Event.of(row)
+                last = row.seq
+            if len(rows) < FEED_PAGE:
+                break
+        if not follow or status not in ledger.ACTIVE:
+            return
+        with self._feeds.joined(run_id, follower=True) as feed:
             while True:
-                wake.clear()
-
-                def unit(s: Session, last_seq: int = last) -> tuple[Sequence[JournalRow], str]:
-                    run = owned_run(s, who, run_id)
-                    return run_queries.journal_after(s, run_id, last_seq, 500), run.status
-
-                rows, status = await self._db.read(unit)
-                for row in rows:
-                    yield Event.of(row)
-                    last = row.seq
-                if len(rows) == 500:
+                if feed.error is not None:
+                    raise _again(feed.error)
+                events = feed.after(last)
+                if events is None:  # older than what the feed keeps: read them here
+                    rows, _ = await self._db.read(_journal_page, who, run_id, last)
+                    events = [Event.of(row) for row in rows]
+                for event in events:
+                    yield event
+                    last = event.seq
+                if events:
                     continue
-                if not follow or status not in ledger.ACTIVE:
+                if feed.head is not None and last >= feed.head and feed.status not in ledger.ACTIVE:
                     return
-                # The poll bounds the wait when the wake-up comes from another replica.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), 1.0)
+                await feed.changed()
+
+
+FEED_PAGE = 500  # journal events read at once by a watcher
+
+
+def _journal_page(
+    s: Session, who: Principal, run_id: str, after_seq: int
+) -> tuple[Sequence[JournalRow], str]:
+    """The caller's run's events after `after_seq` (a page) and its status, in one read."""
+    run = owned_run(s, who, run_id)
+    return run_queries.journal_after(s, run_id, after_seq, FEED_PAGE), run.status
+
+
+def _again(error: BaseException) -> Exception:
+    """The feed's failure, raised afresh in each of its followers."""
+    if isinstance(error, DeskfleetError):
+        return type(error)(error.message)
+    return RuntimeError(f"reading the run for its followers failed: {error!r}")
+
+
+async def _stopped_or_timeout(
+    wake: StopWait, feed: RunFeed[Event], deadline: float, *, trust: bool
+) -> None:
+    """Until the run's stop wakes `wake`, the feed reads it stopped, or `deadline` (monotonic)
+    passes. `trust`: whether the feed's last look counts (not when the waiter's own read came
+    after it and found the run active again: then only the feed's next look does)."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or wake.is_set():
+            return
+        if feed.error is not None:
+            raise _again(feed.error)
+        if trust and feed.head is not None and feed.status not in ledger.ACTIVE:
+            return
+        stop = asyncio.ensure_future(wake.wait())
+        moved = asyncio.ensure_future(feed.changed())
+        try:
+            await asyncio.wait((stop, moved), timeout=remaining, return_when=FIRST_COMPLETED)
         finally:
-            self._bus.unsubscribe(run_id, wake)
+            stop.cancel()
+            moved.cancel()
+        trust = True
+
+
+class _FeedSource:
+    """How the feeds read runs (`followers.FeedSource`): one transaction a look."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def head(self, run_id: str) -> tuple[int, str]:
+        found = await self._db.read(run_queries.run_head, run_id)
+        if found is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        return found
+
+    async def after(self, run_id: str, seq: int, limit: int) -> tuple[Sequence[Event], str]:
+        def unit(s: Session) -> tuple[Sequence[Event], str]:
+            found = run_queries.run_head(s, run_id)
+            if found is None:
+                raise NotFoundError(f"no run {run_id!r}")
+            rows = run_queries.journal_after(s, run_id, seq, limit)
+            return [Event.of(row) for row in rows], found[1]
+
+        return await self._db.read(unit)
 
 
 def new_run(

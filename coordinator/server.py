@@ -18,6 +18,7 @@ from coordinator.agent.tools import FleetTools
 from coordinator.certificates import WorkerCertificates
 from coordinator.desktop import DESKTOP_RUNS, Desktop
 from coordinator.fleet import Fleet
+from coordinator.followers import OpenStreams
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.heart.run_kinds import RunKind
 from coordinator.indexer import JournalIndexer
@@ -248,7 +249,9 @@ def create_server(
         replica=config.replica,
         live_replicas=relay.live_replicas,
     )
-    runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs, policy, goals), server)
+    runs_pb2_grpc.add_RunServiceServicer_to_server(
+        RunServicer(runs, policy, goals, OpenStreams(config.max_watch_streams)), server
+    )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
     desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)
     desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(ApprovalServicer(desktop, peeks), server)

@@ -11,6 +11,7 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
+from coordinator.followers import OpenStreams
 from coordinator.heart import ledger
 from coordinator.recall import Recall
 from coordinator.research import ResearchRequest, research_plan
@@ -18,6 +19,7 @@ from coordinator.routing import RoutingPolicy
 from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.timeline import timeline_message
+from coordinator.settings import DEFAULT_MAX_WATCH_STREAMS
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from shared.text import refuse_control
@@ -146,10 +148,18 @@ def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
 
 
 class RunServicer(runs_pb2_grpc.RunServiceServicer):
-    def __init__(self, runs: Runs, routing: RoutingPolicy, goals: Goals | None = None) -> None:
+    def __init__(
+        self,
+        runs: Runs,
+        routing: RoutingPolicy,
+        goals: Goals | None = None,
+        streams: OpenStreams | None = None,
+    ) -> None:
         self._runs = runs
         self._routing = routing
         self._goals = goals
+        # WatchRun and WaitRun calls each principal holds open (30.7); 0: no limit.
+        self._streams = streams or OpenStreams(DEFAULT_MAX_WATCH_STREAMS)
 
     async def StartGoal(self, request: runs_pb2.GoalRequest, context: Context) -> runs_pb2.Run:
         if self._goals is None:
@@ -243,7 +253,9 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         timeout = request.timeout_seconds or 30.0
         if not 0 < timeout <= 3600:
             raise InvalidArgumentError("timeout_seconds: between 0 and 3600")
-        view = await self._runs.wait(current_principal(), _run_id(request.id), timeout)
+        me = current_principal()
+        with self._streams.hold(me.id):
+            view = await self._runs.wait(me, _run_id(request.id), timeout)
         return run_message(view)
 
     async def CancelRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
@@ -266,22 +278,25 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
     async def WatchRun(self, request: runs_pb2.WatchRunRequest, context: Context) -> None:
         if request.after_seq < 0:
             raise InvalidArgumentError("after_seq: must not be negative")
-        events: AsyncIterator[Any] = self._runs.watch(
-            current_principal(), _run_id(request.id), request.after_seq, request.follow
-        )
-        async for event in events:
-            await context.write(
-                runs_pb2.JournalEvent(
-                    run_id=event.run_id,
-                    seq=event.seq,
-                    kind=event.kind,
-                    at=to_timestamp(event.at),
-                    data_json=event.data,
-                    hash=event.hash,
-                    prev_hash=event.prev_hash,
-                    trace_id=event.trace_id,
-                )
+        me = current_principal()
+        run_id = _run_id(request.id)
+        with self._streams.hold(me.id):
+            events: AsyncIterator[Any] = self._runs.watch(
+                me, run_id, request.after_seq, request.follow
             )
+            async for event in events:
+                await context.write(
+                    runs_pb2.JournalEvent(
+                        run_id=event.run_id,
+                        seq=event.seq,
+                        kind=event.kind,
+                        at=to_timestamp(event.at),
+                        data_json=event.data,
+                        hash=event.hash,
+                        prev_hash=event.prev_hash,
+                        trace_id=event.trace_id,
+                    )
+                )
 
 
 class JournalServicer(runs_pb2_grpc.JournalServiceServicer):
