@@ -9,7 +9,7 @@ import re
 import secrets
 import time
 from asyncio import FIRST_COMPLETED
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -656,7 +656,7 @@ class Runs:
 
     async def watch(
         self, who: Principal, run_id: str, after_seq: int, follow: bool
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """History after `after_seq` from the store, then live events, each exactly once.
 
         The history is the caller's own reads (the first one checks that the run is theirs);

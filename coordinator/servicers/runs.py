@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -280,23 +280,23 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             raise InvalidArgumentError("after_seq: must not be negative")
         me = current_principal()
         run_id = _run_id(request.id)
+        # Closed here, not when collected: the run's feed loses this follower at once.
+        watch = contextlib.aclosing(self._runs.watch(me, run_id, request.after_seq, request.follow))
         with self._streams.hold(me.id):
-            events: AsyncIterator[Any] = self._runs.watch(
-                me, run_id, request.after_seq, request.follow
-            )
-            async for event in events:
-                await context.write(
-                    runs_pb2.JournalEvent(
-                        run_id=event.run_id,
-                        seq=event.seq,
-                        kind=event.kind,
-                        at=to_timestamp(event.at),
-                        data_json=event.data,
-                        hash=event.hash,
-                        prev_hash=event.prev_hash,
-                        trace_id=event.trace_id,
+            async with watch as events:
+                async for event in events:
+                    await context.write(
+                        runs_pb2.JournalEvent(
+                            run_id=event.run_id,
+                            seq=event.seq,
+                            kind=event.kind,
+                            at=to_timestamp(event.at),
+                            data_json=event.data,
+                            hash=event.hash,
+                            prev_hash=event.prev_hash,
+                            trace_id=event.trace_id,
+                        )
                     )
-                )
 
 
 class JournalServicer(runs_pb2_grpc.JournalServiceServicer):
