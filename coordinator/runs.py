@@ -190,7 +190,10 @@ def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
             f"actions[{i}]", action.kind, action.args, by_coordinator=plan.kind != "plan"
         )
         _text(f"actions[{i}].intent", action.intent, plans.MAX_INTENT_CHARS)
-        args = len(encode_result(action.args))
+        try:
+            args = len(encode_result(action.args))
+        except InvalidArgumentError as exc:  # 1e400 parses, as infinity, which JSON cannot hold
+            raise InvalidArgumentError(f"actions[{i}].args: {exc.message}") from exc
         if args > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
         _route_checked(f"actions[{i}].route", action.route)
