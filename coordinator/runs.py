@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import re
@@ -510,7 +511,8 @@ class Runs:
                 return None
             return _view(s, run, with_timeline=False)
 
-        with self._feeds.joined(run_id, follower=False) as feed:
+        with contextlib.ExitStack() as joined:
+            feed: RunFeed[Event] | None = None  # joined only once there is something to wait for
             trust_feed = True
             while True:
                 handed: RunView | None = wake.view
@@ -523,6 +525,8 @@ class Runs:
                         return view
                     trust_feed = False  # it read the run active: only a newer look counts
                 woken = True
+                if feed is None:
+                    feed = joined.enter_context(self._feeds.joined(run_id, follower=False))
                 # Woken by the run's stop (here, or through the relay), by the deadline, or
                 # by the feed seeing it stopped: the feed's look serves all of the run's
                 # waiters, where each waiter once looked every 2 s for itself.
