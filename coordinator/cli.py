@@ -22,7 +22,9 @@ from coordinator.ratelimit import DEFAULT_AUTH_FAILURES
 from coordinator.secret_box import KEY_FILE_NAME, SecretBox
 from coordinator.server import Coordinator
 from coordinator.settings import (
+    DEFAULT_MAX_WATCH_STREAMS,
     DEFAULT_OWNER_MAX_ACTIVE_RUNS,
+    DEFAULT_OWNER_MAX_SECRETS,
     DEFAULT_OWNER_MAX_STORED_BYTES,
     CoordinatorConfig,
     parse_size,
@@ -171,6 +173,22 @@ def _parser() -> argparse.ArgumentParser:
         help="raise or lower a bound of what a worker's hello may hold (repeatable): max_bytes"
         " (65536), max_entries (64), max_text (256), max_reason (1024), max_displays (16),"
         " max_display_px (32768), max_held (512); see docs/SECURITY.md",
+    )
+    serve.add_argument(
+        "--owner-max-secrets",
+        type=int,
+        default=DEFAULT_OWNER_MAX_SECRETS,
+        metavar="N",
+        help=f"secrets one owner may store (default {DEFAULT_OWNER_MAX_SECRETS}; 0: no limit);"
+        " replacing the value of one already stored does not count",
+    )
+    serve.add_argument(
+        "--max-watch-streams",
+        type=int,
+        default=DEFAULT_MAX_WATCH_STREAMS,
+        metavar="N",
+        help="WatchRun and WaitRun calls (runs watch, --wait) one user may have open at once on"
+        f" this replica (default {DEFAULT_MAX_WATCH_STREAMS}; 0: no limit)",
     )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
@@ -529,6 +547,10 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--scripted-models-dir must name a directory")
         if args.owner_max_active_runs < 0:
             raise DeskfleetError("--owner-max-active-runs: 0 (no limit) or more")
+        if args.max_watch_streams < 0:
+            raise DeskfleetError("--max-watch-streams: 0 (no limit) or more")
+        if args.owner_max_secrets < 0:
+            raise DeskfleetError("--owner-max-secrets: 0 (no limit) or more")
         owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
         config = CoordinatorConfig(
             db_url=args.db,
@@ -541,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
             auth_failures_per_minute=args.auth_failures_per_minute,
             owner_max_active_runs=args.owner_max_active_runs,
             owner_max_stored_bytes=owner_max_stored_bytes,
+            owner_max_secrets=args.owner_max_secrets,
+            max_watch_streams=args.max_watch_streams,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

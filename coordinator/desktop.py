@@ -381,6 +381,7 @@ def _refuse(s: Session, run: RunRow, action: ActionRow, refusal: Refusal, ctx: C
         created_at=ctx.now,
     )
     s.add(row)
+    quotas.charge_text(s, run.owner_id, body)
     action.status, action.error, action.receipt_id, action.finished_at = (
         "FAILED",
         error,
@@ -470,6 +471,8 @@ class Desktop:
             quotas.admit(s, who.id)
             approval = new_approval(run, worker_id, asked.to_json(), reason, now)
             s.add(approval)
+            scope_text = encode_result(asked.to_json())  # in the run's spec and the approval
+            quotas.charge_text(s, who.id, run.title, reason, scope_text, scope_text)
             ledger.record(s, run, ctx, "run.submitted", owner=who.id, title=run.title, kind=KIND)
             ledger.record(
                 s,
@@ -535,6 +538,7 @@ class Desktop:
                 raise FailedPreconditionError(f"run {run.id} is {run.status}: nothing to approve")
             approval.answered_by, approval.answered_at = who.id, ctx.now
             approval.answer = reason
+            quotas.charge_text(s, run.owner_id, reason)  # stored with the owner's run
             orders: list[Order] = []
             if grant is None:
                 approval.status = DENIED
@@ -556,6 +560,7 @@ class Desktop:
                 granted = _granted(run, approval, grant)
                 approval.status = APPROVED
                 approval.granted = granted.to_json()
+                quotas.charge_text(s, run.owner_id, encode_result(approval.granted))
                 approval.expires_at = ctx.now + granted.ttl
                 audit.record(
                     s,
@@ -625,6 +630,7 @@ class Desktop:
                 timeout=float(run.limits.get("action_timeout_seconds", DEFAULT_ACT_TIMEOUT)),
             )
             s.add(row)
+            quotas.charge_text(s, run.owner_id, row.args, row.intent)
             run.actions_total += 1
             made.append(row.id)
             refusal, order = self._admit(s, run, approval, action, args, row, ctx)
@@ -783,8 +789,13 @@ class Desktop:
             if row is None:
                 row = SecretRow(owner_id=owner_id, name=name)
                 s.add(row)
+                quotas.add_secret(s, owner_id)  # the count limit is checked at commit
             row.value = box.seal(owner_id, name, value)
             row.updated_at, row.updated_by = time.time(), who.id
+            # The sealed value and the name count, for a replaced value too (what an owner
+            # stored is never subtracted); past the byte limit a secret is refused.
+            quotas.charge_text(s, owner_id, name, row.value)
+            quotas.check_stored(s, owner_id)
             audit.record(s, by, "secret.set", f"{owner_id}/{name}")  # the name, never the value
             s.flush()
             stored.append(row)

@@ -35,6 +35,7 @@ from coordinator.runs import owned_run
 from coordinator.store import (
     Database,
     desktop as queries,
+    quotas,
     runs as run_queries,
     workers as worker_queries,
 )
@@ -205,6 +206,9 @@ class KillSwitches:
                 release_reason="",
             )
             s.add(kill)
+            # The reason, in the switch and its audit entry, counts for whoever engaged it;
+            # a switch is never refused for storage (nothing here asks for the byte check).
+            quotas.charge_text(s, who.id, reason, reason)
             audit.record(
                 s,
                 audit.Actor(who, peer),

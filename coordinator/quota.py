@@ -1,16 +1,20 @@
-"""Per-owner limits: runs in flight and bytes stored, checked when a run becomes active.
+"""Per-owner limits: runs in flight, bytes stored and secrets, checked when an owner adds.
 
-Every write transaction notes what it adds for an owner (`store/quotas.py`: the journal
-charges each event, receipts their body, a submission its plan's arguments) and a run that
-becomes active (submit, goal, desktop request, retry). Just before the commit the notes are
-settled: one row update per owner adds the bytes, and when a run became active, the owner's
-runs in flight are counted through the (owner, status) index, at most limit + 1 of them. A
-transaction past a limit is refused whole with RESOURCE_EXHAUSTED naming the limit, and
-nothing of it is written. The cost of the check does not grow with the owner's history.
+Every write transaction notes what it adds for an owner (`store/quotas.py`): the journal
+charges each event, receipts their body, a submission its plan's arguments and the run's
+spec, and every other row an owner writes its text (secrets, kill switch reasons, guidance,
+desktop requests and acts, approvals' answers); a run that becomes active (submit, goal,
+desktop request, retry); a write refused past the byte limit though it starts no run (a
+secret); a new secret. Just before the commit the notes are settled: one row update per owner
+adds the bytes, and when a run became active, the owner's runs in flight are counted through
+the (owner, status) index, at most limit + 1 of them (secrets likewise, through their primary
+key). A transaction past a limit is refused whole with RESOURCE_EXHAUSTED naming the limit,
+and nothing of it is written. The cost of the check does not grow with the owner's history.
 
-Bytes already stored are never refused (a receipt is work done); they count against the next
-run. Limits come from `serve --owner-max-active-runs / --owner-max-stored-bytes`; an admin
-overrides them per owner (`deskfleet users limits NAME ...`). 0 means no limit.
+Bytes already stored are never refused (a receipt is work done), nor is a kill switch, a
+cancel or guidance to a run in flight: they count against the next run. Limits come from
+`serve --owner-max-active-runs / --owner-max-stored-bytes / --owner-max-secrets`; an admin
+overrides the first two per owner (`deskfleet users limits NAME ...`). 0 means no limit.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from sqlalchemy.orm import Session
 from coordinator import audit
 from coordinator.heart import ledger
 from coordinator.principals import Principal, Role
-from coordinator.settings import DEFAULT_OWNER_MAX_ACTIVE_RUNS, DEFAULT_OWNER_MAX_STORED_BYTES
+from coordinator.settings import (
+    DEFAULT_OWNER_MAX_ACTIVE_RUNS,
+    DEFAULT_OWNER_MAX_SECRETS,
+    DEFAULT_OWNER_MAX_STORED_BYTES,
+)
 from coordinator.store import Database, principals as principal_queries, quotas as queries
 from coordinator.store.models import PrincipalRow
 from shared.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
@@ -53,9 +61,15 @@ class QuotaView:
 class Quotas:
     """The owner limits of this coordinator: settled on every commit of `db`'s writers."""
 
-    def __init__(self, db: Database, defaults: OwnerLimits | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        defaults: OwnerLimits | None = None,
+        max_secrets: int = DEFAULT_OWNER_MAX_SECRETS,
+    ) -> None:
         self._db = db
         self.defaults = defaults or OwnerLimits()
+        self.max_secrets = max_secrets  # per owner, whoever stores them; 0: no limit
         db.before_commit(self.settle)
 
     def settle(self, s: Session) -> None:
@@ -67,12 +81,26 @@ class Quotas:
         for owner_id in sorted(pending):
             noted = pending[owner_id]
             before = queries.add_stored(s, owner_id, noted.stored_bytes)
-            if noted.admitted:
-                self._check(s, owner_id, before, noted.stored_bytes)
+            if noted.secrets and self.max_secrets:
+                self._check_secrets(s, owner_id)
+            if noted.admitted or noted.checked:
+                self._check(s, owner_id, before, noted.stored_bytes, runs=bool(noted.admitted))
 
-    def _check(self, s: Session, owner_id: str, row: queries.Row, added: int) -> None:
+    def _check_secrets(self, s: Session, owner_id: str) -> None:
+        # Counted after the owner's row is locked (add_stored): two secrets of one owner
+        # stored at once are counted one after the other, never both against the last place.
+        if queries.secrets_of(s, owner_id, self.max_secrets + 1) > self.max_secrets:
+            raise ResourceExhaustedError(
+                f"owner limit max_secrets={self.max_secrets}: this owner stores that many"
+                " secrets already; replace one's value (same name) instead (the operator sets"
+                " it: serve --owner-max-secrets)"
+            )
+
+    def _check(
+        self, s: Session, owner_id: str, row: queries.Row, added: int, *, runs: bool
+    ) -> None:
         limits = self._effective(row)
-        if limits.max_active_runs:
+        if runs and limits.max_active_runs:
             active = queries.active_runs(s, owner_id, ledger.ACTIVE, limits.max_active_runs + 1)
             if active > limits.max_active_runs:
                 raise ResourceExhaustedError(
@@ -82,9 +110,9 @@ class Quotas:
                 )
         if limits.max_stored_bytes and row.stored_bytes > limits.max_stored_bytes:
             raise ResourceExhaustedError(
-                f"owner limit max_stored_bytes={limits.max_stored_bytes}: runs of this owner"
-                f" store {row.stored_bytes - added} bytes and this one would add {added} (an"
-                " admin can raise it: deskfleet users limits)"
+                f"owner limit max_stored_bytes={limits.max_stored_bytes}: this owner stores"
+                f" {row.stored_bytes - added} bytes and this would add {added} (an admin can"
+                " raise it: deskfleet users limits)"
             )
 
     def _effective(self, row: queries.Row | None) -> OwnerLimits:

@@ -9,7 +9,8 @@ import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from asyncio import FIRST_COMPLETED
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.orm import Session
 
 from coordinator import capabilities, journal, timeline as timelines
+from coordinator.followers import RunFeed, RunFeeds
 from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
@@ -39,8 +41,9 @@ from coordinator.store.models import (
     RunRow,
 )
 from coordinator.timeline import Timeline
-from shared import action_kinds, tracing
+from shared import action_kinds, plans, tracing
 from shared.errors import (
+    DeskfleetError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -54,26 +57,16 @@ from shared.text import refuse_control
 
 MAX_ACTIONS_PER_PLAN = 1000
 MAX_ARGS_CHARS = 4 * 1024 * 1024  # the server takes messages up to 16 MiB
-MAX_PLAN_CHARS = 8 * 1024 * 1024  # all of a plan's arguments, intents and title together
+MAX_PLAN_CHARS = 8 * 1024 * 1024  # all of a plan's arguments, intents, routes and title
 DEFAULT_MAX_SECONDS = 3600.0
 DEFAULT_ACTION_TIMEOUT = 60.0
-# A waiter is woken when its run stops (here, or through the relay from another replica); it
-# also looks at the run's status this often, in case a wake-up was missed.
-WAIT_POLL = 2.0
 GUIDANCE_CHARS = 4000
 GUIDANCE_MESSAGES = 16
 GUIDANCE_TOTAL_CHARS = 16000
-# Explicit bounds on everything a plan carries: past them a request is a mistake or an attack,
-# and a clear INVALID_ARGUMENT beats a store error or a run that can never finish.
-MAX_TITLE_CHARS = 1000
+# Explicit bounds on everything a plan carries (`shared/plans.py`, which clients check too):
+# past them a request is a mistake or an attack, and a clear INVALID_ARGUMENT beats a store
+# error or a run that can never finish.
 EVERY_OWNER = "*"  # a list of every owner's runs (admins)
-MAX_INTENT_CHARS = 4000
-MAX_ID_CHARS = 64
-MAX_LABELS = 32
-MAX_LABEL_CHARS = 256
-MAX_LIMIT_ACTIONS = 100_000
-MAX_LIMIT_SECONDS = 30 * 24 * 3600.0
-MAX_ACTION_TIMEOUT = 24 * 3600.0
 KIND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}")
 # Where a browser may be sent. Every other scheme (file:, chrome:, javascript:, data:, ...)
 # reads the worker's own machine or runs code instead of fetching a page: it is refused here,
@@ -153,46 +146,35 @@ class Event:
         )
 
 
-def _text(field: str, text: str, limit: int) -> None:
-    # Free text is shown to people in terminals (shared/text.py) and stored as text, which on
-    # PostgreSQL cannot hold NUL: one line, no control or bidi-override characters.
-    refuse_control(field, text)
-    if len(text) > limit:
-        raise InvalidArgumentError(f"{field}: at most {limit} characters (this is {len(text)})")
+_text = plans.check_text
 
 
 def _route_checked(field: str, route: dict[str, Any]) -> None:
-    _text(f"{field}.worker", str(route.get("worker", "")), MAX_ID_CHARS)
-    labels = route.get("labels") or {}
-    if len(labels) > MAX_LABELS:
-        raise InvalidArgumentError(f"{field}.labels: at most {MAX_LABELS} labels")
-    for key, value in labels.items():
-        _text(f"{field}.labels key", str(key), MAX_LABEL_CHARS)
-        _text(f"{field}.labels[{key!r}]", str(value), MAX_LABEL_CHARS)
-    cap = route.get("capability", "")
-    if cap and cap not in capabilities.ALL:
-        raise InvalidArgumentError(
-            f"{field}.capability: unknown {cap!r} (known: {', '.join(capabilities.ALL)})"
-        )
+    plans.check_route(
+        field,
+        str(route.get("worker", "")),
+        {str(k): str(v) for k, v in (route.get("labels") or {}).items()},
+        str(route.get("capability", "")),
+        capabilities.ALL,
+    )
 
 
 def _limits_checked(plan: Plan) -> None:
-    numbers = {
-        "max_actions": (plan.max_actions, MAX_LIMIT_ACTIONS),
-        "estimate_actions": (plan.estimate_actions, MAX_LIMIT_ACTIONS),
-        "max_seconds": (plan.max_seconds, MAX_LIMIT_SECONDS),
-        "estimate_seconds": (plan.estimate_seconds, MAX_LIMIT_SECONDS),
-        "action_timeout_seconds": (plan.action_timeout, MAX_ACTION_TIMEOUT),
-    }
-    for name, (value, high) in numbers.items():
-        # NaN passes every comparison: it is refused by name, before any comparison.
-        if not math.isfinite(value) or not 0 <= value <= high:
-            raise InvalidArgumentError(f"limits.{name}: between 0 and {high:g} (0 = default)")
+    plans.check_limits(
+        {
+            "max_actions": plan.max_actions,
+            "max_seconds": plan.max_seconds,
+            "estimate_actions": plan.estimate_actions,
+            "estimate_seconds": plan.estimate_seconds,
+            "action_timeout_seconds": plan.action_timeout,
+        }
+    )
 
 
 def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
-    """The run's limits, and the bytes its plan stores (ASCII JSON arguments, intents, title)."""
-    _text("title", plan.title, MAX_TITLE_CHARS)
+    """The run's limits, and the bytes its plan stores (ASCII JSON arguments and routes,
+    intents, title, and the spec of a research run)."""
+    _text("title", plan.title, plans.MAX_TITLE_CHARS)
     if not plan.actions:
         raise InvalidArgumentError("actions: a plan needs at least one action")
     if len(plan.actions) > MAX_ACTIONS_PER_PLAN:
@@ -208,17 +190,22 @@ def _validate(plan: Plan) -> tuple[dict[str, Any], int]:
         action_kinds.check_args(
             f"actions[{i}]", action.kind, action.args, by_coordinator=plan.kind != "plan"
         )
-        _text(f"actions[{i}].intent", action.intent, MAX_INTENT_CHARS)
-        args = len(encode_result(action.args))
+        _text(f"actions[{i}].intent", action.intent, plans.MAX_INTENT_CHARS)
+        try:
+            args = len(encode_result(action.args))
+        except InvalidArgumentError as exc:  # 1e400 parses, as infinity, which JSON cannot hold
+            raise InvalidArgumentError(f"actions[{i}].args: {exc.message}") from exc
         if args > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
-        size += args + len(action.intent.encode())
+        _route_checked(f"actions[{i}].route", action.route)
+        route = len(encode_result(action.route)) if action.route else 0  # stored per action
+        size += args + len(action.intent.encode()) + route
         if size > MAX_PLAN_CHARS:
             raise InvalidArgumentError(
                 f"actions: the plan is larger than {MAX_PLAN_CHARS} bytes at actions[{i}]"
-                " (arguments, intents and title together): split it into several runs"
+                " (arguments, intents, routes and title together): split it into several runs"
             )
-        _route_checked(f"actions[{i}].route", action.route)
+    size += len(encode_result(plan.spec)) if plan.spec else 0  # a research run's request
     _limits_checked(plan)
     n = len(plan.actions)
     max_actions = plan.max_actions or max(3 * n, n + 10)
@@ -355,10 +342,7 @@ def with_network_policy(
     loopback or private networks: that is the operator's `--allow-private-networks`.
     """
     if action.kind.startswith("desktop."):
-        raise InvalidArgumentError(
-            f"{field}: {action.kind[:40]} is not a plan action: desktop input needs an approved"
-            " scope (`deskfleet desktop request`, then `desktop act`)"
-        )
+        raise InvalidArgumentError(f"{field}: {plans.DESKTOP_KIND.format(kind=action.kind[:40])}")
     if not action.kind.startswith("browser."):
         return action
     _browser_args_checked(field, action.kind, action.args)
@@ -385,6 +369,8 @@ class Runs:
         self._dispatcher = dispatcher
         self._bus = bus
         self._allow_private = allow_private_networks
+        # One reader per run followed or waited on here, whoever follows it.
+        self._feeds: RunFeeds[Event] = RunFeeds(_FeedSource(db), bus)
 
     async def submit(self, owner: Principal, plan: Plan, *, wait: float = 0.0) -> RunView:
         """Write the run and dispatch what can start; with `wait`, then wait up to that many
@@ -525,19 +511,26 @@ class Runs:
                 return None
             return _view(s, run, with_timeline=False)
 
-        while True:
-            handed: RunView | None = wake.view
-            if handed is not None and handed.run.owner_id == owner.id:
-                return handed  # read by the transaction that stopped the run
-            if woken:
-                wake.clear()
-                view = await self._db.read(unit)
-                if view is not None:
-                    return view
-            woken = True
-            remaining = deadline - time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), max(0.0, min(remaining, WAIT_POLL)))
+        with contextlib.ExitStack() as joined:
+            feed: RunFeed[Event] | None = None  # joined only once there is something to wait for
+            trust_feed = True
+            while True:
+                handed: RunView | None = wake.view
+                if handed is not None and handed.run.owner_id == owner.id:
+                    return handed  # read by the transaction that stopped the run
+                if woken:
+                    wake.clear()
+                    view = await self._db.read(unit)
+                    if view is not None:
+                        return view
+                    trust_feed = False  # it read the run active: only a newer look counts
+                woken = True
+                if feed is None:
+                    feed = joined.enter_context(self._feeds.joined(run_id, follower=False))
+                # Woken by the run's stop (here, or through the relay), by the deadline, or
+                # by the feed seeing it stopped: the feed's look serves all of the run's
+                # waiters, where each waiter once looked every 2 s for itself.
+                await _stopped_or_timeout(wake, feed, deadline, trust=trust_feed)
 
     async def cancel(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:
@@ -642,6 +635,7 @@ class Runs:
                     f"run {run_id} would exceed {GUIDANCE_TOTAL_CHARS} characters of guidance"
                     f" ({chars} used, {len(text)} more asked)"
                 )
+            quotas.charge_text(s, run.owner_id, text)  # the row; its journal event counts too
             s.add(
                 GuidanceRow(
                     id=guidance_id,
@@ -669,32 +663,104 @@ class Runs:
 
     async def watch(
         self, who: Principal, run_id: str, after_seq: int, follow: bool
-    ) -> AsyncIterator[Event]:
-        """History after `after_seq` from the store, then live events, each exactly once."""
-        await self.get(who, run_id)  # owner check before anything is sent
-        wake = self._bus.subscribe(run_id)
+    ) -> AsyncGenerator[Event, None]:
+        """History after `after_seq` from the store, then live events, each exactly once.
+
+        The history is the caller's own reads (the first one checks that the run is theirs);
+        live events come from the run's feed (`coordinator/followers.py`), which reads them
+        once for everyone following the run on this replica.
+        """
         last = after_seq
-        try:
+        while True:
+            rows, status = await self._db.read(_journal_page, who, run_id, last)
+            for row in rows:
+                yield Event.of(row)
+                last = row.seq
+            if len(rows) < FEED_PAGE:
+                break
+        if not follow or status not in ledger.ACTIVE:
+            return
+        with self._feeds.joined(run_id, follower=True) as feed:
             while True:
-                wake.clear()
-
-                def unit(s: Session, last_seq: int = last) -> tuple[Sequence[JournalRow], str]:
-                    run = owned_run(s, who, run_id)
-                    return run_queries.journal_after(s, run_id, last_seq, 500), run.status
-
-                rows, status = await self._db.read(unit)
-                for row in rows:
-                    yield Event.of(row)
-                    last = row.seq
-                if len(rows) == 500:
+                if feed.error is not None:
+                    raise _again(feed.error)
+                events = feed.after(last)
+                if events is None:  # older than what the feed keeps: read them here
+                    rows, _ = await self._db.read(_journal_page, who, run_id, last)
+                    events = [Event.of(row) for row in rows]
+                for event in events:
+                    yield event
+                    last = event.seq
+                if events:
                     continue
-                if not follow or status not in ledger.ACTIVE:
+                if feed.head is not None and last >= feed.head and feed.status not in ledger.ACTIVE:
                     return
-                # The poll bounds the wait when the wake-up comes from another replica.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), 1.0)
+                await feed.changed()
+
+
+FEED_PAGE = 500  # journal events read at once by a watcher
+
+
+def _journal_page(
+    s: Session, who: Principal, run_id: str, after_seq: int
+) -> tuple[Sequence[JournalRow], str]:
+    """The caller's run's events after `after_seq` (a page) and its status, in one read."""
+    run = owned_run(s, who, run_id)
+    return run_queries.journal_after(s, run_id, after_seq, FEED_PAGE), run.status
+
+
+def _again(error: BaseException) -> Exception:
+    """The feed's failure, raised afresh in each of its followers."""
+    if isinstance(error, DeskfleetError):
+        return type(error)(error.message)
+    return RuntimeError(f"reading the run for its followers failed: {error!r}")
+
+
+async def _stopped_or_timeout(
+    wake: StopWait, feed: RunFeed[Event], deadline: float, *, trust: bool
+) -> None:
+    """Until the run's stop wakes `wake`, the feed reads it stopped, or `deadline` (monotonic)
+    passes. `trust`: whether the feed's last look counts (not when the waiter's own read came
+    after it and found the run active again: then only the feed's next look does)."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or wake.is_set():
+            return
+        if feed.error is not None:
+            raise _again(feed.error)
+        if trust and feed.head is not None and feed.status not in ledger.ACTIVE:
+            return
+        stop = asyncio.ensure_future(wake.wait())
+        moved = asyncio.ensure_future(feed.changed())
+        try:
+            await asyncio.wait((stop, moved), timeout=remaining, return_when=FIRST_COMPLETED)
         finally:
-            self._bus.unsubscribe(run_id, wake)
+            stop.cancel()
+            moved.cancel()
+        trust = True
+
+
+class _FeedSource:
+    """How the feeds read runs (`followers.FeedSource`): one transaction a look."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def head(self, run_id: str) -> tuple[int, str]:
+        found = await self._db.read(run_queries.run_head, run_id)
+        if found is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        return found
+
+    async def after(self, run_id: str, seq: int, limit: int) -> tuple[Sequence[Event], str]:
+        def unit(s: Session) -> tuple[Sequence[Event], str]:
+            found = run_queries.run_head(s, run_id)
+            if found is None:
+                raise NotFoundError(f"no run {run_id!r}")
+            rows = run_queries.journal_after(s, run_id, seq, limit)
+            return [Event.of(row) for row in rows], found[1]
+
+        return await self._db.read(unit)
 
 
 def new_run(

@@ -18,6 +18,7 @@ from coordinator.agent.tools import FleetTools
 from coordinator.certificates import WorkerCertificates
 from coordinator.desktop import DESKTOP_RUNS, Desktop
 from coordinator.fleet import Fleet
+from coordinator.followers import OpenStreams
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.heart.run_kinds import RunKind
 from coordinator.indexer import JournalIndexer
@@ -215,7 +216,11 @@ def create_server(
         else None
     )
     peeks = Peeks(db, presence, config.replica)
-    quotas = Quotas(db, OwnerLimits(config.owner_max_active_runs, config.owner_max_stored_bytes))
+    quotas = Quotas(
+        db,
+        OwnerLimits(config.owner_max_active_runs, config.owner_max_stored_bytes),
+        config.owner_max_secrets,
+    )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(db, config, auth, quotas), server
     )
@@ -244,7 +249,9 @@ def create_server(
         replica=config.replica,
         live_replicas=relay.live_replicas,
     )
-    runs_pb2_grpc.add_RunServiceServicer_to_server(RunServicer(runs, policy, goals), server)
+    runs_pb2_grpc.add_RunServiceServicer_to_server(
+        RunServicer(runs, policy, goals, OpenStreams(config.max_watch_streams)), server
+    )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
     desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)
     desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(ApprovalServicer(desktop, peeks), server)

@@ -14,6 +14,10 @@ from shared.errors import InvalidArgumentError
 # Per-owner limits (coordinator/quota.py); an admin overrides them per owner. 0: no limit.
 DEFAULT_OWNER_MAX_ACTIVE_RUNS = 200
 DEFAULT_OWNER_MAX_STORED_BYTES = 5 * 1024**3
+DEFAULT_OWNER_MAX_SECRETS = 1000  # a serve setting only: no per-owner override
+# WatchRun and WaitRun calls one principal may hold open on a replica (bench/many_runs.py
+# holds 40 at once). 0: no limit.
+DEFAULT_MAX_WATCH_STREAMS = 256
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class CoordinatorConfig:
     # refused (RESOURCE_EXHAUSTED). 0: no limit.
     owner_max_active_runs: int = DEFAULT_OWNER_MAX_ACTIVE_RUNS
     owner_max_stored_bytes: int = DEFAULT_OWNER_MAX_STORED_BYTES
+    owner_max_secrets: int = DEFAULT_OWNER_MAX_SECRETS  # secrets one owner may store
+    max_watch_streams: int = DEFAULT_MAX_WATCH_STREAMS  # open WatchRun + WaitRun per principal
     # Each replica looks for orders other replicas left for its streams this often; on
     # PostgreSQL a notification wakes it sooner, so this only bounds a missed one.
     relay_poll_interval: float = 1.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,6 +410,7 @@ def test_an_admin_peeks_at_the_requested_screen_and_the_look_is_audited(
 
     # The CLI writes the same screen to a file.
     coordinator.cli("approvals", "peek", approval["id"], "--out", str(out))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600  # the screen is the admin's alone (30.16)
     with Image.open(out) as img:
         assert img.size == (width, height)
 

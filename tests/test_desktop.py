@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -199,6 +200,7 @@ def test_approved_control_sees_the_form_and_types_into_it(
     out = tmp_path / "shot.png"
     doc = ok(coordinator, run["id"], "screenshot", "--out", str(out))
     image = Image.open(io.BytesIO(out.read_bytes()))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600  # a screen is its user's alone (30.16)
     assert image.size == (1280, 800)
     assert image.convert("RGB").getpixel(tuple(map(int, center(MARKER)))) == (255, 0, 0)
     [art] = doc["artifacts"]
@@ -227,6 +229,8 @@ def test_approved_control_sees_the_form_and_types_into_it(
     [ref] = saved["actions"][1]["artifacts"]
     assert ref["sha256"] == art["sha256"] and ref["role"] == "screenshot"
     assert Path(ref["path"]).read_bytes() == out.read_bytes()
+    assert stat.S_IMODE(Path(ref["path"]).stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
     assert coordinator.cli_json("journal", "verify", run["id"])["ok"]
 
 

@@ -443,6 +443,16 @@ def test_type_presses_no_key_that_was_not_approved(desk: Desk) -> None:
         ("type", {"text": "bell \x07"}, "text"),
         ("wait", {"seconds": 61}, "seconds"),
         ("screenshot", {"display": 3}, "display"),
+        # Huge and negative numbers the coordinator leaves to the worker's contract (30, held).
+        ("wait", {"seconds": -1}, "seconds"),
+        ("wait", {"seconds": 1e300}, "seconds"),
+        ("scroll", {"dy": 10**9}, "dy"),
+        ("scroll", {"dx": -(2**63)}, "dx"),
+        ("type", {"text": "a", "interval": -1}, "interval"),
+        ("type", {"text": "a", "interval": 1e300}, "interval"),
+        ("left_click", {"x": -1, "y": 5}, "x"),
+        ("left_click", {"x": 2**63, "y": 5}, "x"),
+        ("screenshot", {"display": -1}, "display"),
     ],
 )
 def test_bad_arguments_are_refused_naming_the_field(

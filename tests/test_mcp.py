@@ -8,6 +8,7 @@ import io
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from mcp.types import (
 from PIL import Image
 
 from scripts.local_site.server import FACTS
-from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, base_env
+from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, base_env, submit, write_plan
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +42,14 @@ TOOLS = {
 
 
 @asynccontextmanager
-async def mcp_session(coordinator: CoordinatorProcess) -> AsyncIterator[ClientSession]:
-    """`deskfleet mcp` as an agent application starts it: a subprocess on stdio."""
+async def mcp_session(
+    coordinator: CoordinatorProcess, token_file: Path | None = None
+) -> AsyncIterator[ClientSession]:
+    """`deskfleet mcp` as an agent application starts it: a subprocess on stdio (with the
+    admin's credential unless another is given)."""
     env = base_env(coordinator.workdir)
     env["DESKFLEET_COORDINATOR"] = coordinator.address
-    env["DESKFLEET_TOKEN_FILE"] = str(coordinator.admin_token_file)
+    env["DESKFLEET_TOKEN_FILE"] = str(token_file or coordinator.admin_token_file)
     server = StdioServerParameters(command=str(BIN / "deskfleet"), args=["mcp"], env=env)
     with (coordinator.workdir / "mcp.log").open("w") as errlog:
         async with (
@@ -306,3 +310,39 @@ async def test_submit_plan_cancel_run_and_runs_as_resources(
 
         bad = await session.call_tool("submit_plan", {"plan": {"steps": []}})
         assert bad.is_error and text_of(bad) == 'plan: expected {"actions": [...]}'
+        loose = {"actions": [{"kind": "diag.echo"}], "limits": {"max_action": 1}}
+        bad = await session.call_tool("submit_plan", {"plan": loose})
+        assert bad.is_error
+        assert text_of(bad) == "limits.max_action: unknown field; did you mean max_actions?"
+
+
+async def test_an_owners_session_reaches_that_owners_runs_only(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    """The server calls with the caller's credential: another owner's run is as if it did not
+    exist, through every tool and resource (held, issue 30)."""
+    plan = write_plan(tmp_path / "p.json", [{"kind": "diag.echo", "route": {"worker": "no"}}])
+    theirs = submit(coordinator, plan)["id"]  # the admin's, waiting for a worker
+    token = tmp_path / "olga.token"
+    token.write_text(coordinator.cli_json("users", "create", "olga-mcp")["token"])
+    async with mcp_session(coordinator, token) as session:
+        for tool, arguments in (
+            ("run_status", {"run_id": theirs}),
+            ("journal_read", {"run_id": theirs, "seq": 1}),
+            ("journal_search", {"run_id": theirs, "text": "echo"}),
+            ("cancel_run", {"run_id": theirs}),
+            ("desktop_act", {"run_id": theirs, "action": "screenshot"}),
+        ):
+            result = await session.call_tool(tool, arguments)
+            assert result.is_error and text_of(result).startswith("no run"), (tool, result)
+        for uri in (f"deskfleet://runs/{theirs}", f"deskfleet://runs/{theirs}/journal"):
+            with pytest.raises(MCPError) as missing:
+                await session.read_resource(uri)
+            assert missing.value.error.message.startswith("no run"), missing.value.error
+        stuck = {"actions": [{"kind": "diag.echo", "route": {"worker": "no"}}]}
+        mine = (await call_json(session, "submit_plan", plan=stuck, wait=False))["runId"]
+    listed = coordinator.cli_json("runs", "list", "--owner", "olga-mcp")["runs"]
+    assert [r["id"] for r in listed] == [mine]
+    assert coordinator.cli_json("runs", "show", theirs)["status"] == "WAITING_FOR_ENVIRONMENT"
+    coordinator.cli("runs", "cancel", theirs)
+    coordinator.cli("runs", "cancel", mine, token_file=token)

@@ -62,9 +62,15 @@ async def test_a_wrong_type_is_one_sentence_naming_the_argument() -> None:
         ({"actions": "x"}, 'plan: expected {"actions": [...]}'),
         ({"actions": [{"args": {}}]}, 'actions[0]: needs a "kind"'),
         ({"actions": [{"kind": "diag.echo", "args": []}]}, "actions[0].args: must be an object"),
-        ({"actions": [{"kind": "k", "route": {"labels": [1]}}]}, "actions[0].route.labels"),
-        ({"actions": [], "limits": [1]}, "plan: limits: must be an object"),
-        ({"actions": [], "limits": {"max_actions": "many"}}, "plan: limits: invalid literal"),
+        ({"actions": [{"kind": "diag.echo", "route": {"labels": [1]}}]}, "actions[0].route.labels"),
+        ({"actions": [], "limits": [1]}, "limits: must be an object, not a list"),
+        ({"actions": [], "limits": {"max_actions": "many"}}, "limits.max_actions: must be an"),
+        # Strictly (30.17): no string for a boolean, no misspelled key left unread.
+        (
+            {"actions": [{"kind": "diag.echo", "idempotent": "false"}]},
+            "actions[0].idempotent: must be true or false, not the string 'false'",
+        ),
+        ({"actions": [{"kind": "diag.echo", "arg": {}}]}, "actions[0].arg: unknown field"),
     ],
 )
 def test_a_plan_is_checked_as_runs_submit_checks_a_plan_file(plan: object, expected: str) -> None:

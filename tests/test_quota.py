@@ -178,3 +178,96 @@ def test_sizes_are_read_in_binary_units() -> None:
     for bad in ("", "1.5G", "-1", "1 PB", "\u0661"):
         with pytest.raises(InvalidArgumentError):
             parse_size("f", bad)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def few_secrets(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    """A coordinator whose owners may store 3 secrets."""
+    db_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    proc = CoordinatorProcess(
+        tmp_path / "secrets", db_url, serve_args=("--owner-max-secrets", "3")
+    ).start()
+    yield proc
+    proc.stop()
+
+
+def test_secrets_count_toward_stored_bytes_and_are_limited_in_number(
+    few_secrets: CoordinatorProcess,
+) -> None:
+    coordinator = few_secrets
+    alice = _owner(coordinator, "alice")
+
+    def stored() -> int:
+        return int(_limits(coordinator, "alice")["storedBytes"])
+
+    def set_secret(name: str, value: str) -> tuple[int, str]:
+        done = coordinator.cli(
+            "secrets", "set", name, input_text=value + "\n", token_file=alice, check=False
+        )
+        return done.returncode, done.stderr
+
+    value = "v" * 10_000  # the longest a secret may be
+    for name in ("A", "B", "C"):
+        before = stored()
+        assert set_secret(name, value) == (0, "")
+        assert stored() - before > len(value)  # its sealed value and name (30.8)
+    code, err = set_secret("D", "x")
+    assert code == EXIT_ERROR
+    assert err.startswith("deskfleet: owner limit max_secrets=3: "), err
+    assert err.count("\n") == 1 and "serve --owner-max-secrets" in err
+    # An admin storing one for alice meets her limit too.
+    done = coordinator.cli("secrets", "set", "D", "--owner", "alice", input_text="x\n", check=False)
+    assert done.returncode == EXIT_ERROR and "max_secrets=3" in done.stderr, done.stderr
+    # A new value for a secret she has is no new secret; past her byte limit it is refused.
+    assert set_secret("A", "short") == (0, "")
+    _set_limits(coordinator, "alice", "--max-stored-bytes", str(stored() + 100))
+    code, err = set_secret("A", value)
+    assert code == EXIT_ERROR and err.startswith("deskfleet: owner limit max_stored_bytes="), err
+
+
+def test_every_row_an_owner_writes_counts_toward_stored_bytes(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    """Each text counts for each place it is stored: its own row, the run's journal event,
+    the audit entry (before, only the journal counted)."""
+    alice = _owner(coordinator, "alice")
+
+    def stored() -> int:
+        return int(_limits(coordinator, "alice")["storedBytes"])
+
+    def grows(by: int, *args: str, token: Path | None = alice) -> Any:
+        before = stored()
+        done = coordinator.cli_json(*args, token_file=token)
+        assert stored() - before >= by, (args[:2], stored() - before, by)
+        return done
+
+    # Guidance: its row and its journal events (queued, then delivered at the boundary).
+    plan = write_plan(tmp_path / "p.json", [{"kind": "diag.echo", "route": {"worker": "no"}}])
+    run = _submitted(coordinator, alice, plan)
+    text = "g" * 4000
+    grows(3 * len(text), "runs", "guide", run["id"], text)
+    # A kill switch's reason: the switch, its audit entry and the run's journal event.
+    reason = "r" * 1000
+    grows(3 * len(reason), "kill", "engage", "--run", run["id"], "--reason", reason)
+    # A desktop request: the title and reason in the run and its approval, and the journal.
+    desk = WorkerProcess(coordinator, "desk", browser=False)
+    assert desk.enroll().returncode == 0
+    why, title = "w" * 2000, "t" * 500
+    asked = ("desktop", "request", "--worker", desk.worker_id, "--action=type")
+    desktop = grows(2 * len(why) + 2 * len(title), *asked, "--reason", why, "--title", title)
+    # An act's arguments (refused here, before any approval) are stored with its action.
+    typed = "k" * 3000
+    before = stored()
+    act = ("desktop", "act", desktop["id"], "type", "--text", typed)
+    done = coordinator.cli(*act, token_file=alice, check=False)
+    assert done.returncode != 0 and "not_approved" in done.stdout, done.stdout
+    assert stored() - before >= len(typed)
+    # An admin's answer is stored with the owner's run, and counts for the owner: in the
+    # approval, its journal event and the stop reason of the run it cancels.
+    [approval] = [
+        a
+        for a in coordinator.cli_json("approvals", "list")["approvals"]
+        if a["runId"] == desktop["id"]
+    ]
+    answer = "n" * 2000
+    grows(3 * len(answer), "approvals", "deny", approval["id"], "--reason", answer, token=None)

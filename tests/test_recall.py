@@ -6,16 +6,36 @@ on PostgreSQL, whose LIKE reads backslashes, `%` and `_` differently.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from coordinator.recall import MAX_CURSOR_NUMBER, find_all, needle_of, parse_cursor
+from coordinator.heart.ledger import new_action
+from coordinator.journal import Verification, append as journal_append, verify as verify_journal
+from coordinator.principals import Principal, Role
+from coordinator.recall import (
+    MAX_CURSOR_NUMBER,
+    MAX_PAGE,
+    SCAN_BYTES,
+    Recall,
+    find_all,
+    needle_of,
+    parse_cursor,
+)
+from coordinator.runs import new_run
+from coordinator.store import Database
+from coordinator.store.models import ReceiptRow, RunRow
 from coordinator.store.runs import like_escaped
-from shared.errors import InvalidArgumentError
-from shared.receipts import encode_result
+from coordinator.store.schema import upgrade
+from shared.errors import DataIntegrityError, InvalidArgumentError, NotFoundError
+from shared.ids import new_id
+from shared.receipts import content_hash, encode_result
 from tests.harness import CoordinatorProcess, journal, submit, write_plan
 
 
@@ -140,10 +160,6 @@ def test_an_oversized_cursor_is_a_bad_argument_on_postgresql(pg_url: str, tmp_pa
 async def test_a_value_the_store_refuses_is_a_defect_not_an_outage(pg_url: str) -> None:
     """Were a check ever missed, the store's refusal of a value is INTERNAL with a reference
     (its words only in the log), never UNAVAILABLE: that means the store cannot be reached."""
-    from sqlalchemy import text
-    from sqlalchemy.orm import Session
-
-    from coordinator.store import Database
     from shared.errors import InternalError, StoreUnavailableError
 
     db = Database(pg_url)
@@ -159,3 +175,144 @@ async def test_a_value_the_store_refuses_is_a_defect_not_an_outage(pg_url: str) 
         assert "range" not in failed.value.message
     finally:
         await db.close()
+
+
+# ------------------------------------------------------------------ archived receipts (30.14)
+
+OWNER = Principal("usr_reader", "reader", Role.OWNER)
+
+
+@pytest.fixture
+async def archive(tmp_path: Path) -> AsyncIterator[tuple[Database, Callable[..., Any]]]:
+    """A real SQLite store, and a writer of runs whose events archive receipts (as
+    heart/outcomes.py archives a bulky result): each body given is one receipt."""
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    await asyncio.to_thread(upgrade, url)
+    db = Database(url)
+
+    async def run_of(*bodies: str) -> str:
+        run_id = new_id("run")
+
+        def unit(s: Session) -> None:
+            limits = {"max_actions": 1, "max_seconds": 1.0, "estimate_actions": 1,
+                      "estimate_seconds": 1.0, "action_timeout_seconds": 1.0}  # fmt: skip
+            run = new_run(run_id, OWNER.id, "t", limits, kind="plan", spec={},
+                          actions_total=len(bodies), now=0.0)  # fmt: skip
+            s.add(run)
+            s.flush()
+            for i, body in enumerate(bodies):
+                action = new_action(run_id, i, i, "diag.echo", {}, idempotent=True, route={},
+                                    intent="", timeout=1.0)  # fmt: skip
+                s.add(action)
+                s.flush()
+                receipt = ReceiptRow(
+                    id=f"rcp_{run_id}_{i}", run_id=run_id, action_id=action.id, attempt_id="a",
+                    epoch=1, worker_id="w", status="succeeded", body=body,
+                    sha256=content_hash(body), created_at=0.0,
+                )  # fmt: skip
+                s.add(receipt)
+                archived = {"receipt": receipt.id, "length": len(body)}
+                journal_append(s, run, "receipt", {"receipt": receipt.id, "archive": archived})
+
+        await db.write(unit)
+        return run_id
+
+    yield db, run_of
+    await db.close()
+
+
+def _body(size: int, fill: str = "x", marker: str = "") -> str:
+    return encode_result({"result": marker + fill * size + marker})
+
+
+async def test_a_large_archived_receipt_is_hashed_once_however_many_pages_are_read(
+    archive: tuple[Database, Callable[..., Any]],
+) -> None:
+    db, run_of = archive
+    body = _body(12 * 1024 * 1024)
+    run_id = await run_of(body)
+    recall = Recall(db)
+    pages, offset = [], 0
+    while offset >= 0:
+        page = await recall.read(OWNER, run_id, 1, offset, MAX_PAGE)
+        assert page.archived and page.total_length == len(body)
+        pages.append(page.text)
+        offset = page.next_offset
+    assert "".join(pages) == body and len(pages) == 193
+    # The first page verified the whole body; the 192 others were cut by the store. Before,
+    # every page hashed (and decoded) all 12 MiB again.
+    assert recall.verified.hashed == 1
+
+
+async def test_a_page_only_ever_returns_bytes_that_matched_their_hash(
+    archive: tuple[Database, Callable[..., Any]],
+) -> None:
+    db, run_of = archive
+    body = _body(200_000)
+    run_id = await run_of(body)
+    recall = Recall(db)
+    first = await recall.read(OWNER, run_id, 1, 0, 100)
+
+    def tamper(s: Session) -> None:
+        s.execute(text("UPDATE receipts SET body = replace(body, 'xxxx', 'xxxy')"))
+
+    await db.write(tamper)
+    # Later pages come from the body this process verified, not from what the store holds now.
+    again = await recall.read(OWNER, run_id, 1, 0, 100)
+    last = await recall.read(OWNER, run_id, 1, len(body) - 100, 100)
+    assert again == first and last.text == body[-100:] and recall.verified.hashed == 1
+    # What has not verified it refuses it, and `journal verify` reads the store again.
+    with pytest.raises(DataIntegrityError, match="does not match its content hash"):
+        await Recall(db).read(OWNER, run_id, 1, 0, 100)
+
+    def verify(s: Session) -> Verification:
+        run = s.get(RunRow, run_id)
+        assert run is not None
+        return verify_journal(s, run)
+
+    problems = (await db.read(verify)).problems
+    assert problems == (f"receipt rcp_{run_id}_0 does not match its content hash",)
+
+
+async def test_an_archive_names_a_receipt_of_its_own_run_only(
+    archive: tuple[Database, Callable[..., Any]],
+) -> None:
+    db, run_of = archive
+    theirs, mine = await run_of(_body(10, marker="theirs")), await run_of(_body(10))
+
+    def point_at_theirs(s: Session) -> None:
+        s.execute(
+            text("UPDATE journal SET data = replace(data, :mine, :theirs) WHERE run_id = :run"),
+            {"mine": f"rcp_{mine}_0", "theirs": f"rcp_{theirs}_0", "run": mine},
+        )
+
+    await db.write(point_at_theirs)
+    recall = Recall(db)
+    await recall.read(OWNER, theirs, 1, 0, 100)  # verified, and kept
+    with pytest.raises(NotFoundError, match="is missing"):
+        await recall.read(OWNER, mine, 1, 0, 100)
+
+
+async def test_search_reads_a_bounded_share_of_archived_receipts_per_call(
+    archive: tuple[Database, Callable[..., Any]],
+) -> None:
+    db, run_of = archive
+    share = SCAN_BYTES // 2 + 1  # two receipts fill a call's share
+    run_id = await run_of(*(_body(share, marker="needle") for _ in range(5)))
+    recall = Recall(db)
+    seen: list[int] = []
+    cursor, calls = "", 0
+    while True:
+        page = await recall.search(OWNER, run_id, "needle", cursor, 100)
+        calls += 1
+        seen += [m.seq for m in page.matches]
+        if not page.has_more:
+            break
+        assert len({m.seq for m in page.matches}) <= 2, "a call read more than its share"
+        cursor = page.cursor
+    assert seen == [seq for seq in range(1, 6) for _ in range(2)]  # twice in each, in order
+    assert calls == 3
+    # Searching again verifies nothing again.
+    hashed = recall.verified.hashed
+    await recall.search(OWNER, run_id, "needle", "", 100)
+    assert recall.verified.hashed == hashed == 5

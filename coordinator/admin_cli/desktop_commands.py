@@ -11,6 +11,7 @@ from typing import Any
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
+from coordinator.admin_cli.out_files import write_private
 from shared import desktop_scope
 from shared.config import parse_duration
 from shared.errors import InvalidArgumentError
@@ -122,7 +123,7 @@ def act(client: CoordinatorClient, args: argparse.Namespace) -> None:
             desktop_pb2.GetArtifactRequest(run_id=args.run_id, sha256=art.sha256),
             timeout=60,
         ).data
-        Path(args.out).write_bytes(data)
+        write_private(Path(args.out), data)
         written = args.out
         doc["out"] = written
     if args.json:
@@ -148,7 +149,7 @@ def peek(client: CoordinatorClient, args: argparse.Namespace) -> None:
     shot = client.call(
         client.approvals.PeekScreen, desktop_pb2.PeekScreenRequest(id=args.id), timeout=30
     )
-    Path(args.out).write_bytes(shot.data)
+    write_private(Path(args.out), shot.data)
     doc = render.as_dict(shot)
     doc.pop("data", None)
     doc["out"] = args.out

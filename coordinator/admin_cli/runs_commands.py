@@ -12,7 +12,9 @@ import grpc
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
-from shared.errors import InvalidArgumentError, from_rpc_error
+from coordinator.admin_cli.out_files import write_private
+from shared import plans
+from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
 
 EXIT_RUN_NOT_SUCCEEDED = 6
@@ -40,50 +42,34 @@ def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
 
 
 def plan_request(plan: Any, where: str = "plan") -> runs_pb2.SubmitRunRequest:
-    """A plan document (`{"actions": [...], "limits": {...}}`) as a request; `where` names the
-    document in errors about its shape as a whole."""
-    if not isinstance(plan, dict) or not isinstance(plan.get("actions"), list):
-        raise InvalidArgumentError(f'{where}: expected {{"actions": [...]}}')
-    request = runs_pb2.SubmitRunRequest(title=str(plan.get("title", "")))
-    for i, action in enumerate(plan["actions"]):
-        if not isinstance(action, dict) or not isinstance(action.get("kind"), str):
-            raise InvalidArgumentError(f'actions[{i}]: needs a "kind"')
-        args = action.get("args", {})
-        if not isinstance(args, dict):
-            raise InvalidArgumentError(f"actions[{i}].args: must be an object")
-        route = action.get("route") or {}
-        if not isinstance(route, dict):
-            raise InvalidArgumentError(f"actions[{i}].route: must be an object")
-        if not isinstance(route.get("labels") or {}, dict):
-            raise InvalidArgumentError(f"actions[{i}].route.labels: must be an object")
+    """A plan document (`{"actions": [...], "limits": {...}}`) as a request, read strictly
+    (`shared/plans.py`); `where` names the document in errors about its shape as a whole."""
+    doc = plans.read_plan(plan, where)
+    limits = doc.limits
+    request = runs_pb2.SubmitRunRequest(
+        title=doc.title,
+        limits=runs_pb2.Limits(
+            max_actions=int(limits.get("max_actions", 0)),
+            max_seconds=limits.get("max_seconds", 0.0),
+            estimate_actions=int(limits.get("estimate_actions", 0)),
+            estimate_seconds=limits.get("estimate_seconds", 0.0),
+            action_timeout_seconds=limits.get("action_timeout_seconds", 0.0),
+        ),
+    )
+    for action in doc.actions:
         request.actions.append(
             runs_pb2.PlannedAction(
-                kind=action["kind"],
-                args_json=json.dumps(args, ensure_ascii=True),
-                idempotent=bool(action.get("idempotent", False)),
-                intent=str(action.get("intent", "")),
+                kind=action.kind,
+                args_json=json.dumps(action.args, ensure_ascii=True),
+                idempotent=action.idempotent,
+                intent=action.intent,
                 route=runs_pb2.RouteConstraint(
-                    worker=str(route.get("worker", "")),
-                    labels={str(k): str(v) for k, v in (route.get("labels") or {}).items()},
-                    capability=str(route.get("capability", "")),
+                    worker=action.route.worker,
+                    labels=action.route.labels,
+                    capability=action.route.capability,
                 ),
             )
         )
-    limits = plan.get("limits") or {}
-    if not isinstance(limits, dict):
-        raise InvalidArgumentError(f"{where}: limits: must be an object")
-    try:
-        request.limits.CopyFrom(
-            runs_pb2.Limits(
-                max_actions=int(limits.get("max_actions", 0)),
-                max_seconds=float(limits.get("max_seconds", 0)),
-                estimate_actions=int(limits.get("estimate_actions", 0)),
-                estimate_seconds=float(limits.get("estimate_seconds", 0)),
-                action_timeout_seconds=float(limits.get("action_timeout_seconds", 0)),
-            )
-        )
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"{where}: limits: {exc}") from exc
     return request
 
 
@@ -153,7 +139,10 @@ def _save_artifacts(client: CoordinatorClient, doc: dict[str, Any], directory: P
     """Write every artifact of the run into `directory` and note each file's path."""
     from shared.gen.deskfleet.v1 import desktop_pb2
 
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # screens: the user's alone
+    except OSError as exc:
+        raise DeskfleetError(f"--artifacts-dir {directory}: {exc.strerror or exc}") from exc
     for action in doc.get("actions", []):
         for art in action.get("artifacts", []):
             reply = client.call(
@@ -162,7 +151,7 @@ def _save_artifacts(client: CoordinatorClient, doc: dict[str, Any], directory: P
                 timeout=60,
             )
             path = directory / (art["sha256"] + EXTENSIONS.get(art["mediaType"], ".bin"))
-            path.write_bytes(reply.data)
+            write_private(path, reply.data, "--artifacts-dir")
             art["path"] = str(path)
 
 

@@ -54,7 +54,7 @@ from coordinator.store import Database, desktop as desktop_queries, quotas, runs
 from coordinator.store.models import PrincipalRow, RunRow
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.ids import new_id
-from shared.receipts import content_sha256
+from shared.receipts import content_sha256, encode_result
 from shared.text import refuse_control
 
 log = logging.getLogger(__name__)
@@ -187,6 +187,7 @@ class Goals:
             s.add(run)
             s.flush()
             quotas.admit(s, who.id)
+            quotas.charge_text(s, who.id, run.title, encode_result(spec))
             ledger.record(s, run, ctx, "run.submitted", owner=who.id, title=run.title, kind=KIND)
             ledger.record(s, run, ctx, "goal.request", text=text, model=model_spec, desktop=desktop)
             created.append(RunView(run))

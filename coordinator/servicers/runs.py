@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
+from coordinator.followers import OpenStreams
 from coordinator.heart import ledger
 from coordinator.recall import Recall
 from coordinator.research import ResearchRequest, research_plan
@@ -16,6 +19,7 @@ from coordinator.routing import RoutingPolicy
 from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.timeline import timeline_message
+from coordinator.settings import DEFAULT_MAX_WATCH_STREAMS
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from shared.text import refuse_control
@@ -109,6 +113,29 @@ def run_message(view: RunView) -> runs_pb2.Run:
     return msg
 
 
+def refuse_unknown_fields(msg: Message, path: str = "") -> None:
+    """INVALID_ARGUMENT naming the first field `msg` carries that this coordinator's schema
+    does not define: protobuf keeps such fields aside and would let the plan run without
+    them (a newer client's field meeting an older coordinator, or a hand-built request)."""
+    unknown = UnknownFieldSet(msg)
+    if len(unknown):
+        where = f"{path}: field" if path else "field"
+        raise InvalidArgumentError(
+            f"{where} {unknown[0].field_number} is unknown to this coordinator"
+            f" ({msg.DESCRIPTOR.name}): leave it out or upgrade the coordinator"
+        )
+    for field, value in msg.ListFields():
+        kind = field.message_type
+        if kind is None or kind.GetOptions().map_entry:
+            continue  # a scalar, or a map of strings
+        inner = f"{path}.{field.name}" if path else field.name
+        if field.is_repeated:
+            for i, item in enumerate(value):
+                refuse_unknown_fields(item, f"{inner}[{i}]")
+        else:
+            refuse_unknown_fields(value, inner)
+
+
 def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
     route: dict[str, Any] = {}
     if msg.worker:
@@ -121,10 +148,18 @@ def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
 
 
 class RunServicer(runs_pb2_grpc.RunServiceServicer):
-    def __init__(self, runs: Runs, routing: RoutingPolicy, goals: Goals | None = None) -> None:
+    def __init__(
+        self,
+        runs: Runs,
+        routing: RoutingPolicy,
+        goals: Goals | None = None,
+        streams: OpenStreams | None = None,
+    ) -> None:
         self._runs = runs
         self._routing = routing
         self._goals = goals
+        # WatchRun and WaitRun calls each principal holds open (30.7); 0: no limit.
+        self._streams = streams or OpenStreams(DEFAULT_MAX_WATCH_STREAMS)
 
     async def StartGoal(self, request: runs_pb2.GoalRequest, context: Context) -> runs_pb2.Run:
         if self._goals is None:
@@ -139,6 +174,7 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         return run_message(view)
 
     async def SubmitRun(self, request: runs_pb2.SubmitRunRequest, context: Context) -> runs_pb2.Run:
+        refuse_unknown_fields(request)
         actions = parse_plan_actions(
             [
                 (a.kind, a.args_json, a.idempotent, _route(a.route), a.intent)
@@ -217,7 +253,9 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         timeout = request.timeout_seconds or 30.0
         if not 0 < timeout <= 3600:
             raise InvalidArgumentError("timeout_seconds: between 0 and 3600")
-        view = await self._runs.wait(current_principal(), _run_id(request.id), timeout)
+        me = current_principal()
+        with self._streams.hold(me.id):
+            view = await self._runs.wait(me, _run_id(request.id), timeout)
         return run_message(view)
 
     async def CancelRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
@@ -240,22 +278,25 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
     async def WatchRun(self, request: runs_pb2.WatchRunRequest, context: Context) -> None:
         if request.after_seq < 0:
             raise InvalidArgumentError("after_seq: must not be negative")
-        events: AsyncIterator[Any] = self._runs.watch(
-            current_principal(), _run_id(request.id), request.after_seq, request.follow
-        )
-        async for event in events:
-            await context.write(
-                runs_pb2.JournalEvent(
-                    run_id=event.run_id,
-                    seq=event.seq,
-                    kind=event.kind,
-                    at=to_timestamp(event.at),
-                    data_json=event.data,
-                    hash=event.hash,
-                    prev_hash=event.prev_hash,
-                    trace_id=event.trace_id,
-                )
-            )
+        me = current_principal()
+        run_id = _run_id(request.id)
+        # Closed here, not when collected: the run's feed loses this follower at once.
+        watch = contextlib.aclosing(self._runs.watch(me, run_id, request.after_seq, request.follow))
+        with self._streams.hold(me.id):
+            async with watch as events:
+                async for event in events:
+                    await context.write(
+                        runs_pb2.JournalEvent(
+                            run_id=event.run_id,
+                            seq=event.seq,
+                            kind=event.kind,
+                            at=to_timestamp(event.at),
+                            data_json=event.data,
+                            hash=event.hash,
+                            prev_hash=event.prev_hash,
+                            trace_id=event.trace_id,
+                        )
+                    )
 
 
 class JournalServicer(runs_pb2_grpc.JournalServiceServicer):

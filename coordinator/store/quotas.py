@@ -1,7 +1,8 @@
 """Per-owner usage notes and the queries that settle them (see `coordinator/quota.py`).
 
-A unit of work only notes, in its session, what it adds for an owner: bytes stored (`charge`)
-and runs that become active (`admit`). The notes are settled once, just before the commit,
+A unit of work only notes, in its session, what it adds for an owner: bytes stored (`charge`,
+`charge_text`), runs that become active (`admit`), other writes that the byte limit refuses
+(`check_stored`) and new secrets (`add_secret`). The notes are settled once, just before the commit,
 with one row update per owner in owner order: an owner's row is locked last and briefly, and
 two transactions never take owner rows in opposite orders.
 """
@@ -17,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from coordinator.store.models import OwnerQuotaRow, RunRow
+from coordinator.store.models import OwnerQuotaRow, RunRow, SecretRow
 
 NOTES_KEY = "deskfleet.owner_usage"
 
@@ -28,6 +29,8 @@ class Notes:
 
     stored_bytes: int = 0
     admitted: int = 0  # runs that became active: the owner's limits are checked at commit
+    checked: bool = False  # a write refused past the byte limit, though it starts no run
+    secrets: int = 0  # secrets added (not replaced): the count limit is checked at commit
 
 
 def notes(s: Session) -> dict[str, Notes]:
@@ -38,6 +41,23 @@ def notes(s: Session) -> dict[str, Notes]:
 def charge(s: Session, owner_id: str, nbytes: int) -> None:
     """The owner's runs store `nbytes` more (journal events, receipts, plan arguments)."""
     notes(s).setdefault(owner_id, Notes()).stored_bytes += nbytes
+
+
+def charge_text(s: Session, owner_id: str, *texts: str) -> None:
+    """The owner stores these texts (UTF-8 bytes), in rows of their own or of their runs."""
+    charge(s, owner_id, sum(len(text.encode("utf-8", "surrogatepass")) for text in texts))
+
+
+def check_stored(s: Session, owner_id: str) -> None:
+    """Refuse this transaction at commit if the owner's stored bytes pass their limit."""
+    notes(s).setdefault(owner_id, Notes()).checked = True
+
+
+def add_secret(s: Session, owner_id: str) -> None:
+    """The owner has one secret more: the count limit and the byte limit are checked."""
+    noted = notes(s).setdefault(owner_id, Notes())
+    noted.secrets += 1
+    noted.checked = True
 
 
 def admit(s: Session, owner_id: str) -> None:
@@ -107,6 +127,21 @@ def active_runs(s: Session, owner_id: str, statuses: Sequence[str], cap: int) ->
     Runs this transaction changed count only once flushed (`Quotas.settle` flushes first)."""
     values = {"owner": owner_id, "statuses": list(statuses), "cap": cap}
     return int(s.connection().scalar(_ACTIVE_RUNS, values) or 0)
+
+
+_SECRETS = cast(Table, SecretRow.__table__)
+_SECRET_COUNT = select(func.count()).select_from(
+    select(_SECRETS.c.name)
+    .where(_SECRETS.c.owner_id == bindparam("owner"))
+    .limit(bindparam("cap"))
+    .subquery()
+)
+
+
+def secrets_of(s: Session, owner_id: str, cap: int) -> int:
+    """The owner's secrets, counted through the primary key (owner, name) up to `cap`."""
+    values = {"owner": owner_id, "cap": cap}
+    return int(s.connection().scalar(_SECRET_COUNT, values) or 0)
 
 
 def quota_row(s: Session, owner_id: str) -> OwnerQuotaRow | None:

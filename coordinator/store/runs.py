@@ -377,6 +377,14 @@ def renew_action_leases(s: Session, worker_ids: Sequence[str], until: float) -> 
     )
 
 
+def run_head(s: Session, run_id: str) -> tuple[int, str] | None:
+    """A run's last journal sequence number and status, without loading the row."""
+    found = s.execute(
+        select(RunRow.last_seq, RunRow.status).where(RunRow.id == run_id)
+    ).one_or_none()
+    return None if found is None else (int(found[0]), str(found[1]))
+
+
 def journal_after(s: Session, run_id: str, after_seq: int, limit: int) -> Sequence[JournalRow]:
     return (
         s.execute(
