@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 from shared.errors import InvalidArgumentError
@@ -36,9 +37,10 @@ def encode_with(fields: dict[str, Any], key: str, encoded: str) -> str:
 
 
 def decode_result(text: str) -> Any:
-    """The value of a JSON text; NaN and Infinity are refused as `encode_result` refuses them."""
+    """The value of a JSON text; NaN and Infinity are refused as `encode_result` refuses them,
+    and so is a number too large for a float (`1e400`, which Python would read as infinity)."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
     except (ValueError, RecursionError) as exc:
         raise InvalidArgumentError(f"not valid JSON: {exc}") from exc
 
@@ -82,3 +84,10 @@ def safe_text(text: str) -> str:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
