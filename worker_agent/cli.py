@@ -48,7 +48,7 @@ from worker_agent.research_app import (
     parse_env,
 )
 from worker_agent.scratch import ScratchDir
-from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
+from worker_agent.state import CA, CLIENT_CERT, StateDir, StateLock, WorkerIdentity
 
 if TYPE_CHECKING:  # imported when used: a worker without a browser never imports Playwright
     from worker_agent.browser.service import BrowserService
@@ -303,6 +303,18 @@ def _enroll(args: argparse.Namespace) -> str:
 async def _run(args: argparse.Namespace) -> None:
     state = StateDir(args.state_dir)
     identity, credential = state.load()
+    # Before anything else starts (a browser, the metrics port, the stream): a second process
+    # on this identity stops here, saying which one holds it.
+    lock = StateLock(args.state_dir).acquire()
+    try:
+        await _serve(args, state, identity, credential)
+    finally:
+        lock.release()
+
+
+async def _serve(
+    args: argparse.Namespace, state: StateDir, identity: WorkerIdentity, credential: str
+) -> None:
     for fixed in state.tighten_secrets():
         logging.getLogger("deskfleet.worker").warning("made %s readable by this user only", fixed)
     metrics = WorkerMetrics()
