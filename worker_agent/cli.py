@@ -47,6 +47,7 @@ from worker_agent.research_app import (
     parse_apps,
     parse_env,
 )
+from worker_agent.sandbox import SETTINGS as SANDBOX_SETTINGS
 from worker_agent.scratch import ScratchDir
 from worker_agent.state import CA, CLIENT_CERT, StateDir, StateLock, WorkerIdentity
 
@@ -93,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
     )
+    _sandbox_option(run)
     run.add_argument(
         "--browser-idle",
         type=float,
@@ -177,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
     )
+    _sandbox_option(doctor)
     doctor.add_argument(
         "--no-computer-use",
         action="store_true",
@@ -197,6 +200,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON document")
     return p
+
+
+def _sandbox_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chromium-sandbox",
+        choices=SANDBOX_SETTINGS,
+        default=os.environ.get("DESKFLEET_CHROMIUM_SANDBOX", "auto"),
+        help="Chromium's sandbox: auto (on wherever it can run: not as root; the default), on"
+        " (required: no browser without it), off (env DESKFLEET_CHROMIUM_SANDBOX)",
+    )
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -352,6 +365,7 @@ async def _serve(
         chromium=args.chromium,
         computer_use_allowed=not args.no_computer_use,
         headless_allowed=not args.no_headless,
+        sandbox=args.chromium_sandbox,
         research_apps=apps.names,
         # The headless browser measured at connect is the one that serves (the first).
         launch=browsers[0].version if browsers else None,
@@ -419,12 +433,19 @@ def _browsers(args: argparse.Namespace, registry: ActionRegistry) -> list[Browse
     from worker_agent.browser.actions import BrowserActions
     from worker_agent.browser.service import BrowserService
 
-    browser = BrowserService(args.chromium, context_idle=args.browser_idle)
+    browser = BrowserService(
+        args.chromium, context_idle=args.browser_idle, sandbox=args.chromium_sandbox
+    )
     # The research fallback's visible browser, on this desktop's display, started on first use.
     visible = (
         None
         if args.no_computer_use
-        else BrowserService(args.chromium, visible=True, context_idle=args.browser_idle)
+        else BrowserService(
+            args.chromium,
+            visible=True,
+            context_idle=args.browser_idle,
+            sandbox=args.chromium_sandbox,
+        )
     )
     BrowserActions(browser, visible).register(registry)
     return [browser] if visible is None else [browser, visible]
@@ -460,6 +481,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 chromium=args.chromium,
                 computer_use_allowed=not args.no_computer_use,
                 headless_allowed=not args.no_headless,
+                sandbox=args.chromium_sandbox,
             ),
             coordinators=coordinators,
             max_skew=args.max_skew,

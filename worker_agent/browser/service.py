@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -37,6 +38,7 @@ from typing import TypeVar
 
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
 
+from worker_agent import sandbox as browser_sandbox
 from worker_agent.actions import ActionCancelled, ActionContext, ActionFailed
 from worker_agent.browser import CONTEXT_IDLE
 from worker_agent.browser.egress import EgressGuard, EgressSettings
@@ -44,6 +46,9 @@ from worker_agent.browser.navigation import Slot, new_slot
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.rendering import SETTLE_SCRIPT
 from worker_agent.capabilities import CHROMIUM_ARGS
+from worker_agent.sandbox import Sandbox
+
+log = logging.getLogger("deskfleet.worker")
 
 T = TypeVar("T")
 MAX_CONTEXTS = 8
@@ -108,8 +113,12 @@ class BrowserService:
         visible: bool = False,
         egress: EgressSettings | None = None,
         context_idle: float = CONTEXT_IDLE,
+        sandbox: str = "auto",
     ) -> None:
         self.chromium = chromium
+        self.sandbox_setting = sandbox
+        # The mode the running browser launched in (None until it has).
+        self.sandbox: Sandbox | None = None
         self.context_idle = context_idle
         self.egress = egress or EgressSettings()
         self.max_pages = max_pages
@@ -312,13 +321,28 @@ class BrowserService:
             self._playwright = await async_playwright().start()
             # The browser's own default: a guard with no policy, which refuses everything.
             self._closed_guard = await EgressGuard(None, self.egress).start()
-            args = [*CHROMIUM_ARGS, *EGRESS_ARGS]
-            self._browser = await self._playwright.chromium.launch(
-                executable_path=self.chromium,
-                args=[*args, "--test-type"] if self.visible else args,
-                headless=not self.visible,
-                proxy={"server": self._closed_guard.server, "bypass": "<-loopback>"},
-            )
+            mode = browser_sandbox.decide(self.sandbox_setting)
+            while True:
+                args = [*CHROMIUM_ARGS, *mode.args, *EGRESS_ARGS]
+                try:
+                    self._browser = await self._playwright.chromium.launch(
+                        executable_path=self.chromium,
+                        args=[*args, "--test-type"] if self.visible else args,
+                        chromium_sandbox=mode.on,
+                        headless=not self.visible,
+                        proxy={"server": self._closed_guard.server, "bypass": "<-loopback>"},
+                    )
+                    break
+                except Exception as exc:
+                    retry = browser_sandbox.fallback(mode, self.sandbox_setting, exc)
+                    if retry is None:
+                        raise
+                    mode = retry
+            self.sandbox = mode
+            if mode.on:
+                log.info("Chromium's sandbox: %s", mode)
+            else:
+                log.warning("Chromium's sandbox: %s (%s)", mode, browser_sandbox.FIX)
             self._pages = asyncio.Semaphore(self.max_pages)
             self._reaper = asyncio.ensure_future(self._reap())
             ready.set_result(None)
