@@ -19,6 +19,7 @@ from scripts.local_site.server import (
 )
 from tests.conftest import require
 from worker_agent.actions import ActionContext, ActionRegistry
+from worker_agent.browser import DEFAULT_RENDERER_MEMORY
 from worker_agent.browser.actions import BrowserActions
 from worker_agent.browser.service import SPARE_PAGES, BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM
@@ -377,3 +378,135 @@ def test_a_denied_host_is_refused_however_a_redirect_spells_it(browser: ActionRe
         server.server_close()
         denied.close()
     assert accepted == []
+
+
+# -- pages that attack the worker's memory (30.9) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[str]:
+    from tests.harness import HostileSite
+
+    site = HostileSite().start()
+    yield site.url
+    site.stop()
+
+
+def _tree_rss(root: Any) -> tuple[int, int]:
+    """(the process tree's resident bytes, the largest renderer's)."""
+    import psutil
+
+    total, renderer = root.memory_info().rss, 0
+    for child in root.children(recursive=True):
+        try:
+            rss = child.memory_info().rss
+            total += rss
+            if "--type=renderer" in child.cmdline():
+                renderer = max(renderer, rss)
+        except psutil.Error:
+            continue
+    return total, renderer
+
+
+def _peak_during(work: Any) -> tuple[Any, int, int, int]:
+    """Run `work()`, sampling this process tree's memory: (its result, resident bytes
+    before, the tree's peak, the largest renderer's peak)."""
+    import threading
+
+    import psutil
+
+    root = psutil.Process()
+    before, _ = _tree_rss(root)
+    peaks = [before, 0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            total, renderer = _tree_rss(root)
+            peaks[0], peaks[1] = max(peaks[0], total), max(peaks[1], renderer)
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        sampler.join()
+    return result, before, peaks[0], peaks[1]
+
+
+def test_a_page_that_grows_past_max_bytes_after_loading_is_too_large_unread(
+    browser: ActionRegistry, hostile: str
+) -> None:
+    """A 300-byte page that sets 5 MiB of text once loaded: what is read is measured in the
+    page, and nothing of it crosses to the worker (the fetch used to succeed)."""
+    page = act(browser, "browser.fetch", {"url": f"{hostile}/inflate?mb=5", "policy": LOCAL})
+    assert (page["outcome"], page["evidence"], page["text"]) == ("too_large", False, "")
+    assert page["reason"].startswith("the page grew to ")
+    assert page["reason"].endswith(f"after it loaded, more than the limit of {2 * 1024 * 1024}")
+    assert page["bytes"] < 1000  # what the server sent was small
+    template = f"{hostile}/inflate?mb=5&q={{query}}"
+    found = act(
+        browser,
+        "browser.search",
+        {"query": "keeper", "profile": "local", "template": template, "policy": LOCAL},
+    )
+    assert (found["outcome"], found["results"]) == ("too_large", [])
+    assert found["reason"].startswith("the page grew to ")
+    # Under the limit, the same page is read as before.
+    small = act(browser, "browser.fetch", {"url": f"{hostile}/inflate?mb=0.5", "policy": LOCAL})
+    assert small["outcome"] == "ok" and "lorem ipsum" in small["text"]
+
+
+def test_a_renderer_past_the_memory_limit_is_stopped_and_the_worker_stays_bounded(
+    browser: ActionRegistry, site: str, hostile: str
+) -> None:
+    """40 MiB of text set after load made one renderer lay out about 3 GB (the tree went from
+    1.2 to 4.5 GB, and the fetch succeeded): the renderer is stopped at the limit (1024 MiB by
+    default), the fetch says why, and the browser serves the next page."""
+    limit = DEFAULT_RENDERER_MEMORY
+    started = time.monotonic()
+    page, before, peak, renderer = _peak_during(
+        lambda: act(browser, "browser.fetch", {"url": f"{hostile}/inflate", "policy": LOCAL})
+    )
+    took = time.monotonic() - started
+    assert page["outcome"] == "too_large", page
+    assert page["reason"] == (
+        f"the page made its renderer hold more than {limit} MiB, the worker's limit"
+        " (--renderer-memory): it was stopped"
+    )
+    assert took < 20
+    mib = 1024 * 1024
+    # The renderer overshoots by what it allocates within one check (0.1 s).
+    assert renderer < (limit + 400) * mib, renderer // mib
+    assert peak - before < (limit + 700) * mib, (before // mib, peak // mib)
+    # The browser is not hung: the same run's next page loads.
+    lens = act(browser, "browser.fetch", {"url": f"{site}/varn/lens.html", "policy": LOCAL})
+    assert (lens["outcome"], lens["title"]) == ("ok", "Varn Lens")
+    # A script that piles up objects runs out of V8's heap (half the limit) first: its
+    # renderer ends by itself, and the fetch says so.
+    heap = act(browser, "browser.fetch", {"url": f"{hostile}/heap", "policy": LOCAL})
+    assert (heap["outcome"], heap["reason"]) == (
+        "renderer_crashed",
+        f"the page's renderer crashed (a script past its {limit // 2} MiB JavaScript heap"
+        " ends it, as does a Chromium defect)",
+    )
+    again = act(browser, "browser.fetch", {"url": f"{site}/varn/lens.html", "policy": LOCAL})
+    assert again["outcome"] == "ok"
+
+
+def test_a_document_streamed_past_max_bytes_without_a_length_is_cut(
+    browser: ActionRegistry, hostile: str
+) -> None:
+    """No Content-Length, a body that does not end: the egress guard passes max_bytes of it
+    and stops; the page is too_large, not a truncated success."""
+    page = act(browser, "browser.fetch", {"url": f"{hostile}/stream?mb=40", "policy": LOCAL})
+    assert (page["outcome"], page["text"]) == ("too_large", ""), page
+    assert page["reason"] == (
+        f"the document passed the limit of {2 * 1024 * 1024} bytes while it streamed (it has"
+        " no Content-Length): cut there"
+    )
+    within = act(browser, "browser.fetch", {"url": f"{hostile}/stream?mb=1", "policy": LOCAL})
+    assert within["outcome"] == "ok" and "The keeper's log, again." in within["text"]
+    assert within["bytes"] > 1024 * 1024

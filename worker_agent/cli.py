@@ -28,7 +28,12 @@ from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.transport import is_loopback, plaintext_warning
 from worker_agent.action_log import ActionLog
 from worker_agent.actions import ActionContext, ActionRefused, ActionRegistry, default_registry
-from worker_agent.browser import ACTION_KINDS, CONTEXT_IDLE
+from worker_agent.browser import (
+    ACTION_KINDS,
+    CONTEXT_IDLE,
+    DEFAULT_RENDERER_MEMORY,
+    MIN_RENDERER_MEMORY,
+)
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.certificates import WorkerTransport, new_request, with_port
 from worker_agent.connection import WorkerConnection
@@ -95,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
     )
     _sandbox_option(run)
+    run.add_argument(
+        "--renderer-memory",
+        type=int,
+        default=DEFAULT_RENDERER_MEMORY,
+        metavar="MIB",
+        help="the most a page's renderer may hold, in MiB (its JavaScript heap: half); a page"
+        f" past it is stopped and reported too_large (default {DEFAULT_RENDERER_MEMORY})",
+    )
     run.add_argument(
         "--browser-idle",
         type=float,
@@ -359,6 +372,11 @@ async def _serve(
     )
     if not args.browser_idle > 0:
         raise SystemExit("deskfleet-worker: --browser-idle must be positive")
+    if args.renderer_memory < MIN_RENDERER_MEMORY:
+        raise InvalidArgumentError(
+            f"--renderer-memory: at least {MIN_RENDERER_MEMORY} MiB (a renderer at rest holds"
+            f" about 100), not {args.renderer_memory}"
+        )
     registry = default_registry(ScratchDir.of(args.state_dir))
     browsers = _browsers(args, registry)
     options = ProbeOptions(
@@ -434,7 +452,10 @@ def _browsers(args: argparse.Namespace, registry: ActionRegistry) -> list[Browse
     from worker_agent.browser.service import BrowserService
 
     browser = BrowserService(
-        args.chromium, context_idle=args.browser_idle, sandbox=args.chromium_sandbox
+        args.chromium,
+        context_idle=args.browser_idle,
+        sandbox=args.chromium_sandbox,
+        renderer_memory=args.renderer_memory,
     )
     # The research fallback's visible browser, on this desktop's display, started on first use.
     visible = (
@@ -445,6 +466,7 @@ def _browsers(args: argparse.Namespace, registry: ActionRegistry) -> list[Browse
             visible=True,
             context_idle=args.browser_idle,
             sandbox=args.chromium_sandbox,
+            renderer_memory=args.renderer_memory,
         )
     )
     BrowserActions(browser, visible).register(registry)

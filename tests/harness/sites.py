@@ -204,3 +204,86 @@ class SearchSite:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+# ------------------------------------------------------------------ hostile pages
+
+_INFLATE = """<!doctype html><html><head><meta charset="utf-8"><title>small page</title></head>
+<body><p>A small page.</p><script>
+window.addEventListener('load', () => {{
+  document.body.textContent = 'lorem ipsum dolor sit amet '.repeat({repeat});
+}});
+</script></body></html>"""
+_HEAP = """<!doctype html><html><head><title>heap</title></head><body><p>heap</p><script>
+window.addEventListener('load', () => {
+  const kept = [];
+  const grow = () => { for (let i = 0; i < 20000; i++) kept.push({n: i, s: 'x' + Math.random()});
+                       kept.push(new Array(1000000).fill(Math.random())); setTimeout(grow, 0); };
+  grow();
+});
+</script></body></html>"""
+
+
+class HostileSite:
+    """Pages that attack the worker's memory (30.9), each small as served:
+
+    /inflate?mb=N   a 300-byte page that sets N MiB of text once it has loaded
+    /heap           a page whose script piles up objects until something stops it
+    /stream?mb=N    a document streamed without a Content-Length (N MiB, then the end)
+    """
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                mb = float(parse_qs(url.query).get("mb", ["40"])[0])
+                if url.path == "/inflate":
+                    repeat = int(mb * 1024 * 1024 / 27) + 1
+                    self._send(_INFLATE.format(repeat=repeat).encode())
+                elif url.path == "/heap":
+                    self._send(_HEAP.encode())
+                elif url.path == "/stream":
+                    self._stream(int(mb * 1024 * 1024))
+                else:
+                    self.send_error(404)
+
+            def _send(self, body: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _stream(self, size: int) -> None:
+                # The end of the body is the end of the connection: nothing says how long.
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                chunk = b"<p>" + b"The keeper's log, again. " * 2000 + b"</p>\n"
+                sent = 0
+                try:
+                    self.wfile.write(b"<!doctype html><title>stream</title>")
+                    while sent < size:
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+                except OSError:
+                    pass  # the worker's guard cut it: what the test is about
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> HostileSite:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -65,6 +66,16 @@ class Navigation:
         """The egress guard refused a connection while this navigation's page was open."""
         self.blocked.append({"url": target[:500], "reason": reason})
 
+    def oversized(self, url: str, reason: str) -> None:
+        """The guard cut a document's body past the policy's limit: this page's own document
+        makes the navigation `too_large`; a frame's is listed with the refusals."""
+        self.blocked.append({"url": url[:500], "reason": reason})
+        hop = self.redirects[-1] if self.redirects else self.url
+        if _same_document(url, hop):
+            # Not halted: the cut body ends the load at once, and closing a page while its
+            # navigation commits can leave Chromium never closing it.
+            self.stop("too_large", reason)
+
     def redirected(self, url: str, location: str) -> None:
         if len(self.locations) < 100:
             self.locations[url] = location
@@ -107,6 +118,21 @@ class Navigation:
         }
 
 
+def _same_document(a: str, b: str) -> bool:
+    """Whether two URLs name the same document, as Chromium writes one and a plan another
+    (`http://h` and `http://h/`, a default port, a fragment)."""
+    try:
+        x, y = urlsplit(a), urlsplit(b)
+        return (
+            (x.scheme.lower(), (x.hostname or ""), x.port or DEFAULT_PORTS.get(x.scheme, 0))
+            == (y.scheme.lower(), (y.hostname or ""), y.port or DEFAULT_PORTS.get(y.scheme, 0))
+            and (x.path or "/") == (y.path or "/")
+            and x.query == y.query
+        )
+    except ValueError:
+        return False
+
+
 def _connect_key(url: str) -> str:
     try:
         parts = urlsplit(url)
@@ -124,8 +150,17 @@ class Slot:
     page: Page
     guard: EgressGuard
     skipper: Skipper
+    crash_outcome: Callable[[], tuple[str, str]]  # why the page's renderer went away (memory.py)
     nav: Navigation | None = None
     policy: BrowserPolicy | None = None
+    crashed: bool = False  # a crashed page is never reused
+
+    def crash(self) -> None:
+        """The page's renderer went away: its navigation ends with the reason."""
+        self.crashed = True
+        if self.nav is not None:
+            self.nav.stop(*self.crash_outcome())
+            self.nav.halt.set()
 
 
 def _main_document(request: Request, page: Page) -> bool:
@@ -135,9 +170,11 @@ def _main_document(request: Request, page: Page) -> bool:
         return False
 
 
-async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
+async def new_slot(
+    context: BrowserContext, guard: EgressGuard, crash_outcome: Callable[[], tuple[str, str]]
+) -> Slot:
     page = await context.new_page()
-    slot = Slot(page, guard, Skipper(page))
+    slot = Slot(page, guard, Skipper(page), crash_outcome)
 
     def request(request: Request) -> None:
         nav, policy, previous = slot.nav, slot.policy, request.redirected_from
@@ -179,6 +216,7 @@ async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
     page.on("response", response)
     page.on("requestfailed", failed)
     page.on("console", console)
+    page.on("crash", lambda _: slot.crash())
     return slot
 
 
@@ -212,11 +250,20 @@ async def navigate(slot: Slot, url: str, policy: BrowserPolicy) -> Navigation:
         nav.stop("timeout", f"the page did not finish loading within {policy.timeout:g} s")
         return nav
     except PlaywrightError as exc:
+        if crashed(exc):
+            slot.crash()  # also when the error overtook the page's crash event
+            return nav
         await _failed(nav, policy, str(exc).strip().splitlines()[0])
         return nav
     if answer is not None:
         await _loaded(nav, policy, answer)
     return nav
+
+
+def crashed(exc: BaseException) -> bool:
+    """Whether a Playwright error says the page's renderer went away."""
+    text = str(exc)
+    return "Target crashed" in text or "Page crashed" in text
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
