@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -510,3 +512,20 @@ def test_a_document_streamed_past_max_bytes_without_a_length_is_cut(
     within = act(browser, "browser.fetch", {"url": f"{hostile}/stream?mb=1", "policy": LOCAL})
     assert within["outcome"] == "ok" and "The keeper's log, again." in within["text"]
     assert within["bytes"] > 1024 * 1024
+
+
+def test_a_renderer_memory_limit_below_the_floor_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.harness import BIN, base_env
+
+    done = subprocess.run(
+        [BIN / "deskfleet-worker", "run", "--state-dir", tmp_path, "--renderer-memory", "100"],
+        capture_output=True,
+        text=True,
+        env=base_env(tmp_path),
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "deskfleet-worker: --renderer-memory: at least 256 MiB (a renderer at rest holds about"
+        " 100), not 100\n"
+    )

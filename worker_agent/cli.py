@@ -327,6 +327,11 @@ def _enroll(args: argparse.Namespace) -> str:
 
 
 async def _run(args: argparse.Namespace) -> None:
+    if args.renderer_memory < MIN_RENDERER_MEMORY:
+        raise InvalidArgumentError(
+            f"--renderer-memory: at least {MIN_RENDERER_MEMORY} MiB (a renderer at rest holds"
+            f" about 100), not {args.renderer_memory}"
+        )
     state = StateDir(args.state_dir)
     identity, credential = state.load()
     # Before anything else starts (a browser, the metrics port, the stream): a second process
@@ -372,11 +377,6 @@ async def _serve(
     )
     if not args.browser_idle > 0:
         raise SystemExit("deskfleet-worker: --browser-idle must be positive")
-    if args.renderer_memory < MIN_RENDERER_MEMORY:
-        raise InvalidArgumentError(
-            f"--renderer-memory: at least {MIN_RENDERER_MEMORY} MiB (a renderer at rest holds"
-            f" about 100), not {args.renderer_memory}"
-        )
     registry = default_registry(ScratchDir.of(args.state_dir))
     browsers = _browsers(args, registry)
     options = ProbeOptions(
