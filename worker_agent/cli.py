@@ -25,6 +25,8 @@ from shared.errors import (
     from_rpc_error,
 )
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.local_kill import LocalKill
+from shared.timestamps import iso
 from shared.transport import is_loopback, plaintext_warning
 from worker_agent.action_log import ActionLog
 from worker_agent.actions import ActionContext, ActionRefused, ActionRegistry, default_registry
@@ -397,7 +399,7 @@ async def _serve(
     if not args.no_computer_use and args.kill_hotkey != "none":
         why_not = listen_for_hotkey(
             args.kill_hotkey,
-            lambda: guard.engage_local(f"engaged by the hotkey {args.kill_hotkey}"),
+            lambda: _engage_by_hotkey(guard, args.kill_hotkey),
         )
         log_ = logging.getLogger("deskfleet.worker")
         if why_not:
@@ -483,13 +485,31 @@ def _no_browser(args: dict[str, Any], ctx: ActionContext) -> Any:
 def _kill(args: argparse.Namespace) -> str:
     guard = InputGuard(args.state_dir)
     if args.action == "engage":
-        guard.engage_local(args.reason)
-        return f"local kill switch engaged ({guard.kill_file}): no desktop input runs here"
+        was = guard.local_state()
+        state = guard.engage_local(args.reason)
+        if was.engaged:
+            return f"the local kill switch was already engaged: {_local_kill_text(state)}"
+        return (
+            f"local kill switch engaged ({guard.kill_file}): no desktop input runs here; the"
+            " coordinator is told"
+        )
     if args.action == "release":
-        was = guard.release_local()
-        return "local kill switch released" if was else "the local kill switch was not engaged"
-    engaged = guard.kill_file.exists()
-    return f"local kill switch: {'engaged' if engaged else 'released'} ({guard.kill_file})"
+        released = guard.release_local()
+        if not released:
+            return "the local kill switch was not engaged"
+        return "local kill switch released; the coordinator is told"
+    state = guard.local_state()
+    if not state.engaged:
+        return f"local kill switch: released ({guard.kill_file})"
+    return f"local kill switch: engaged {_local_kill_text(state)} ({guard.kill_file})"
+
+
+def _engage_by_hotkey(guard: InputGuard, combo: str) -> None:
+    guard.engage_local(f"engaged by the hotkey {combo}", "hotkey")
+
+
+def _local_kill_text(state: LocalKill) -> str:
+    return f"since {iso(state.since)} by {state.means}: {state.reason}"
 
 
 def _doctor(args: argparse.Namespace) -> int:

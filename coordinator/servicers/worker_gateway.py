@@ -32,6 +32,7 @@ from coordinator.store import Database
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.local_kill import LocalKill
 from shared.logs import log_context
 from shared.tracing import TraceParent
 
@@ -217,8 +218,9 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         if first.WhichOneof("body") != "hello":
             raise InvalidArgumentError("the first message on the stream must be a hello")
         hello = first.hello
+        local_kill = LocalKill.from_proto(hello.local_kill, "hello.local_kill")
         session = await self._presence.open(
-            worker.id, Advertisement.from_proto(hello.advertisement)
+            worker.id, Advertisement.from_proto(hello.advertisement), local_kill
         )
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -339,6 +341,14 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             elif kind == "kill_ack":
                 ack = message.kill_ack
                 self._kills.on_ack(session.worker_id, ack.kill_id, ack.engaged)
+            elif kind == "local_kill":
+                state = LocalKill.from_proto(message.local_kill)
+                self._presence.report_local_kill(session, state)
+                log.info(
+                    "worker %s reports its own kill switch %s",
+                    session.worker_id,
+                    f"engaged by {state.means}" if state.engaged else "released",
+                )
             else:
                 raise InvalidArgumentError(f"unexpected {kind or 'empty'} message on the stream")
 
