@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from scripts.local_site.server import (
     search_template,
 )
 from tests.conftest import require
+from tests.harness import HostileSite
 from worker_agent.actions import ActionContext, ActionRegistry
 from worker_agent.browser import DEFAULT_RENDERER_MEMORY
 from worker_agent.browser.actions import BrowserActions
@@ -386,12 +388,15 @@ def test_a_denied_host_is_refused_however_a_redirect_spells_it(browser: ActionRe
 
 
 @pytest.fixture(scope="module")
-def hostile() -> Iterator[str]:
-    from tests.harness import HostileSite
-
+def hostile_site() -> Iterator[HostileSite]:
     site = HostileSite().start()
-    yield site.url
+    yield site
     site.stop()
+
+
+@pytest.fixture
+def hostile(hostile_site: HostileSite) -> str:
+    return hostile_site.url
 
 
 def _tree_rss(root: Any) -> tuple[int, int]:
@@ -529,3 +534,111 @@ def test_a_renderer_memory_limit_below_the_floor_is_refused_in_one_line(tmp_path
         "deskfleet-worker: --renderer-memory: at least 256 MiB (a renderer at rest holds about"
         " 100), not 100\n"
     )
+
+
+# -- attack forms that held: kept held (30, "Held") ------------------------------------------
+
+
+def test_a_page_cannot_reach_local_files_by_meta_refresh_frame_or_fetch(
+    browser: ActionRegistry, hostile: str
+) -> None:
+    for how in ("meta", "iframe", "fetch"):
+        page = act(browser, "browser.fetch", {"url": f"{hostile}/escape/{how}", "policy": LOCAL})
+        assert page["final_url"] == f"{hostile}/escape/{how}", (how, page)
+        assert "root:" not in page["text"] + page["title"] and "keeper's log" in page["text"]
+        assert {
+            "url": ESCAPE_TARGET,
+            "reason": "scheme file: is not allowed (http and https only)",
+        } in page["blocked_requests"], (how, page["blocked_requests"])
+
+
+def test_localhost_is_loopback_however_it_is_spelled(
+    browser: ActionRegistry, hostile_site: HostileSite
+) -> None:
+    """The name is resolved by the worker's guard (the system's resolver here), and what it
+    resolves to is checked: the loopback server sees no request."""
+    port = hostile_site.url.rsplit(":", 1)[1]
+    hostile_site.requested.clear()
+    for host in ("localhost", "LocalHost", "localhost.", "keeper.localhost"):
+        url = f"http://{host}:{port}/escape/meta"
+        page = act(browser, "browser.fetch", {"url": url, "policy": {"timeout": 5}})
+        assert page["outcome"] == "refused" and page["status"] == 0, (host, page)
+        assert "loopback" in page["reason"] or "cannot be resolved" in page["reason"], page
+    assert hostile_site.requested == []
+
+
+def test_pop_ups_are_closed_at_once(browser: ActionRegistry, hostile: str) -> None:
+    import concurrent.futures
+
+    from worker_agent.browser.service import BrowserService
+
+    service = BrowserService(DEFAULT_CHROMIUM)
+    registry = ActionRegistry()
+    BrowserActions(service).register(registry)
+    try:
+        page = act(registry, "browser.fetch", {"url": f"{hostile}/popup", "policy": LOCAL})
+        assert page["outcome"] == "ok" and page["final_url"] == f"{hostile}/popup"
+        # Only the run's kept page is left: window.open and target=_blank opened two more.
+        pages = next(iter(service._contexts.values()))
+
+        def open_pages() -> int:
+            assert service._loop is not None
+            future = concurrent.futures.Future[int]()
+            service._loop.call_soon_threadsafe(lambda: future.set_result(len(pages.context.pages)))
+            return future.result(timeout=10)
+
+        deadline = time.monotonic() + 5
+        while open_pages() > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert open_pages() == 1
+    finally:
+        service.close()
+
+
+def test_a_download_is_never_saved(browser: ActionRegistry, hostile: str) -> None:
+    page = act(browser, "browser.fetch", {"url": f"{hostile}/download", "policy": LOCAL})
+    assert (page["outcome"], page["evidence"], page["text"]) == (
+        "network_error",
+        False,
+        "",
+    ), page
+    assert "Download" in page["reason"]
+    saved = [p for p in Path.home().glob("Downloads/keepers*.csv")]
+    saved += list(Path(tempfile.gettempdir()).glob("playwright-artifacts-*/*"))
+    assert not [p for p in saved if p.is_file() and b"Ada Morrow" in p.read_bytes()]
+
+
+def test_the_browser_is_driven_over_a_pipe_and_listens_on_no_port(
+    browser: ActionRegistry, site: str
+) -> None:
+    import psutil
+
+    assert act(browser, "browser.fetch", {"url": f"{site}/", "policy": LOCAL})["outcome"] == "ok"
+    chromium: list[tuple[Any, list[str]]] = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in process.name():
+                chromium.append((process, process.cmdline()))
+        except psutil.Error:  # one that ended meanwhile (or a browser already closed)
+            continue
+    browsers = [args for _, args in chromium if not any(a.startswith("--type=") for a in args)]
+    assert browsers, "no Chromium browser process found"
+    for args in browsers:
+        assert "--remote-debugging-pipe" in args, args
+        assert not [a for a in args if a.startswith("--remote-debugging-port")], args
+    listening = [
+        (p.pid, c.laddr)
+        for p, _ in chromium
+        for c in _connections(p)
+        if c.status == psutil.CONN_LISTEN
+    ]
+    assert listening == []
+
+
+def _connections(process: Any) -> list[Any]:
+    import psutil
+
+    try:
+        return list(process.net_connections(kind="inet"))
+    except psutil.Error:
+        return []

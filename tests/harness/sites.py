@@ -224,15 +224,38 @@ window.addEventListener('load', () => {
 </script></body></html>"""
 
 
+_LOCAL_FILE = "file:///etc/passwd"
+_ESCAPES = {
+    "meta": f'<meta http-equiv="refresh" content="0; url={_LOCAL_FILE}">',
+    "iframe": f'<iframe src="{_LOCAL_FILE}"></iframe>',
+    "fetch": (
+        f"<pre id='out'>waiting</pre><script>fetch('{_LOCAL_FILE}').then(r => r.text())"
+        ".then(t => out.textContent = t, e => out.textContent = 'fetch refused: ' + e);</script>"
+    ),
+}
+
+
 class HostileSite:
-    """Pages that attack the worker's memory (30.9), each small as served:
+    """Pages that attack the worker, each small as served. Its memory (30.9):
 
     /inflate?mb=N   a 300-byte page that sets N MiB of text once it has loaded
     /heap           a page whose script piles up objects until something stops it
     /stream?mb=N    a document streamed without a Content-Length (N MiB, then the end)
+
+    and the worker's files and the browser's reach (the forms that held, kept in the tests):
+
+    /escape/meta, /escape/iframe, /escape/fetch   file:///etc/passwd by a meta refresh, a frame
+                                                  and a fetch (each page says "keeper's log")
+    /popup          a page that opens pop-ups (window.open, a target=_blank click) to /opened
+    /download       a document served as an attachment (Chromium would save it)
+
+    `requested` lists the paths asked for, in order.
     """
 
     def __init__(self) -> None:
+        self.requested: list[str] = []
+        site = self
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -249,13 +272,42 @@ class HostileSite:
                     self._send(_HEAP.encode())
                 elif url.path == "/stream":
                     self._stream(int(mb * 1024 * 1024))
+                elif url.path.startswith("/escape/") and url.path[8:] in _ESCAPES:
+                    page = f"<title>escape</title><p>The keeper's log.</p>{_ESCAPES[url.path[8:]]}"
+                    self._send(page.encode())
+                elif url.path == "/popup":
+                    script = (
+                        "window.open('/opened?by=open');"
+                        "document.getElementById('go').click();"
+                    )
+                    self._send(
+                        b"<title>popup</title><p>The keeper's log.</p>"
+                        b"<a id='go' href='/opened?by=click' target='_blank'>more</a>"
+                        + f"<script>{script}</script>".encode()
+                    )
+                elif url.path == "/opened":
+                    self._send(b"<title>opened</title><p>a pop-up</p>")
+                elif url.path == "/download":
+                    self._send(
+                        b"keeper,year\nAda Morrow,1962\n",
+                        "text/csv",
+                        {"Content-Disposition": 'attachment; filename="keepers.csv"'},
+                    )
                 else:
                     self.send_error(404)
 
-            def _send(self, body: bytes) -> None:
+            def _send(
+                self,
+                body: bytes,
+                kind: str = "text/html; charset=utf-8",
+                headers: dict[str, str] | None = None,
+            ) -> None:
+                site.requested.append(self.path)
                 self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
 

@@ -26,7 +26,7 @@ from playwright.async_api import (
     TimeoutError as PlaywrightTimeout,
 )
 
-from worker_agent.browser.egress import EgressGuard
+from worker_agent.browser.egress import REFUSED_HEADER, EgressGuard
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.rendering import Skipper
 
@@ -81,10 +81,13 @@ class Navigation:
             self.locations[url] = location
 
     def refusal_of(self, url: str) -> str | None:
-        """Why the guard refused the request for `url`, if it did."""
-        keys = {url.split("#")[0], _connect_key(url)}
+        """Why the guard refused the request for `url`, if it did (however the plan spelled
+        it: the guard sees the URL as Chromium canonicalized it, `LocalHost` as `localhost`)."""
+        key = _connect_key(url)
         for entry in self.blocked:
-            if entry["url"] in keys:
+            refused = entry["url"]
+            tunnel = "://" not in refused  # https and wss: the guard saw host:port only
+            if (refused == key) if tunnel else _same_document(refused, url):
                 return entry["reason"]
         return None
 
@@ -283,6 +286,11 @@ def _refused_hop(nav: Navigation) -> bool:
 
 async def _loaded(nav: Navigation, policy: BrowserPolicy, response: Response) -> None:
     if _refused_hop(nav) or nav.outcome:
+        return
+    if response.headers.get(REFUSED_HEADER.lower()):
+        # The guard's own refusal page: never the site's (its reason is in `blocked`).
+        nav.status = 0
+        nav.stop("refused", nav.refusal_of(response.url) or "refused by the worker's egress guard")
         return
     await _describe(nav, policy, response)
 
