@@ -276,10 +276,7 @@ class HostileSite:
                     page = f"<title>escape</title><p>The keeper's log.</p>{_ESCAPES[url.path[8:]]}"
                     self._send(page.encode())
                 elif url.path == "/popup":
-                    script = (
-                        "window.open('/opened?by=open');"
-                        "document.getElementById('go').click();"
-                    )
+                    script = "window.open('/opened?by=open');document.getElementById('go').click();"
                     self._send(
                         b"<title>popup</title><p>The keeper's log.</p>"
                         b"<a id='go' href='/opened?by=click' target='_blank'>more</a>"
