@@ -503,6 +503,42 @@ def test_a_renderer_past_the_memory_limit_is_stopped_and_the_worker_stays_bounde
     assert again["outcome"] == "ok"
 
 
+def test_a_compressed_document_is_measured_in_the_page_not_read_into_the_worker(
+    browser: ActionRegistry, hostile_site: HostileSite, hostile: str
+) -> None:
+    """100 KB of gzip that decodes to 100 MiB: too large, and the worker process never holds
+    it (its size was taken by reading the whole decoded body through the driver)."""
+    import gc
+    import threading
+
+    import psutil
+
+    hostile_site.compressed(100)  # the site's own 100 MiB, made and let go before measuring
+    gc.collect()
+    me = psutil.Process()
+    before = me.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], me.memory_info().rss)
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        fetch = {"url": f"{hostile}/compressed?mb=100", "policy": {**LOCAL, "timeout": 30}}
+        page = act(browser, "browser.fetch", fetch)
+    finally:
+        done.set()
+        sampler.join()
+    assert page["outcome"] == "too_large", page
+    assert page["bytes"] > 100 * 1024 * 1024
+    assert page["reason"] == f"{page['bytes']} bytes is more than the limit of {2 * 1024 * 1024}"
+    assert peak[0] - before < 50 * 1024 * 1024, (before >> 20, peak[0] >> 20)
+
+
 def test_a_document_streamed_past_max_bytes_without_a_length_is_cut(
     browser: ActionRegistry, hostile: str
 ) -> None:

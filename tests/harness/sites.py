@@ -10,6 +10,7 @@ pages modelled on real engines' markup (tests/fixtures/search).
 
 from __future__ import annotations
 
+import gzip
 import html
 import json
 import threading
@@ -254,6 +255,7 @@ class HostileSite:
 
     def __init__(self) -> None:
         self.requested: list[str] = []
+        self._compressed: dict[float, bytes] = {}
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -272,6 +274,8 @@ class HostileSite:
                     self._send(_HEAP.encode())
                 elif url.path == "/stream":
                     self._stream(int(mb * 1024 * 1024))
+                elif url.path == "/compressed":
+                    self._send(site.compressed(mb), headers={"Content-Encoding": "gzip"})
                 elif url.path.startswith("/escape/") and url.path[8:] in _ESCAPES:
                     page = f"<title>escape</title><p>The keeper's log.</p>{_ESCAPES[url.path[8:]]}"
                     self._send(page.encode())
@@ -328,6 +332,15 @@ class HostileSite:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def compressed(self, mb: float) -> bytes:
+        """N MiB of page once decoded, about a thousandth of it on the wire (made once: a test
+        that measures the worker's memory must not count the site's)."""
+        if mb not in self._compressed:
+            page = b"<title>compressed</title><p>The keeper's log.</p><script type=x>"
+            page += b"a" * int(mb * 1024 * 1024) + b"</script>"
+            self._compressed[mb] = gzip.compress(page, compresslevel=9)
+        return self._compressed[mb]
 
     def start(self) -> HostileSite:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

@@ -33,6 +33,7 @@ from worker_agent.browser.rendering import Skipper
 TEXTUAL = re.compile(r"^(text/|application/(xhtml\+xml|xml|json|[\w.+-]+\+(xml|json))\b)", re.I)
 LOCAL_RESOURCE = "Not allowed to load local resource: "
 MAX_BLOCKED = 50
+SIZES_TIMEOUT = 2.0
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
 
 
@@ -309,14 +310,36 @@ async def _describe(nav: Navigation, policy: BrowserPolicy, response: Response) 
         nav.stop("too_large", f"{nav.bytes} bytes is more than the limit of {policy.max_bytes}")
 
 
+# The document's decoded size as the page measured it (Navigation Timing): nothing of the body
+# crosses to the worker to be counted.
+_DECODED_JS = """() => {
+  const entry = performance.getEntriesByType('navigation')[0];
+  return entry ? entry.decodedBodySize : 0;
+}"""
+
+
 async def _size(response: Response, headers: dict[str, str]) -> int:
+    """The document's size: as declared when it is not compressed, else as the page decoded
+    it, else as received. The body itself is never read for this: a compressed or unframed
+    document may decode to far more than its limit (`response.body()` took it all into the
+    worker, twice over through the driver)."""
     declared = headers.get("content-length", "")
     if declared.isdigit() and not headers.get("content-encoding"):
         return int(declared)
-    try:
-        return len(await response.body())
-    except PlaywrightError:
-        return int(declared) if declared.isdigit() else 0
+    page = response.frame.page
+    with contextlib.suppress(PlaywrightError):
+        if _same_document(page.url, response.url):  # the page shows this document
+            decoded = await page.evaluate(_DECODED_JS)
+            if isinstance(decoded, int) and decoded > 0:
+                return decoded
+    with contextlib.suppress(PlaywrightError, TimeoutError):
+        # Bounded: the sizes are known once the response has finished, which a cut or
+        # refused document may never do.
+        sizes = await asyncio.wait_for(response.request.sizes(), SIZES_TIMEOUT)
+        received = sizes.get("responseBodySize", 0)
+        if received > 0:
+            return int(received)
+    return int(declared) if declared.isdigit() else 0
 
 
 async def _failed(nav: Navigation, policy: BrowserPolicy, error: str) -> None:
