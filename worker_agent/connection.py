@@ -168,7 +168,7 @@ class WorkerConnection:
                 tasks.append(asyncio.create_task(self._heartbeats(outgoing, welcome)))
             if self._transport is not None:
                 tasks.append(asyncio.create_task(self._transport.keep_renewed()))
-            if self._guard is not None:
+            if self._guard is not None and welcome.local_kill_reports:
                 tasks.append(asyncio.create_task(self._report_local_kill(outgoing, local)))
             try:
                 await self._receive(call, welcome, outgoing, stub)

@@ -236,6 +236,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         lease_ttl_seconds=self._config.lease_ttl,
                         rotate_credential=session.rotate_credential,
                         stream_liveness=hello.stream_liveness,
+                        local_kill_reports=True,
                         kills=[
                             worker_pb2.KillState(
                                 kill_id=k.id,

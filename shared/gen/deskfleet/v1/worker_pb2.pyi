@@ -182,7 +182,7 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ..., peek_result: _Optional[_Union[PeekResult, _Mapping]] = ..., local_kill: _Optional[_Union[_fleet_pb2.LocalKill, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential", "stream_liveness")
+    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential", "stream_liveness", "local_kill_reports")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +191,7 @@ class Welcome(_message.Message):
     KILLS_FIELD_NUMBER: _ClassVar[int]
     ROTATE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     STREAM_LIVENESS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_KILL_REPORTS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     session_id: str
     replica: str
@@ -199,7 +200,8 @@ class Welcome(_message.Message):
     kills: _containers.RepeatedCompositeFieldContainer[KillState]
     rotate_credential: bool
     stream_liveness: bool
-    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ..., rotate_credential: _Optional[bool] = ..., stream_liveness: _Optional[bool] = ...) -> None: ...
+    local_kill_reports: bool
+    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ..., rotate_credential: _Optional[bool] = ..., stream_liveness: _Optional[bool] = ..., local_kill_reports: _Optional[bool] = ...) -> None: ...
 
 class RotateCredentialNow(_message.Message):
     __slots__ = ()
