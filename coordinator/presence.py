@@ -75,6 +75,8 @@ class WorkerSession:
     # When this replica began routing the worker's orders to this stream (the ledger's clock,
     # `time.time()`): attempts claimed earlier belong to an older stream (see `send`).
     opened_at: float = 0.0
+    # The worker's own kill switch as this stream last reported it.
+    local_kill: LocalKill = field(default_factory=LocalKill)
 
     def end(self, reason: DeskfleetError) -> None:
         if not self.ended.done():
@@ -127,7 +129,7 @@ class Presence:
     ) -> WorkerSession:
         """Record the worker's advertisement, its own kill switch and its presence for a new
         session (written with the other connects of the moment, in one transaction)."""
-        session = WorkerSession(worker_id, new_id("ses"))
+        session = WorkerSession(worker_id, new_id("ses"), local_kill=local_kill or LocalKill())
         claim = _Claim(
             worker_queries.PresenceClaim(
                 worker_id,
@@ -161,13 +163,16 @@ class Presence:
             raise
         return session
 
-    def report_local_kill(self, session: WorkerSession, state: LocalKill) -> None:
+    def report_local_kill(self, session: WorkerSession, state: LocalKill) -> bool:
         """The worker says its own kill switch changed: written with the next batch (the last
-        report of a stream wins, so a worker repeating itself costs no more writes)."""
-        if self._sessions.get(session.worker_id) is not session:
-            return  # superseded: its newer stream's hello said what holds now
+        report of a stream wins). False when nothing changed (a worker repeating itself costs
+        nothing) or the stream was superseded (its newer stream's hello said what holds)."""
+        if self._sessions.get(session.worker_id) is not session or state == session.local_kill:
+            return False
+        session.local_kill = state
         self._local_kills[(session.worker_id, session.session_id)] = state
         self._wake.set()
+        return True
 
     def connected_ids(self) -> frozenset[str]:
         return frozenset(self._sessions)

@@ -344,12 +344,12 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 self._kills.on_ack(session.worker_id, ack.kill_id, ack.engaged)
             elif kind == "local_kill":
                 state = LocalKill.from_proto(message.local_kill)
-                self._presence.report_local_kill(session, state)
-                log.info(
-                    "worker %s reports its own kill switch %s",
-                    session.worker_id,
-                    f"engaged by {state.means}" if state.engaged else "released",
-                )
+                if self._presence.report_local_kill(session, state):
+                    log.info(
+                        "worker %s reports its own kill switch %s",
+                        session.worker_id,
+                        f"engaged by {state.means}" if state.engaged else "released",
+                    )
             else:
                 raise InvalidArgumentError(f"unexpected {kind or 'empty'} message on the stream")
 
