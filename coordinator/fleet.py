@@ -7,7 +7,7 @@ import binascii
 import functools
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
@@ -30,6 +30,7 @@ from shared.errors import (
     NotFoundError,
     RevokedError,
 )
+from shared.local_kill import LocalKill
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class WorkerView:
     last_heartbeat: float | None
     lease_expires_at: float | None
     replica: str
+    # The worker's own kill switch as its stream reports it (released when offline: an
+    # offline worker reports nothing, and runs no input anyway).
+    local_kill: LocalKill = field(default_factory=LocalKill)
 
     @property
     def capabilities(self) -> tuple[Capability, ...]:
@@ -183,6 +187,7 @@ def view_of(worker: WorkerRow, presence: PresenceRow | None, now: float) -> Work
         last_heartbeat=presence.last_heartbeat_at if presence else None,
         lease_expires_at=presence.lease_expires_at if presence else None,
         replica=presence.replica if presence and online else "",
+        local_kill=worker_queries.local_kill_of(presence) if online else LocalKill(),
     )
 
 

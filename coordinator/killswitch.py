@@ -11,7 +11,8 @@ A fleet switch is not routed worker by worker: once it is committed, its message
 once and queued on every stream this replica holds (the in-memory session map, taken after the
 commit, so a stream opened later reads the switch for its welcome); only workers streaming to
 other replicas are named in the transaction, for the relay. `Status` answers counts from the
-store, and names at most `LISTED` workers each way.
+store, and names at most `LISTED` workers each way; beside the switches, the workers' own
+(local) switches as the workers report them (`local`).
 """
 
 from __future__ import annotations
@@ -385,6 +386,15 @@ class KillSwitches:
             return views
 
         return await self._db.read(unit)
+
+    async def local(self, who: Principal) -> tuple[int, list[worker_queries.LocalKillRow]]:
+        """Workers' own kill switches engaged now, as they report them: how many, and the
+        LISTED most recently engaged. An owner sees those of workers their runs asked to
+        control, as for a worker switch (`visible`)."""
+        owner = "" if who.role is Role.ADMIN else who.id
+        return await self._db.read(
+            lambda s: worker_queries.local_kills(s, time.time(), LISTED, owner_id=owner)
+        )
 
     async def for_worker(self, worker_id: str) -> list[KillSwitchRow]:
         """Every switch engaged now that applies to this worker (sent with its welcome).

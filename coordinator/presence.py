@@ -33,6 +33,7 @@ from coordinator.store import Database, replicas as replica_queries, workers as 
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, RevokedError
 from shared.ids import new_id
+from shared.local_kill import LocalKill
 
 if TYPE_CHECKING:
     from coordinator.worker_index import IndexUpdates
@@ -74,6 +75,8 @@ class WorkerSession:
     # When this replica began routing the worker's orders to this stream (the ledger's clock,
     # `time.time()`): attempts claimed earlier belong to an older stream (see `send`).
     opened_at: float = 0.0
+    # The worker's own kill switch as this stream last reported it.
+    local_kill: LocalKill = field(default_factory=LocalKill)
 
     def end(self, reason: DeskfleetError) -> None:
         if not self.ended.done():
@@ -96,6 +99,8 @@ class Presence:
         self._sessions: dict[str, WorkerSession] = {}
         self._claims: list[_Claim] = []
         self._releases: list[tuple[str, str]] = []
+        # (worker, session) -> the worker's own kill switch, as last reported, not yet written
+        self._local_kills: dict[tuple[str, str], LocalKill] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -119,10 +124,12 @@ class Presence:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
-    async def open(self, worker_id: str, advertisement: Advertisement) -> WorkerSession:
-        """Record the worker's advertisement and its presence for a new session (written with
-        the other connects of the moment, in one transaction)."""
-        session = WorkerSession(worker_id, new_id("ses"))
+    async def open(
+        self, worker_id: str, advertisement: Advertisement, local_kill: LocalKill | None = None
+    ) -> WorkerSession:
+        """Record the worker's advertisement, its own kill switch and its presence for a new
+        session (written with the other connects of the moment, in one transaction)."""
+        session = WorkerSession(worker_id, new_id("ses"), local_kill=local_kill or LocalKill())
         claim = _Claim(
             worker_queries.PresenceClaim(
                 worker_id,
@@ -133,6 +140,7 @@ class Presence:
                     for name in capabilities.ALL
                     if (c := advertisement.capability(name)) is not None and c.available
                 ),
+                local_kill or LocalKill(),
             ),
             asyncio.get_running_loop().create_future(),
         )
@@ -154,6 +162,17 @@ class Presence:
                 del self._sessions[worker_id]
             raise
         return session
+
+    def report_local_kill(self, session: WorkerSession, state: LocalKill) -> bool:
+        """The worker says its own kill switch changed: written with the next batch (the last
+        report of a stream wins). False when nothing changed (a worker repeating itself costs
+        nothing) or the stream was superseded (its newer stream's hello said what holds)."""
+        if self._sessions.get(session.worker_id) is not session or state == session.local_kill:
+            return False
+        session.local_kill = state
+        self._local_kills[(session.worker_id, session.session_id)] = state
+        self._wake.set()
+        return True
 
     def connected_ids(self) -> frozenset[str]:
         return frozenset(self._sessions)
@@ -197,7 +216,7 @@ class Presence:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._claims or self._releases:
+            while self._claims or self._releases or self._local_kills:
                 try:
                     await self._write_batch()
                 except DeskfleetError as exc:
@@ -209,15 +228,20 @@ class Presence:
     async def _write_batch(self) -> None:
         claims, self._claims = self._claims[:WRITE_BATCH], self._claims[WRITE_BATCH:]
         releases, self._releases = self._releases[:WRITE_BATCH], self._releases[WRITE_BATCH:]
+        local, self._local_kills = self._local_kills, {}  # one per stream at most
+        reports = [(w, sid, state) for (w, sid), state in local.items()]
         config = self._config
 
-        changed = sorted({w for w, _ in releases} | {c.claim.worker_id for c in claims})
+        changed = sorted(
+            {w for w, _ in releases} | {c.claim.worker_id for c in claims} | {w for w, _ in local}
+        )
 
         def unit(s: Session) -> dict[str, bool]:
             worker_queries.release_presences(s, releases)
             rotate = worker_queries.claim_presences(
                 s, [c.claim for c in claims], config.replica, time.time(), config.lease_ttl
             )
+            worker_queries.set_local_kills(s, reports)
             replica_queries.announce_workers(s, changed)
             return rotate
 
@@ -225,8 +249,10 @@ class Presence:
             rotate = await self._db.write(unit)
         except DeskfleetError as exc:
             # The connects fail (their streams end and the workers retry); the disconnects
-            # are tried again, or the worker would stay online on a live replica.
+            # and the kill switch reports are tried again (a newer report wins), or the
+            # worker would stay online on a live replica, or show a stale switch.
             self._releases = releases + self._releases
+            self._local_kills = {**local, **self._local_kills}
             for c in claims:
                 if not c.done.done():
                     c.done.set_exception(exc)

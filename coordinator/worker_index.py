@@ -38,6 +38,7 @@ from coordinator.fleet import WorkerView
 from coordinator.store import Database, workers as worker_queries
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError
+from shared.local_kill import LocalKill
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +262,7 @@ class WorkerIndex:
             last_heartbeat=row.connected_at if row.replica else None,
             lease_expires_at=lease.expires_at if lease is not None else None,
             replica=row.replica if online else "",
+            local_kill=row.local_kill if online else LocalKill(),
         )
 
 

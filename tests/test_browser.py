@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +21,9 @@ from scripts.local_site.server import (
     search_template,
 )
 from tests.conftest import require
+from tests.harness import HostileSite
 from worker_agent.actions import ActionContext, ActionRegistry
+from worker_agent.browser import DEFAULT_RENDERER_MEMORY
 from worker_agent.browser.actions import BrowserActions
 from worker_agent.browser.service import SPARE_PAGES, BrowserService
 from worker_agent.capabilities import DEFAULT_CHROMIUM
@@ -377,3 +382,299 @@ def test_a_denied_host_is_refused_however_a_redirect_spells_it(browser: ActionRe
         server.server_close()
         denied.close()
     assert accepted == []
+
+
+# -- pages that attack the worker's memory (30.9) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile_site() -> Iterator[HostileSite]:
+    site = HostileSite().start()
+    yield site
+    site.stop()
+
+
+@pytest.fixture
+def hostile(hostile_site: HostileSite) -> str:
+    return hostile_site.url
+
+
+def _tree_rss(root: Any) -> tuple[int, int]:
+    """(the process tree's resident bytes, the largest renderer's)."""
+    import psutil
+
+    total, renderer = root.memory_info().rss, 0
+    for child in root.children(recursive=True):
+        try:
+            rss = child.memory_info().rss
+            total += rss
+            if "--type=renderer" in child.cmdline():
+                renderer = max(renderer, rss)
+        except psutil.Error:
+            continue
+    return total, renderer
+
+
+def _peak_during(work: Any) -> tuple[Any, int, int, int]:
+    """Run `work()`, sampling this process tree's memory: (its result, resident bytes
+    before, the tree's peak, the largest renderer's peak)."""
+    import threading
+
+    import psutil
+
+    root = psutil.Process()
+    before, _ = _tree_rss(root)
+    peaks = [before, 0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            total, renderer = _tree_rss(root)
+            peaks[0], peaks[1] = max(peaks[0], total), max(peaks[1], renderer)
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        sampler.join()
+    return result, before, peaks[0], peaks[1]
+
+
+def test_a_page_that_grows_past_max_bytes_after_loading_is_too_large_unread(
+    browser: ActionRegistry, hostile: str
+) -> None:
+    """A 300-byte page that sets 5 MiB of text once loaded: what is read is measured in the
+    page, and nothing of it crosses to the worker (the fetch used to succeed)."""
+    page = act(browser, "browser.fetch", {"url": f"{hostile}/inflate?mb=5", "policy": LOCAL})
+    assert (page["outcome"], page["evidence"], page["text"]) == ("too_large", False, "")
+    assert page["reason"].startswith("the page grew to ")
+    assert page["reason"].endswith(f"after it loaded, more than the limit of {2 * 1024 * 1024}")
+    assert page["bytes"] < 1000  # what the server sent was small
+    template = f"{hostile}/inflate?mb=5&q={{query}}"
+    found = act(
+        browser,
+        "browser.search",
+        {"query": "keeper", "profile": "local", "template": template, "policy": LOCAL},
+    )
+    assert (found["outcome"], found["results"]) == ("too_large", [])
+    assert found["reason"].startswith("the page grew to ")
+    # Under the limit, the same page is read as before.
+    small = act(browser, "browser.fetch", {"url": f"{hostile}/inflate?mb=0.5", "policy": LOCAL})
+    assert small["outcome"] == "ok" and "lorem ipsum" in small["text"]
+
+
+def test_a_renderer_past_the_memory_limit_is_stopped_and_the_worker_stays_bounded(
+    browser: ActionRegistry, site: str, hostile: str
+) -> None:
+    """40 MiB of text set after load made one renderer lay out about 3 GB (the tree went from
+    1.2 to 4.5 GB, and the fetch succeeded): the renderer is stopped at the limit (1024 MiB by
+    default), the fetch says why, and the browser serves the next page."""
+    limit = DEFAULT_RENDERER_MEMORY
+    started = time.monotonic()
+    page, before, peak, renderer = _peak_during(
+        lambda: act(browser, "browser.fetch", {"url": f"{hostile}/inflate", "policy": LOCAL})
+    )
+    took = time.monotonic() - started
+    assert page["outcome"] == "too_large", page
+    assert page["reason"] == (
+        f"the page made its renderer hold more than {limit} MiB, the worker's limit"
+        " (--renderer-memory): it was stopped"
+    )
+    assert took < 20
+    mib = 1024 * 1024
+    # The renderer overshoots by what it allocates within one check (0.1 s).
+    assert renderer < (limit + 400) * mib, renderer // mib
+    assert peak - before < (limit + 700) * mib, (before // mib, peak // mib)
+    # The browser is not hung: the same run's next page loads.
+    lens = act(browser, "browser.fetch", {"url": f"{site}/varn/lens.html", "policy": LOCAL})
+    assert (lens["outcome"], lens["title"]) == ("ok", "Varn Lens")
+    # A script that piles up objects runs out of V8's heap (half the limit) first: its
+    # renderer ends by itself, and the fetch says so.
+    heap = act(browser, "browser.fetch", {"url": f"{hostile}/heap", "policy": LOCAL})
+    assert (heap["outcome"], heap["reason"]) == (
+        "renderer_crashed",
+        f"the page's renderer crashed (a script past its {limit // 2} MiB JavaScript heap"
+        " ends it, as does a Chromium defect)",
+    )
+    again = act(browser, "browser.fetch", {"url": f"{site}/varn/lens.html", "policy": LOCAL})
+    assert again["outcome"] == "ok"
+
+
+def test_a_compressed_document_is_measured_in_the_page_not_read_into_the_worker(
+    browser: ActionRegistry, hostile_site: HostileSite, hostile: str
+) -> None:
+    """100 KB of gzip that decodes to 100 MiB: too large, and the worker process never holds
+    it (its size was taken by reading the whole decoded body through the driver)."""
+    import gc
+    import threading
+
+    import psutil
+
+    hostile_site.compressed(100)  # the site's own 100 MiB, made and let go before measuring
+    gc.collect()
+    me = psutil.Process()
+    before = me.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], me.memory_info().rss)
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        fetch = {"url": f"{hostile}/compressed?mb=100", "policy": {**LOCAL, "timeout": 30}}
+        page = act(browser, "browser.fetch", fetch)
+    finally:
+        done.set()
+        sampler.join()
+    assert page["outcome"] == "too_large", page
+    assert page["bytes"] > 100 * 1024 * 1024
+    assert page["reason"] == f"{page['bytes']} bytes is more than the limit of {2 * 1024 * 1024}"
+    assert peak[0] - before < 50 * 1024 * 1024, (before >> 20, peak[0] >> 20)
+
+
+def test_a_document_streamed_past_max_bytes_without_a_length_is_cut(
+    browser: ActionRegistry, hostile: str
+) -> None:
+    """No Content-Length, a body that does not end: the egress guard passes max_bytes of it
+    and stops; the page is too_large, not a truncated success."""
+    page = act(browser, "browser.fetch", {"url": f"{hostile}/stream?mb=40", "policy": LOCAL})
+    assert (page["outcome"], page["text"]) == ("too_large", ""), page
+    assert page["reason"] == (
+        f"the document passed the limit of {2 * 1024 * 1024} bytes while it streamed (it has"
+        " no Content-Length): cut there"
+    )
+    within = act(browser, "browser.fetch", {"url": f"{hostile}/stream?mb=1", "policy": LOCAL})
+    assert within["outcome"] == "ok" and "The keeper's log, again." in within["text"]
+    assert within["bytes"] > 1024 * 1024
+
+
+def test_a_renderer_memory_limit_below_the_floor_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.harness import BIN, base_env
+
+    done = subprocess.run(
+        [BIN / "deskfleet-worker", "run", "--state-dir", tmp_path, "--renderer-memory", "100"],
+        capture_output=True,
+        text=True,
+        env=base_env(tmp_path),
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "deskfleet-worker: --renderer-memory: at least 256 MiB (a renderer at rest holds about"
+        " 100), not 100\n"
+    )
+
+
+# -- attack forms that held: kept held (30, "Held") ------------------------------------------
+
+
+def test_a_page_cannot_reach_local_files_by_meta_refresh_frame_or_fetch(
+    browser: ActionRegistry, hostile: str
+) -> None:
+    for how in ("meta", "iframe", "fetch"):
+        page = act(browser, "browser.fetch", {"url": f"{hostile}/escape/{how}", "policy": LOCAL})
+        assert page["final_url"] == f"{hostile}/escape/{how}", (how, page)
+        assert "root:" not in page["text"] + page["title"] and "keeper's log" in page["text"]
+        assert {
+            "url": ESCAPE_TARGET,
+            "reason": "scheme file: is not allowed (http and https only)",
+        } in page["blocked_requests"], (how, page["blocked_requests"])
+
+
+def test_localhost_is_loopback_however_it_is_spelled(
+    browser: ActionRegistry, hostile_site: HostileSite
+) -> None:
+    """The name is resolved by the worker's guard (the system's resolver here), and what it
+    resolves to is checked: the loopback server sees no request."""
+    port = hostile_site.url.rsplit(":", 1)[1]
+    hostile_site.requested.clear()
+    for host in ("localhost", "LocalHost", "localhost.", "keeper.localhost"):
+        url = f"http://{host}:{port}/escape/meta"
+        page = act(browser, "browser.fetch", {"url": url, "policy": {"timeout": 5}})
+        assert page["outcome"] == "refused" and page["status"] == 0, (host, page)
+        assert "loopback" in page["reason"] or "cannot be resolved" in page["reason"], page
+    assert hostile_site.requested == []
+
+
+def test_pop_ups_are_closed_at_once(browser: ActionRegistry, hostile: str) -> None:
+    import concurrent.futures
+
+    from worker_agent.browser.service import BrowserService
+
+    service = BrowserService(DEFAULT_CHROMIUM)
+    registry = ActionRegistry()
+    BrowserActions(service).register(registry)
+    try:
+        page = act(registry, "browser.fetch", {"url": f"{hostile}/popup", "policy": LOCAL})
+        assert page["outcome"] == "ok" and page["final_url"] == f"{hostile}/popup"
+        # Only the run's kept page is left: window.open and target=_blank opened two more.
+        pages = next(iter(service._contexts.values()))
+
+        def open_pages() -> int:
+            assert service._loop is not None
+            future = concurrent.futures.Future[int]()
+            service._loop.call_soon_threadsafe(lambda: future.set_result(len(pages.context.pages)))
+            return future.result(timeout=10)
+
+        deadline = time.monotonic() + 5
+        while open_pages() > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert open_pages() == 1
+    finally:
+        service.close()
+
+
+def test_a_download_is_never_saved(browser: ActionRegistry, hostile: str) -> None:
+    page = act(browser, "browser.fetch", {"url": f"{hostile}/download", "policy": LOCAL})
+    assert (page["outcome"], page["evidence"], page["text"]) == (
+        "network_error",
+        False,
+        "",
+    ), page
+    assert "Download" in page["reason"]
+    saved = [p for p in Path.home().glob("Downloads/keepers*.csv")]
+    saved += list(Path(tempfile.gettempdir()).glob("playwright-artifacts-*/*"))
+    assert not [p for p in saved if p.is_file() and b"Ada Morrow" in p.read_bytes()]
+
+
+def test_the_browser_is_driven_over_a_pipe_and_listens_on_no_port(
+    browser: ActionRegistry, site: str
+) -> None:
+    import psutil
+
+    assert act(browser, "browser.fetch", {"url": f"{site}/", "policy": LOCAL})["outcome"] == "ok"
+    chromium: list[tuple[Any, list[str]]] = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in process.name():
+                chromium.append((process, process.cmdline()))
+        except psutil.Error:  # one that ended meanwhile (or a browser already closed)
+            continue
+    browsers = [args for _, args in chromium if not any(a.startswith("--type=") for a in args)]
+    assert browsers, "no Chromium browser process found"
+    for args in browsers:
+        assert "--remote-debugging-pipe" in args, args
+        assert not [a for a in args if a.startswith("--remote-debugging-port")], args
+    listening = [
+        (p.pid, c.laddr)
+        for p, _ in chromium
+        for c in _connections(p)
+        if c.status == psutil.CONN_LISTEN
+    ]
+    assert listening == []
+
+
+def _connections(process: Any) -> list[Any]:
+    import psutil
+
+    try:
+        return list(process.net_connections(kind="inet"))
+    except psutil.Error:
+        return []

@@ -542,6 +542,16 @@ def test_one_controller_at_a_time(coordinator: CoordinatorProcess, desk: WorkerP
     ok(coordinator, second["id"], "screenshot")
 
 
+def _shows_local(coordinator: CoordinatorProcess, desk: WorkerProcess, means: str) -> bool:
+    """Whether `kill status` comes to show the desk's own switch, engaged by `means`."""
+
+    def shown() -> bool:
+        local = coordinator.cli_json("kill", "status")["local"]
+        return [k["state"]["means"] for k in local if k["workerId"] == desk.worker_id] == [means]
+
+    return bool(wait_until(shown, 10, 0.1, f"kill status showing the desk's own switch ({means})"))
+
+
 def test_the_local_kill_switch_stops_input_from_the_desk(
     coordinator: CoordinatorProcess, desk: WorkerProcess, xvfb: Xvfb
 ) -> None:
@@ -555,6 +565,8 @@ def test_the_local_kill_switch_stops_input_from_the_desk(
     wait_until(kill_file.exists, 10, 0.05, "the local kill switch")
     doc = refused(coordinator, run["id"], "left_click", "--x", mx, "--y", my)
     assert doc["code"] == "kill_switch" and "local kill switch" in doc["error"]
+    # Admins see it, and how it was engaged (30.19).
+    assert _shows_local(coordinator, desk, "hotkey")
     ok(coordinator, run["id"], "screenshot")  # looking is not input
     released = subprocess.run(
         [str(BIN / "deskfleet-worker"), "kill", "release", "--state-dir", str(desk.state_dir)],
@@ -570,3 +582,4 @@ def test_the_local_kill_switch_stops_input_from_the_desk(
     assert refused(coordinator, run["id"], "left_click", "--x", mx, "--y", my)["code"] == (
         "kill_switch"
     )
+    assert _shows_local(coordinator, desk, "signal")

@@ -171,7 +171,8 @@ import argparse, json, sys
 from worker_agent.actions import ActionRegistry
 from worker_agent.cli import _browsers
 args = argparse.Namespace(no_headless=sys.argv[1] == "off", no_computer_use=True,
-                          chromium="/usr/bin/chromium", browser_idle=30.0)
+                          chromium="/usr/bin/chromium", browser_idle=30.0,
+                          chromium_sandbox="auto", renderer_memory=1024)
 registry = ActionRegistry()
 _browsers(args, registry)
 heavy = sorted({m.split(".")[0] for m in sys.modules} & {"playwright", "trafilatura"})

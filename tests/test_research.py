@@ -715,3 +715,72 @@ def test_app_routes_in_the_policy_are_checked() -> None:
     ):
         with pytest.raises(InvalidArgumentError, match=message):
             routing.parse({"research": {"routes": [route]}})
+
+
+# -- research fan-out bounds (an attack form that held; kept held) ------------------------------
+
+
+def test_a_search_fans_out_to_at_most_max_sources_and_max_pages(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess], site: str
+) -> None:
+    """The search page lists ten results: a run fetches max_sources of them, and past its page
+    limit lists the rest as skipped without fetching them."""
+    workers("fan").wait_online()
+    template = search_template(site)
+    doc = _research(coordinator, "varn", "--search-url", template, "--max-sources", "2")
+    assert doc["status"] == "SUCCEEDED", doc["stopReason"]
+    fetches = [a for a in doc["actions"] if a["kind"] == "browser.fetch"]
+    assert len(fetches) == 2, [a["intent"] for a in fetches]
+    doc = _research(
+        coordinator, "varn", "--search-url", template, "--max-sources", "6", "--max-pages", "2"
+    )
+    fetches = [a for a in doc["actions"] if a["kind"] == "browser.fetch"]
+    assert len(fetches) == 2
+    skipped = [x for x in doc["report"]["skipped"] if x["reason"].startswith("max_pages")]
+    assert len(skipped) == 4, doc["report"]["skipped"]
+
+
+def test_research_fan_out_limits_are_refused_outside_their_bounds() -> None:
+    from coordinator.research import (
+        MAX_BYTES,
+        MAX_PAGES,
+        MAX_SOURCES,
+        ResearchRequest,
+        research_plan,
+    )
+
+    def error(**fields: object) -> str:
+        try:
+            research_plan(ResearchRequest(**{"query": "varn", **fields}))  # type: ignore[arg-type]
+        except InvalidArgumentError as exc:
+            return exc.message
+        return ""
+
+    assert error(max_sources=0) == error(max_sources=MAX_SOURCES + 1)
+    assert error(max_sources=MAX_SOURCES + 1) == f"max_sources: between 1 and {MAX_SOURCES}"
+    assert error(max_pages=MAX_PAGES + 1) == f"max_pages: between 1 and {MAX_PAGES}"
+    assert error(max_pages=-1) == f"max_pages: between 1 and {MAX_PAGES}"
+    assert error(max_bytes=MAX_BYTES + 1) == f"max_bytes: between 1 and {MAX_BYTES}"
+    assert error(max_sources=MAX_SOURCES, max_pages=MAX_PAGES) == ""
+
+
+def test_a_research_app_is_never_asked_for_more_than_the_workers_source_cap(
+    tmp_path: Path,
+) -> None:
+    """Whatever a plan asks, an app is asked for at most 20 sources (MAX_SOURCES)."""
+    from worker_agent.research_app import MAX_SOURCES
+
+    script = tmp_path / "echo_app.py"
+    # It names 100 sources and says how many it was asked for.
+    script.write_text(
+        "import json, sys\n"
+        "asked = json.load(sys.stdin)['max_sources']\n"
+        "sources = [{'url': f'https://e.com/{i}', 'title': 'x'} for i in range(100)]\n"
+        "print(json.dumps({'answer': str(asked), 'sources': sources}))\n"
+    )
+    apps = ResearchApps(parse_apps([f"echo={sys.executable} {script}"]), workdir=tmp_path / "apps")
+    result = apps.research(
+        {"app": "echo", "query": "q", "max_sources": 10_000}, ActionContext("a", 1)
+    )
+    assert result.get("answer") == str(MAX_SOURCES) == "20", result
+    assert len(result["sources"]) == MAX_SOURCES

@@ -17,11 +17,13 @@ from importlib.metadata import PackageNotFoundError, version as package_version
 
 from shared import __version__
 from shared.advertisement import Advertisement, Capability, Display
+from worker_agent import sandbox as browser_sandbox
 from worker_agent.macos_permissions import accessibility_problem, screen_recording_problem
+from worker_agent.sandbox import Sandbox
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
+# Without --no-sandbox: whether the sandbox runs is decided per machine (`sandbox.py`).
 CHROMIUM_ARGS = [
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-background-networking",
     "--disable-component-update",
@@ -40,6 +42,7 @@ class ProbeOptions:
     # False (`--no-headless`): no browser is imported, launched or offered on this machine.
     headless_allowed: bool = True
     browser_timeout: float = 30.0
+    sandbox: str = "auto"  # `--chromium-sandbox`: auto | on | off (worker_agent/sandbox.py)
     research_apps: tuple[str, ...] = ()  # `--research-app` names, advertised as they are
     # Starts the browser that will serve this worker's browser actions, if it is not running,
     # and returns its version: the browser launched to measure the capability is then the one
@@ -103,31 +106,44 @@ def _no_browser_at(options: ProbeOptions) -> Capability:
     return Capability("headless", False, why)
 
 
-def probe_headless(options: ProbeOptions) -> tuple[Capability, str]:
-    """(capability, browser version)."""
+def probe_headless(options: ProbeOptions) -> tuple[Capability, str, Sandbox | None]:
+    """(capability, browser version, the sandbox mode it launched in: None if it did not)."""
     name = "headless"
     if not options.headless_allowed:
-        return Capability(name, False, HEADLESS_DISABLED), ""
+        return Capability(name, False, HEADLESS_DISABLED), "", None
     if not os.path.exists(options.chromium):
-        return _no_browser_at(options), ""
+        return _no_browser_at(options), "", None
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
-        return Capability(name, False, f"playwright is not installed: {_short(exc)}"), ""
+        return Capability(name, False, f"playwright is not installed: {_short(exc)}"), "", None
+    mode = browser_sandbox.decide(options.sandbox)
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=options.chromium,
-                args=CHROMIUM_ARGS,
-                timeout=options.browser_timeout * 1000,
-            )
+            while True:
+                try:
+                    browser = pw.chromium.launch(
+                        executable_path=options.chromium,
+                        args=[*CHROMIUM_ARGS, *mode.args],
+                        chromium_sandbox=mode.on,
+                        timeout=options.browser_timeout * 1000,
+                    )
+                    break
+                except Exception as exc:
+                    retry = browser_sandbox.fallback(mode, options.sandbox, exc)
+                    if retry is None:
+                        raise
+                    mode = retry
             version = browser.version
             browser.close()
     except Exception as exc:
-        return Capability(
-            name, False, f"chromium at {options.chromium} did not launch: {_short(exc)}"
-        ), ""
-    return Capability(name, True), version
+        why = browser_sandbox.launch_problem(exc) or _short(exc)
+        return (
+            Capability(name, False, f"chromium at {options.chromium} did not launch: {why}"),
+            "",
+            None,
+        )
+    return Capability(name, True), version, mode
 
 
 # A browser that launched once in this process is not launched again to measure it at every
@@ -141,8 +157,9 @@ def _headless(options: ProbeOptions) -> tuple[Capability, str]:
     known = _launched.get(options.chromium)
     if known is not None and os.path.exists(options.chromium):
         return known
-    found = probe_headless(options)
-    if found[0].available:
+    capability, version, _ = probe_headless(options)
+    found = capability, version
+    if capability.available:
         _launched[options.chromium] = found
     return found
 
@@ -157,9 +174,8 @@ def _serving_browser(options: ProbeOptions, launch: Callable[[], str]) -> tuple[
         version = launch()
     except Exception as exc:
         cause = exc.__cause__ or exc
-        return Capability(
-            name, False, f"chromium at {options.chromium} did not launch: {_short(cause)}"
-        ), ""
+        why = browser_sandbox.launch_problem(cause) or _short(cause)
+        return Capability(name, False, f"chromium at {options.chromium} did not launch: {why}"), ""
     return Capability(name, True), version
 
 

@@ -25,10 +25,17 @@ from shared.errors import (
     from_rpc_error,
 )
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.local_kill import LocalKill
+from shared.timestamps import iso
 from shared.transport import is_loopback, plaintext_warning
 from worker_agent.action_log import ActionLog
 from worker_agent.actions import ActionContext, ActionRefused, ActionRegistry, default_registry
-from worker_agent.browser import ACTION_KINDS, CONTEXT_IDLE
+from worker_agent.browser import (
+    ACTION_KINDS,
+    CONTEXT_IDLE,
+    DEFAULT_RENDERER_MEMORY,
+    MIN_RENDERER_MEMORY,
+)
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.certificates import WorkerTransport, new_request, with_port
 from worker_agent.connection import WorkerConnection
@@ -47,8 +54,9 @@ from worker_agent.research_app import (
     parse_apps,
     parse_env,
 )
+from worker_agent.sandbox import SETTINGS as SANDBOX_SETTINGS
 from worker_agent.scratch import ScratchDir
-from worker_agent.state import CA, CLIENT_CERT, StateDir, WorkerIdentity
+from worker_agent.state import CA, CLIENT_CERT, StateDir, StateLock, WorkerIdentity
 
 if TYPE_CHECKING:  # imported when used: a worker without a browser never imports Playwright
     from worker_agent.browser.service import BrowserService
@@ -92,6 +100,15 @@ def _parser() -> argparse.ArgumentParser:
         "--chromium",
         default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
+    )
+    _sandbox_option(run)
+    run.add_argument(
+        "--renderer-memory",
+        type=int,
+        default=DEFAULT_RENDERER_MEMORY,
+        metavar="MIB",
+        help="the most a page's renderer may hold, in MiB (its JavaScript heap: half); a page"
+        f" past it is stopped and reported too_large (default {DEFAULT_RENDERER_MEMORY})",
     )
     run.add_argument(
         "--browser-idle",
@@ -177,6 +194,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("DESKFLEET_CHROMIUM", DEFAULT_CHROMIUM),
         help=f"the Chromium executable (env DESKFLEET_CHROMIUM; default {DEFAULT_CHROMIUM})",
     )
+    _sandbox_option(doctor)
     doctor.add_argument(
         "--no-computer-use",
         action="store_true",
@@ -197,6 +215,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON document")
     return p
+
+
+def _sandbox_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chromium-sandbox",
+        choices=SANDBOX_SETTINGS,
+        default=os.environ.get("DESKFLEET_CHROMIUM_SANDBOX", "auto"),
+        help="Chromium's sandbox: auto (on wherever it can run: not as root; the default), on"
+        " (required: no browser without it), off (env DESKFLEET_CHROMIUM_SANDBOX)",
+    )
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -301,8 +329,25 @@ def _enroll(args: argparse.Namespace) -> str:
 
 
 async def _run(args: argparse.Namespace) -> None:
+    if args.renderer_memory < MIN_RENDERER_MEMORY:
+        raise InvalidArgumentError(
+            f"--renderer-memory: at least {MIN_RENDERER_MEMORY} MiB (a renderer at rest holds"
+            f" about 100), not {args.renderer_memory}"
+        )
     state = StateDir(args.state_dir)
     identity, credential = state.load()
+    # Before anything else starts (a browser, the metrics port, the stream): a second process
+    # on this identity stops here, saying which one holds it.
+    lock = StateLock(args.state_dir).acquire()
+    try:
+        await _serve(args, state, identity, credential)
+    finally:
+        lock.release()
+
+
+async def _serve(
+    args: argparse.Namespace, state: StateDir, identity: WorkerIdentity, credential: str
+) -> None:
     for fixed in state.tighten_secrets():
         logging.getLogger("deskfleet.worker").warning("made %s readable by this user only", fixed)
     metrics = WorkerMetrics()
@@ -340,6 +385,7 @@ async def _run(args: argparse.Namespace) -> None:
         chromium=args.chromium,
         computer_use_allowed=not args.no_computer_use,
         headless_allowed=not args.no_headless,
+        sandbox=args.chromium_sandbox,
         research_apps=apps.names,
         # The headless browser measured at connect is the one that serves (the first).
         launch=browsers[0].version if browsers else None,
@@ -353,7 +399,7 @@ async def _run(args: argparse.Namespace) -> None:
     if not args.no_computer_use and args.kill_hotkey != "none":
         why_not = listen_for_hotkey(
             args.kill_hotkey,
-            lambda: guard.engage_local(f"engaged by the hotkey {args.kill_hotkey}"),
+            lambda: _engage_by_hotkey(guard, args.kill_hotkey),
         )
         log_ = logging.getLogger("deskfleet.worker")
         if why_not:
@@ -407,12 +453,23 @@ def _browsers(args: argparse.Namespace, registry: ActionRegistry) -> list[Browse
     from worker_agent.browser.actions import BrowserActions
     from worker_agent.browser.service import BrowserService
 
-    browser = BrowserService(args.chromium, context_idle=args.browser_idle)
+    browser = BrowserService(
+        args.chromium,
+        context_idle=args.browser_idle,
+        sandbox=args.chromium_sandbox,
+        renderer_memory=args.renderer_memory,
+    )
     # The research fallback's visible browser, on this desktop's display, started on first use.
     visible = (
         None
         if args.no_computer_use
-        else BrowserService(args.chromium, visible=True, context_idle=args.browser_idle)
+        else BrowserService(
+            args.chromium,
+            visible=True,
+            context_idle=args.browser_idle,
+            sandbox=args.chromium_sandbox,
+            renderer_memory=args.renderer_memory,
+        )
     )
     BrowserActions(browser, visible).register(registry)
     return [browser] if visible is None else [browser, visible]
@@ -428,13 +485,31 @@ def _no_browser(args: dict[str, Any], ctx: ActionContext) -> Any:
 def _kill(args: argparse.Namespace) -> str:
     guard = InputGuard(args.state_dir)
     if args.action == "engage":
-        guard.engage_local(args.reason)
-        return f"local kill switch engaged ({guard.kill_file}): no desktop input runs here"
+        was = guard.local_state()
+        state = guard.engage_local(args.reason)
+        if was.engaged:
+            return f"the local kill switch was already engaged: {_local_kill_text(state)}"
+        return (
+            f"local kill switch engaged ({guard.kill_file}): no desktop input runs here; the"
+            " coordinator is told"
+        )
     if args.action == "release":
-        was = guard.release_local()
-        return "local kill switch released" if was else "the local kill switch was not engaged"
-    engaged = guard.kill_file.exists()
-    return f"local kill switch: {'engaged' if engaged else 'released'} ({guard.kill_file})"
+        released = guard.release_local()
+        if not released:
+            return "the local kill switch was not engaged"
+        return "local kill switch released; the coordinator is told"
+    state = guard.local_state()
+    if not state.engaged:
+        return f"local kill switch: released ({guard.kill_file})"
+    return f"local kill switch: engaged {_local_kill_text(state)} ({guard.kill_file})"
+
+
+def _engage_by_hotkey(guard: InputGuard, combo: str) -> None:
+    guard.engage_local(f"engaged by the hotkey {combo}", "hotkey")
+
+
+def _local_kill_text(state: LocalKill) -> str:
+    return f"since {iso(state.since)} by {state.means}: {state.reason}"
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -448,6 +523,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 chromium=args.chromium,
                 computer_use_allowed=not args.no_computer_use,
                 headless_allowed=not args.no_headless,
+                sandbox=args.chromium_sandbox,
             ),
             coordinators=coordinators,
             max_skew=args.max_skew,

@@ -15,6 +15,7 @@ from shared.credentials import auth_metadata
 from shared.errors import AuthenticationError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
+from shared.local_kill import LocalKill
 from worker_agent.backoff import Backoff
 from worker_agent.certificates import WorkerTransport
 from worker_agent.desktop.peek import no_desktop
@@ -34,6 +35,9 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.max_pings_without_data", 0),
 ]
 WELCOME_TIMEOUT = 10.0
+# How often the local kill switch's file is looked at while connected: it can be engaged from
+# outside the process (`deskfleet-worker kill engage`, a person's file), so it is watched.
+LOCAL_KILL_POLL = 0.25
 
 # Generic only in the type stubs, hence the string.
 Call: TypeAlias = "grpc.aio.StreamStreamCall[WorkerMessage, CoordinatorMessage]"
@@ -118,10 +122,12 @@ class WorkerConnection:
         async with channel:
             stub = worker_pb2_grpc.WorkerGatewayStub(channel)
             call = stub.Connect(metadata=self._metadata)
+            local = self._guard.local_state() if self._guard is not None else LocalKill()
             hello = worker_pb2.Hello(
                 advertisement=advertisement.to_proto(),
                 held=self._actions.held(),
                 stream_liveness=True,
+                local_kill=local.to_proto(),
             )
             await call.write(worker_pb2.WorkerMessage(hello=hello))
             first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
@@ -162,6 +168,8 @@ class WorkerConnection:
                 tasks.append(asyncio.create_task(self._heartbeats(outgoing, welcome)))
             if self._transport is not None:
                 tasks.append(asyncio.create_task(self._transport.keep_renewed()))
+            if self._guard is not None and welcome.local_kill_reports:
+                tasks.append(asyncio.create_task(self._report_local_kill(outgoing, local)))
             try:
                 await self._receive(call, welcome, outgoing, stub)
             finally:
@@ -185,6 +193,28 @@ class WorkerConnection:
                 # in the outbox (receipts) or the next Hello (running attempts).
                 log.debug("stream write failed: %s", exc)
                 return
+
+    async def _report_local_kill(
+        self, outgoing: asyncio.Queue[WorkerMessage], reported: LocalKill
+    ) -> None:
+        """Tell the coordinator each change of the local kill switch (its hello had the state
+        at connect), so that admins see what stops input here."""
+        assert self._guard is not None
+        while True:
+            await asyncio.sleep(LOCAL_KILL_POLL)
+            state = self._guard.local_state()
+            if state == reported:
+                continue
+            reported = state
+            outgoing.put_nowait(WorkerMessage(local_kill=state.to_proto()))
+            if state.engaged:
+                log.warning(
+                    "local kill switch engaged by %s: %s (reported to the coordinator)",
+                    state.means,
+                    state.reason,
+                )
+            else:
+                log.warning("local kill switch released (reported to the coordinator)")
 
     async def _heartbeats(
         self, outgoing: asyncio.Queue[WorkerMessage], welcome: worker_pb2.Welcome

@@ -1,8 +1,9 @@
 """`deskfleet-worker doctor`: check that this machine can work as an enrolled worker.
 
-One row per check (display, input, browser, coordinator, credential, clock), each ok, FAIL or
-skip (not applicable here, or not checkable because an earlier check failed), with what was seen
-and, for a failure, how to fix it. The installers run it at the end. The display, input and
+One row per check (display, input, browser, sandbox, coordinator, credential, clock), each ok,
+FAIL, WARN (it works, less safely than it could: it does not fail doctor) or skip (not
+applicable here, or not checkable because an earlier check failed), with what was seen and, for
+a failure or a warning, how to fix it. The installers run it at the end. The display, input and
 browser rows reuse the capability probes the worker advertises with, so doctor sees what the
 coordinator would be told.
 """
@@ -34,6 +35,7 @@ from shared.errors import (
     from_rpc_error,
 )
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
+from worker_agent import sandbox as browser_sandbox
 from worker_agent.capabilities import (
     ProbeOptions,
     probe_computer_use,
@@ -56,7 +58,11 @@ FIX_WIDTH = 60
 class Status(StrEnum):
     OK = "ok"
     FAIL = "fail"
+    WARN = "warn"  # works, less safely than it could (Chromium without its sandbox)
     SKIP = "skip"  # not applicable here, or not checkable because an earlier check failed
+
+
+LOUD = (Status.FAIL, Status.WARN)  # shown in capitals
 
 
 @dataclass(frozen=True)
@@ -116,14 +122,18 @@ def diagnose(options: DoctorOptions) -> Report:
             identity, credential, state_problem, reachable, options, ca
         )
         if browser is not None:
-            browser_check = browser.result()
-        elif not options.probe.headless_allowed:
-            browser_check = Check("browser", Status.SKIP, "browser disabled here (--no-headless)")
+            browser_checks = browser.result()
         else:
-            browser_check = Check(
-                "browser", Status.SKIP, "the enrollment token did not grant headless"
+            why = (
+                "browser disabled here (--no-headless)"
+                if not options.probe.headless_allowed
+                else "the enrollment token did not grant headless"
             )
-    checks += [browser_check, coordinator_check, credential_check, clock_check]
+            browser_checks = [
+                Check("browser", Status.SKIP, why),
+                Check("sandbox", Status.SKIP, why),
+            ]
+    checks += [*browser_checks, coordinator_check, credential_check, clock_check]
     return Report(
         checks,
         worker_id=identity.worker_id if identity else "",
@@ -242,17 +252,33 @@ def _session_problem() -> str | None:
 # --- browser ---------------------------------------------------------------------------------
 
 
-def _check_browser(probe: ProbeOptions) -> Check:
-    capability, version = probe_headless(probe)
-    if capability.available:
-        return Check(
+def _check_browser(probe: ProbeOptions) -> list[Check]:
+    """The browser's row, and the sandbox mode it launched in."""
+    capability, version, mode = probe_headless(probe)
+    if capability.available and mode is not None:
+        launched = Check(
             "browser", Status.OK, f"Chromium {version} launched headless ({probe.chromium})"
         )
+        if mode.on:
+            return [launched, Check("sandbox", Status.OK, f"Chromium's sandbox is {mode}")]
+        detail = f"Chromium runs without its sandbox: {mode.why}"
+        return [launched, Check("sandbox", Status.WARN, detail, sandbox_fix(probe.sandbox))]
     if sys.platform.startswith("linux"):
         fix = "apt-get install chromium (or your distribution's package), or pass --chromium PATH"
     else:
         fix = "install Chromium, Chrome or Edge and pass its executable with --chromium PATH"
-    return Check("browser", Status.FAIL, capability.reason, fix)
+    if "--chromium-sandbox on" in capability.reason:
+        fix = sandbox_fix("on")
+    return [
+        Check("browser", Status.FAIL, capability.reason, fix),
+        Check("sandbox", Status.SKIP, "not checked: the browser did not launch"),
+    ]
+
+
+def sandbox_fix(setting: str) -> str:
+    if setting == "off":
+        return "drop --chromium-sandbox off once this machine allows the sandbox"
+    return browser_sandbox.FIX
 
 
 # --- coordinator, credential, clock ----------------------------------------------------------
@@ -435,7 +461,7 @@ def render(report: Report) -> str:
     if report.worker_id:
         header += f", worker {report.worker_id}"
     rows = [("CHECK", "RESULT", "DETAIL", "FIX")] + [
-        (c.name, "FAIL" if c.status == Status.FAIL else c.status.value, c.detail, c.fix)
+        (c.name, c.status.value.upper() if c.status in LOUD else c.status.value, c.detail, c.fix)
         for c in report.checks
     ]
     # Long details and fixes wrap inside their column, so the table stays terminal-wide.
@@ -453,7 +479,10 @@ def render(report: Report) -> str:
                 "  ".join([*(parts[i].ljust(widths[i]) for i in range(3)), parts[3]]).rstrip()
             )
     failed = sum(c.status == Status.FAIL for c in report.checks)
+    warned = sum(c.status == Status.WARN for c in report.checks)
     verdict = "all checks passed" if not failed else f"{failed} check(s) failed"
+    if warned:
+        verdict += f", {warned} warning(s)"
     return "\n".join([header, "", *lines, "", verdict])
 
 

@@ -3,11 +3,16 @@
 With TLS it also holds the coordinator's CA (`ca.pem`) and, with mutual TLS, the worker's
 key (`client.key`, 0600), its last certificate request (`client.csr`) and its certificate
 (`client.pem`), each replaced atomically.
+
+One `deskfleet-worker run` at a time holds the directory (`StateLock`, on `run.lock`): two
+processes on one identity would each supersede the other's stream at the coordinator, forever.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,6 +26,10 @@ CLIENT_KEY = "client.key"
 CLIENT_CSR = "client.csr"
 CLIENT_CERT = "client.pem"
 SECRETS = (CREDENTIAL, CLIENT_KEY)  # readable by the worker's user only (0600)
+RUN_LOCK = "run.lock"
+# Windows locks byte ranges and keeps other processes from reading a locked one: the lock is
+# taken past the process id written at the start of the file, so a second process can read it.
+_LOCKED_BYTE = 4096
 
 
 @dataclass(frozen=True)
@@ -101,3 +110,64 @@ class StateDir:
             return WorkerIdentity(**data), credential
         except (OSError, ValueError, TypeError) as exc:
             raise InvalidArgumentError(f"{self.path} is damaged ({exc}); enroll again") from exc
+
+
+class StateLock:
+    """The running worker's hold on its state directory: an advisory lock on `run.lock`, kept
+    for the life of the process (the system drops it when the process ends, however it ends:
+    nothing stale is left to clean up), with the holder's process id written in the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path / RUN_LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> StateLock:
+        """Take the lock, or raise FailedPreconditionError naming the process that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Opened without truncating: the holder's process id must stay readable.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            _lock(fd)
+        except OSError:
+            os.close(fd)
+            holder = self.holder()
+            who = f"process {holder}" if holder else "another process"
+            raise FailedPreconditionError(
+                f"the state directory {self.path.parent} is in use by {who} (another"
+                " `deskfleet-worker run`): one worker process per state directory; stop that"
+                " one first, or enroll this machine again into another --state-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd  # not inherited by children (PEP 446): they cannot keep it held
+        return self
+
+    def holder(self) -> int | None:
+        """The process id the lock file names (None when it names none)."""
+        try:
+            with self.path.open("rb") as fh:
+                text = fh.read(32).decode("ascii", "replace").strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    def release(self) -> None:
+        """Give the directory up; safe to call twice."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops the lock
+
+
+if sys.platform == "win32":
+    import msvcrt
+
+    def _lock(fd: int) -> None:
+        os.lseek(fd, _LOCKED_BYTE, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -245,11 +245,22 @@ def kill_status(client: CoordinatorClient, args: argparse.Namespace) -> None:
         client.kills.Status, desktop_pb2.KillStatusRequest(include_released=args.all)
     )
     doc = render.as_dict(reply)
+    doc.setdefault("local", [])
+    doc.setdefault("localCount", 0)
     if args.json:
         render.print_json(doc)
-    elif doc.get("switches"):
+        return
+    if doc.get("switches"):
         print(render.kill_rows(doc["switches"]))
-    else:
+    if doc["local"]:
+        if doc.get("switches"):
+            print()
+        count = int(doc["localCount"])
+        print(f"engaged on the workers themselves (only the worker releases it): {count}")
+        print(render.local_kill_rows(doc["local"]))
+        if count > len(doc["local"]):
+            print(f"(the {len(doc['local'])} most recently engaged of {count})")
+    if not doc.get("switches") and not doc["local"]:
         print("no kill switch is engaged")
 
 

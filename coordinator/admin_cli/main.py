@@ -214,6 +214,10 @@ def _status(client: CoordinatorClient, args: argparse.Namespace) -> None:
         f"computer use online: {doc['computerUseOnline']}    "
         f"online: {doc.get('online', 0)}{f' ({by_replica})' if by_replica else ''}"
     )
+    stopped = [w for w in doc["workers"] if render.local_kill_text(w.get("localKill"))]
+    if stopped:
+        names = ", ".join(f"{w['id']} ({w['name']})" for w in stopped)
+        print(f"local kill switch engaged on {len(stopped)} worker(s) of this page: {names}")
     if doc["workers"]:
         print()
         print(render.worker_rows(doc["workers"]))

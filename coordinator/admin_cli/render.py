@@ -148,9 +148,26 @@ def displays_cell(worker: dict[str, Any]) -> str:
     return ",".join(shown) or "none"
 
 
+def local_kill_text(state: dict[str, Any] | None) -> str:
+    """A worker's own kill switch in a few words ("" when it is not engaged)."""
+    if not state or not state.get("engaged"):
+        return ""
+    return f"engaged by {state.get('means') or '?'} since {_cell(state.get('since'))}"
+
+
 def worker_rows(workers: list[dict[str, Any]]) -> str:
     return table(
-        ["ID", "NAME", "STATE", "ONLINE", "CAPABILITIES", "DISPLAYS", "REPLICA", "LAST HEARTBEAT"],
+        [
+            "ID",
+            "NAME",
+            "STATE",
+            "ONLINE",
+            "CAPABILITIES",
+            "DISPLAYS",
+            "REPLICA",
+            "LAST HEARTBEAT",
+            "LOCAL KILL",
+        ],
         [
             [
                 w["id"],
@@ -161,6 +178,7 @@ def worker_rows(workers: list[dict[str, Any]]) -> str:
                 displays_cell(w),
                 w.get("replica"),
                 w.get("lastHeartbeat"),
+                local_kill_text(w.get("localKill")),
             ]
             for w in workers
         ],
@@ -180,6 +198,7 @@ def worker_detail(w: dict[str, Any]) -> str:
         f"os:            {_cell(w.get('os'))}",
         f"versions:      {_cell(w.get('versions', {}))}",
         f"granted:       {_cell(w.get('allowedCapabilities') or ['all'])}",
+        f"local kill:    {_local_kill_line(w.get('localKill'), bool(w.get('online')))}",
         "displays:",
     ]
     for d in w.get("displays", []) or []:
@@ -540,6 +559,32 @@ def _waiting(kill: dict[str, Any]) -> str:
     names: list[str] = kill.get("unacknowledged", [])
     more = int(kill.get("unacknowledgedCount", len(names))) - len(names)
     return ", ".join(names) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _local_kill_line(state: dict[str, Any] | None, online: bool) -> str:
+    if not online:
+        return "unknown (offline: no input runs)"
+    if not state or not state.get("engaged"):
+        return "released"
+    return visible(f"{local_kill_text(state)}: {state.get('reason') or '-'}")
+
+
+def local_kill_rows(local: list[dict[str, Any]]) -> str:
+    """Workers' own kill switches, as the workers report them."""
+    return table(
+        ["WORKER", "NAME", "ENGAGED SINCE", "BY", "REASON"],
+        [
+            [
+                k["workerId"],
+                k.get("workerName"),
+                k.get("state", {}).get("since"),
+                k.get("state", {}).get("means"),
+                k.get("state", {}).get("reason"),
+            ]
+            for k in local
+        ],
+        cut=(4,),
+    )
 
 
 def kill_rows(switches: list[dict[str, Any]]) -> str:

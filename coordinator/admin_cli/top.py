@@ -69,6 +69,7 @@ def snapshot(client: CoordinatorClient) -> dict[str, Any]:
                 "capabilities": [c["name"] for c in w.get("capabilities", []) if c["available"]],
                 "currentAction": held[0] if held else None,
                 "inFlight": len(held),
+                "localKill": w.get("localKill") or {"engaged": False},
             }
         )
     runs_by_state = {state: 0 for state in RUN_STATES}
@@ -86,8 +87,11 @@ def snapshot(client: CoordinatorClient) -> dict[str, Any]:
         "fleetWide": activity["fleetWide"],
         "approvalsWaiting": len(approvals),
         "approvals": approvals,
-        "killSwitchEngaged": bool(engaged),
+        "killSwitchEngaged": bool(engaged) or bool(kills.get("localCount")),
         "killSwitches": engaged,
+        # Workers' own switches, as they report them (the first LISTED; the count is exact).
+        "localKillSwitches": kills.get("local", []),
+        "localKillCount": int(kills.get("localCount", 0)),
     }
 
 
@@ -111,6 +115,14 @@ def _kill_line(doc: dict[str, Any]) -> Text:
         f" by {k.get('engagedBy') or '?'}: {k.get('reason') or '-'}"
         for k in doc["killSwitches"]
     ]
+    parts += [
+        f"worker {k['workerId']} locally (by {k.get('state', {}).get('means') or '?'}):"
+        f" {k.get('state', {}).get('reason') or '-'}"
+        for k in doc.get("localKillSwitches", [])
+    ]
+    more = doc.get("localKillCount", 0) - len(doc.get("localKillSwitches", []))
+    if more > 0:
+        parts.append(f"+{more} more workers locally")
     return Text("kill switch: ENGAGED: " + "; ".join(parts), style="bold red")
 
 
@@ -148,7 +160,7 @@ def frame(doc: dict[str, Any], note: str = "") -> RenderableType:
             workers,
             w["id"],
             w["name"],
-            w["state"],
+            w["state"] + (", local kill" if w["localKill"].get("engaged") else ""),
             "yes" if w["online"] else "no",
             w["replica"] or "-",
             ",".join(w["capabilities"]) or "none",

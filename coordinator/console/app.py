@@ -793,6 +793,8 @@ class Console:
             session,
             "kill.html",
             switches=status.switches,
+            local=status.local,
+            local_count=status.local_count,
             show_all=show_all,
             csrf=session.csrf,
         )

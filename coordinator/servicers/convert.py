@@ -24,6 +24,7 @@ def worker_info(view: WorkerView) -> fleet_pb2.WorkerInfo:
         enrolled_at=to_timestamp(view.enrolled_at),
         allowed_capabilities=list(view.allowed_capabilities),
         lease_expires_at=to_timestamp(view.lease_expires_at),
+        local_kill=view.local_kill.to_proto() if view.local_kill.engaged else None,
     )
 
 

@@ -275,5 +275,16 @@ class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
     async def Status(
         self, request: desktop_pb2.KillStatusRequest, context: Context
     ) -> desktop_pb2.KillStatusResponse:
-        views = await self._kills.status(current_principal(), request.include_released)
-        return desktop_pb2.KillStatusResponse(switches=[kill_message(v) for v in views])
+        who = current_principal()
+        views = await self._kills.status(who, request.include_released)
+        local_count, local = await self._kills.local(who)
+        return desktop_pb2.KillStatusResponse(
+            switches=[kill_message(v) for v in views],
+            local=[
+                desktop_pb2.LocalKillSwitch(
+                    worker_id=r.worker_id, worker_name=r.worker_name, state=r.state.to_proto()
+                )
+                for r in local
+            ],
+            local_count=local_count,
+        )

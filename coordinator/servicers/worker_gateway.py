@@ -32,6 +32,7 @@ from coordinator.store import Database
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.local_kill import LocalKill
 from shared.logs import log_context
 from shared.tracing import TraceParent
 
@@ -227,7 +228,8 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         )
         if refusal:
             raise InvalidArgumentError(refusal)
-        session = await self._presence.open(worker.id, advertisement)
+        local_kill = LocalKill.from_proto(hello.local_kill, "hello.local_kill")
+        session = await self._presence.open(worker.id, advertisement, local_kill)
         tasks: list[asyncio.Task[None]] = []
         try:
             # Read after the session is open: a switch engaged from now on is pushed to it.
@@ -242,6 +244,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         lease_ttl_seconds=self._config.lease_ttl,
                         rotate_credential=session.rotate_credential,
                         stream_liveness=hello.stream_liveness,
+                        local_kill_reports=True,
                         kills=[
                             worker_pb2.KillState(
                                 kill_id=k.id,
@@ -371,6 +374,14 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             elif kind == "kill_ack":
                 ack = message.kill_ack
                 self._kills.on_ack(session.worker_id, ack.kill_id, ack.engaged)
+            elif kind == "local_kill":
+                state = LocalKill.from_proto(message.local_kill)
+                if self._presence.report_local_kill(session, state):
+                    log.info(
+                        "worker %s reports its own kill switch %s",
+                        session.worker_id,
+                        f"engaged by {state.means}" if state.engaged else "released",
+                    )
             else:
                 raise InvalidArgumentError(f"unexpected {kind or 'empty'} message on the stream")
 

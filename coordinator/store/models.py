@@ -94,6 +94,11 @@ class PresenceRow(Base):
     lease_expires_at: Mapped[float] = mapped_column(Float, index=True)
     headless: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     computer_use: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The worker's own kill switch as it reports it (shared/local_kill.py): since when (None:
+    # not engaged), by which means, why.
+    local_kill_since: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    local_kill_means: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    local_kill_reason: Mapped[str] = mapped_column(String(200), default="", server_default="")
 
 
 class RunRow(Base):

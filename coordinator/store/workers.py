@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -15,6 +15,7 @@ from sqlalchemy import (
     bindparam,
     cast as sql_cast,
     delete,
+    exists,
     func,
     insert,
     not_,
@@ -25,7 +26,14 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from coordinator.store.models import PresenceRow, ReplicaRow, WorkerCertificateRow, WorkerRow
+from coordinator.store.models import (
+    ApprovalRow,
+    PresenceRow,
+    ReplicaRow,
+    WorkerCertificateRow,
+    WorkerRow,
+)
+from shared.local_kill import LocalKill
 
 
 def add_worker(s: Session, row: WorkerRow) -> None:
@@ -129,6 +137,17 @@ class RoutingRow:
     replica: str  # holding its stream; "" when no presence row names one
     session_id: str
     connected_at: float
+    # The worker's own switch, as its stream reports it.
+    local_kill: LocalKill = field(default_factory=LocalKill)
+
+
+def local_kill_of(presence: PresenceRow | None) -> LocalKill:
+    """The worker's own kill switch as its presence row holds it."""
+    if presence is None or presence.local_kill_since is None:
+        return LocalKill()
+    return LocalKill(
+        True, presence.local_kill_since, presence.local_kill_means, presence.local_kill_reason
+    )
 
 
 def routing_rows(s: Session, worker_ids: Sequence[str] | None) -> list[RoutingRow]:
@@ -143,12 +162,26 @@ def routing_rows(s: Session, worker_ids: Sequence[str] | None) -> list[RoutingRo
         PresenceRow.replica,
         PresenceRow.session_id,
         PresenceRow.connected_at,
+        PresenceRow.local_kill_since,
+        PresenceRow.local_kill_means,
+        PresenceRow.local_kill_reason,
     ).outerjoin(PresenceRow, PresenceRow.worker_id == WorkerRow.id)
     if worker_ids is not None:
         query = query.where(WorkerRow.id.in_(worker_ids))
     return [
-        RoutingRow(w, n, dict(lab or {}), st, list(al or ()), e, r or "", sid or "", c or 0.0)
-        for w, n, lab, st, al, e, r, sid, c in s.execute(query)
+        RoutingRow(
+            w,
+            n,
+            dict(lab or {}),
+            st,
+            list(al or ()),
+            e,
+            r or "",
+            sid or "",
+            c or 0.0,
+            LocalKill() if since is None else LocalKill(True, since, means or "", why or ""),
+        )
+        for w, n, lab, st, al, e, r, sid, c, since, means, why in s.execute(query)
     ]
 
 
@@ -272,6 +305,7 @@ class PresenceClaim:
     session_id: str
     advertisement: dict[str, Any]
     available: frozenset[str]
+    local_kill: LocalKill = field(default_factory=LocalKill)  # as the hello reported it
 
 
 def claim_presences(
@@ -320,11 +354,82 @@ def claim_presences(
                 "lease_expires_at": now + lease_ttl,
                 "headless": offers(c, "headless"),
                 "computer_use": offers(c, "computer_use"),
+                **_local_kill_values(c.local_kill),
             }
             for c in claimed
         ],
     )
     return {w: rotate for w, (rotate, _) in known.items()}
+
+
+def _local_kill_values(state: LocalKill) -> dict[str, Any]:
+    return {
+        "local_kill_since": state.since if state.engaged else None,
+        "local_kill_means": state.means if state.engaged else "",
+        "local_kill_reason": state.reason if state.engaged else "",
+    }
+
+
+def set_local_kills(s: Session, reports: Sequence[tuple[str, str, LocalKill]]) -> None:
+    """Record what workers reported of their own kill switch (worker id, session id, state):
+    on the presence row of that stream only (a newer stream's row has its own hello's)."""
+    if not reports:
+        return
+    table = cast(Table, PresenceRow.__table__)
+    columns = ("local_kill_since", "local_kill_means", "local_kill_reason")
+    s.execute(
+        update(table)
+        .where(table.c.worker_id == bindparam("w"), table.c.session_id == bindparam("sid"))
+        .values({c: bindparam(f"v_{c}") for c in columns}),
+        [
+            {"w": w, "sid": sid, **{f"v_{c}": v for c, v in _local_kill_values(state).items()}}
+            for w, sid, state in reports
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class LocalKillRow:
+    worker_id: str
+    worker_name: str
+    state: LocalKill
+
+
+def local_kills(
+    s: Session, now: float, limit: int, *, owner_id: str = ""
+) -> tuple[int, list[LocalKillRow]]:
+    """Online workers reporting their own kill switch engaged: how many, and the `limit` most
+    recently engaged. With `owner_id`: only workers that owner's runs asked to control."""
+    query = (
+        select(
+            PresenceRow.worker_id,
+            WorkerRow.name,
+            PresenceRow.local_kill_since,
+            PresenceRow.local_kill_means,
+            PresenceRow.local_kill_reason,
+        )
+        .join(WorkerRow, WorkerRow.id == PresenceRow.worker_id)
+        .join(ReplicaRow, ReplicaRow.name == PresenceRow.replica)
+        .where(
+            PresenceRow.local_kill_since.is_not(None),
+            ReplicaRow.lease_expires_at > now,
+            WorkerRow.state != "revoked",
+        )
+    )
+    if owner_id:
+        query = query.where(
+            exists().where(
+                ApprovalRow.owner_id == owner_id, ApprovalRow.worker_id == PresenceRow.worker_id
+            )
+        )
+    count = s.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    rows = s.execute(
+        query.order_by(PresenceRow.local_kill_since.desc(), PresenceRow.worker_id).limit(limit)
+    ).all()
+    return count, [
+        LocalKillRow(w, name, LocalKill(True, float(since or 0.0), means, why))
+        for w, name, since, means, why in rows
+    ]
 
 
 def release_presences(s: Session, sessions: Sequence[tuple[str, str]]) -> None:

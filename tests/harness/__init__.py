@@ -4,7 +4,7 @@ processes  coordinators, workers and the console (`deskfleet-*` subprocesses), w
 client     the in-process gRPC client: plans submitted, runs waited on, journals read
 x11        an X server (Xvfb)
 postgres   the local PostgreSQL server: scratch databases and a relay a test can cut
-sites      local web sites (desktop form page, search engines)
+sites      local web sites (desktop form page, search engines, pages hostile to the worker)
 
 Everything starts a real program and cleans up after itself; nothing is simulated.
 """
@@ -29,7 +29,7 @@ from tests.harness.processes import (
     tail,
     wait_until,
 )
-from tests.harness.sites import FIELD, MARKER, DesktopSite, SearchSite
+from tests.harness.sites import FIELD, MARKER, DesktopSite, HostileSite, SearchSite
 from tests.harness.x11 import ChromiumApp, Xvfb
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "ConsoleProcess",
     "CoordinatorProcess",
     "DesktopSite",
+    "HostileSite",
     "SearchSite",
     "TcpProxy",
     "WorkerProcess",

@@ -10,6 +10,7 @@ pages modelled on real engines' markup (tests/fixtures/search).
 
 from __future__ import annotations
 
+import gzip
 import html
 import json
 import threading
@@ -198,6 +199,150 @@ class SearchSite:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> SearchSite:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# ------------------------------------------------------------------ hostile pages
+
+_INFLATE = """<!doctype html><html><head><meta charset="utf-8"><title>small page</title></head>
+<body><p>A small page.</p><script>
+window.addEventListener('load', () => {{
+  document.body.textContent = 'lorem ipsum dolor sit amet '.repeat({repeat});
+}});
+</script></body></html>"""
+_HEAP = """<!doctype html><html><head><title>heap</title></head><body><p>heap</p><script>
+window.addEventListener('load', () => {
+  const kept = [];
+  const grow = () => { for (let i = 0; i < 20000; i++) kept.push({n: i, s: 'x' + Math.random()});
+                       kept.push(new Array(1000000).fill(Math.random())); setTimeout(grow, 0); };
+  grow();
+});
+</script></body></html>"""
+
+
+_LOCAL_FILE = "file:///etc/passwd"
+_ESCAPES = {
+    "meta": f'<meta http-equiv="refresh" content="0; url={_LOCAL_FILE}">',
+    "iframe": f'<iframe src="{_LOCAL_FILE}"></iframe>',
+    "fetch": (
+        f"<pre id='out'>waiting</pre><script>fetch('{_LOCAL_FILE}').then(r => r.text())"
+        ".then(t => out.textContent = t, e => out.textContent = 'fetch refused: ' + e);</script>"
+    ),
+}
+
+
+class HostileSite:
+    """Pages that attack the worker, each small as served. Its memory (30.9):
+
+    /inflate?mb=N   a 300-byte page that sets N MiB of text once it has loaded
+    /heap           a page whose script piles up objects until something stops it
+    /stream?mb=N    a document streamed without a Content-Length (N MiB, then the end)
+
+    and the worker's files and the browser's reach (the forms that held, kept in the tests):
+
+    /escape/meta, /escape/iframe, /escape/fetch   file:///etc/passwd by a meta refresh, a frame
+                                                  and a fetch (each page says "keeper's log")
+    /popup          a page that opens pop-ups (window.open, a target=_blank click) to /opened
+    /download       a document served as an attachment (Chromium would save it)
+
+    `requested` lists the paths asked for, in order.
+    """
+
+    def __init__(self) -> None:
+        self.requested: list[str] = []
+        self._compressed: dict[float, bytes] = {}
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                mb = float(parse_qs(url.query).get("mb", ["40"])[0])
+                if url.path == "/inflate":
+                    repeat = int(mb * 1024 * 1024 / 27) + 1
+                    self._send(_INFLATE.format(repeat=repeat).encode())
+                elif url.path == "/heap":
+                    self._send(_HEAP.encode())
+                elif url.path == "/stream":
+                    self._stream(int(mb * 1024 * 1024))
+                elif url.path == "/compressed":
+                    self._send(site.compressed(mb), headers={"Content-Encoding": "gzip"})
+                elif url.path.startswith("/escape/") and url.path[8:] in _ESCAPES:
+                    page = f"<title>escape</title><p>The keeper's log.</p>{_ESCAPES[url.path[8:]]}"
+                    self._send(page.encode())
+                elif url.path == "/popup":
+                    script = "window.open('/opened?by=open');document.getElementById('go').click();"
+                    self._send(
+                        b"<title>popup</title><p>The keeper's log.</p>"
+                        b"<a id='go' href='/opened?by=click' target='_blank'>more</a>"
+                        + f"<script>{script}</script>".encode()
+                    )
+                elif url.path == "/opened":
+                    self._send(b"<title>opened</title><p>a pop-up</p>")
+                elif url.path == "/download":
+                    self._send(
+                        b"keeper,year\nAda Morrow,1962\n",
+                        "text/csv",
+                        {"Content-Disposition": 'attachment; filename="keepers.csv"'},
+                    )
+                else:
+                    self.send_error(404)
+
+            def _send(
+                self,
+                body: bytes,
+                kind: str = "text/html; charset=utf-8",
+                headers: dict[str, str] | None = None,
+            ) -> None:
+                site.requested.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _stream(self, size: int) -> None:
+                # The end of the body is the end of the connection: nothing says how long.
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                chunk = b"<p>" + b"The keeper's log, again. " * 2000 + b"</p>\n"
+                sent = 0
+                try:
+                    self.wfile.write(b"<!doctype html><title>stream</title>")
+                    while sent < size:
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+                except OSError:
+                    pass  # the worker's guard cut it: what the test is about
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def compressed(self, mb: float) -> bytes:
+        """N MiB of page once decoded, about a thousandth of it on the wire (made once: a test
+        that measures the worker's memory must not count the site's)."""
+        if mb not in self._compressed:
+            page = b"<title>compressed</title><p>The keeper's log.</p><script type=x>"
+            page += b"a" * int(mb * 1024 * 1024) + b"</script>"
+            self._compressed[mb] = gzip.compress(page, compresslevel=9)
+        return self._compressed[mb]
+
+    def start(self) -> HostileSite:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 

@@ -8,9 +8,11 @@ report it. Only a browser that cannot work at all fails the action.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote_plus
 
@@ -22,7 +24,7 @@ from shared import passages
 from shared.search import SearchSpec, search_spec
 from worker_agent.actions import ActionContext, ActionFailed, ActionRefused, ActionRegistry
 from worker_agent.browser import ACTION_KINDS
-from worker_agent.browser.navigation import Navigation, Slot, navigate
+from worker_agent.browser.navigation import Navigation, Slot, crashed, navigate
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.rendering import settle
 from worker_agent.browser.results import (
@@ -41,11 +43,46 @@ CHALLENGE_TEXT = re.compile(
     re.I,
 )
 
-_TEXT_JS = "document.body ? document.body.innerText : ''"
+# Everything read from a page is cut to size inside it, before it is transferred: a page may
+# have grown past any size after it loaded. A document longer than the policy's max_bytes is
+# not read at all (the page is `too_large`, like a document the server sent too large).
+MAX_TITLE = 1000
+MAX_LINK = 4096
+_SIZE_JS = """maxBytes => {
+  const html = document.documentElement ? document.documentElement.outerHTML : '';
+  if (html.length > maxBytes) return {grown: html.length, html};
+  const bytes = new TextEncoder().encode(html).length;
+  return bytes > maxBytes ? {grown: bytes, html} : {grown: 0, html};
+}"""
 # One round trip to the page for everything a fetch reads from it.
-_READ_JS = """n => ({html: document.documentElement.outerHTML, title: document.title,
-                   text: document.body ? document.body.innerText : '',
-                   links: Array.from(document.links, a => a.href).slice(0, n)})"""
+_READ_JS = (
+    "([maxBytes, maxText, maxLinks, maxTitle, maxLink]) => {"
+    f" const size = ({_SIZE_JS})(maxBytes);"
+    " if (size.grown) return {grown: size.grown};"
+    " return {html: size.html, title: document.title.slice(0, maxTitle),"
+    " text: document.body ? document.body.innerText.slice(0, maxText + 1) : '',"
+    " links: Array.from(document.links).slice(0, maxLinks).map(a => a.href.slice(0, maxLink))};"
+    "}"
+)
+_TEXT_JS = (
+    "([maxBytes, maxText]) => {"
+    f" const size = ({_SIZE_JS})(maxBytes);"
+    " if (size.grown) return {grown: size.grown};"
+    " return {text: document.body ? document.body.innerText.slice(0, maxText) : ''};"
+    "}"
+)
+
+
+def _grew(nav: Navigation, policy: BrowserPolicy, read: dict[str, Any]) -> bool:
+    """Whether the page read was over the limit (the navigation then says so)."""
+    grown = int(read.get("grown") or 0)
+    if grown:
+        nav.stop(
+            "too_large",
+            f"the page grew to {grown} bytes after it loaded, more than the limit of"
+            f" {policy.max_bytes}",
+        )
+    return bool(grown)
 
 
 def _classify(nav: Navigation, text: str) -> tuple[str, str]:
@@ -71,7 +108,11 @@ async def _open(slot: Slot, url: str, policy: BrowserPolicy, *, text_only: bool)
 
 
 async def _read(page: Page, nav: Navigation, policy: BrowserPolicy) -> dict[str, Any]:
-    read: dict[str, Any] = await page.evaluate(_READ_JS, policy.max_links)
+    read: dict[str, Any] = await page.evaluate(
+        _READ_JS, [policy.max_bytes, policy.max_text, policy.max_links, MAX_TITLE, MAX_LINK]
+    )
+    if _grew(nav, policy, read):
+        return _without_page(nav)
     outcome, reason = _classify(nav, read["text"])
     return {
         **nav.metadata(),
@@ -182,7 +223,9 @@ class BrowserActions:
                 nav = await _open(slot, url, policy, text_only=True)
                 if nav.outcome:
                     return _without_page(nav)
-                return await _read(slot.page, nav, policy)
+                async with _crashing(slot):
+                    return await _read(slot.page, nav, policy)
+                return _without_page(nav)
 
         return self._run(args, ctx, go)
 
@@ -201,11 +244,18 @@ class BrowserActions:
             async with pages.slot() as slot:
                 nav = await _open(slot, url, policy, text_only=True)
                 about = {"query": query, "search_url": url, "extractor": spec.extractor}
+                nothing = {"results": [], "found": 0}
                 if nav.outcome:
-                    return {**_without_page(nav), **about, "results": [], "found": 0}
-                visible = await slot.page.evaluate(_TEXT_JS)
-                outcome, reason = _classify(nav, visible)
-                results, why = await _results(slot, nav, spec, limit, visible)
+                    return {**_without_page(nav), **about, **nothing}
+                async with _crashing(slot):
+                    read = await slot.page.evaluate(_TEXT_JS, [policy.max_bytes, policy.max_bytes])
+                    if _grew(nav, policy, read):
+                        return {**_without_page(nav), **about, **nothing}
+                    visible = str(read["text"])
+                    outcome, reason = _classify(nav, visible)
+                    results, why = await _results(slot, nav, spec, limit, visible)
+                if slot.crashed:
+                    return {**_without_page(nav), **about, **nothing}
                 if not results and (outcome == "ok" or spec.format == "searxng"):
                     reason = why or reason
                 return {
@@ -230,7 +280,11 @@ class BrowserActions:
                 nav = await _open(slot, url, policy, text_only=False)
                 if nav.outcome:
                     return _without_page(nav)
-                png = await slot.page.screenshot(type="png", full_page=full_page)
+                png = b""
+                async with _crashing(slot):
+                    png = await slot.page.screenshot(type="png", full_page=full_page)
+                if slot.crashed:
+                    return _without_page(nav)
             return {
                 **nav.metadata(),
                 "outcome": nav.outcome or "ok",
@@ -242,6 +296,18 @@ class BrowserActions:
             }
 
         return self._run(args, ctx, go)
+
+
+@contextlib.asynccontextmanager
+async def _crashing(slot: Slot) -> AsyncIterator[None]:
+    """Reading a page whose renderer goes away (killed past the memory limit) ends the read:
+    the slot's navigation holds the reason; any other error is the action's."""
+    try:
+        yield
+    except PlaywrightError as exc:
+        if not (slot.crashed or crashed(exc)):
+            raise
+        slot.crash()
 
 
 def _required(args: dict[str, Any], key: str) -> str:

@@ -19,6 +19,12 @@ wss) or an absolute-form request (http). The guard then
 Redirects are followed by Chromium; each hop is a new request, so each hop passes here.
 Every refusal is reported to the navigations listening on the guard (`listeners`) with the
 target and the rule, and the browser receives `403` (for a tunnel: a failed connection).
+
+A plain-http document (a page or a frame: what Chromium asks for as a navigation) passes at
+most the policy's `max_bytes` of body, however it is framed: a server that streams one without
+a Content-Length (or declares less than it sends) is cut there, and the navigations are told
+(`oversized`), so the page is `too_large` instead of a truncated success. Inside a tunnel
+(https) the guard sees no response; the renderer's own bound (`memory.py`) holds there.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class Listener(Protocol):
     def refused(self, target: str, reason: str) -> None: ...
 
     def redirected(self, url: str, location: str) -> None: ...
+
+    def oversized(self, url: str, reason: str) -> None: ...
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -206,6 +214,10 @@ class EgressGuard:
         for listener in list(self.listeners):
             listener.refused(target, reason)
 
+    def _oversized(self, url: str, reason: str) -> None:
+        for listener in list(self.listeners):
+            listener.oversized(url, reason)
+
     def _redirected(self, url: str, headers: list[str]) -> None:
         for header in headers:
             name, _, value = header.partition(":")
@@ -263,6 +275,8 @@ class EgressGuard:
                 await _pipe_both(reader, writer, up_reader, up_writer)
                 return
             headers = _without_hop_headers(rest.split("\r\n"))
+            # A document's body is held to the policy's limit (self.policy is set: checked).
+            cap = self.policy.max_bytes if self.policy and _is_document(headers) else None
             request = f"{method} /{path} {version}\r\n" + "".join(
                 f"{h}\r\n" for h in [*headers, "Connection: close"]
             )
@@ -282,7 +296,10 @@ class EgressGuard:
                         + "\r\n"
                     ).encode("latin-1")
                 )
-                await _pipe(up_reader, writer, close=True)
+                if cap is None:
+                    await _pipe(up_reader, writer, close=True)
+                elif await _pipe(up_reader, writer, close=True, limit=cap + _framing(cap)):
+                    self._oversized(target, _oversize_reason(_content_length(kept), cap))
             finally:
                 upload.cancel()
         finally:
@@ -320,12 +337,56 @@ async def _answer(
         await writer.drain()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, close: bool) -> None:
+def _is_document(headers: list[str]) -> bool:
+    """Whether Chromium asks for a document (a page or a frame): `Sec-Fetch-Dest`, sent to
+    trustworthy origins, else the `Upgrade-Insecure-Requests` it sends with navigations only."""
+    fields = {h.split(":", 1)[0].strip().lower(): h.partition(":")[2].strip() for h in headers}
+    dest = fields.get("sec-fetch-dest")
+    if dest is not None:
+        return dest.lower() in ("document", "iframe", "frame")
+    return fields.get("upgrade-insecure-requests") == "1"
+
+
+def _oversize_reason(declared: int, cap: int) -> str:
+    if declared > cap:  # as the navigation words a declared size (navigation.py)
+        return f"{declared} bytes is more than the limit of {cap}"
+    framing = f"declares {declared} bytes" if declared else "has no Content-Length"
+    return (
+        f"the document passed the limit of {cap} bytes while it streamed (it {framing}): cut there"
+    )
+
+
+def _framing(cap: int) -> int:
+    """Room for chunked framing on the wire beyond a body of `cap` bytes (chunks of at least
+    a hundred bytes or so stay within it)."""
+    return max(64 * 1024, cap // 16)
+
+
+def _content_length(headers: list[str]) -> int:
+    for header in headers:
+        name, _, value = header.partition(":")
+        if name.strip().lower() == "content-length" and value.strip().isdigit():
+            return int(value.strip())
+    return 0
+
+
+async def _pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    *,
+    close: bool,
+    limit: int | None = None,
+) -> bool:
+    """Copy until the end (or, past `limit` bytes, stop: returns True)."""
+    sent = 0
     try:
         while True:
             data = await asyncio.wait_for(reader.read(65536), IDLE_TIMEOUT)
             if not data:
                 break
+            if limit is not None and sent + len(data) > limit:
+                return True
+            sent += len(data)
             writer.write(data)
             await writer.drain()
     except (OSError, TimeoutError):
@@ -336,6 +397,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, c
         elif writer.can_write_eof():
             with contextlib.suppress(OSError):
                 writer.write_eof()
+    return False
 
 
 async def _pipe_both(

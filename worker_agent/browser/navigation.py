@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -25,13 +26,14 @@ from playwright.async_api import (
     TimeoutError as PlaywrightTimeout,
 )
 
-from worker_agent.browser.egress import EgressGuard
+from worker_agent.browser.egress import REFUSED_HEADER, EgressGuard
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.rendering import Skipper
 
 TEXTUAL = re.compile(r"^(text/|application/(xhtml\+xml|xml|json|[\w.+-]+\+(xml|json))\b)", re.I)
 LOCAL_RESOURCE = "Not allowed to load local resource: "
 MAX_BLOCKED = 50
+SIZES_TIMEOUT = 2.0
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
 
 
@@ -65,15 +67,28 @@ class Navigation:
         """The egress guard refused a connection while this navigation's page was open."""
         self.blocked.append({"url": target[:500], "reason": reason})
 
+    def oversized(self, url: str, reason: str) -> None:
+        """The guard cut a document's body past the policy's limit: this page's own document
+        makes the navigation `too_large`; a frame's is listed with the refusals."""
+        self.blocked.append({"url": url[:500], "reason": reason})
+        hop = self.redirects[-1] if self.redirects else self.url
+        if _same_document(url, hop):
+            # Not halted: the cut body ends the load at once, and closing a page while its
+            # navigation commits can leave Chromium never closing it.
+            self.stop("too_large", reason)
+
     def redirected(self, url: str, location: str) -> None:
         if len(self.locations) < 100:
             self.locations[url] = location
 
     def refusal_of(self, url: str) -> str | None:
-        """Why the guard refused the request for `url`, if it did."""
-        keys = {url.split("#")[0], _connect_key(url)}
+        """Why the guard refused the request for `url`, if it did (however the plan spelled
+        it: the guard sees the URL as Chromium canonicalized it, `LocalHost` as `localhost`)."""
+        key = _connect_key(url)
         for entry in self.blocked:
-            if entry["url"] in keys:
+            refused = entry["url"]
+            tunnel = "://" not in refused  # https and wss: the guard saw host:port only
+            if (refused == key) if tunnel else _same_document(refused, url):
                 return entry["reason"]
         return None
 
@@ -107,6 +122,21 @@ class Navigation:
         }
 
 
+def _same_document(a: str, b: str) -> bool:
+    """Whether two URLs name the same document, as Chromium writes one and a plan another
+    (`http://h` and `http://h/`, a default port, a fragment)."""
+    try:
+        x, y = urlsplit(a), urlsplit(b)
+        return (
+            (x.scheme.lower(), (x.hostname or ""), x.port or DEFAULT_PORTS.get(x.scheme, 0))
+            == (y.scheme.lower(), (y.hostname or ""), y.port or DEFAULT_PORTS.get(y.scheme, 0))
+            and (x.path or "/") == (y.path or "/")
+            and x.query == y.query
+        )
+    except ValueError:
+        return False
+
+
 def _connect_key(url: str) -> str:
     try:
         parts = urlsplit(url)
@@ -124,8 +154,17 @@ class Slot:
     page: Page
     guard: EgressGuard
     skipper: Skipper
+    crash_outcome: Callable[[], tuple[str, str]]  # why the page's renderer went away (memory.py)
     nav: Navigation | None = None
     policy: BrowserPolicy | None = None
+    crashed: bool = False  # a crashed page is never reused
+
+    def crash(self) -> None:
+        """The page's renderer went away: its navigation ends with the reason."""
+        self.crashed = True
+        if self.nav is not None:
+            self.nav.stop(*self.crash_outcome())
+            self.nav.halt.set()
 
 
 def _main_document(request: Request, page: Page) -> bool:
@@ -135,9 +174,11 @@ def _main_document(request: Request, page: Page) -> bool:
         return False
 
 
-async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
+async def new_slot(
+    context: BrowserContext, guard: EgressGuard, crash_outcome: Callable[[], tuple[str, str]]
+) -> Slot:
     page = await context.new_page()
-    slot = Slot(page, guard, Skipper(page))
+    slot = Slot(page, guard, Skipper(page), crash_outcome)
 
     def request(request: Request) -> None:
         nav, policy, previous = slot.nav, slot.policy, request.redirected_from
@@ -179,6 +220,7 @@ async def new_slot(context: BrowserContext, guard: EgressGuard) -> Slot:
     page.on("response", response)
     page.on("requestfailed", failed)
     page.on("console", console)
+    page.on("crash", lambda _: slot.crash())
     return slot
 
 
@@ -212,11 +254,20 @@ async def navigate(slot: Slot, url: str, policy: BrowserPolicy) -> Navigation:
         nav.stop("timeout", f"the page did not finish loading within {policy.timeout:g} s")
         return nav
     except PlaywrightError as exc:
+        if crashed(exc):
+            slot.crash()  # also when the error overtook the page's crash event
+            return nav
         await _failed(nav, policy, str(exc).strip().splitlines()[0])
         return nav
     if answer is not None:
         await _loaded(nav, policy, answer)
     return nav
+
+
+def crashed(exc: BaseException) -> bool:
+    """Whether a Playwright error says the page's renderer went away."""
+    text = str(exc)
+    return "Target crashed" in text or "Page crashed" in text
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
@@ -237,6 +288,11 @@ def _refused_hop(nav: Navigation) -> bool:
 async def _loaded(nav: Navigation, policy: BrowserPolicy, response: Response) -> None:
     if _refused_hop(nav) or nav.outcome:
         return
+    if response.headers.get(REFUSED_HEADER.lower()):
+        # The guard's own refusal page: never the site's (its reason is in `blocked`).
+        nav.status = 0
+        nav.stop("refused", nav.refusal_of(response.url) or "refused by the worker's egress guard")
+        return
     await _describe(nav, policy, response)
 
 
@@ -254,14 +310,36 @@ async def _describe(nav: Navigation, policy: BrowserPolicy, response: Response) 
         nav.stop("too_large", f"{nav.bytes} bytes is more than the limit of {policy.max_bytes}")
 
 
+# The document's decoded size as the page measured it (Navigation Timing): nothing of the body
+# crosses to the worker to be counted.
+_DECODED_JS = """() => {
+  const entry = performance.getEntriesByType('navigation')[0];
+  return entry ? entry.decodedBodySize : 0;
+}"""
+
+
 async def _size(response: Response, headers: dict[str, str]) -> int:
+    """The document's size: as declared when it is not compressed, else as the page decoded
+    it, else as received. The body itself is never read for this: a compressed or unframed
+    document may decode to far more than its limit (`response.body()` took it all into the
+    worker, twice over through the driver)."""
     declared = headers.get("content-length", "")
     if declared.isdigit() and not headers.get("content-encoding"):
         return int(declared)
-    try:
-        return len(await response.body())
-    except PlaywrightError:
-        return int(declared) if declared.isdigit() else 0
+    page = response.frame.page
+    with contextlib.suppress(PlaywrightError):
+        if _same_document(page.url, response.url):  # the page shows this document
+            decoded = await page.evaluate(_DECODED_JS)
+            if isinstance(decoded, int) and decoded > 0:
+                return decoded
+    with contextlib.suppress(PlaywrightError, TimeoutError):
+        # Bounded: the sizes are known once the response has finished, which a cut or
+        # refused document may never do.
+        sizes = await asyncio.wait_for(response.request.sizes(), SIZES_TIMEOUT)
+        received = sizes.get("responseBodySize", 0)
+        if received > 0:
+            return int(received)
+    return int(declared) if declared.isdigit() else 0
 
 
 async def _failed(nav: Navigation, policy: BrowserPolicy, error: str) -> None:

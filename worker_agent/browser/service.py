@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -35,15 +36,27 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
-from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    Error as PlaywrightError,
+    Page,
+    Playwright,
+    async_playwright,
+)
 
+from worker_agent import sandbox as browser_sandbox
 from worker_agent.actions import ActionCancelled, ActionContext, ActionFailed
-from worker_agent.browser import CONTEXT_IDLE
+from worker_agent.browser import CONTEXT_IDLE, DEFAULT_RENDERER_MEMORY
 from worker_agent.browser.egress import EgressGuard, EgressSettings
+from worker_agent.browser.memory import RendererWatch
 from worker_agent.browser.navigation import Slot, new_slot
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.rendering import SETTLE_SCRIPT
 from worker_agent.capabilities import CHROMIUM_ARGS
+from worker_agent.sandbox import Sandbox
+
+log = logging.getLogger("deskfleet.worker")
 
 T = TypeVar("T")
 MAX_CONTEXTS = 8
@@ -63,30 +76,42 @@ EGRESS_ARGS = [
 class Pages:
     """A run's browser context and the pages it keeps for reuse."""
 
-    def __init__(self, context: BrowserContext, guard: EgressGuard) -> None:
+    def __init__(
+        self,
+        context: BrowserContext,
+        guard: EgressGuard,
+        crash_outcome: Callable[[], tuple[str, str]],
+    ) -> None:
         self.context = context
         self.guard = guard
+        self.crash_outcome = crash_outcome
         self._idle: list[Slot] = []
         self.users = 0  # actions using the context now: it is never closed under them
         self.last_used = time.monotonic()
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[Slot]:
-        slot = self._idle.pop() if self._idle else await new_slot(self.context, self.guard)
+        while self._idle and self._idle[-1].crashed:  # its renderer went away while idle
+            await _close_quietly(self._idle.pop().page)
+        slot = (
+            self._idle.pop()
+            if self._idle
+            else await new_slot(self.context, self.guard, self.crash_outcome)
+        )
         try:
             yield slot
         finally:
             # A page that failed or is still loading is not reused. A kept page's later
             # requests still pass the guard; its refusals go to the run's next navigation.
             nav = slot.nav
-            healthy = nav is None or not nav.outcome
+            healthy = not slot.crashed and (nav is None or not nav.outcome)
             if nav is not None:
                 self.guard.unlisten(nav)
             slot.nav = slot.policy = None
             if healthy and len(self._idle) < IDLE_PAGES:
                 self._idle.append(slot)
             else:
-                await slot.page.close()
+                await _close_quietly(slot.page)
 
     def idle_slots(self, slots: list[Slot]) -> None:
         """Pages opened ahead of use, taken by the next units."""
@@ -108,8 +133,15 @@ class BrowserService:
         visible: bool = False,
         egress: EgressSettings | None = None,
         context_idle: float = CONTEXT_IDLE,
+        sandbox: str = "auto",
+        renderer_memory: int = DEFAULT_RENDERER_MEMORY,
     ) -> None:
         self.chromium = chromium
+        # Bounds what a page may make its renderer hold (memory.py).
+        self.memory = RendererWatch(renderer_memory)
+        self.sandbox_setting = sandbox
+        # The mode the running browser launched in (None until it has).
+        self.sandbox: Sandbox | None = None
         self.context_idle = context_idle
         self.egress = egress or EgressSettings()
         self.max_pages = max_pages
@@ -218,9 +250,11 @@ class BrowserService:
             raise
         # A page opened by a page (window.open, target=_blank) is a pop-up: closed at once.
         context.on("page", _close_if_popup)
-        pages = Pages(context, guard)
+        pages = Pages(context, guard, self.memory.crash_outcome)
         try:
-            slots = await asyncio.gather(*(new_slot(context, guard) for _ in range(blank)))
+            slots = await asyncio.gather(
+                *(new_slot(context, guard, pages.crash_outcome) for _ in range(blank))
+            )
         except BaseException:
             await pages.close()
             raise
@@ -312,13 +346,30 @@ class BrowserService:
             self._playwright = await async_playwright().start()
             # The browser's own default: a guard with no policy, which refuses everything.
             self._closed_guard = await EgressGuard(None, self.egress).start()
-            args = [*CHROMIUM_ARGS, *EGRESS_ARGS]
-            self._browser = await self._playwright.chromium.launch(
-                executable_path=self.chromium,
-                args=[*args, "--test-type"] if self.visible else args,
-                headless=not self.visible,
-                proxy={"server": self._closed_guard.server, "bypass": "<-loopback>"},
-            )
+            mode = browser_sandbox.decide(self.sandbox_setting)
+            while True:
+                args = [*CHROMIUM_ARGS, *mode.args, *EGRESS_ARGS, *self.memory.args]
+                try:
+                    self._browser = await self._playwright.chromium.launch(
+                        executable_path=self.chromium,
+                        args=[*args, "--test-type"] if self.visible else args,
+                        chromium_sandbox=mode.on,
+                        headless=not self.visible,
+                        proxy={"server": self._closed_guard.server, "bypass": "<-loopback>"},
+                    )
+                    break
+                except Exception as exc:
+                    retry = browser_sandbox.fallback(mode, self.sandbox_setting, exc)
+                    if retry is None:
+                        raise
+                    mode = retry
+            self.sandbox = mode
+            # A run's context holds the pages that load anything (the spare has blank ones).
+            self.memory.start(lambda: bool(self._contexts))
+            if mode.on:
+                log.info("Chromium's sandbox: %s", mode)
+            else:
+                log.warning("Chromium's sandbox: %s (%s)", mode, browser_sandbox.FIX)
             self._pages = asyncio.Semaphore(self.max_pages)
             self._reaper = asyncio.ensure_future(self._reap())
             ready.set_result(None)
@@ -338,6 +389,7 @@ class BrowserService:
             self._thread.join(timeout=15)
 
     async def _stop(self) -> None:
+        self.memory.stop()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -356,6 +408,11 @@ class BrowserService:
             await self._browser.close()
         if self._playwright is not None:
             await self._playwright.stop()
+
+
+async def _close_quietly(page: Page) -> None:
+    with contextlib.suppress(PlaywrightError):  # a crashed page may refuse to close
+        await page.close()
 
 
 _POPUP_CHECKS: set[asyncio.Task[None]] = set()

@@ -23,64 +23,67 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from shared.gen.deskfleet.v1 import fleet_pb2 as deskfleet_dot_v1_dot_fleet__pb2
 from shared.gen.deskfleet.v1 import runs_pb2 as deskfleet_dot_v1_dot_runs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64\x65skfleet/v1/desktop.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17\x64\x65skfleet/v1/runs.proto\"=\n\x06Region\x12\t\n\x01x\x18\x01 \x01(\x05\x12\t\n\x01y\x18\x02 \x01(\x05\x12\r\n\x05width\x18\x03 \x01(\x05\x12\x0e\n\x06height\x18\x04 \x01(\x05\"\x81\x01\n\x0c\x44\x65sktopScope\x12\x0f\n\x07\x61\x63tions\x18\x01 \x03(\t\x12\x10\n\x08\x64isplays\x18\x02 \x03(\x05\x12$\n\x06region\x18\x03 \x01(\x0b\x32\x14.deskfleet.v1.Region\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bmax_actions\x18\x05 \x01(\x05\"q\n\x15RequestDesktopRequest\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12)\n\x05scope\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xa0\x03\n\x08\x41pproval\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12-\n\trequested\x18\x07 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12+\n\x07granted\x18\x08 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x0e\n\x06\x61nswer\x18\n \x01(\t\x12\x13\n\x0b\x61nswered_by\x18\x0b \x01(\t\x12\x30\n\x0crequested_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61nswered_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x61\x63tions_used\x18\x0f \x01(\x05\"5\n\x14ListApprovalsRequest\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"B\n\x15ListApprovalsResponse\x12)\n\tapprovals\x18\x01 \x03(\x0b\x32\x16.deskfleet.v1.Approval\"\x1f\n\x11PeekScreenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xb4\x01\n\nScreenPeek\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64isplay\x18\x03 \x01(\x05\x12\x12\n\nmedia_type\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\r\n\x05width\x18\x06 \x01(\x05\x12\x0e\n\x06height\x18\x07 \x01(\x05\x12,\n\x08taken_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"W\n\x0e\x41pproveRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05scope\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12\x0e\n\x06reason\x18\x03 \x01(\t\")\n\x0b\x44\x65nyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"_\n\x11\x44\x65sktopActRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\"m\n\x0c\x41rtifactInfo\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nmedia_type\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\x12\x0c\n\x04role\x18\x06 \x01(\t\"\xbc\x01\n\x12\x44\x65sktopActResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x13\n\x0bresult_json\x18\x06 \x01(\t\x12\x12\n\nreceipt_id\x18\x07 \x01(\t\x12-\n\tartifacts\x18\x08 \x03(\x0b\x32\x1a.deskfleet.v1.ArtifactInfo\"4\n\x12GetArtifactRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"B\n\x08\x41rtifact\x12(\n\x04info\x18\x01 \x01(\x0b\x32\x1a.deskfleet.v1.ArtifactInfo\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\">\n\x10SetSecretRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\"m\n\nSecretInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12.\n\nupdated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nupdated_by\x18\x04 \x01(\t\"\xca\x02\n\nKillSwitch\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\nengaged_by\x18\x05 \x01(\t\x12.\n\nengaged_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x65ngaged\x18\x07 \x01(\x08\x12\x13\n\x0breleased_by\x18\x08 \x01(\t\x12/\n\x0breleased_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x61\x63knowledged\x18\n \x03(\t\x12\x16\n\x0eunacknowledged\x18\x0b \x03(\t\x12\x1a\n\x12\x61\x63knowledged_count\x18\x0c \x01(\r\x12\x1c\n\x14unacknowledged_count\x18\r \x01(\r\"@\n\x11\x45ngageKillRequest\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\x0b\n\x03run\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\\\n\x12ReleaseKillRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12\x0b\n\x03run\x18\x03 \x01(\t\x12\r\n\x05\x66leet\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\"-\n\x11KillStatusRequest\x12\x18\n\x10include_released\x18\x01 \x01(\x08\"@\n\x12KillStatusResponse\x12*\n\x08switches\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.KillSwitch2\xe9\x02\n\x0e\x44\x65sktopService\x12H\n\x0eRequestDesktop\x12#.deskfleet.v1.RequestDesktopRequest\x1a\x11.deskfleet.v1.Run\x12H\n\x03\x41\x63t\x12\x1f.deskfleet.v1.DesktopActRequest\x1a .deskfleet.v1.DesktopActResponse\x12\x33\n\x08\x43ontinue\x12\x14.deskfleet.v1.RunRef\x1a\x11.deskfleet.v1.Run\x12G\n\x0bGetArtifact\x12 .deskfleet.v1.GetArtifactRequest\x1a\x16.deskfleet.v1.Artifact\x12\x45\n\tSetSecret\x12\x1e.deskfleet.v1.SetSecretRequest\x1a\x18.deskfleet.v1.SecretInfo2\xb0\x02\n\x0f\x41pprovalService\x12X\n\rListApprovals\x12\".deskfleet.v1.ListApprovalsRequest\x1a#.deskfleet.v1.ListApprovalsResponse\x12?\n\x07\x41pprove\x12\x1c.deskfleet.v1.ApproveRequest\x1a\x16.deskfleet.v1.Approval\x12\x39\n\x04\x44\x65ny\x12\x19.deskfleet.v1.DenyRequest\x1a\x16.deskfleet.v1.Approval\x12G\n\nPeekScreen\x12\x1f.deskfleet.v1.PeekScreenRequest\x1a\x18.deskfleet.v1.ScreenPeek2\xf4\x01\n\x11KillSwitchService\x12\x43\n\x06\x45ngage\x12\x1f.deskfleet.v1.EngageKillRequest\x1a\x18.deskfleet.v1.KillSwitch\x12M\n\x07Release\x12 .deskfleet.v1.ReleaseKillRequest\x1a .deskfleet.v1.KillStatusResponse\x12K\n\x06Status\x12\x1f.deskfleet.v1.KillStatusRequest\x1a .deskfleet.v1.KillStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64\x65skfleet/v1/desktop.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18\x64\x65skfleet/v1/fleet.proto\x1a\x17\x64\x65skfleet/v1/runs.proto\"=\n\x06Region\x12\t\n\x01x\x18\x01 \x01(\x05\x12\t\n\x01y\x18\x02 \x01(\x05\x12\r\n\x05width\x18\x03 \x01(\x05\x12\x0e\n\x06height\x18\x04 \x01(\x05\"\x81\x01\n\x0c\x44\x65sktopScope\x12\x0f\n\x07\x61\x63tions\x18\x01 \x03(\t\x12\x10\n\x08\x64isplays\x18\x02 \x03(\x05\x12$\n\x06region\x18\x03 \x01(\x0b\x32\x14.deskfleet.v1.Region\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bmax_actions\x18\x05 \x01(\x05\"q\n\x15RequestDesktopRequest\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12)\n\x05scope\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xa0\x03\n\x08\x41pproval\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12-\n\trequested\x18\x07 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12+\n\x07granted\x18\x08 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x0e\n\x06\x61nswer\x18\n \x01(\t\x12\x13\n\x0b\x61nswered_by\x18\x0b \x01(\t\x12\x30\n\x0crequested_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61nswered_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x61\x63tions_used\x18\x0f \x01(\x05\"5\n\x14ListApprovalsRequest\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"B\n\x15ListApprovalsResponse\x12)\n\tapprovals\x18\x01 \x03(\x0b\x32\x16.deskfleet.v1.Approval\"\x1f\n\x11PeekScreenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xb4\x01\n\nScreenPeek\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64isplay\x18\x03 \x01(\x05\x12\x12\n\nmedia_type\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\r\n\x05width\x18\x06 \x01(\x05\x12\x0e\n\x06height\x18\x07 \x01(\x05\x12,\n\x08taken_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"W\n\x0e\x41pproveRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05scope\x18\x02 \x01(\x0b\x32\x1a.deskfleet.v1.DesktopScope\x12\x0e\n\x06reason\x18\x03 \x01(\t\")\n\x0b\x44\x65nyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"_\n\x11\x44\x65sktopActRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\"m\n\x0c\x41rtifactInfo\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nmedia_type\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\x12\x0c\n\x04role\x18\x06 \x01(\t\"\xbc\x01\n\x12\x44\x65sktopActResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\taction_id\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x13\n\x0bresult_json\x18\x06 \x01(\t\x12\x12\n\nreceipt_id\x18\x07 \x01(\t\x12-\n\tartifacts\x18\x08 \x03(\x0b\x32\x1a.deskfleet.v1.ArtifactInfo\"4\n\x12GetArtifactRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"B\n\x08\x41rtifact\x12(\n\x04info\x18\x01 \x01(\x0b\x32\x1a.deskfleet.v1.ArtifactInfo\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\">\n\x10SetSecretRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\"m\n\nSecretInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12.\n\nupdated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nupdated_by\x18\x04 \x01(\t\"\xca\x02\n\nKillSwitch\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\nengaged_by\x18\x05 \x01(\t\x12.\n\nengaged_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x65ngaged\x18\x07 \x01(\x08\x12\x13\n\x0breleased_by\x18\x08 \x01(\t\x12/\n\x0breleased_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x61\x63knowledged\x18\n \x03(\t\x12\x16\n\x0eunacknowledged\x18\x0b \x03(\t\x12\x1a\n\x12\x61\x63knowledged_count\x18\x0c \x01(\r\x12\x1c\n\x14unacknowledged_count\x18\r \x01(\r\"@\n\x11\x45ngageKillRequest\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\x0b\n\x03run\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\\\n\x12ReleaseKillRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12\x0b\n\x03run\x18\x03 \x01(\t\x12\r\n\x05\x66leet\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\"-\n\x11KillStatusRequest\x12\x18\n\x10include_released\x18\x01 \x01(\x08\"\x83\x01\n\x12KillStatusResponse\x12*\n\x08switches\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.KillSwitch\x12,\n\x05local\x18\x02 \x03(\x0b\x32\x1d.deskfleet.v1.LocalKillSwitch\x12\x13\n\x0blocal_count\x18\x03 \x01(\r\"a\n\x0fLocalKillSwitch\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bworker_name\x18\x02 \x01(\t\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x17.deskfleet.v1.LocalKill2\xe9\x02\n\x0e\x44\x65sktopService\x12H\n\x0eRequestDesktop\x12#.deskfleet.v1.RequestDesktopRequest\x1a\x11.deskfleet.v1.Run\x12H\n\x03\x41\x63t\x12\x1f.deskfleet.v1.DesktopActRequest\x1a .deskfleet.v1.DesktopActResponse\x12\x33\n\x08\x43ontinue\x12\x14.deskfleet.v1.RunRef\x1a\x11.deskfleet.v1.Run\x12G\n\x0bGetArtifact\x12 .deskfleet.v1.GetArtifactRequest\x1a\x16.deskfleet.v1.Artifact\x12\x45\n\tSetSecret\x12\x1e.deskfleet.v1.SetSecretRequest\x1a\x18.deskfleet.v1.SecretInfo2\xb0\x02\n\x0f\x41pprovalService\x12X\n\rListApprovals\x12\".deskfleet.v1.ListApprovalsRequest\x1a#.deskfleet.v1.ListApprovalsResponse\x12?\n\x07\x41pprove\x12\x1c.deskfleet.v1.ApproveRequest\x1a\x16.deskfleet.v1.Approval\x12\x39\n\x04\x44\x65ny\x12\x19.deskfleet.v1.DenyRequest\x1a\x16.deskfleet.v1.Approval\x12G\n\nPeekScreen\x12\x1f.deskfleet.v1.PeekScreenRequest\x1a\x18.deskfleet.v1.ScreenPeek2\xf4\x01\n\x11KillSwitchService\x12\x43\n\x06\x45ngage\x12\x1f.deskfleet.v1.EngageKillRequest\x1a\x18.deskfleet.v1.KillSwitch\x12M\n\x07Release\x12 .deskfleet.v1.ReleaseKillRequest\x1a .deskfleet.v1.KillStatusResponse\x12K\n\x06Status\x12\x1f.deskfleet.v1.KillStatusRequest\x1a .deskfleet.v1.KillStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'deskfleet.v1.desktop_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REGION']._serialized_start=102
-  _globals['_REGION']._serialized_end=163
-  _globals['_DESKTOPSCOPE']._serialized_start=166
-  _globals['_DESKTOPSCOPE']._serialized_end=295
-  _globals['_REQUESTDESKTOPREQUEST']._serialized_start=297
-  _globals['_REQUESTDESKTOPREQUEST']._serialized_end=410
-  _globals['_APPROVAL']._serialized_start=413
-  _globals['_APPROVAL']._serialized_end=829
-  _globals['_LISTAPPROVALSREQUEST']._serialized_start=831
-  _globals['_LISTAPPROVALSREQUEST']._serialized_end=884
-  _globals['_LISTAPPROVALSRESPONSE']._serialized_start=886
-  _globals['_LISTAPPROVALSRESPONSE']._serialized_end=952
-  _globals['_PEEKSCREENREQUEST']._serialized_start=954
-  _globals['_PEEKSCREENREQUEST']._serialized_end=985
-  _globals['_SCREENPEEK']._serialized_start=988
-  _globals['_SCREENPEEK']._serialized_end=1168
-  _globals['_APPROVEREQUEST']._serialized_start=1170
-  _globals['_APPROVEREQUEST']._serialized_end=1257
-  _globals['_DENYREQUEST']._serialized_start=1259
-  _globals['_DENYREQUEST']._serialized_end=1300
-  _globals['_DESKTOPACTREQUEST']._serialized_start=1302
-  _globals['_DESKTOPACTREQUEST']._serialized_end=1397
-  _globals['_ARTIFACTINFO']._serialized_start=1399
-  _globals['_ARTIFACTINFO']._serialized_end=1508
-  _globals['_DESKTOPACTRESPONSE']._serialized_start=1511
-  _globals['_DESKTOPACTRESPONSE']._serialized_end=1699
-  _globals['_GETARTIFACTREQUEST']._serialized_start=1701
-  _globals['_GETARTIFACTREQUEST']._serialized_end=1753
-  _globals['_ARTIFACT']._serialized_start=1755
-  _globals['_ARTIFACT']._serialized_end=1821
-  _globals['_SETSECRETREQUEST']._serialized_start=1823
-  _globals['_SETSECRETREQUEST']._serialized_end=1885
-  _globals['_SECRETINFO']._serialized_start=1887
-  _globals['_SECRETINFO']._serialized_end=1996
-  _globals['_KILLSWITCH']._serialized_start=1999
-  _globals['_KILLSWITCH']._serialized_end=2329
-  _globals['_ENGAGEKILLREQUEST']._serialized_start=2331
-  _globals['_ENGAGEKILLREQUEST']._serialized_end=2395
-  _globals['_RELEASEKILLREQUEST']._serialized_start=2397
-  _globals['_RELEASEKILLREQUEST']._serialized_end=2489
-  _globals['_KILLSTATUSREQUEST']._serialized_start=2491
-  _globals['_KILLSTATUSREQUEST']._serialized_end=2536
-  _globals['_KILLSTATUSRESPONSE']._serialized_start=2538
-  _globals['_KILLSTATUSRESPONSE']._serialized_end=2602
-  _globals['_DESKTOPSERVICE']._serialized_start=2605
-  _globals['_DESKTOPSERVICE']._serialized_end=2966
-  _globals['_APPROVALSERVICE']._serialized_start=2969
-  _globals['_APPROVALSERVICE']._serialized_end=3273
-  _globals['_KILLSWITCHSERVICE']._serialized_start=3276
-  _globals['_KILLSWITCHSERVICE']._serialized_end=3520
+  _globals['_REGION']._serialized_start=128
+  _globals['_REGION']._serialized_end=189
+  _globals['_DESKTOPSCOPE']._serialized_start=192
+  _globals['_DESKTOPSCOPE']._serialized_end=321
+  _globals['_REQUESTDESKTOPREQUEST']._serialized_start=323
+  _globals['_REQUESTDESKTOPREQUEST']._serialized_end=436
+  _globals['_APPROVAL']._serialized_start=439
+  _globals['_APPROVAL']._serialized_end=855
+  _globals['_LISTAPPROVALSREQUEST']._serialized_start=857
+  _globals['_LISTAPPROVALSREQUEST']._serialized_end=910
+  _globals['_LISTAPPROVALSRESPONSE']._serialized_start=912
+  _globals['_LISTAPPROVALSRESPONSE']._serialized_end=978
+  _globals['_PEEKSCREENREQUEST']._serialized_start=980
+  _globals['_PEEKSCREENREQUEST']._serialized_end=1011
+  _globals['_SCREENPEEK']._serialized_start=1014
+  _globals['_SCREENPEEK']._serialized_end=1194
+  _globals['_APPROVEREQUEST']._serialized_start=1196
+  _globals['_APPROVEREQUEST']._serialized_end=1283
+  _globals['_DENYREQUEST']._serialized_start=1285
+  _globals['_DENYREQUEST']._serialized_end=1326
+  _globals['_DESKTOPACTREQUEST']._serialized_start=1328
+  _globals['_DESKTOPACTREQUEST']._serialized_end=1423
+  _globals['_ARTIFACTINFO']._serialized_start=1425
+  _globals['_ARTIFACTINFO']._serialized_end=1534
+  _globals['_DESKTOPACTRESPONSE']._serialized_start=1537
+  _globals['_DESKTOPACTRESPONSE']._serialized_end=1725
+  _globals['_GETARTIFACTREQUEST']._serialized_start=1727
+  _globals['_GETARTIFACTREQUEST']._serialized_end=1779
+  _globals['_ARTIFACT']._serialized_start=1781
+  _globals['_ARTIFACT']._serialized_end=1847
+  _globals['_SETSECRETREQUEST']._serialized_start=1849
+  _globals['_SETSECRETREQUEST']._serialized_end=1911
+  _globals['_SECRETINFO']._serialized_start=1913
+  _globals['_SECRETINFO']._serialized_end=2022
+  _globals['_KILLSWITCH']._serialized_start=2025
+  _globals['_KILLSWITCH']._serialized_end=2355
+  _globals['_ENGAGEKILLREQUEST']._serialized_start=2357
+  _globals['_ENGAGEKILLREQUEST']._serialized_end=2421
+  _globals['_RELEASEKILLREQUEST']._serialized_start=2423
+  _globals['_RELEASEKILLREQUEST']._serialized_end=2515
+  _globals['_KILLSTATUSREQUEST']._serialized_start=2517
+  _globals['_KILLSTATUSREQUEST']._serialized_end=2562
+  _globals['_KILLSTATUSRESPONSE']._serialized_start=2565
+  _globals['_KILLSTATUSRESPONSE']._serialized_end=2696
+  _globals['_LOCALKILLSWITCH']._serialized_start=2698
+  _globals['_LOCALKILLSWITCH']._serialized_end=2795
+  _globals['_DESKTOPSERVICE']._serialized_start=2798
+  _globals['_DESKTOPSERVICE']._serialized_end=3159
+  _globals['_APPROVALSERVICE']._serialized_start=3162
+  _globals['_APPROVALSERVICE']._serialized_end=3466
+  _globals['_KILLSWITCHSERVICE']._serialized_start=3469
+  _globals['_KILLSWITCHSERVICE']._serialized_end=3713
 # @@protoc_insertion_point(module_scope)

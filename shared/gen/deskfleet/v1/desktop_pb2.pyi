@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from shared.gen.deskfleet.v1 import fleet_pb2 as _fleet_pb2
 from shared.gen.deskfleet.v1 import runs_pb2 as _runs_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -287,7 +288,21 @@ class KillStatusRequest(_message.Message):
     def __init__(self, include_released: _Optional[bool] = ...) -> None: ...
 
 class KillStatusResponse(_message.Message):
-    __slots__ = ("switches",)
+    __slots__ = ("switches", "local", "local_count")
     SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_COUNT_FIELD_NUMBER: _ClassVar[int]
     switches: _containers.RepeatedCompositeFieldContainer[KillSwitch]
-    def __init__(self, switches: _Optional[_Iterable[_Union[KillSwitch, _Mapping]]] = ...) -> None: ...
+    local: _containers.RepeatedCompositeFieldContainer[LocalKillSwitch]
+    local_count: int
+    def __init__(self, switches: _Optional[_Iterable[_Union[KillSwitch, _Mapping]]] = ..., local: _Optional[_Iterable[_Union[LocalKillSwitch, _Mapping]]] = ..., local_count: _Optional[int] = ...) -> None: ...
+
+class LocalKillSwitch(_message.Message):
+    __slots__ = ("worker_id", "worker_name", "state")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    worker_name: str
+    state: _fleet_pb2.LocalKill
+    def __init__(self, worker_id: _Optional[str] = ..., worker_name: _Optional[str] = ..., state: _Optional[_Union[_fleet_pb2.LocalKill, _Mapping]] = ...) -> None: ...

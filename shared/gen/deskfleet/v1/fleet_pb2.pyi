@@ -65,8 +65,20 @@ class Advertisement(_message.Message):
     research_apps: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., research_apps: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class LocalKill(_message.Message):
+    __slots__ = ("engaged", "since", "means", "reason")
+    ENGAGED_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    MEANS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    engaged: bool
+    since: _timestamp_pb2.Timestamp
+    means: str
+    reason: str
+    def __init__(self, engaged: _Optional[bool] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., means: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class WorkerInfo(_message.Message):
-    __slots__ = ("id", "name", "labels", "capabilities", "displays", "state", "online", "last_heartbeat", "replica", "os", "versions", "enrolled_at", "allowed_capabilities", "lease_expires_at")
+    __slots__ = ("id", "name", "labels", "capabilities", "displays", "state", "online", "last_heartbeat", "replica", "os", "versions", "enrolled_at", "allowed_capabilities", "lease_expires_at", "local_kill")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +107,7 @@ class WorkerInfo(_message.Message):
     ENROLLED_AT_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_KILL_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     labels: _containers.ScalarMap[str, str]
@@ -109,7 +122,8 @@ class WorkerInfo(_message.Message):
     enrolled_at: _timestamp_pb2.Timestamp
     allowed_capabilities: _containers.RepeatedScalarFieldContainer[str]
     lease_expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., state: _Optional[str] = ..., online: _Optional[bool] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replica: _Optional[str] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., enrolled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., allowed_capabilities: _Optional[_Iterable[str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    local_kill: LocalKill
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., state: _Optional[str] = ..., online: _Optional[bool] = ..., last_heartbeat: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replica: _Optional[str] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., enrolled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., allowed_capabilities: _Optional[_Iterable[str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., local_kill: _Optional[_Union[LocalKill, _Mapping]] = ...) -> None: ...
 
 class GetWorkerStatusRequest(_message.Message):
     __slots__ = ("limit", "page_token")

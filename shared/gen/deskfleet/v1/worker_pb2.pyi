@@ -70,14 +70,16 @@ class HeldAction(_message.Message):
     def __init__(self, action_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("advertisement", "held", "stream_liveness")
+    __slots__ = ("advertisement", "held", "stream_liveness", "local_kill")
     ADVERTISEMENT_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     STREAM_LIVENESS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_KILL_FIELD_NUMBER: _ClassVar[int]
     advertisement: _fleet_pb2.Advertisement
     held: _containers.RepeatedCompositeFieldContainer[HeldAction]
     stream_liveness: bool
-    def __init__(self, advertisement: _Optional[_Union[_fleet_pb2.Advertisement, _Mapping]] = ..., held: _Optional[_Iterable[_Union[HeldAction, _Mapping]]] = ..., stream_liveness: _Optional[bool] = ...) -> None: ...
+    local_kill: _fleet_pb2.LocalKill
+    def __init__(self, advertisement: _Optional[_Union[_fleet_pb2.Advertisement, _Mapping]] = ..., held: _Optional[_Iterable[_Union[HeldAction, _Mapping]]] = ..., stream_liveness: _Optional[bool] = ..., local_kill: _Optional[_Union[_fleet_pb2.LocalKill, _Mapping]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("seq",)
@@ -162,23 +164,25 @@ class PeekResult(_message.Message):
     def __init__(self, peek_id: _Optional[str] = ..., media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., error: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "started", "receipt", "kill_ack", "peek_result")
+    __slots__ = ("hello", "heartbeat", "started", "receipt", "kill_ack", "peek_result", "local_kill")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     KILL_ACK_FIELD_NUMBER: _ClassVar[int]
     PEEK_RESULT_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_KILL_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     started: ActionStarted
     receipt: Receipt
     kill_ack: KillAck
     peek_result: PeekResult
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ..., peek_result: _Optional[_Union[PeekResult, _Mapping]] = ...) -> None: ...
+    local_kill: _fleet_pb2.LocalKill
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ..., peek_result: _Optional[_Union[PeekResult, _Mapping]] = ..., local_kill: _Optional[_Union[_fleet_pb2.LocalKill, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential", "stream_liveness")
+    __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential", "stream_liveness", "local_kill_reports")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +191,7 @@ class Welcome(_message.Message):
     KILLS_FIELD_NUMBER: _ClassVar[int]
     ROTATE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     STREAM_LIVENESS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_KILL_REPORTS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     session_id: str
     replica: str
@@ -195,7 +200,8 @@ class Welcome(_message.Message):
     kills: _containers.RepeatedCompositeFieldContainer[KillState]
     rotate_credential: bool
     stream_liveness: bool
-    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ..., rotate_credential: _Optional[bool] = ..., stream_liveness: _Optional[bool] = ...) -> None: ...
+    local_kill_reports: bool
+    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., replica: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[float] = ..., lease_ttl_seconds: _Optional[float] = ..., kills: _Optional[_Iterable[_Union[KillState, _Mapping]]] = ..., rotate_credential: _Optional[bool] = ..., stream_liveness: _Optional[bool] = ..., local_kill_reports: _Optional[bool] = ...) -> None: ...
 
 class RotateCredentialNow(_message.Message):
     __slots__ = ()
