@@ -160,7 +160,8 @@ def frame(doc: dict[str, Any], note: str = "") -> RenderableType:
             workers,
             w["id"],
             w["name"],
-            w["state"] + (", local kill" if w["localKill"].get("engaged") else ""),
+            # A document of `top --json` from before local switches were reported has none.
+            w["state"] + (", local kill" if (w.get("localKill") or {}).get("engaged") else ""),
             "yes" if w["online"] else "no",
             w["replica"] or "-",
             ",".join(w["capabilities"]) or "none",
