@@ -4,7 +4,7 @@
             release run, where SPEC §6 asks 1M, to fit its time; 20,000 with quick) over R
             runs owned by the admin, written straight through the store module
             (coordinator/store models on its engine, in batches, hash-chained as
-            coordinator/journal.py chains them), not by running E actions: running a million
+            coordinator/store/journal.py chains them), not by running E actions: running a million
             actions would take hours and measure dispatch, not search. The substring index
             (FTS5 trigram on SQLite) is filled behind the journal by the coordinator's
             indexer, as in production; the searches start once it has caught up, and the
@@ -33,8 +33,8 @@ import grpc
 from sqlalchemy import Table, insert, text
 
 from bench.stats import timed
-from coordinator.journal import GENESIS, event_hash
 from coordinator.store.engine import create_store_engine
+from coordinator.store.journal import GENESIS, event_hash
 from coordinator.store.models import JournalRow, RunRow
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, runs_pb2, runs_pb2_grpc

@@ -25,7 +25,7 @@ from coordinator.heart import ledger, slots
 from coordinator.heart.context import MAX_PER_WORKER, Context
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base
-from coordinator.worker_index import WorkerIndex
+from coordinator.streams.worker_index import WorkerIndex
 from shared.ids import new_id
 
 

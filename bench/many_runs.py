@@ -6,7 +6,7 @@ stood idle while a run waited for one.
              while a run waited, and how far one run got ahead of another
   baseline   the same R x N actions run one at a time on the same fleet, in the same run: one
              sequential run, or several one after another where R x N is more than a plan
-             may hold (coordinator/runs.py MAX_ACTIONS_PER_PLAN)
+             may hold (coordinator/runs/service.py MAX_ACTIONS_PER_PLAN)
 
 Usage: python -m bench.many_runs [--quick] [--out bench/results/many_runs.json]
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.runs import MAX_ACTIONS_PER_PLAN
+from coordinator.runs.service import MAX_ACTIONS_PER_PLAN
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess

@@ -41,7 +41,7 @@ from typing import Any
 
 import trafilatura
 
-from coordinator.research_report import line_excerpts
+from coordinator.runs.research.report import line_excerpts
 from shared import passages, relevance
 
 ROOT = Path(__file__).resolve().parent.parent

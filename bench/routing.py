@@ -30,7 +30,7 @@ from coordinator.heart import ledger, slots
 from coordinator.heart.context import Context
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import ActionRow, Base, PresenceRow, ReplicaRow, RunRow, WorkerRow
-from coordinator.worker_index import WorkerIndex
+from coordinator.streams.worker_index import WorkerIndex
 from shared.ids import new_id
 
 ADVERTISEMENT = {

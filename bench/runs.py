@@ -47,8 +47,8 @@ from bench.simulated_workers import SimulatorProcess
 from bench.stats import summary, table_lines, timed
 from bench.store_meter import METRICS_ARGS, Meter, metered, metrics_port, store_meter
 from coordinator.heart.context import ACTIVE
-from coordinator.journal import GENESIS, event_hash
 from coordinator.store.engine import create_store_engine
+from coordinator.store.journal import GENESIS, event_hash
 from coordinator.store.models import (
     ActionRow,
     JournalRow,

@@ -1,1 +1,2 @@
-"""The deskfleet coordinator: fleet registry, enrollment, presence and (later) the work journal."""
+"""The deskfleet coordinator: the durable work journal, the fleet registry and the routing
+policy, in one folder per part (docs/ARCHITECTURE.md draws them and their imports)."""

@@ -9,10 +9,11 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator import authz
-from coordinator.principals import Role
-from coordinator.ratelimit import DEFAULT_AUTH_FAILURES, FailureLimiter, host_of
-from coordinator.server import SERVICE_NAMES
+from coordinator.app.server import SERVICE_NAMES
+from coordinator.model.identity import Role
+from coordinator.model.settings import DEFAULT_AUTH_FAILURES
+from coordinator.security import authz
+from coordinator.security.ratelimit import FailureLimiter, host_of
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import (
     admin_pb2,

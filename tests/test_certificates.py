@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from coordinator.certificates import WorkerCertificates, row_for
+from coordinator.security.certificates import WorkerCertificates, row_for
+from coordinator.security.tls import CertificateAuthority, certificate_request, new_private_key
 from coordinator.store import Database, workers as worker_queries
 from coordinator.store.models import WorkerCertificateRow, WorkerRow
 from coordinator.store.schema import upgrade
-from coordinator.tls import CertificateAuthority, certificate_request, new_private_key
 from shared.errors import AuthenticationError, FailedPreconditionError
 
 WORKER = "wrk_race"

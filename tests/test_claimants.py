@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from coordinator.heart import ledger, outcomes
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Started, _apply_batch
-from coordinator.heart.orders import CancelOrder, DispatchOrder, Held, Order, ReceiptVerdict
+from coordinator.model.orders import CancelOrder, DispatchOrder, Held, Order, ReceiptVerdict
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import ActionRow, Base, JournalRow, ReceiptRow
 from tests.test_ledger_rules import Store, apply_all, in_flight, receipt

@@ -697,7 +697,7 @@ async def test_streams_of_one_session_share_their_looks_at_the_coordinator() -> 
 def test_the_audit_marks_a_reported_browser_address_and_drops_a_bad_one() -> None:
     import contextvars
 
-    from coordinator import audit
+    from coordinator.security import audit
 
     def peer_of(*args: str) -> str:
         def inside() -> str:

@@ -667,7 +667,7 @@ def test_without_a_display_actions_are_refused_no_display(
 
 
 def test_the_coordinator_refuses_malformed_scopes_coordinates_and_keys() -> None:
-    from coordinator import scope as coordinator_scope
+    from coordinator.runs.desktop import scope as coordinator_scope
     from shared.errors import InvalidArgumentError
 
     region = coordinator_scope.Region
@@ -700,7 +700,7 @@ def test_the_coordinator_refuses_malformed_scopes_coordinates_and_keys() -> None
 
 @pytest.mark.parametrize("ch", ["\n", "\t", "\r", "\x1b", "\x9b"])
 def test_the_coordinator_refuses_type_text_that_presses_keys_without_key(ch: str) -> None:
-    from coordinator import scope as coordinator_scope
+    from coordinator.runs.desktop import scope as coordinator_scope
 
     typing_only = coordinator_scope.requested(["type", "screenshot"], [], None, 0, 0)
     refused = coordinator_scope.check(typing_only, "type", {"text": f"ls{ch}exit"}, None)

@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from coordinator import desktop as coordinator_desktop, relay, scope as coordinator_scope
 from coordinator.agent.tools import COMPUTER_ACTIONS
-from coordinator.heart.orders import DispatchOrder
-from coordinator.scope import Scope
+from coordinator.model.orders import DispatchOrder
+from coordinator.runs.desktop import runs as coordinator_desktop, scope as coordinator_scope
+from coordinator.runs.desktop.scope import Scope
 from coordinator.servicers import desktop as desktop_servicer
 from coordinator.servicers.worker_gateway import _message
+from coordinator.streams import relay
 from shared import desktop_scope as contract
 from shared.desktop_scope import Grant, Region
 from shared.errors import InvalidArgumentError
@@ -298,7 +299,11 @@ def _codes_raised(paths: list[Path]) -> set[str]:
 def test_every_refusal_code_is_in_the_contract_as_who_refuses_with_it() -> None:
     shared = [ROOT / "shared/desktop_scope.py"]
     coordinator = _codes_raised(
-        [ROOT / "coordinator/desktop.py", ROOT / "coordinator/scope.py", *shared]
+        [
+            ROOT / "coordinator/runs/desktop/runs.py",
+            ROOT / "coordinator/runs/desktop/scope.py",
+            *shared,
+        ]
     )
     worker = _codes_raised(sorted((ROOT / "worker_agent/desktop").glob("*.py")) + shared)
     by = {who: {c for c, (w, _) in contract.CODES.items() if w in (who, contract.BOTH)}

@@ -17,14 +17,15 @@ import grpc
 import pytest
 from sqlalchemy.orm import Session
 
-from coordinator.followers import KEEP, RunFeed
 from coordinator.heart import ledger
-from coordinator.journal import JournalBus, append
-from coordinator.principals import Principal, Role
-from coordinator.runs import Event, Runs, new_run
+from coordinator.model.identity import Principal, Role
+from coordinator.runs.service import Event, Runs, new_run
 from coordinator.store import Database
+from coordinator.store.journal import append
 from coordinator.store.models import RunRow
 from coordinator.store.schema import upgrade
+from coordinator.streams.followers import KEEP, RunFeed
+from coordinator.streams.journal_bus import JournalBus
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, write_plan
 

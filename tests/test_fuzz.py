@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from coordinator.server import SERVICE_NAMES
+from coordinator.app.server import SERVICE_NAMES
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import admin_pb2, desktop_pb2, runs_pb2, worker_pb2
 from tests.harness import CoordinatorProcess
@@ -538,7 +538,7 @@ def test_every_rpc_refuses_bad_input_clearly(target: Target, method: MethodDescr
     near = _near_valid(target.pool).get(method.name)
     if method.name == "Enroll":
         # Its token is its credential: a wrong one is a failed authentication, and the
-        # coordinator refuses a host after a few a minute (coordinator/ratelimit.py), which
+        # coordinator refuses a host after a few a minute (coordinator/security/ratelimit.py), which
         # would stop the fuzzing of every RPC after it. Wrong tokens are tested apart
         # (tests/test_authorization.py); here every token is real and the rest is fuzzed.
         strategy = near

@@ -17,9 +17,9 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger, slots
+from coordinator.heart.context import RunKind
 from coordinator.heart.dispatch import Started, _apply_batch
-from coordinator.heart.orders import IncomingReceipt, Order, ReceiptVerdict
-from coordinator.heart.run_kinds import RunKind
+from coordinator.model.orders import IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import (
     ActionRow,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
-from coordinator.journal import JournalBus, StopWait
+from coordinator.streams.journal_bus import JournalBus, StopWait
 from tests.test_ledger_rules import Store, apply_all, in_flight, receipt, store  # noqa: F401
 
 
@@ -80,8 +80,8 @@ def test_a_waiter_handed_its_stopped_run_answers_without_reading_and_only_its_ow
     tmp_path: Path,
 ) -> None:
     """On a real store that does not hold the run: a wait that read it would be NOT_FOUND."""
-    from coordinator.principals import Principal, Role
-    from coordinator.runs import Runs, RunView
+    from coordinator.model.identity import Principal, Role
+    from coordinator.runs.service import Runs, RunView
     from coordinator.store import Database
     from coordinator.store.models import RunRow
     from coordinator.store.schema import upgrade
@@ -112,7 +112,7 @@ def test_a_waiter_handed_its_stopped_run_answers_without_reading_and_only_its_ow
 def test_the_view_handed_over_is_read_only_for_a_run_that_stayed_stopped(
     store: Store,  # noqa: F811
 ) -> None:
-    from coordinator.runs import stopped_view
+    from coordinator.runs.service import stopped_view
 
     store.worker("w")
     run_id = store.submit(2)

@@ -15,11 +15,10 @@ from alembic import command
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from coordinator import journal
-from coordinator.indexer import JournalIndexer
-from coordinator.principals import Principal, Role
-from coordinator.recall import Recall
-from coordinator.store import Database, runs as run_queries, search
+from coordinator.model.identity import Principal, Role
+from coordinator.runs.indexer import JournalIndexer
+from coordinator.runs.recall import Recall
+from coordinator.store import Database, journal, runs as run_queries, search
 from coordinator.store.models import JournalRow, RunRow
 from coordinator.store.schema import _config, sync_engine, upgrade
 from tests.harness import CoordinatorProcess, submit, wait_until, write_plan

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from coordinator.admin_cli.render import as_dict, kill_rows
 from coordinator.heart import ledger
-from coordinator.heart.orders import KillPush
-from coordinator.killswitch import push_bytes, record_acks
-from coordinator.runs import new_run
+from coordinator.model.orders import KillPush
+from coordinator.runs.killswitch import push_bytes, record_acks
+from coordinator.runs.service import new_run
 from coordinator.servicers.worker_gateway import _message, _serialize
 from coordinator.store import desktop as queries
 from coordinator.store.engine import create_store_engine

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger, outcomes, slots
 from coordinator.heart.context import Context
-from coordinator.heart.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
-from coordinator.runs import new_run
+from coordinator.model.orders import DispatchOrder, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.runs.service import new_run
 from coordinator.store import runs as run_queries
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import (
@@ -30,7 +30,7 @@ from coordinator.store.models import (
     RunRow,
     WorkerRow,
 )
-from coordinator.worker_index import WorkerIndex
+from coordinator.streams.worker_index import WorkerIndex
 from shared.ids import new_id
 
 Unit = Callable[[Session, Context], list[Order]]

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 import pytest
 
 from bench import research_answers
-from coordinator.research_report import line_excerpts
+from coordinator.runs.research.report import line_excerpts
 from shared import passages, relevance
 
 DOC = """<!doctype html><html><head><title>t</title><script>var x = "timeout";</script></head>

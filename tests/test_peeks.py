@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from coordinator.peeks import MAX_BYTES, PeekAnswer, Peeks, _checked
+from coordinator.runs.desktop.peeks import MAX_BYTES, PeekAnswer, Peeks, _checked
 from coordinator.store.models import ApprovalRow
 from shared.errors import FailedPreconditionError, UnavailableError
 from shared.gen.deskfleet.v1 import worker_pb2

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from coordinator.fleet import page_token, parse_page_token, view_of
-from coordinator.presence import Presence
-from coordinator.settings import CoordinatorConfig
+from coordinator.fleet.service import page_token, parse_page_token
+from coordinator.model.settings import CoordinatorConfig
+from coordinator.model.workers import view_of
 from coordinator.store import Database, replicas as replica_queries, workers as worker_queries
 from coordinator.store.models import WorkerRow
 from coordinator.store.schema import upgrade
-from coordinator.worker_index import IndexUpdates, WorkerIndex
+from coordinator.streams.presence import Presence
+from coordinator.streams.worker_index import IndexUpdates, WorkerIndex
 from shared.advertisement import Advertisement
 from shared.errors import InvalidArgumentError
 from worker_agent.backoff import Backoff

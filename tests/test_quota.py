@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from coordinator.admin_cli.render import as_dict
-from coordinator.settings import parse_size
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, runs_pb2, runs_pb2_grpc
+from shared.sizes import parse_size
 from tests.harness import CoordinatorProcess, WorkerProcess, submit, wait_run, write_plan
 
 EXIT_ERROR, EXIT_AUTH, EXIT_NOT_FOUND = 1, 3, 4
@@ -159,7 +159,7 @@ def test_owner_limits_refuse_new_runs_until_there_is_room(
 
 
 def test_one_plan_is_capped_in_size() -> None:
-    from coordinator.runs import MAX_PLAN_CHARS, Plan, PlannedAction, _validate
+    from coordinator.runs.service import MAX_PLAN_CHARS, Plan, PlannedAction, _validate
 
     action = PlannedAction("diag.echo", {"value": "x" * (3 * 1024 * 1024)}, True, {})
     with pytest.raises(InvalidArgumentError) as refused:

@@ -17,9 +17,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from coordinator.heart.ledger import new_action
-from coordinator.journal import Verification, append as journal_append, verify as verify_journal
-from coordinator.principals import Principal, Role
-from coordinator.recall import (
+from coordinator.model.identity import Principal, Role
+from coordinator.runs.recall import (
     MAX_CURSOR_NUMBER,
     MAX_PAGE,
     SCAN_BYTES,
@@ -28,8 +27,13 @@ from coordinator.recall import (
     needle_of,
     parse_cursor,
 )
-from coordinator.runs import new_run
+from coordinator.runs.service import new_run
 from coordinator.store import Database
+from coordinator.store.journal import (
+    Verification,
+    append as journal_append,
+    verify as verify_journal,
+)
 from coordinator.store.models import ReceiptRow, RunRow
 from coordinator.store.runs import like_escaped
 from coordinator.store.schema import upgrade

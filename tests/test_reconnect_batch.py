@@ -17,16 +17,17 @@ from sqlalchemy.orm import Session
 from coordinator.heart import ledger, outcomes
 from coordinator.heart.dispatch import Dispatcher, _Connect, _one_per_worker
 from coordinator.heart.ledger import DISPATCHED, Context
-from coordinator.heart.orders import CancelOrder, DispatchOrder, Held, Order
-from coordinator.journal import JournalBus
-from coordinator.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
-from coordinator.metrics import Recovered
-from coordinator.presence import Presence, Sent, WorkerSession
-from coordinator.principals import Authenticator, Principal
-from coordinator.settings import CoordinatorConfig
+from coordinator.model.identity import Principal
+from coordinator.model.notes import Recovered
+from coordinator.model.orders import CancelOrder, DispatchOrder, Held, Order
+from coordinator.model.settings import CoordinatorConfig
+from coordinator.runs.killswitch import FLEET, RUN, WORKER, _applies_to, _engaged_for
+from coordinator.security.principals import Authenticator
 from coordinator.store import Database
 from coordinator.store.models import ActionRow, KillSwitchRow, WorkerRow
 from coordinator.store.schema import upgrade
+from coordinator.streams.journal_bus import JournalBus
+from coordinator.streams.presence import Presence, Sent, WorkerSession
 from shared.credentials import SecretKind, new_secret, secret_hash
 from shared.errors import AuthenticationError, RevokedError
 from shared.ids import new_id

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coordinator import routing
+from coordinator.runs.research import routing
 from scripts.local_site.server import FACTS, search_template
 from shared.errors import InvalidArgumentError
 from tests.harness import (
@@ -741,7 +741,7 @@ def test_a_search_fans_out_to_at_most_max_sources_and_max_pages(
 
 
 def test_research_fan_out_limits_are_refused_outside_their_bounds() -> None:
-    from coordinator.research import (
+    from coordinator.runs.research.runs import (
         MAX_BYTES,
         MAX_PAGES,
         MAX_SOURCES,

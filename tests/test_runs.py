@@ -535,7 +535,7 @@ def test_watch_resumes_after_a_disconnect_without_gaps_or_duplicates(
 
 
 def _plan_error(actions: list[tuple[str, str]], **limits: float) -> str:
-    from coordinator.runs import Plan, _validate, parse_plan_actions, with_network_policy
+    from coordinator.runs.service import Plan, _validate, parse_plan_actions, with_network_policy
     from shared.errors import InvalidArgumentError
 
     try:
@@ -576,7 +576,7 @@ def test_plan_limits_and_arguments_are_checked_by_name() -> None:
 
 
 def test_research_requests_refuse_local_urls_and_unbounded_lists() -> None:
-    from coordinator.research import ResearchRequest, research_plan
+    from coordinator.runs.research.runs import ResearchRequest, research_plan
     from shared.errors import InvalidArgumentError
 
     def error(**fields: object) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import secret_box
-from coordinator.secret_box import SecretBox
+from coordinator.security import secret_box
+from coordinator.security.secret_box import SecretBox
 from coordinator.store import Database
 from coordinator.store.models import SecretRow
 from coordinator.store.schema import upgrade

@@ -11,13 +11,13 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from coordinator.heart.dispatch import RECONNECT_GRACE, Dispatcher
-from coordinator.journal import JournalBus
-from coordinator.presence import Presence
-from coordinator.relay import Relay
-from coordinator.settings import CoordinatorConfig
+from coordinator.model.settings import CoordinatorConfig
 from coordinator.store import Database
 from coordinator.store.models import ActionRow
-from coordinator.worker_index import IndexUpdates
+from coordinator.streams.journal_bus import JournalBus
+from coordinator.streams.presence import Presence
+from coordinator.streams.relay import Relay
+from coordinator.streams.worker_index import IndexUpdates
 from tests.test_ledger_rules import Store, in_flight, store  # noqa: F401
 
 LEASE = 0.2

@@ -1,4 +1,4 @@
-"""The run timeline: unit tests of `coordinator.timeline` on synthetic journals, and a real
+"""The run timeline: unit tests of `coordinator.runs.timeline` on synthetic journals, and a real
 run (coordinator, worker, a failing-then-retried action) whose timeline is checked against
 its own journal."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.timeline import JournalEntry, Timeline, build
+from coordinator.runs.timeline import JournalEntry, Timeline, build
 from tests.harness import CoordinatorProcess, WorkerProcess, journal, submit, write_plan
 
 T0 = 1_800_000_000.0

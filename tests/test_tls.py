@@ -18,7 +18,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from coordinator.tls import CertificateAuthority, new_private_key, private_key_pem
+from coordinator.security.tls import CertificateAuthority, new_private_key, private_key_pem
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from tests.harness import (

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from coordinator import worker_bounds
-from coordinator.heart.orders import Held, IncomingArtifact, IncomingReceipt
+from coordinator.model.orders import Held, IncomingArtifact, IncomingReceipt
+from coordinator.streams import worker_bounds
 from shared.advertisement import Advertisement, Capability, Display, HelloLimits
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2
@@ -228,7 +228,7 @@ def test_refusals_are_counted_and_logged_at_a_bounded_rate(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     refusals = worker_bounds.RefusalLog("kill switch acknowledgements", every=3600)
-    with caplog.at_level(logging.WARNING, logger="coordinator.worker_bounds"):
+    with caplog.at_level(logging.WARNING, logger="coordinator.streams.worker_bounds"):
         for _ in range(1000):
             refusals.note("wrk_1", "kill_id: 1 to 64 characters (got 65536)")
     assert refusals.total == 1000

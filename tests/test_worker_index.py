@@ -18,7 +18,7 @@ from coordinator.store import Database, workers as worker_queries
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import Base, PresenceRow, ReplicaRow, WorkerRow
 from coordinator.store.schema import upgrade
-from coordinator.worker_index import ELIGIBLE_CACHE, IndexUpdates, WorkerIndex
+from coordinator.streams.worker_index import ELIGIBLE_CACHE, IndexUpdates, WorkerIndex
 
 HEADLESS = {"capabilities": [{"name": "headless", "available": True}]}
 

@@ -15,7 +15,6 @@ from typing import Any
 from coordinator.admin_cli import desktop_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.completion import SHELLS, completion_help, completion_script
-from coordinator.settings import parse_size
 from shared import __version__, tracing
 from shared.config import (
     DEFAULT_COORDINATOR,
@@ -29,6 +28,7 @@ from shared.config import (
 from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.files import replace_atomically
 from shared.gen.deskfleet.v1 import admin_pb2, fleet_pb2
+from shared.sizes import parse_size
 
 Command = Callable[[CoordinatorClient, argparse.Namespace], None]
 

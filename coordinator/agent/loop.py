@@ -44,12 +44,11 @@ from coordinator.agent.conversation import (
 )
 from coordinator.agent.tools import FleetTools, GoalState, specs
 from coordinator.heart import ledger
-from coordinator.heart.context import Context
+from coordinator.heart.context import Context, RunKind
 from coordinator.heart.dispatch import Dispatcher
-from coordinator.heart.orders import Order
-from coordinator.heart.run_kinds import RunKind
-from coordinator.principals import Principal, Role
-from coordinator.runs import RunView, new_run, owned_run
+from coordinator.model.identity import Principal, Role
+from coordinator.model.orders import Order
+from coordinator.runs.service import RunView, new_run, owned_run
 from coordinator.store import Database, desktop as desktop_queries, quotas, runs as run_queries
 from coordinator.store.models import PrincipalRow, RunRow
 from shared.errors import FailedPreconditionError, InvalidArgumentError

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator import journal
 from coordinator.agent.conversation import (
     ComputerSpec,
     Content,
@@ -22,15 +21,15 @@ from coordinator.agent.conversation import (
     ToolResult,
     ToolSpec,
 )
-from coordinator.desktop import Desktop
 from coordinator.heart import ledger
-from coordinator.principals import Principal
-from coordinator.recall import Recall
-from coordinator.research import ResearchRequest, research_plan
-from coordinator.routing import RoutingPolicy
-from coordinator.runs import Plan, PlannedAction, Runs
-from coordinator.scope import Scope
-from coordinator.store import Database, runs as run_queries
+from coordinator.model.identity import Principal
+from coordinator.runs.desktop.runs import Desktop
+from coordinator.runs.desktop.scope import Scope
+from coordinator.runs.recall import Recall
+from coordinator.runs.research.routing import RoutingPolicy
+from coordinator.runs.research.runs import ResearchRequest, research_plan
+from coordinator.runs.service import Plan, PlannedAction, Runs
+from coordinator.store import Database, journal, runs as run_queries
 from shared import desktop_scope
 from shared.errors import DeskfleetError, FailedPreconditionError
 

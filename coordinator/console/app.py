@@ -45,7 +45,7 @@ from coordinator.console.sessions import (
     cookie_names,
     tokens_equal,
 )
-from coordinator.ratelimit import FailureLimiter
+from coordinator.security.ratelimit import FailureLimiter
 from shared.config import ClientConfig
 from shared.errors import (
     AuthenticationError,

@@ -1,6 +1,7 @@
 """The values a ledger transaction works with, and nothing that decides: the run and action
-states, the per-worker slot count, and `Context`, what one transaction knows beyond the store
-(the fleet snapshot, slot counts kept true through its own changes, the runs it touched).
+states, the per-worker slot count, `Context`, what one transaction knows beyond the store
+(the fleet snapshot, slot counts kept true through its own changes, the runs it touched),
+and `RunKind`, what a kind of run adds to the ledger's rules.
 
 A leaf of the heart: the rules (`ledger`, `outcomes`, `slots`) and the async side
 (`dispatch`) import it; it imports none of them."""
@@ -8,16 +9,17 @@ A leaf of the heart: the rules (`ledger`, `outcomes`, `slots`) and the async sid
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator.heart.run_kinds import PLAN, RunKind
-from coordinator.metrics import Notes
+from coordinator.model.notes import Notes
+from coordinator.model.orders import Order
 from coordinator.store import runs as run_queries, workers as worker_queries
 from coordinator.store.models import ActionRow, RunRow
-from coordinator.worker_index import FleetSnapshot, WorkerIndex
+from coordinator.streams.worker_index import FleetSnapshot, WorkerIndex
 
 # Run states (SPEC §3).
 RUNNING = "RUNNING"
@@ -163,3 +165,33 @@ class Context:
         self._busy[worker_id] = max(0, self._busy.get(worker_id, 0) + delta)
         if worker_id in self._serving:
             self._free += self._room(worker_id) - before
+
+
+# What a kind of run adds to the ledger's rules, passed in at wiring (`app/server.py`). A plan
+# run needs nothing beyond the ledger. Research picks its sources when the search's receipt
+# arrives, chooses routes itself and writes a report when every unit is done; a desktop or
+# goal run stays open between actions, advances itself and decides what a failure means. The
+# dispatcher puts the kinds on every transaction's `Context`, so no module changes the ledger
+# when it is imported. (The hooks take the `Context` that holds them: one module for both.)
+ReceiptHook = Callable[[Session, RunRow, ActionRow, Any, Context], None]
+# A completion hook may return the run's stop reason (research: why it found no evidence).
+CompletionHook = Callable[[Session, RunRow, Sequence[ActionRow], Context], str | None]
+# A route hook that settles a unit without running it marks it SKIPPED and returns
+# (None, SKIPPED, why); the run moves on.
+RouteHook = Callable[[Session, RunRow, ActionRow, Context], tuple[str | None, str, str]]
+AdvanceHook = Callable[[Session, RunRow, Context], list[Order]]
+FailureHook = Callable[[Session, RunRow, ActionRow, Context], list[Order]]
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """The steps a kind of run adds; each absent one is the ledger's plain rule."""
+
+    on_receipt: ReceiptHook | None = None  # after a unit's successful receipt is recorded
+    on_completion: CompletionHook | None = None  # when every unit is done, before SUCCEEDED
+    route: RouteHook | None = None  # choose the worker for a unit
+    advance: AdvanceHook | None = None  # the run advances itself (it stays open)
+    on_failure: FailureHook | None = None  # what a failed unit means for the run
+
+
+PLAN = RunKind()

@@ -15,19 +15,17 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import faults
-from coordinator.attempt_spans import AttemptSpans
-from coordinator.heart import ledger, outcomes, slots
-from coordinator.heart.context import Context
-from coordinator.heart.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
-from coordinator.heart.run_kinds import RunKind
-from coordinator.journal import JournalBus
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.presence import Presence, Sent
-from coordinator.relay import Relay
-from coordinator.settings import CoordinatorConfig
+from coordinator.heart import faults, ledger, outcomes, slots
+from coordinator.heart.context import Context, RunKind
+from coordinator.model.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.model.settings import CoordinatorConfig
+from coordinator.observe.attempt_spans import AttemptSpans
+from coordinator.observe.metrics import CoordinatorMetrics
 from coordinator.store import Database, runs as run_queries
-from coordinator.worker_index import WorkerIndex
+from coordinator.streams.journal_bus import JournalBus
+from coordinator.streams.presence import Presence, Sent
+from coordinator.streams.relay import Relay
+from coordinator.streams.worker_index import WorkerIndex
 from shared.errors import DeskfleetError
 from shared.logs import log_context
 

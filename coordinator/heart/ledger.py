@@ -13,8 +13,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator import journal, worker_index
-from coordinator.fleet import WorkerView, view_of
 from coordinator.heart.context import (
     ACTIVE as ACTIVE,
     ARCHIVE_OVER as ARCHIVE_OVER,
@@ -42,12 +40,14 @@ from coordinator.heart.context import (
     Context as Context,
     OpenStage,
 )
-from coordinator.heart.orders import (
+from coordinator.model.orders import (
     DispatchOrder,
     Order,
 )
-from coordinator.store import runs as run_queries, workers as worker_queries
+from coordinator.model.workers import WorkerView, view_of
+from coordinator.store import journal, runs as run_queries, workers as worker_queries
 from coordinator.store.models import ActionRow, GuidanceRow, RunRow
+from coordinator.streams import worker_index
 from shared.action_kinds import APP_RESEARCH
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result, fingerprint

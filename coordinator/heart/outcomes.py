@@ -31,7 +31,7 @@ from coordinator.heart.ledger import (
     record,
     set_status,
 )
-from coordinator.heart.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.model.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store import desktop as desktop_queries, quotas, runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
 from shared.ids import new_id

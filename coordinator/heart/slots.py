@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger
 from coordinator.heart.context import Context
-from coordinator.heart.orders import Order
+from coordinator.model.orders import Order
 from coordinator.store import runs as run_queries
 
 # Runs read from the line's index at a time.

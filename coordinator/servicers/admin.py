@@ -8,11 +8,13 @@ from typing import Any
 
 import grpc
 
-from coordinator import activity, audit, enrollment
-from coordinator.principals import Authenticator, NewUser, Role, create_user, rotate_user
-from coordinator.quota import Quotas, QuotaView
+from coordinator.fleet import activity, enrollment
+from coordinator.model.identity import Role
+from coordinator.model.settings import CoordinatorConfig
+from coordinator.runs.quota import Quotas, QuotaView
+from coordinator.security import audit
+from coordinator.security.principals import Authenticator, NewUser, create_user, rotate_user
 from coordinator.servicers.guard import current_principal
-from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.fleet import FleetStatus, WorkerView
+from coordinator.fleet.service import FleetStatus
+from coordinator.model.workers import WorkerView
 from shared.gen.deskfleet.v1 import fleet_pb2
 from shared.timestamps import to_timestamp
 

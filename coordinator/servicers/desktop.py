@@ -7,11 +7,12 @@ from typing import Any
 
 import grpc
 
-from coordinator import audit, scope
-from coordinator.desktop import ActResult, Desktop
-from coordinator.killswitch import KillSwitches, KillView
-from coordinator.peeks import Peeks
-from coordinator.scope import Scope
+from coordinator.runs.desktop import scope
+from coordinator.runs.desktop.peeks import Peeks
+from coordinator.runs.desktop.runs import ActResult, Desktop
+from coordinator.runs.desktop.scope import Scope
+from coordinator.runs.killswitch import KillSwitches, KillView
+from coordinator.security import audit
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.runs import ID, run_message
 from coordinator.store.models import ApprovalRow

@@ -6,8 +6,8 @@ from typing import Any
 
 import grpc
 
-from coordinator import audit
-from coordinator.fleet import Fleet, worker_filter
+from coordinator.fleet.service import Fleet, worker_filter
+from coordinator.security import audit
 from coordinator.servicers.convert import worker_info, worker_status
 from coordinator.servicers.guard import current_principal
 from shared.errors import InvalidArgumentError

@@ -14,9 +14,10 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from coordinator import audit, authz
-from coordinator.principals import Authenticator, Principal
-from coordinator.ratelimit import FailureLimiter, host_of
+from coordinator.model.identity import Principal
+from coordinator.security import audit, authz
+from coordinator.security.principals import Authenticator
+from coordinator.security.ratelimit import FailureLimiter, host_of
 from shared import tracing
 from shared.credentials import CONSOLE_CLIENT_KEY, METADATA_KEY, SCHEME
 from shared.errors import (
@@ -121,7 +122,7 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):
     ) -> DeskfleetError:
         """A failed authentication counts against its host, and past the limit it is answered
         as such. Only a request that already failed is ever answered so: the count never
-        stands between a valid credential and its call (see `coordinator.ratelimit`)."""
+        stands between a valid credential and its call (see `coordinator.security.ratelimit`)."""
         if not isinstance(exc, AuthenticationError) or isinstance(exc, MissingCredentialError):
             return exc
         host = host_of(context.peer() or "")

@@ -1,4 +1,5 @@
-"""RunService and JournalService: owner-scoped adapters over `coordinator.runs` and `recall`."""
+"""RunService and JournalService: owner-scoped adapters over `coordinator.runs.service` and
+`recall`."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
-from coordinator.followers import OpenStreams
 from coordinator.heart import ledger
-from coordinator.recall import Recall
-from coordinator.research import ResearchRequest, research_plan
-from coordinator.routing import RoutingPolicy
-from coordinator.runs import Plan, Runs, RunView, parse_plan_actions
+from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
+from coordinator.runs.recall import Recall
+from coordinator.runs.research.routing import RoutingPolicy
+from coordinator.runs.research.runs import ResearchRequest, research_plan
+from coordinator.runs.service import Plan, Runs, RunView, parse_plan_actions
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.timeline import timeline_message
-from coordinator.settings import DEFAULT_MAX_WATCH_STREAMS
+from coordinator.streams.followers import OpenStreams
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from shared.text import refuse_control

@@ -1,8 +1,8 @@
-"""The run timeline (`coordinator.timeline`) as the RunService returns it."""
+"""The run timeline (`coordinator.runs.timeline`) as the RunService returns it."""
 
 from __future__ import annotations
 
-from coordinator.timeline import Note, Timeline
+from coordinator.runs.timeline import Note, Timeline
 from shared.gen.deskfleet.v1 import runs_pb2
 from shared.timestamps import to_timestamp
 

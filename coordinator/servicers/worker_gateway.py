@@ -9,10 +9,9 @@ from typing import Any
 
 import grpc
 
-from coordinator import enrollment, worker_bounds
-from coordinator.certificates import PEER_CERT_PROPERTY, WorkerCertificates
+from coordinator.fleet import enrollment
 from coordinator.heart.dispatch import Dispatcher, Started
-from coordinator.heart.orders import (
+from coordinator.model.orders import (
     CancelOrder,
     DispatchOrder,
     Held,
@@ -22,13 +21,15 @@ from coordinator.heart.orders import (
     ReceiptVerdict,
     RotateOrder,
 )
-from coordinator.killswitch import KillSwitches
-from coordinator.peeks import PeekAnswer, PeekOrder, Peeks
-from coordinator.presence import Presence, WorkerSession
-from coordinator.principals import rotate_worker_credential
+from coordinator.model.settings import CoordinatorConfig
+from coordinator.runs.desktop.peeks import PeekAnswer, PeekOrder, Peeks
+from coordinator.runs.killswitch import KillSwitches
+from coordinator.security.certificates import PEER_CERT_PROPERTY, WorkerCertificates
+from coordinator.security.principals import rotate_worker_credential
 from coordinator.servicers.guard import current_principal
-from coordinator.settings import CoordinatorConfig
 from coordinator.store import Database
+from coordinator.streams import worker_bounds
+from coordinator.streams.presence import Presence, WorkerSession
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT = 10.0
 # Initial metadata of Enroll: the port of the listener that takes worker streams with client
-# certificates (the enrollment port does not ask for them; see coordinator/server.py).
+# certificates (the enrollment port does not ask for them; see coordinator/app/server.py).
 WORKER_PORT_METADATA = "deskfleet-worker-port"
 
 

@@ -309,7 +309,7 @@ class SecretRow(Base):
 
 
 class AuditRow(Base):
-    """One administrative act (see coordinator/audit.py); append-only."""
+    """One administrative act (see coordinator/security/audit.py); append-only."""
 
     __tablename__ = "audit"
 

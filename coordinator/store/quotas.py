@@ -1,4 +1,4 @@
-"""Per-owner usage notes and the queries that settle them (see `coordinator/quota.py`).
+"""Per-owner usage notes and the queries that settle them (see `coordinator/runs/quota.py`).
 
 A unit of work only notes, in its session, what it adds for an owner: bytes stored (`charge`,
 `charge_text`), runs that become active (`admit`), other writes that the byte limit refuses

@@ -1,4 +1,4 @@
-"""The SQLite journal search index, filled behind the journal (see `coordinator/indexer.py`).
+"""The SQLite journal search index, filled behind the journal (see `coordinator/runs/indexer.py`).
 
 `journal_fts` (FTS5 trigram, external content) holds exactly the events up to the mark
 `journal_search.indexed_to`, a rowid: a batch adds the events past it and moves it in one

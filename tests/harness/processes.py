@@ -22,8 +22,8 @@ from typing import Any
 
 import grpc
 
-from coordinator import faults
 from coordinator.admin_cli.render import as_dict
+from coordinator.heart import faults
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, fleet_pb2, fleet_pb2_grpc
 from tests.harness.cli import run_in_process
@@ -227,7 +227,8 @@ class CoordinatorProcess:
         _init_store(self.db_url, self.admin_token_file, self.secrets_key_file, self.workdir)
 
     def start(self, *, port: int = 0, fault: str = "") -> CoordinatorProcess:
-        """Serve; `fault` arms a test-only fault hook (coordinator/faults.py) in this process."""
+        """Serve; `fault` arms a test-only fault hook (coordinator/heart/faults.py) in this
+        process."""
         if not self.admin_token_file.exists():
             self.init()
         self._close_handles()

@@ -1,0 +1,155 @@
+"""Enrollment: expiring tokens that an admin hands out, exchanged once for a worker credential."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from coordinator.model import capabilities
+from coordinator.model.identity import Principal
+from coordinator.security.certificates import WorkerCertificates, row_for
+from coordinator.store import Database, principals as principal_queries, workers as worker_queries
+from coordinator.store.models import EnrollmentTokenRow, WorkerRow
+from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
+from shared.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
+from shared.ids import new_id
+from shared.text import refuse_control
+from shared.timestamps import iso
+
+MAX_TTL = 30 * 24 * 3600.0
+MAX_USES = 10_000
+MAX_LABELS = 32
+MAX_LABEL_TEXT = 200
+
+
+@dataclass(frozen=True)
+class EnrollmentToken:
+    id: str
+    secret: str
+    capabilities: tuple[str, ...]
+    uses: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class Enrolled:
+    worker_id: str
+    credential: str
+    allowed_capabilities: tuple[str, ...]
+    certificate_pem: str = ""  # signed when the worker sent a CSR and the coordinator has a CA
+
+
+async def create_token(
+    db: Database,
+    creator: Principal,
+    *,
+    capability_names: list[str],
+    ttl: float,
+    uses: int,
+) -> EnrollmentToken:
+    unknown = sorted(set(capability_names) - set(capabilities.ALL))
+    if unknown:
+        raise InvalidArgumentError(
+            f"capabilities: unknown {', '.join(unknown)} (known: {', '.join(capabilities.ALL)})"
+        )
+    if not 0 < ttl <= MAX_TTL:
+        raise InvalidArgumentError(f"ttl: must be between 1 second and {int(MAX_TTL)} seconds")
+    if not 1 <= uses <= MAX_USES:
+        raise InvalidArgumentError(f"uses: must be between 1 and {MAX_USES}")
+    token_id = new_id("enr")
+    secret = new_secret(SecretKind.ENROLLMENT, token_id)
+    now = time.time()
+    caps = tuple(sorted(set(capability_names)))
+    await db.write(
+        principal_queries.add,
+        EnrollmentTokenRow(
+            id=token_id,
+            secret_hash=secret_hash(secret),
+            capabilities=list(caps),
+            uses_total=uses,
+            uses_left=uses,
+            expires_at=now + ttl,
+            created_at=now,
+            created_by=creator.id,
+        ),
+    )
+    return EnrollmentToken(token_id, secret, caps, uses, now + ttl)
+
+
+def _check_labels(labels: dict[str, str]) -> None:
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgumentError(f"labels: at most {MAX_LABELS}")
+    for key, value in labels.items():
+        if not key or len(key) > MAX_LABEL_TEXT or len(value) > MAX_LABEL_TEXT:
+            raise InvalidArgumentError(
+                f"labels: keys must be 1-{MAX_LABEL_TEXT} characters and values at most"
+                f" {MAX_LABEL_TEXT}"
+            )
+        refuse_control("labels key", key)
+        refuse_control(f"labels[{key!r}]", value)
+
+
+async def enroll(
+    db: Database,
+    secret: str,
+    name: str,
+    labels: dict[str, str],
+    *,
+    csr_pem: str = "",
+    certificates: WorkerCertificates | None = None,
+) -> Enrolled:
+    """Exchange an enrollment token for a new worker's credential (one use of the token), and
+    sign its certificate request when this coordinator has a CA."""
+    if kind_of(secret) is not SecretKind.ENROLLMENT:
+        raise AuthenticationError(
+            "not an enrollment token (they start with dfe_): create one with"
+            " `deskfleet tokens create`"
+        )
+    name = name.strip()
+    if not name or len(name) > 200:
+        raise InvalidArgumentError("name: must be 1-200 characters")
+    refuse_control("name", name)
+    _check_labels(labels)
+    now = time.time()
+    worker_id = new_id("wkr")
+    credential = new_secret(SecretKind.WORKER, worker_id)
+    # Signed before the transaction: a malformed request costs no use of the token.
+    issued = certificates.sign(worker_id, csr_pem) if certificates is not None and csr_pem else None
+
+    def exchange(s: Session) -> tuple[str, ...]:
+        token = principal_queries.enrollment_token_by_hash(s, secret_hash(secret))
+        if token is None:
+            raise AuthenticationError("unknown enrollment token")
+        if token.expires_at <= now:
+            raise AuthenticationError(
+                f"enrollment token {token.id} expired at {iso(token.expires_at)}; ask an admin"
+                " for a new one"
+            )
+        if not principal_queries.consume_enrollment_use(s, token.id):
+            raise PermissionDeniedError(
+                f"enrollment token {token.id} has been used up ({token.uses_total} of"
+                f" {token.uses_total} uses); ask an admin for a new one"
+            )
+        worker_queries.add_worker(
+            s,
+            WorkerRow(
+                id=worker_id,
+                name=name,
+                secret_hash=secret_hash(credential),
+                state="active",
+                labels=dict(labels),
+                allowed_capabilities=list(token.capabilities),
+                advertisement={},
+                enrolled_at=now,
+                revoked_at=None,
+                enrollment_token_id=token.id,
+            ),
+        )
+        if issued is not None:
+            worker_queries.record_certificate(s, row_for(worker_id, issued, now))
+        return tuple(token.capabilities)
+
+    allowed = await db.write(exchange)
+    return Enrolled(worker_id, credential, allowed, issued.pem if issued is not None else "")

@@ -1,0 +1,103 @@
+"""The per-run journal: append-only, ordered by sequence number, hash-chained.
+
+Each event holds the hash of the one before, so `verify` finds an edited, removed or
+reordered event; receipts carry their own content hash, checked on every read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from coordinator.store import quotas, runs as run_queries
+from coordinator.store.models import JournalRow, ReceiptRow, RunRow
+from shared.errors import DataIntegrityError
+from shared.receipts import content_hash, decode_result, encode_result
+
+GENESIS = "0" * 64
+
+
+def event_hash(prev_hash: str, run_id: str, seq: int, kind: str, at: float, data: str) -> str:
+    material = f"{prev_hash}\n{run_id}\n{seq}\n{kind}\n{at!r}\n{data}"
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def append(s: Session, run: RunRow, kind: str, data: dict[str, Any]) -> int:
+    """Add one event to the run's journal (the run row must be locked); returns its seq."""
+    seq = run.last_seq + 1
+    at = time.time()
+    text = encode_result(data)
+    prev = run.last_hash or GENESIS
+    digest = event_hash(prev, run.id, seq, kind, at, text)
+    s.add(
+        JournalRow(
+            run_id=run.id,
+            seq=seq,
+            kind=kind,
+            at=at,
+            data=text,
+            prev_hash=prev,
+            hash=digest,
+            trace_id=run.trace_id,
+        )
+    )
+    run.last_seq = seq
+    run.last_hash = digest
+    run.updated_at = at
+    quotas.charge(s, run.owner_id, len(text))  # ASCII: characters are bytes
+    return seq
+
+
+def read_receipt(row: ReceiptRow) -> Any:
+    """The receipt's decoded body, after checking it against its stored content hash."""
+    if content_hash(row.body) != row.sha256:
+        raise DataIntegrityError(
+            f"receipt {row.id} does not match its content hash: the stored receipt was altered"
+        )
+    return decode_result(row.body)
+
+
+@dataclass(frozen=True)
+class Verification:
+    events: int
+    receipts: int
+    problems: tuple[str, ...]
+
+
+def verify(s: Session, run: RunRow) -> Verification:
+    """Walk the chain from the first event and check every receipt's content hash."""
+    problems: list[str] = []
+    prev = GENESIS
+    expected_seq = 1
+    events = 0
+    after = 0
+    while True:
+        page = run_queries.journal_after(s, run.id, after, 1000)
+        if not page:
+            break
+        for row in page:
+            events += 1
+            if row.seq != expected_seq:
+                problems.append(f"event {expected_seq} is missing (next is {row.seq})")
+            if row.prev_hash != prev:
+                problems.append(f"event {row.seq} does not follow the event before it")
+            if (
+                event_hash(row.prev_hash, row.run_id, row.seq, row.kind, row.at, row.data)
+                != row.hash
+            ):
+                problems.append(f"event {row.seq} ({row.kind}) was altered after it was written")
+            prev = row.hash
+            expected_seq = row.seq + 1
+            after = row.seq
+    if events != run.last_seq or (run.last_hash and prev != run.last_hash):
+        problems.append(f"the run's head says {run.last_seq} events; the journal holds {events}")
+    receipts: Sequence[ReceiptRow] = run_queries.receipts_of(s, run.id)
+    for receipt in receipts:
+        if content_hash(receipt.body) != receipt.sha256:
+            problems.append(f"receipt {receipt.id} does not match its content hash")
+    return Verification(events, len(receipts), tuple(problems))

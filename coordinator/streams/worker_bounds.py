@@ -1,0 +1,129 @@
+"""What a worker's stream may carry, beyond its hello (`shared/advertisement.HelloLimits`).
+
+A worker is a peer, not a part of the coordinator: an enrolled machine may be broken or taken
+over, and what it sends reaches the store, the journal and the logs. Every id it sends names
+a row whose id column holds `MAX_ID` characters, so a longer one names nothing; a receipt's
+status is one of four words; its error is a line for people. Each check is a few length
+comparisons on the message as it arrives: receipts are the hot path, and a check that read
+the store would cost as much as the receipt.
+
+What is refused is answered (a receipt gets a refused `ReceiptAck` naming the limit, so the
+worker forgets it instead of sending it again) or dropped (a start, a kill switch
+acknowledgement, a peek's answer: they ask for no answer), and counted in a `RefusalLog`,
+which logs at a bounded rate, so a flood costs neither the disk nor the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from coordinator.model.orders import Held, IncomingReceipt
+from shared.advertisement import Advertisement, HelloLimits
+
+log = logging.getLogger(__name__)
+
+MAX_ID = 64  # characters: the store's id columns (actions, runs, attempts, kill switches)
+# worker.proto's Receipt.status; the worker's own words (worker_agent/actions.py).
+RECEIPT_STATUSES = frozenset({"succeeded", "failed", "cancelled", "refused"})
+HELD_STATES = frozenset({"running", "finished", "interrupted"})
+# A receipt's error. The worker cuts its own at 2,000 characters; a cancelled attempt's adds
+# the coordinator's reason (a kill switch's, up to 1,000): past this is no line for people.
+MAX_ERROR = 8_000
+MAX_TRACEPARENT = 64  # a W3C traceparent is 55 characters; the store keeps 64
+MAX_SHA256 = 64  # an artifact's sha256 in hex
+MAX_MEDIA_TYPE = 64  # the store's column
+MAX_PEEK_ERROR = 1_000  # a peek refusal is shown to the admin who asked, in one line
+MAX_CODE = 64  # a refusal code (`no_display`, `kill_switch`, ...)
+LOG_EVERY = 30.0  # seconds between two lines of one RefusalLog
+
+
+def _too_long(name: str, value: str, limit: int) -> str:
+    return f"{name}: at most {limit} characters (got {len(value)})" if len(value) > limit else ""
+
+
+def receipt_refusal(r: IncomingReceipt) -> str:
+    """Why the receipt cannot be recorded as it is, naming the limit; "" when it can."""
+    for name, value in (("action_id", r.action_id), ("run_id", r.run_id)):
+        if not value or len(value) > MAX_ID:
+            return f"{name}: 1 to {MAX_ID} characters (got {len(value)})"
+    if r.status not in RECEIPT_STATUSES:
+        shown = r.status[:20] + ("..." if len(r.status) > 20 else "")
+        return f"status: one of {', '.join(sorted(RECEIPT_STATUSES))} (got {shown!r})"
+    found = (
+        _too_long("attempt_id", r.attempt_id, MAX_ID)
+        or _too_long("error", r.error, MAX_ERROR)
+        or _too_long("traceparent", r.traceparent, MAX_TRACEPARENT)
+    )
+    if found:
+        return found
+    for i, a in enumerate(r.artifacts):
+        found = _too_long(f"artifacts[{i}].sha256", a.sha256, MAX_SHA256) or _too_long(
+            f"artifacts[{i}].media_type", a.media_type, MAX_MEDIA_TYPE
+        )
+        if found:
+            return found
+    return ""
+
+
+def ids_refusal(**ids: str) -> str:
+    """Why these ids name nothing the store could hold; "" when each could."""
+    for name, value in ids.items():
+        if not value or len(value) > MAX_ID:
+            return f"{name}: 1 to {MAX_ID} characters (got {len(value)})"
+    return ""
+
+
+def hello_refusal(
+    size: int, advertisement: Advertisement, held: Sequence[Held], limits: HelloLimits
+) -> str:
+    """Why a hello (`size` bytes serialized) is refused, naming the limit; "" when it is not."""
+    if size > limits.max_bytes:
+        return f"hello limit max_bytes={limits.max_bytes}: the hello is {size} bytes"
+    return limits.refusal(advertisement) or held_refusal(held, limits.max_held)
+
+
+def held_refusal(held: Sequence[Held], max_held: int) -> str:
+    """Why a hello's list of held attempts is refused (naming the limit); "" when it is not."""
+    if len(held) > max_held:
+        return f"hello limit max_held={max_held}: held lists {len(held)} attempts"
+    for i, h in enumerate(held):
+        found = ids_refusal(**{f"held[{i}].action_id": h.action_id}) or _too_long(
+            f"held[{i}].attempt_id", h.attempt_id, MAX_ID
+        )
+        if found:
+            return found
+        if h.state not in HELD_STATES:
+            return f"held[{i}].state: one of {', '.join(sorted(HELD_STATES))}"
+    return ""
+
+
+class RefusalLog:
+    """Messages of one kind that were refused or dropped: counted, and logged at once the
+    first time, then at most one line every LOG_EVERY seconds saying how many more."""
+
+    def __init__(self, what: str, every: float = LOG_EVERY) -> None:
+        self.what = what
+        self.total = 0
+        self._every = every
+        self._unlogged = 0
+        self._last = -every
+
+    def note(self, worker_id: str, reason: str) -> None:
+        """One more refused; `reason` is ours (it names the limit, never the peer's text)."""
+        self.total += 1
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._last < self._every:
+            return
+        log.warning(
+            "refused %d %s (%d since start); the last from worker %s: %s",
+            self._unlogged,
+            self.what,
+            self.total,
+            worker_id,
+            reason,
+        )
+        self._last = now
+        self._unlogged = 0
