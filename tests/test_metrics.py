@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from coordinator.heart import ledger
 from coordinator.model.notes import handback_reason, retry_cause
 from coordinator.observe.metrics import CoordinatorMetrics
-from shared.run_states import RUN_STATES
+from shared.states import RUN_STATES
 from tests.harness import (
     BIN,
     CoordinatorProcess,

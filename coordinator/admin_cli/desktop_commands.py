@@ -16,6 +16,7 @@ from shared import desktop_scope
 from shared.config import parse_duration
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
+from shared.states import APPROVAL_STATES
 
 ACTIONS = desktop_scope.ACTIONS
 EXIT_ACTION_NOT_DONE = 7  # the action was refused, failed, or its outcome is not known
@@ -375,7 +376,7 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(approvals, "list", approvals_list, "approvals (pending by default)")
     p.add_argument(
         "--status",
-        choices=("pending", "approved", "denied", "suspended", "expired"),
+        choices=[str(s) for s in APPROVAL_STATES],
         help="only approvals in this state (default pending)",
     )
     p.add_argument(

@@ -36,10 +36,11 @@ from coordinator.admin_cli.mcp_results import (
     RunResult,
     RunSummary,
 )
-from coordinator.admin_cli.runs_commands import ACTIVE, _report, plan_request, searxng_template
+from coordinator.admin_cli.runs_commands import _report, plan_request, searxng_template
 from shared import __version__, desktop_scope
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, from_rpc_error
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+from shared.states import ACTIVE, RunState
 
 
 class SearchOptions(BaseModel):
@@ -175,7 +176,7 @@ class FleetTools:
         """With `wait`, follow `run` until it stops, telling `progress` where it is."""
         progress(run)
         # A run waiting for a person's approval may wait for hours: hand that back instead.
-        while wait and run.status in ACTIVE and run.status != "WAITING_FOR_AUTHORITY":
+        while wait and run.status in ACTIVE and run.status != RunState.WAITING_FOR_AUTHORITY:
             run = self.client.call(
                 self.client.runs.WaitRun,
                 runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=PROGRESS_EVERY),

@@ -16,10 +16,10 @@ from coordinator.admin_cli.out_files import write_private
 from shared import plans
 from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
+from shared.states import ACTIVE, DONE, RUN_STATES, RunState
 
 EXIT_RUN_NOT_SUCCEEDED = 6
 EXIT_NO_EVIDENCE = 8  # `research --wait`: the run ended without evidence (its stop reason says why)
-ACTIVE = ("RUNNING", "WAITING_FOR_ENVIRONMENT", "WAITING_FOR_AUTHORITY", "RECOVERING")
 
 
 class RunNotSucceeded(Exception):
@@ -106,7 +106,7 @@ def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
             print(f"run {run.id} submitted; waiting for it to stop...", file=sys.stderr)
         run = _wait(client, run.id)
     _print_run(render.as_dict(run), args.json)
-    if args.wait and run.status != "SUCCEEDED":
+    if args.wait and run.status != RunState.SUCCEEDED:
         raise RunNotSucceeded(run.status)
 
 
@@ -309,7 +309,7 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         return
     shown = ""
     while run.status in ACTIVE:
-        done = sum(a.status in ("SUCCEEDED", "SKIPPED") for a in run.actions)
+        done = sum(a.status in DONE for a in run.actions)
         line = f"research {run.id}: {done}/{len(run.actions)} work units done, {run.status}"
         if run.waiting.code:
             line += f" ({run.waiting.code}: {run.waiting.detail})"
@@ -333,7 +333,7 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
         if report is not None:
             print()
             print(render.research_report(report))
-    if run.status != "SUCCEEDED":
+    if run.status != RunState.SUCCEEDED:
         raise RunNotSucceeded(run.status)
     if run.stop_reason.startswith("no_evidence"):
         if not args.json:
@@ -374,7 +374,7 @@ def goal(client: CoordinatorClient, args: argparse.Namespace) -> None:
             client.runs.WaitRun, runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=1), timeout=30
         )
     _print_run(render.as_dict(run), args.json)
-    if run.status != "SUCCEEDED":
+    if run.status != RunState.SUCCEEDED:
         raise RunNotSucceeded(run.status)
 
 
@@ -472,7 +472,12 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         "--wait", action="store_true", help="wait until the run stops (exit 6 unless it succeeded)"
     )
     p = leaf(runs, "list", list_runs, "your runs, newest first")
-    p.add_argument("--status", metavar="STATE", help="only runs in this state, e.g. RUNNING")
+    p.add_argument(
+        "--status",
+        choices=[str(s) for s in RUN_STATES],
+        metavar="STATE",
+        help=f"only runs in this state: {', '.join(RUN_STATES)}",
+    )
     p.add_argument(
         "--kind", choices=("plan", "research", "desktop", "goal"), help="only runs of this kind"
     )

@@ -24,7 +24,7 @@ from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import admin_pb2, desktop_pb2, fleet_pb2
-from shared.run_states import RUN_STATES
+from shared.states import RUN_STATES
 from shared.text import visible
 
 # Wide enough that ids are never cut when the frame goes to a file or a pipe.

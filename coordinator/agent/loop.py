@@ -54,6 +54,7 @@ from coordinator.store.models import PrincipalRow, RunRow
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.ids import new_id
 from shared.receipts import content_sha256, encode_result
+from shared.states import ACTIVE, RunState
 from shared.text import refuse_control
 
 log = logging.getLogger(__name__)
@@ -215,13 +216,14 @@ class Goals:
             raise
         except Exception as exc:  # a defect: the run must not hang in RUNNING
             log.exception("goal %s broke down", goal.state.run_id)
-            await self._finish(goal, ledger.HAND_BACK_TO_HUMAN, f"internal_error: {exc}")
+            await self._finish(goal, RunState.HAND_BACK_TO_HUMAN, f"internal_error: {exc}")
 
     async def _step(self, goal: Goal) -> None:
         await self._check(goal)
         if goal.step >= goal.max_steps:
             raise _Stop(
-                ledger.FAILED, f"budget_exhausted: {goal.max_steps} model steps; results are saved"
+                RunState.FAILED,
+                f"budget_exhausted: {goal.max_steps} model steps; results are saved",
             )
         guidance = await self._take_guidance(goal)
         tools = specs(bool(goal.state.desktop_worker), goal.state.space)
@@ -245,7 +247,7 @@ class Goals:
             await self._journal(goal, "guidance.delivered", guidance=guidance_id, model_call=seq)
         goal.messages.append(Message("assistant", turn.text, turn.tool_calls))
         if not turn.tool_calls:
-            raise _Stop(ledger.SUCCEEDED, f"completed: {turn.text[:500] or 'the model finished'}")
+            raise _Stop(RunState.SUCCEEDED, f"completed: {turn.text[:500] or 'the model finished'}")
         results = [await self._tool(goal, call) for call in turn.tool_calls]
         goal.messages.append(Message("user", "", tool_results=tuple(results)))
 
@@ -306,14 +308,14 @@ class Goals:
                 await self._journal(goal, "goal.model_timeout", attempt=attempt, error=str(exc))
                 if attempt == 2:
                     raise _Stop(
-                        ledger.HAND_BACK_TO_HUMAN,
+                        RunState.HAND_BACK_TO_HUMAN,
                         f"model_timeout: two calls ran past {self._model_timeout:g} s;"
                         " retry to go on",
                     ) from exc
             except ModelError as exc:
                 await self._journal(goal, "goal.model_error", error=str(exc))
                 raise _Stop(
-                    ledger.HAND_BACK_TO_HUMAN, f"model_error: {exc}; retry to go on"
+                    RunState.HAND_BACK_TO_HUMAN, f"model_error: {exc}; retry to go on"
                 ) from exc
         raise AssertionError("unreachable")
 
@@ -322,7 +324,7 @@ class Goals:
         goal.recent = [*goal.recent[-(REPEAT_LIMIT - 1) :], signature]
         if len(goal.recent) == REPEAT_LIMIT and len(set(goal.recent)) == 1:
             raise _Stop(
-                ledger.HAND_BACK_TO_HUMAN,
+                RunState.HAND_BACK_TO_HUMAN,
                 f"stuck: the same {call.name} call {REPEAT_LIMIT} times in a row",
             )
         if call.name == "ask_human":
@@ -352,7 +354,7 @@ class Goals:
         )
         if goal.errors >= ERROR_LIMIT:
             raise _Stop(
-                ledger.HAND_BACK_TO_HUMAN,
+                RunState.HAND_BACK_TO_HUMAN,
                 f"stuck: {ERROR_LIMIT} tool calls failed in a row; the last: {call.name}",
             )
         await self._check(goal)
@@ -399,11 +401,11 @@ class Goals:
         async def wait(code: str, detail: str, done: Callable[[], Awaitable[bool]]) -> None:
             if await done():
                 return
-            await self._status(goal, ledger.WAITING_FOR_AUTHORITY, waiting=(code, detail))
+            await self._status(goal, RunState.WAITING_FOR_AUTHORITY, waiting=(code, detail))
             while not await done():
                 await self._check(goal)
                 await asyncio.sleep(POLL)
-            await self._status(goal, ledger.RUNNING)
+            await self._status(goal, RunState.RUNNING)
 
         return wait
 
@@ -423,10 +425,10 @@ class Goals:
             return run, why
 
         run, killed = await self._db.read(unit)
-        if run.status not in ledger.ACTIVE:
+        if run.status not in ACTIVE:
             raise _Stop(run.status, run.stop_reason)  # cancelled by a person: leave it as it is
         if killed:
-            raise _Stop(ledger.HAND_BACK_TO_HUMAN, f"kill_switch: {killed}; release it and retry")
+            raise _Stop(RunState.HAND_BACK_TO_HUMAN, f"kill_switch: {killed}; release it and retry")
         return run
 
     async def _take_guidance(self, goal: Goal, *, mark: bool = False) -> list[tuple[str, str]]:
@@ -475,7 +477,7 @@ class Goals:
         def unit(s: Session, ctx: Context) -> list[Order]:
             run = run_queries.run_for_update(s, goal.state.run_id)
             assert run is not None
-            if run.status in ledger.ACTIVE:
+            if run.status in ACTIVE:
                 ledger.set_status(s, run, ctx, status, stop_reason=reason, waiting=waiting)
             return []
 
@@ -490,7 +492,7 @@ class Goals:
     def _orphans(self, s: Session, ctx: Context) -> list[Order]:
         """Goal runs whose loop died with this replica's previous process: a person decides
         to go on. (Goals of other replicas are theirs, or adopted when they stop.)"""
-        for run in run_queries.runs_in(s, ledger.ACTIVE):
+        for run in run_queries.runs_in(s, ACTIVE):
             if run.kind == KIND and run.spec.get("driver", "") in ("", self._replica):
                 locked = run_queries.run_for_update(s, run.id)
                 if locked is not None:
@@ -498,7 +500,7 @@ class Goals:
                         s,
                         locked,
                         ctx,
-                        ledger.HAND_BACK_TO_HUMAN,
+                        RunState.HAND_BACK_TO_HUMAN,
                         stop_reason="coordinator_restarted: the goal loop stopped with its"
                         " coordinator; retry to continue from the journal",
                     )
@@ -510,13 +512,13 @@ class Goals:
         while True:
             await asyncio.sleep(1.0)
             try:
-                rows = await self._db.read(lambda s: list(run_queries.runs_in(s, ledger.ACTIVE)))
+                rows = await self._db.read(lambda s: list(run_queries.runs_in(s, ACTIVE)))
                 goals = [r for r in rows if r.kind == KIND and r.id not in self._tasks]
                 live = await self._live_replicas() if goals and self._live_replicas else set()
                 for run in goals:
                     driver = run.spec.get("driver", "")
                     if driver in ("", self._replica):
-                        if run.status == ledger.RUNNING:
+                        if run.status == RunState.RUNNING:
                             await self._resume(run)
                     elif driver not in live and await self._adopt(run.id, driver):
                         await self._resume(run)
@@ -530,7 +532,7 @@ class Goals:
         def unit(s: Session, ctx: Context) -> list[Order]:
             adopted.clear()
             run = run_queries.run_for_update(s, run_id)
-            if run is None or run.status not in ledger.ACTIVE or run.spec.get("driver") != driver:
+            if run is None or run.status not in ACTIVE or run.spec.get("driver") != driver:
                 return []
             run.spec = dict(run.spec, driver=self._replica)
             ledger.record(s, run, ctx, "goal.adopted", replica=self._replica, previous=driver)
@@ -553,7 +555,7 @@ class Goals:
         except ModelConfigError as exc:
             await self._status(
                 Goal(GoalState(run.id, who, ""), model=None, model_spec="", text="", max_steps=0),  # type: ignore[arg-type]
-                ledger.HAND_BACK_TO_HUMAN,
+                RunState.HAND_BACK_TO_HUMAN,
                 reason=f"model {spec['model']!r}: {exc}",
             )
             return

@@ -32,6 +32,7 @@ from coordinator.runs.service import Plan, PlannedAction, Runs
 from coordinator.store import Database, journal, runs as run_queries
 from shared import desktop_scope
 from shared.errors import DeskfleetError, FailedPreconditionError
+from shared.states import ACTIVE, RunState
 
 MAX_TEXT = 20_000  # characters of a page or report handed back; the rest stays in the journal
 RUN_TIMEOUT = 300.0
@@ -227,7 +228,7 @@ class FleetTools:
 
     async def _approved(self, state: GoalState) -> bool:
         view = await self._runs.get(state.owner, state.desktop_run)
-        if view.run.status not in ledger.ACTIVE:
+        if view.run.status not in ACTIVE:
             raise _Stopped(
                 f"the desktop run {state.desktop_run} is {view.run.status}: {view.run.stop_reason}"
             )
@@ -255,7 +256,9 @@ class FleetTools:
                 f"research run {done.run.id} is {done.run.status}:"
                 f" {done.run.stop_reason or done.run.waiting_detail}"
             )
-        return (_text({"run": done.run.id, "report": report}),), done.run.status != "SUCCEEDED"
+        return (
+            _text({"run": done.run.id, "report": report}),
+        ), done.run.status != RunState.SUCCEEDED
 
     async def _fetch(
         self, state: GoalState, args: dict[str, Any], wait_for: Waiter
@@ -267,7 +270,7 @@ class FleetTools:
         )
         view = await self._runs.submit(state.owner, plan)
         done = await self._runs.wait(state.owner, view.run.id, RUN_TIMEOUT)
-        if done.run.status != "SUCCEEDED" or not done.actions:
+        if done.run.status != RunState.SUCCEEDED or not done.actions:
             return _error(
                 f"fetch run {done.run.id} is {done.run.status}:"
                 f" {done.run.stop_reason or done.run.waiting_detail}"

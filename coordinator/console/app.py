@@ -58,6 +58,7 @@ from shared.errors import (
     UnavailableError,
 )
 from shared.gen.deskfleet.v1 import admin_pb2, desktop_pb2, fleet_pb2, runs_pb2
+from shared.states import APPROVAL_STATES, RUN_STATES, STOPPED
 from shared.text import visible
 
 HERE = Path(__file__).parent
@@ -512,6 +513,7 @@ class Console:
             page=page,
             filters=filters,
             kinds=RUN_KINDS,
+            run_states=[str(s) for s in RUN_STATES],
             query=_query_without_page(request),
         )
 
@@ -553,7 +555,7 @@ class Console:
             next_after=events[-1].seq if len(events) >= JOURNAL_PAGE else None,
             search=search,
             matches=matches,
-            stopped=run.status in model.STOPPED,
+            stopped=run.status in STOPPED,
             csrf=session.csrf,
         )
 
@@ -963,7 +965,7 @@ RUN_OPS = {
     "abandon": ("Abandon", "The run is given up for good; it cannot be retried."),
 }
 RUN_KINDS = ("plan", "research", "desktop", "goal")
-APPROVAL_STATUSES = ("pending", "approved", "denied", "suspended", "expired", "ended")
+APPROVAL_STATUSES = tuple(str(s) for s in APPROVAL_STATES)
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 
 

@@ -15,7 +15,6 @@ from coordinator.admin_cli.desktop_commands import ACTIONS
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
 
 PAGE_SIZE = 50
-STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
 
 
 def seconds(ts: Timestamp) -> float | None:

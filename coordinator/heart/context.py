@@ -20,31 +20,32 @@ from coordinator.model.orders import Order
 from coordinator.store import runs as run_queries, workers as worker_queries
 from coordinator.store.models import ActionRow, RunRow
 from coordinator.streams.worker_index import FleetSnapshot, WorkerIndex
+from shared.states import (
+    ACTIVE as ACTIVE,
+    DONE as DONE,
+    FINISHED as FINISHED,
+    IN_FLIGHT as IN_FLIGHT,
+    STOPPED_FOR_A_PERSON as STOPPED_FOR_A_PERSON,
+    ActionState,
+    RunState,
+)
 
-# Run states (SPEC §3).
-RUNNING = "RUNNING"
-WAITING_FOR_ENVIRONMENT = "WAITING_FOR_ENVIRONMENT"
-WAITING_FOR_AUTHORITY = "WAITING_FOR_AUTHORITY"
-SUCCEEDED = "SUCCEEDED"
-FAILED = "FAILED"
-HAND_BACK_TO_HUMAN = "HAND_BACK_TO_HUMAN"
-CANCELLED = "CANCELLED"
-ACTIVE = (RUNNING, WAITING_FOR_ENVIRONMENT, WAITING_FOR_AUTHORITY)
+# The states, by the names the ledger's rules read best (the vocabulary is shared.states).
+RUNNING = RunState.RUNNING
+WAITING_FOR_ENVIRONMENT = RunState.WAITING_FOR_ENVIRONMENT
+WAITING_FOR_AUTHORITY = RunState.WAITING_FOR_AUTHORITY
+SUCCEEDED = RunState.SUCCEEDED
+FAILED = RunState.FAILED
+HAND_BACK_TO_HUMAN = RunState.HAND_BACK_TO_HUMAN
+CANCELLED = RunState.CANCELLED
 NEEDS_APPROVAL = "needs_approval"
 WORKERS_BUSY = "workers_busy"  # eligible workers are online, every slot of theirs in use
-STOPPED_FOR_A_PERSON = (FAILED, HAND_BACK_TO_HUMAN)
 
-# Action states.
-PENDING = "PENDING"
-DISPATCHED = "DISPATCHED"
-STARTED = "STARTED"
-UNKNOWN = "UNKNOWN"
-IN_FLIGHT = (DISPATCHED, STARTED)
-# A unit that a route hook settled without running it (research: an optional branch that no
-# worker can take, a fetch past the run's limits); `error` says why. It counts as done.
-SKIPPED = "SKIPPED"
-DONE = ("SUCCEEDED", SKIPPED)
-FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED", SKIPPED)
+PENDING = ActionState.PENDING
+DISPATCHED = ActionState.DISPATCHED
+STARTED = ActionState.STARTED
+UNKNOWN = ActionState.UNKNOWN
+SKIPPED = ActionState.SKIPPED
 
 # Results longer than this are archived: the journal keeps a preview and an exact reference.
 ARCHIVE_OVER = 4096

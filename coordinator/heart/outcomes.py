@@ -43,6 +43,7 @@ from shared.receipts import (
     encode_result,
     encode_with,
 )
+from shared.states import ActionState
 from shared.tracing import TraceParent
 
 NOT_THE_CLAIMANT = "this worker does not hold the claim on the attempt"
@@ -189,7 +190,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     _keep_artifacts(s, run, receipt, result, ctx)
     was_unknown = action.status == UNKNOWN
     succeeded = receipt.status == "succeeded"
-    move(action, "SUCCEEDED" if succeeded else "FAILED", ctx)
+    move(action, ActionState.SUCCEEDED if succeeded else ActionState.FAILED, ctx)
     action.finished_at = ctx.now
     action.error = "" if succeeded else (receipt.error or receipt.status)
     action.receipt_id = row.id

@@ -13,13 +13,14 @@ from sqlalchemy.orm import Session
 
 from coordinator.store import counts
 from coordinator.store.models import RunRow
+from shared.states import ActionState, RunState
 
 # Run states that mean a person, an authority or a missing capability holds the run (SPEC §3).
 HAND_BACK_STATES = (
-    "WAITING_FOR_ENVIRONMENT",
-    "WAITING_FOR_AUTHORITY",
-    "HAND_BACK_TO_HUMAN",
-    "FAILED",
+    RunState.WAITING_FOR_ENVIRONMENT,
+    RunState.WAITING_FOR_AUTHORITY,
+    RunState.HAND_BACK_TO_HUMAN,
+    RunState.FAILED,
 )
 _CODE = re.compile(r"^([a-z]+(?:_[a-z]+)+)\b")  # "budget_exhausted: ...", "approval_denied by"
 _RETRY_CAUSES = (
@@ -39,12 +40,12 @@ def handback_reason(status: str, stop_reason: str, waiting_code: str) -> str:
     match = _CODE.match(stop_reason)
     if match:
         return match.group(1)
-    return "action_failed" if status == "FAILED" else "unspecified"
+    return "action_failed" if status == RunState.FAILED else "unspecified"
 
 
 def retry_cause(status: str, cause: str) -> str:
     """Why an attempt is tried again: its receipt said failed, or its outcome was lost."""
-    if status != "UNKNOWN":
+    if status != ActionState.UNKNOWN:
         return "action_failed"
     return next((code for needle, code in _RETRY_CAUSES if needle in cause), "unknown_outcome")
 
@@ -118,7 +119,7 @@ class Notes:
     def recovered(self, path: str, statuses: Iterable[str]) -> None:
         """Attempts a recovery path examined; each succeeded unless left with an unknown
         outcome (the run then waits for a person)."""
-        self.events.extend(Recovered(path, status != "UNKNOWN") for status in statuses)
+        self.events.extend(Recovered(path, status != ActionState.UNKNOWN) for status in statuses)
 
     def receipt(self, accepted: bool, reason: str) -> None:
         verdict = ("duplicate" if reason else "accepted") if accepted else "refused"

@@ -26,7 +26,7 @@ from coordinator.model.notes import Finished, Notes, Recovered, Retried, StateCh
 from coordinator.model.workers import view_of
 from coordinator.store import counts, workers as worker_queries
 from shared.metrics_endpoint import MetricsEndpoint
-from shared.run_states import RUN_STATES
+from shared.states import RUN_STATES
 
 if TYPE_CHECKING:
     from coordinator.store import Database

@@ -46,6 +46,7 @@ from coordinator.streams.worker_bounds import RefusalLog, ids_refusal
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.ids import new_id
+from shared.states import ACTIVE, IN_FLIGHT
 from shared.text import refuse_control
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
     """Active desktop runs the switch takes control from."""
     if kill.scope == RUN:
         run = run_queries.run_for_update(s, kill.target)
-        return [run] if run is not None and run.status in ledger.ACTIVE else []
+        return [run] if run is not None and run.status in ACTIVE else []
     rows = queries.approvals_with_status(
         s,
         (desktop.PENDING, desktop.APPROVED, desktop.SUSPENDED),
@@ -110,7 +111,7 @@ def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
     runs = []
     for run_id in dict.fromkeys(a.run_id for a in rows):
         run = run_queries.run_for_update(s, run_id)
-        if run is not None and run.status in ledger.ACTIVE:
+        if run is not None and run.status in ACTIVE:
             runs.append(run)
     return runs
 
@@ -246,7 +247,7 @@ class KillSwitches:
                         ctx,
                     )
                 for action in run_queries.actions_of(s, run.id):
-                    if action.status in ledger.IN_FLIGHT:
+                    if action.status in IN_FLIGHT:
                         orders.append(
                             CancelOrder(action.worker_id, action.id, action.attempt_id, why)
                         )

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator.heart import ledger
 from coordinator.model.identity import Principal, Role
 from coordinator.model.settings import (
     DEFAULT_OWNER_MAX_ACTIVE_RUNS,
@@ -34,6 +33,7 @@ from coordinator.security import audit
 from coordinator.store import Database, principals as principal_queries, quotas as queries
 from coordinator.store.models import PrincipalRow
 from shared.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
+from shared.states import ACTIVE
 
 MAX_LIMIT = 2**62  # a limit the store's BIGINT holds with room for the usage past it
 USE_DEFAULT = -1  # in a request: the override goes, the coordinator's default applies
@@ -101,7 +101,7 @@ class Quotas:
     ) -> None:
         limits = self._effective(row)
         if runs and limits.max_active_runs:
-            active = queries.active_runs(s, owner_id, ledger.ACTIVE, limits.max_active_runs + 1)
+            active = queries.active_runs(s, owner_id, ACTIVE, limits.max_active_runs + 1)
             if active > limits.max_active_runs:
                 raise ResourceExhaustedError(
                     f"owner limit max_active_runs={limits.max_active_runs}: that many runs are"
@@ -138,7 +138,7 @@ class Quotas:
             return QuotaView(
                 user.id,
                 user.name,
-                queries.active_runs(s, user.id, ledger.ACTIVE, VIEW_COUNT_CAP),
+                queries.active_runs(s, user.id, ACTIVE, VIEW_COUNT_CAP),
                 row.stored_bytes if row is not None else 0,
                 limits,
                 (

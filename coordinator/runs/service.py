@@ -55,6 +55,7 @@ from shared.errors import (
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result
 from shared.search import search_spec
+from shared.states import ACTIVE, IN_FLIGHT, STOPPED_FOR_A_PERSON, ActionState, RunState
 from shared.text import refuse_control
 
 MAX_ACTIONS_PER_PLAN = 1000
@@ -445,7 +446,7 @@ class Runs:
                 ],
             )
             orders = ledger.advance(s, run, ctx)
-            if wait > 0 and run.status in ledger.ACTIVE:
+            if wait > 0 and run.status in ACTIVE:
                 # The caller waits, and answers with what it reads once the run stops: the
                 # actions just written need not be read back for an answer nobody sees.
                 created.append(RunView(run, ()))
@@ -463,7 +464,7 @@ class Runs:
         wake = self._bus.subscribe_stop(run_id)
         try:
             await self._dispatcher.run_unit(unit)
-            if created[0].run.status not in ledger.ACTIVE:
+            if created[0].run.status not in ACTIVE:
                 return created[0]
             return await self._wait(owner, run_id, time.monotonic() + wait, wake, woken=False)
         finally:
@@ -509,7 +510,7 @@ class Runs:
 
         def unit(s: Session) -> RunView | None:
             run = owned_run(s, owner, run_id)
-            if run.status in ledger.ACTIVE and time.monotonic() < deadline:
+            if run.status in ACTIVE and time.monotonic() < deadline:
                 return None
             return _view(s, run, with_timeline=False)
 
@@ -537,11 +538,11 @@ class Runs:
     async def cancel(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:
             run = owned_run(s, who, run_id, lock=True)
-            if run.status in (ledger.SUCCEEDED, ledger.CANCELLED):
+            if run.status in (RunState.SUCCEEDED, RunState.CANCELLED):
                 raise FailedPreconditionError(f"run {run_id} is already {run.status}")
             orders: list[Order] = []
             for action in run_queries.actions_of(s, run_id):
-                if action.status in ledger.IN_FLIGHT:
+                if action.status in IN_FLIGHT:
                     orders.append(
                         CancelOrder(
                             action.worker_id,
@@ -550,9 +551,11 @@ class Runs:
                             f"run cancelled by {who.name}",
                         )
                     )
-                elif action.status == ledger.PENDING:
-                    action.status = "CANCELLED"
-            ledger.set_status(s, run, ctx, ledger.CANCELLED, stop_reason=f"cancelled by {who.name}")
+                elif action.status == ActionState.PENDING:
+                    action.status = ActionState.CANCELLED
+            ledger.set_status(
+                s, run, ctx, RunState.CANCELLED, stop_reason=f"cancelled by {who.name}"
+            )
             return orders
 
         await self._dispatcher.run_unit(unit)
@@ -563,7 +566,7 @@ class Runs:
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             run = owned_run(s, who, run_id, lock=True)
-            if run.status not in ledger.STOPPED_FOR_A_PERSON:
+            if run.status not in STOPPED_FOR_A_PERSON:
                 raise FailedPreconditionError(
                     f"run {run_id} is {run.status}; only a FAILED or HAND_BACK_TO_HUMAN run"
                     " can be retried"
@@ -578,11 +581,11 @@ class Runs:
                 run.estimate_actions = run.limits["max_actions"]
                 run.estimate_seconds = run.limits["max_seconds"]
             for action in run_queries.actions_of(s, run_id):
-                if action.status in ("FAILED", ledger.UNKNOWN):
-                    action.status = ledger.PENDING
+                if action.status in (ActionState.FAILED, ActionState.UNKNOWN):
+                    action.status = ActionState.PENDING
             quotas.admit(s, run.owner_id)  # active again: it needs room under the limits
             ledger.record(s, run, ctx, "run.retry", by=who.id)
-            ledger.set_status(s, run, ctx, ledger.RUNNING, cause=f"retry by {who.name}")
+            ledger.set_status(s, run, ctx, RunState.RUNNING, cause=f"retry by {who.name}")
             return ledger.advance(s, run, ctx)
 
         await self._dispatcher.run_unit(unit)
@@ -591,18 +594,18 @@ class Runs:
     async def abandon(self, who: Principal, run_id: str) -> RunView:
         def unit(s: Session, ctx: Context) -> list[Order]:
             run = owned_run(s, who, run_id, lock=True)
-            if run.status in (ledger.SUCCEEDED, ledger.CANCELLED):
+            if run.status in (RunState.SUCCEEDED, RunState.CANCELLED):
                 raise FailedPreconditionError(f"run {run_id} is already {run.status}")
-            if run.status == ledger.RUNNING:
+            if run.status == RunState.RUNNING:
                 raise FailedPreconditionError(f"run {run_id} is running: cancel it instead")
             for action in run_queries.actions_of(s, run_id):
-                if action.status == ledger.PENDING:
-                    action.status = "CANCELLED"
+                if action.status == ActionState.PENDING:
+                    action.status = ActionState.CANCELLED
             ledger.set_status(
                 s,
                 run,
                 ctx,
-                ledger.CANCELLED,
+                RunState.CANCELLED,
                 stop_reason=f"abandoned by {who.name}; results are saved",
             )
             return []
@@ -624,7 +627,7 @@ class Runs:
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             run = owned_run(s, who, run_id, lock=True)
-            if run.status in (ledger.SUCCEEDED, ledger.CANCELLED):
+            if run.status in (RunState.SUCCEEDED, RunState.CANCELLED):
                 raise FailedPreconditionError(f"run {run_id} is {run.status}: nothing to guide")
             count, chars = run_queries.guidance_totals(s, run_id)
             if count >= GUIDANCE_MESSAGES:
@@ -680,7 +683,7 @@ class Runs:
                 last = row.seq
             if len(rows) < FEED_PAGE:
                 break
-        if not follow or status not in ledger.ACTIVE:
+        if not follow or status not in ACTIVE:
             return
         with self._feeds.joined(run_id, follower=True) as feed:
             while True:
@@ -695,7 +698,7 @@ class Runs:
                     last = event.seq
                 if events:
                     continue
-                if feed.head is not None and last >= feed.head and feed.status not in ledger.ACTIVE:
+                if feed.head is not None and last >= feed.head and feed.status not in ACTIVE:
                     return
                 await feed.changed()
 
@@ -730,7 +733,7 @@ async def _stopped_or_timeout(
             return
         if feed.error is not None:
             raise _again(feed.error)
-        if trust and feed.head is not None and feed.status not in ledger.ACTIVE:
+        if trust and feed.head is not None and feed.status not in ACTIVE:
             return
         stop = asyncio.ensure_future(wake.wait())
         moved = asyncio.ensure_future(feed.changed())
@@ -775,7 +778,7 @@ def new_run(
     spec: dict[str, Any],
     actions_total: int,
     now: float,
-    status: str = ledger.RUNNING,
+    status: str = RunState.RUNNING,
 ) -> RunRow:
     """A fresh run row with its budgets at their starting values.
 
@@ -817,7 +820,7 @@ def stopped_view(s: Session, run_id: str) -> RunView | None:
     """A run's view for its waiters, in the transaction that stopped it (the run is locked);
     None if the transaction made it active again after stopping it (its waiters read)."""
     run = s.get(RunRow, run_id)
-    if run is None or run.status in ledger.ACTIVE:
+    if run is None or run.status in ACTIVE:
         return None
     return _view(s, run, with_timeline=False)
 

@@ -16,14 +16,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator.heart import ledger
 from coordinator.store import runs as run_queries
 from shared.receipts import decode_result
+from shared.states import ACTIVE, ActionState, RunState
 
 # The state a run is created in, unless the transaction that wrote `run.submitted` moved it
 # straight on (a desktop run waits for authority, a plan with no eligible worker waits for
 # its environment); see `_PROVISIONAL`.
-INITIAL_STATE = ledger.RUNNING
+INITIAL_STATE = RunState.RUNNING
 
 # Events written in the submitting transaction before the run does anything. A first
 # `run.state` that follows only these, at once, is the state the run was created in (the
@@ -183,7 +183,7 @@ class _Builder:
             return
         self.states[-1] = replace(current, left_at=at, seconds=at - current.entered_at)
         self.states.append(StateSpan(status, at, None, 0.0, reason, cause, e.seq))
-        if status == ledger.HAND_BACK_TO_HUMAN:
+        if status == RunState.HAND_BACK_TO_HUMAN:
             self.recoveries.append(Note(at, HAND_BACK, reason, seq=e.seq))
 
     def attempt(self, attempt_id: str) -> _Attempt | None:
@@ -267,7 +267,7 @@ def _apply(b: _Builder, e: JournalEntry) -> None:
                 worker=str(d.get("worker", "")),
                 attempt=int(d.get("attempt_number", 0)),
                 attempt_id=str(d.get("attempt", "")),
-                status=ledger.DISPATCHED,
+                status=ActionState.DISPATCHED,
                 dispatched_at=at,
                 started_at=None,
                 finished_at=None,
@@ -277,7 +277,7 @@ def _apply(b: _Builder, e: JournalEntry) -> None:
     elif kind == "action.started":
         held = b.attempt(str(d.get("attempt", "")))
         if held is not None and held.open:
-            held.span = replace(held.span, status=ledger.STARTED, started_at=at)
+            held.span = replace(held.span, status=ActionState.STARTED, started_at=at)
     elif kind == "receipt":
         b.close(
             str(d.get("attempt", "")),
@@ -287,7 +287,7 @@ def _apply(b: _Builder, e: JournalEntry) -> None:
             receipt_id=str(d.get("receipt", "")),
         )
     elif kind == "action.unknown":
-        b.close(str(d.get("attempt", "")), at, ledger.UNKNOWN, error=str(d.get("cause", "")))
+        b.close(str(d.get("attempt", "")), at, ActionState.UNKNOWN, error=str(d.get("cause", "")))
     elif kind == "action.redispatch":
         attempt_id = str(d.get("attempt", ""))
         b.close(attempt_id, at, "REDISPATCHED", error=str(d.get("cause", "")))
@@ -306,7 +306,7 @@ def _apply(b: _Builder, e: JournalEntry) -> None:
     elif kind == "action.resumed":
         held = b.attempt(str(d.get("attempt", "")))
         if held is not None:
-            held.span = replace(held.span, status=ledger.STARTED, finished_at=None, error="")
+            held.span = replace(held.span, status=ActionState.STARTED, finished_at=None, error="")
             held.open = True
     elif kind == "action.retry":
         action_id = str(d.get("action", ""))
@@ -356,7 +356,7 @@ def build(events: Iterable[JournalEntry], now: float) -> Timeline:
     if b.submitted_at is None or not b.states:
         return Timeline((), (), (), (), (), "", 0.0, None, None, False, now)
     last = b.states[-1]
-    live = last.state in ledger.ACTIVE
+    live = last.state in ACTIVE
     # A live run's current state runs up to now; a stopped run ends where its last state began.
     end = max(now, b.clock or now) if live else last.entered_at
     b.states[-1] = replace(last, seconds=end - last.entered_at if live else 0.0)

@@ -20,6 +20,7 @@ from shared.desktop_scope import Region
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2
 from shared.receipts import encode_result
+from shared.states import APPROVAL_STATES
 from shared.timestamps import to_timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -183,8 +184,8 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
             raise InvalidArgumentError("limit: between 0 and 1000")
         if (request.status and not request.status.isalpha()) or len(request.status) > 20:
             raise InvalidArgumentError(
-                f"status: an approval status (pending, approved, denied, suspended, expired,"
-                f" ended), not {request.status[:40]!r}"
+                f"status: an approval status ({', '.join(APPROVAL_STATES)}),"
+                f" not {request.status[:40]!r}"
             )
         rows = await self._desktop.approvals(
             current_principal(), request.status, request.limit or 50

@@ -12,7 +12,6 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
-from coordinator.heart import ledger
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
@@ -23,6 +22,7 @@ from coordinator.servicers.timeline import timeline_message
 from coordinator.streams.followers import OpenStreams
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
+from shared.states import RUN_STATES
 from shared.text import refuse_control
 from shared.timestamps import to_timestamp
 
@@ -32,13 +32,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 # Ids are ours (`run_<ulid>`): anything else is refused before it reaches a query, where a NUL
 # is a store error on PostgreSQL rather than "not found".
 ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-RUN_STATUSES = (
-    *ledger.ACTIVE,
-    ledger.SUCCEEDED,
-    ledger.FAILED,
-    ledger.HAND_BACK_TO_HUMAN,
-    ledger.CANCELLED,
-)
 RUN_KINDS = ("plan", "research", "desktop", "goal")  # RunRow.kind
 
 
@@ -233,9 +226,9 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         limit = request.limit or 50
         if not 0 < limit <= 1000:
             raise InvalidArgumentError("limit: between 1 and 1000")
-        if request.status and request.status not in RUN_STATUSES:
+        if request.status and request.status not in RUN_STATES:
             raise InvalidArgumentError(
-                f"status: one of {', '.join(RUN_STATUSES)} (or empty for all),"
+                f"status: one of {', '.join(RUN_STATES)} (or empty for all),"
                 f" not {request.status[:40]!r}"
             )
         if request.kind and request.kind not in RUN_KINDS:

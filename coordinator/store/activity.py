@@ -8,8 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import ActionRow, RunRow
-
-IN_FLIGHT = ("DISPATCHED", "STARTED")
+from shared.states import IN_FLIGHT
 
 
 def in_flight_actions(s: Session, owner_id: str | None) -> Sequence[tuple[ActionRow, str]]:

@@ -24,6 +24,7 @@ from coordinator.store.models import (
     SecretRow,
     WorkerRow,
 )
+from shared.states import ACTIVE, IN_FLIGHT
 
 
 def latest_approval(s: Session, run_id: str) -> ApprovalRow | None:
@@ -181,12 +182,12 @@ def runs_of_workers(s: Session, worker_ids: Collection[str]) -> dict[str, set[st
         .join(RunRow, RunRow.id == ApprovalRow.run_id)
         .where(
             ApprovalRow.worker_id.in_(ids),
-            RunRow.status.in_(("RUNNING", "WAITING_FOR_ENVIRONMENT", "WAITING_FOR_AUTHORITY")),
+            RunRow.status.in_(ACTIVE),
         )
     )
     acting = s.execute(
         select(ActionRow.worker_id, ActionRow.run_id).where(
-            ActionRow.worker_id.in_(ids), ActionRow.status.in_(("DISPATCHED", "STARTED"))
+            ActionRow.worker_id.in_(ids), ActionRow.status.in_(IN_FLIGHT)
         )
     )
     for worker_id, run_id in [*approved, *acting]:

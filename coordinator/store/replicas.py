@@ -8,7 +8,7 @@ from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import ActionRow, DeliveryRow, PresenceRow, ReplicaRow
-from coordinator.store.runs import IN_FLIGHT
+from shared.states import IN_FLIGHT
 
 # PostgreSQL refuses NOTIFY payloads from 8000 bytes on.
 MAX_PAYLOAD = 7000

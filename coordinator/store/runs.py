@@ -9,9 +9,7 @@ from sqlalchemy import and_, bindparam, event, func, or_, select, text, update
 from sqlalchemy.orm import Session, aliased
 
 from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow, RunRow
-
-IN_FLIGHT = ("DISPATCHED", "STARTED")
-
+from shared.states import DONE, IN_FLIGHT, ActionState
 
 LOCKED_KEY = "deskfleet.locked_runs"
 
@@ -187,7 +185,7 @@ def line_page(
 
 # The stage queries run several times per receipt: built once, with their parameters bound at
 # each call, they skip the statement construction and cache-key work (most of their cost).
-_DONE = ("SUCCEEDED", "SKIPPED")
+_DONE = DONE
 _LOWEST_OPEN = (
     select(func.min(ActionRow.stage))
     .where(ActionRow.run_id == bindparam("run_id"), ActionRow.status.not_in(_DONE))
@@ -521,7 +519,7 @@ def lock_for_reconnects(s: Session, worker_ids: Collection[str]) -> dict[str, He
     found = {worker_id: HeldByWorker() for worker_id in ids}
     if not ids:
         return found
-    theirs = (ActionRow.worker_id.in_(ids), ActionRow.status.in_((*IN_FLIGHT, "UNKNOWN")))
+    theirs = (ActionRow.worker_id.in_(ids), ActionRow.status.in_((*IN_FLIGHT, ActionState.UNKNOWN)))
     runs = (
         s.execute(
             select(RunRow)

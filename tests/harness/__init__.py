@@ -9,7 +9,8 @@ sites      local web sites (desktop form page, search engines, pages hostile to 
 Everything starts a real program and cleans up after itself; nothing is simulated.
 """
 
-from tests.harness.client import STOPPED, journal, submit, verify_journal, wait_run, write_plan
+from shared.states import STOPPED
+from tests.harness.client import journal, submit, verify_journal, wait_run, write_plan
 from tests.harness.postgres import (
     PG_ADMIN_URL,
     TcpProxy,

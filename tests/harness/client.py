@@ -18,9 +18,8 @@ import grpc
 from coordinator.admin_cli.render import as_dict
 from coordinator.admin_cli.runs_commands import _timeline_nulls as timeline_nulls, load_plan
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
+from shared.states import STOPPED
 from tests.harness.processes import CoordinatorProcess, wait_until
-
-STOPPED = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")  # a run that is not moving
 
 
 def write_plan(path: Path, actions: list[dict[str, Any]], **extra: Any) -> Path:

@@ -59,15 +59,16 @@ from shared.errors import (
 )
 from shared.ids import new_id
 from shared.receipts import artifact_refs, content_hash, decode_result, encode_result
+from shared.states import ACTIVE, FINISHED, ActionState, ApprovalState, RunState
 from shared.text import refuse_control
 
 KIND = "desktop"
 PENDING, APPROVED, DENIED, SUSPENDED, EXPIRED = (
-    "pending",
-    "approved",
-    "denied",
-    "suspended",
-    "expired",
+    ApprovalState.PENDING,
+    ApprovalState.APPROVED,
+    ApprovalState.DENIED,
+    ApprovalState.SUSPENDED,
+    ApprovalState.EXPIRED,
 )
 SECRET_REF = re.compile(r"\{\{secret:([A-Za-z0-9_.-]{1,100})\}\}")
 MAX_ARGS_CHARS = 64 * 1024
@@ -111,13 +112,13 @@ def _end_expired(s: Session, run: RunRow, approval: ApprovalRow, ctx: Context) -
         s,
         run,
         ctx,
-        ledger.SUCCEEDED,
+        RunState.SUCCEEDED,
         stop_reason="scope_expired: the approved time is over; receipts are saved",
     )
 
 
 def _holds_input(s: Session, run: RunRow, ctx: Context) -> bool:
-    if run.status not in ledger.ACTIVE:
+    if run.status not in ACTIVE:
         return False
     approval = queries.latest_approval(s, run.id)
     return approval is not None and approval.status == APPROVED and not _expired(approval, ctx.now)
@@ -149,7 +150,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
         return []
     if approval.status == PENDING:
         ledger.set_status(
-            s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(approval)
+            s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=approval_waiting(approval)
         )
     elif approval.status == APPROVED:
         if _expired(approval, ctx.now):
@@ -161,7 +162,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
                 s,
                 run,
                 ctx,
-                ledger.WAITING_FOR_ENVIRONMENT,
+                RunState.WAITING_FOR_ENVIRONMENT,
                 waiting=(
                     contract.INPUT_LEASE_HELD,
                     f"worker {approval.worker_id}'s desktop is controlled by run {holder};"
@@ -169,7 +170,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
                 ),
             )
         else:
-            ledger.set_status(s, run, ctx, ledger.RUNNING)
+            ledger.set_status(s, run, ctx, RunState.RUNNING)
     return []
 
 
@@ -180,7 +181,7 @@ def on_failure(s: Session, run: RunRow, action: ActionRow, ctx: Context) -> list
             s,
             run,
             ctx,
-            ledger.WAITING_FOR_AUTHORITY,
+            RunState.WAITING_FOR_AUTHORITY,
             waiting=(
                 contract.HUMAN_ACTIVE,
                 f"a person is using worker {action.worker_id}'s desktop; input is paused"
@@ -201,8 +202,8 @@ def suspend(
     approval.status = SUSPENDED
     approval.answer = why
     ledger.record(s, run, ctx, "approval.suspended", approval=approval.id, reason=why)
-    if run.status in ledger.ACTIVE:
-        ledger.set_status(s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=(code, why))
+    if run.status in ACTIVE:
+        ledger.set_status(s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=(code, why))
 
 
 def ask_again(
@@ -216,7 +217,7 @@ def ask_again(
     ledger.record(
         s, run, ctx, "approval.requested", approval=fresh.id, again=True, why=why, scope=asked
     )
-    ledger.set_status(s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(fresh))
+    ledger.set_status(s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=approval_waiting(fresh))
     return fresh
 
 
@@ -385,7 +386,7 @@ def _refuse(s: Session, run: RunRow, action: ActionRow, refusal: Refusal, ctx: C
     s.add(row)
     quotas.charge_text(s, run.owner_id, body)
     action.status, action.error, action.receipt_id, action.finished_at = (
-        "FAILED",
+        ActionState.FAILED,
         error,
         row.id,
         ctx.now,
@@ -466,7 +467,7 @@ class Desktop:
                 spec={"worker": worker_id, "scope": asked.to_json()},
                 actions_total=0,
                 now=now,
-                status=ledger.WAITING_FOR_AUTHORITY,
+                status=RunState.WAITING_FOR_AUTHORITY,
             )
             s.add(run)
             s.flush()
@@ -488,7 +489,7 @@ class Desktop:
                 by=who.id,
             )
             ledger.set_status(
-                s, run, ctx, ledger.WAITING_FOR_AUTHORITY, waiting=approval_waiting(approval)
+                s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=approval_waiting(approval)
             )
             created.append(RunView(run))
             return []
@@ -502,7 +503,7 @@ class Desktop:
             out = []
             for row in rows:
                 run = s.get(RunRow, row.run_id)
-                if run is None or (status in ("", PENDING) and run.status not in ledger.ACTIVE):
+                if run is None or (status in ("", PENDING) and run.status not in ACTIVE):
                     continue  # a pending request of a run that ended asks nothing any more
                 if who.role is Role.ADMIN or row.owner_id == who.id:
                     out.append(row)
@@ -536,7 +537,7 @@ class Desktop:
                 raise FailedPreconditionError(
                     f"approval {approval_id} is already {approval.status}; a new request is needed"
                 )
-            if run.status not in ledger.ACTIVE:
+            if run.status not in ACTIVE:
                 raise FailedPreconditionError(f"run {run.id} is {run.status}: nothing to approve")
             approval.answered_by, approval.answered_at = who.id, ctx.now
             approval.answer = reason
@@ -555,7 +556,7 @@ class Desktop:
                         s,
                         run,
                         ctx,
-                        ledger.CANCELLED,
+                        RunState.CANCELLED,
                         stop_reason=f"approval_denied by {who.name}: {reason or 'no reason given'}",
                     )
             else:
@@ -611,7 +612,7 @@ class Desktop:
             run = owned_run(s, who, run_id, lock=True)
             if run.kind != KIND:
                 raise InvalidArgumentError(f"run {run_id} is a {run.kind} run, not a desktop run")
-            if run.status not in ledger.ACTIVE:
+            if run.status not in ACTIVE:
                 raise FailedPreconditionError(
                     f"run {run_id} is {run.status}: {run.stop_reason or 'it has stopped'}"
                 )
@@ -695,7 +696,7 @@ class Desktop:
         if run.spec.get("resume"):
             row.args = encode_result(dict(args, resume=True))
             run.spec = {k: v for k, v in run.spec.items() if k != "resume"}
-        ledger.set_status(s, run, ctx, ledger.RUNNING)
+        ledger.set_status(s, run, ctx, RunState.RUNNING)
         order = ledger.claim(s, run, row, worker_id, ctx)
         assert isinstance(order, DispatchOrder)
         return None, replace(order, secrets=values, scope=grant)
@@ -714,7 +715,7 @@ class Desktop:
                 wake.clear()
                 result = await self._db.read(self._read_outcome, who, run_id, action_id)
                 remaining = deadline - time.monotonic()
-                if result.action.status in (*ledger.FINISHED, ledger.UNKNOWN) or remaining <= 0:
+                if result.action.status in (*FINISHED, ActionState.UNKNOWN) or remaining <= 0:
                     return result
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), min(remaining, 1.0))
@@ -749,7 +750,7 @@ class Desktop:
                 )
             run.spec = dict(run.spec, resume=True)
             ledger.record(s, run, ctx, "desktop.continue", by=who.id)
-            ledger.set_status(s, run, ctx, ledger.RUNNING, cause=f"continue by {who.name}")
+            ledger.set_status(s, run, ctx, RunState.RUNNING, cause=f"continue by {who.name}")
             return advance(s, run, ctx)
 
         await self._dispatcher.run_unit(unit)

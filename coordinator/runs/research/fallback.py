@@ -22,6 +22,7 @@ from coordinator.runs.desktop.scope import Scope
 from coordinator.store import desktop as queries
 from coordinator.store.models import ActionRow, ApprovalRow, RunRow
 from shared.receipts import decode_result, encode_result
+from shared.states import ActionState
 
 KIND = "research"
 DEFAULT_TTL = 1800.0
@@ -107,6 +108,6 @@ def route(
 
 
 def _skip(s: Session, run: RunRow, action: ActionRow, why: str, ctx: Context) -> Route:
-    action.status, action.error, action.finished_at = ledger.SKIPPED, why, ctx.now
+    action.status, action.error, action.finished_at = ActionState.SKIPPED, why, ctx.now
     ledger.record(s, run, ctx, "research.skipped", work_unit=action.id, reason=why)
-    return None, ledger.SKIPPED, why
+    return None, ActionState.SKIPPED, why

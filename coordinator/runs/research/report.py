@@ -36,6 +36,7 @@ from coordinator.store import journal, runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
 from shared import passages as page_passages, relevance
 from shared.receipts import decode_result
+from shared.states import ActionState
 
 APP_KIND = "app.research"
 HEADLESS_ROUTE = "headless"
@@ -132,7 +133,7 @@ def build(s: Session, run: RunRow, actions: Sequence[ActionRow]) -> dict[str, An
     for action in actions:
         if action.kind.startswith("browser."):
             headless_units += 1
-        if action.status == "SKIPPED":
+        if action.status == ActionState.SKIPPED:
             code, _, message = action.error.partition(": ")
             if action.kind == APP_KIND:
                 branches.append(_branch(app_route(action), action, code, message))

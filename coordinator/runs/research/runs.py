@@ -44,6 +44,7 @@ from coordinator.store.models import ActionRow, RunRow
 from shared.errors import InvalidArgumentError
 from shared.receipts import decode_result
 from shared.search import search_spec
+from shared.states import ActionState
 from shared.text import refuse_control
 
 __all__ = ["ResearchRequest", "research_plan"]
@@ -240,7 +241,7 @@ def _on_app(
         return
     # The first app to answer settles a run that is not thorough: the rest is not needed.
     for other in run_queries.actions_of(s, run.id):
-        if other.status == ledger.PENDING and other.stage > action.stage:
+        if other.status == ActionState.PENDING and other.stage > action.stage:
             _skip(other, f"not_needed: route {route} answered", ctx)
 
 
@@ -313,7 +314,7 @@ def _policy_of(action: ActionRow) -> dict[str, Any]:
 
 
 def _skip(action: ActionRow, why: str, ctx: ledger.Context) -> None:
-    action.status = ledger.SKIPPED
+    action.status = ActionState.SKIPPED
     action.error = why  # "code: message"
     action.finished_at = ctx.now
 
@@ -397,13 +398,13 @@ def route_unit(
             _skip(action, why, ctx)
             url = research_report.arg(action, "url")
             ledger.record(s, run, ctx, "research.skipped", work_unit=action.id, url=url, reason=why)
-            return None, ledger.SKIPPED, why
+            return None, ActionState.SKIPPED, why
     notes = []
     routes = [r for r in run.spec.get("routes") or [HEADLESS | {"name": "headless"}]]
     for route in (r for r in routes if not r.get("app")):
         if route.get("needs_approval"):
             worker, code, detail = fallback.route(s, run, action, route, ctx)
-            if worker is not None or code == ledger.SKIPPED:
+            if worker is not None or code == ActionState.SKIPPED:
                 return worker, code, detail
             notes.append(f"route {route['name']}: {detail}")
             return None, code, "; ".join(notes)
@@ -446,7 +447,7 @@ def _route_app(
             sources=0,
             worker="",
         )
-        return None, ledger.SKIPPED, why
+        return None, ActionState.SKIPPED, why
     busy = ctx.busy(s)
     for view in sorted(offering, key=lambda v: (busy.get(v.id, 0), v.id)):
         action.route = {"worker": view.id, "app": app}
