@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from coordinator.runs.service import MAX_ACTIONS_PER_PLAN
+from coordinator.runs.plan import MAX_ACTIONS_PER_PLAN
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess

@@ -19,7 +19,8 @@ from hypothesis import given, settings, strategies as st
 
 from coordinator.agent.tools import COMPUTER_ACTIONS
 from coordinator.model.orders import DispatchOrder
-from coordinator.runs.desktop import runs as coordinator_desktop, scope as coordinator_scope
+from coordinator.runs.desktop import admission as coordinator_desktop, scope as coordinator_scope
+from coordinator.runs.desktop.runs import ActResult
 from coordinator.runs.desktop.scope import Scope
 from coordinator.servicers import desktop as desktop_servicer
 from coordinator.servicers.worker_gateway import _message
@@ -63,11 +64,11 @@ def test_both_ends_know_the_same_actions() -> None:
     assert COMPUTER_ACTIONS == contract.ACTIONS  # what a goal's model is offered
     for action in contract.ACTIONS:
         try:
-            coordinator_desktop._validate_args(action, "{}")
+            coordinator_desktop.checked_args(action, "{}")
         except InvalidArgumentError as exc:  # a missing argument, not an unknown action
             assert exc.message.startswith("args."), exc
     with pytest.raises(InvalidArgumentError, match=r"^action: unknown 'shell'"):
-        coordinator_desktop._validate_args("shell", "{}")
+        coordinator_desktop.checked_args("shell", "{}")
 
 
 def test_input_and_idempotent_actions_split_the_vocabulary() -> None:
@@ -82,7 +83,7 @@ def test_input_and_idempotent_actions_split_the_vocabulary() -> None:
 
 def coordinator_accepts(action: str, args: dict[str, Any]) -> bool:
     try:
-        coordinator_desktop._validate_args(action, encode_result(args))
+        coordinator_desktop.checked_args(action, encode_result(args))
     except InvalidArgumentError:
         return False
     return True
@@ -298,13 +299,7 @@ def _codes_raised(paths: list[Path]) -> set[str]:
 
 def test_every_refusal_code_is_in_the_contract_as_who_refuses_with_it() -> None:
     shared = [ROOT / "shared/desktop_scope.py"]
-    coordinator = _codes_raised(
-        [
-            ROOT / "coordinator/runs/desktop/runs.py",
-            ROOT / "coordinator/runs/desktop/scope.py",
-            *shared,
-        ]
-    )
+    coordinator = _codes_raised(sorted((ROOT / "coordinator/runs/desktop").glob("*.py")) + shared)
     worker = _codes_raised(sorted((ROOT / "worker_agent/desktop").glob("*.py")) + shared)
     by = {who: {c for c, (w, _) in contract.CODES.items() if w in (who, contract.BOTH)}
           for who in (contract.COORDINATOR, contract.WORKER)}  # fmt: skip
@@ -322,9 +317,7 @@ def test_the_coordinator_reads_every_code_off_a_worker_error_line() -> None:
 
     for code in contract.CODES:
         row = ActionRow(id="act", run_id="run", status="FAILED", receipt_id="", error="")
-        result = coordinator_desktop.ActResult(
-            row, {"status": "refused", "error": f"{code}: why"}, ()
-        )
+        result = ActResult(row, {"status": "refused", "error": f"{code}: why"}, ())
         assert desktop_servicer._act_message(result).code == code
 
 
@@ -354,7 +347,7 @@ def test_the_scope_travels_as_a_typed_message_and_never_in_the_args() -> None:
 def test_a_caller_cannot_set_what_the_coordinator_adds() -> None:
     for key in ("scope", "resume"):
         with pytest.raises(InvalidArgumentError, match=rf"^args\.{key}: set by the coordinator"):
-            coordinator_desktop._validate_args("left_click", encode_result({key: True}))
+            coordinator_desktop.checked_args("left_click", encode_result({key: True}))
 
 
 # ---------------------------------------------------- what the worker does with a bad scope

@@ -19,8 +19,8 @@ import grpc
 import pytest
 
 from coordinator.runs.desktop import scope as coordinator_scope
-from coordinator.runs.desktop.runs import _validate_args
-from coordinator.runs.service import POLICY_NUMBERS, PlannedAction, with_network_policy
+from coordinator.runs.desktop.admission import checked_args as _validate_args
+from coordinator.runs.plan import POLICY_NUMBERS, PlannedAction, with_network_policy
 from shared import desktop_scope as contract
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc

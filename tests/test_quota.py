@@ -159,15 +159,15 @@ def test_owner_limits_refuse_new_runs_until_there_is_room(
 
 
 def test_one_plan_is_capped_in_size() -> None:
-    from coordinator.runs.service import MAX_PLAN_CHARS, Plan, PlannedAction, _validate
+    from coordinator.runs.plan import MAX_PLAN_CHARS, Plan, PlannedAction, validate
 
     action = PlannedAction("diag.echo", {"value": "x" * (3 * 1024 * 1024)}, True, {})
     with pytest.raises(InvalidArgumentError) as refused:
-        _validate(Plan((action,) * 3))
+        validate(Plan((action,) * 3))
     assert refused.value.message.startswith(
         f"actions: the plan is larger than {MAX_PLAN_CHARS} bytes at actions[2]"
     )
-    _, size = _validate(Plan((action,) * 2))
+    _, size = validate(Plan((action,) * 2))
     assert 6 * 1024 * 1024 < size <= MAX_PLAN_CHARS
 
 

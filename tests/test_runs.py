@@ -535,7 +535,7 @@ def test_watch_resumes_after_a_disconnect_without_gaps_or_duplicates(
 
 
 def _plan_error(actions: list[tuple[str, str]], **limits: float) -> str:
-    from coordinator.runs.service import Plan, _validate, parse_plan_actions, with_network_policy
+    from coordinator.runs.plan import Plan, parse_plan_actions, validate, with_network_policy
     from shared.errors import InvalidArgumentError
 
     try:
@@ -543,7 +543,7 @@ def _plan_error(actions: list[tuple[str, str]], **limits: float) -> str:
         checked = tuple(
             with_network_policy(p, False, f"actions[{i}].args") for i, p in enumerate(parsed)
         )
-        _validate(Plan(checked, **limits))  # type: ignore[arg-type]
+        validate(Plan(checked, **limits))  # type: ignore[arg-type]
     except InvalidArgumentError as exc:
         return exc.message
     return ""

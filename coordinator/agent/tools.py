@@ -25,10 +25,11 @@ from coordinator.heart import ledger
 from coordinator.model.identity import Principal
 from coordinator.runs.desktop.runs import Desktop
 from coordinator.runs.desktop.scope import Scope
+from coordinator.runs.plan import Plan, PlannedAction
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
 from coordinator.runs.research.runs import ResearchRequest, research_plan
-from coordinator.runs.service import Plan, PlannedAction, Runs
+from coordinator.runs.service import Runs
 from coordinator.store import Database, journal, runs as run_queries
 from shared import desktop_scope
 from shared.errors import DeskfleetError, FailedPreconditionError

@@ -30,7 +30,7 @@ from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import CancelOrder, KillPush, Order
-from coordinator.runs.desktop import runs as desktop
+from coordinator.runs.desktop import approvals as desktop
 from coordinator.runs.service import owned_run
 from coordinator.security import audit
 from coordinator.store import (

@@ -13,10 +13,11 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
+from coordinator.runs.plan import Plan, parse_plan_actions
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
 from coordinator.runs.research.runs import ResearchRequest, research_plan
-from coordinator.runs.service import Plan, Runs, RunView, parse_plan_actions
+from coordinator.runs.service import Runs, RunView
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.timeline import timeline_message
 from coordinator.streams.followers import OpenStreams

@@ -25,6 +25,29 @@ from coordinator.model import capabilities
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import DispatchOrder, Order
 from coordinator.runs.desktop import scope
+from coordinator.runs.desktop.admission import (
+    DEFAULT_ACT_TIMEOUT,
+    checked_args,
+    display_size,
+    refusal_before_scope,
+    refuse,
+    secrets_for,
+    take_input,
+)
+from coordinator.runs.desktop.approvals import (
+    APPROVED,
+    DENIED,
+    KIND,
+    PENDING,
+    approval_waiting,
+    ask_again,
+    end_expired,
+    grant_for,
+    granted_scope,
+    is_expired,
+    new_approval,
+    suspend,
+)
 from coordinator.runs.desktop.scope import Scope
 from coordinator.runs.service import RunView, new_run, owned_run
 from coordinator.security import audit
@@ -42,15 +65,13 @@ from coordinator.store.models import (
     ActionRow,
     ApprovalRow,
     ArtifactRow,
-    InputLeaseRow,
     PrincipalRow,
-    ReceiptRow,
     RunRow,
     SecretRow,
 )
 from coordinator.streams.journal_bus import JournalBus
 from shared import desktop_scope as contract
-from shared.desktop_scope import Grant, Refusal, Region
+from shared.desktop_scope import Refusal, Region
 from shared.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -58,24 +79,9 @@ from shared.errors import (
     PermissionDeniedError,
 )
 from shared.ids import new_id
-from shared.receipts import artifact_refs, content_hash, decode_result, encode_result
-from shared.states import ACTIVE, FINISHED, ActionState, ApprovalState, RunState
+from shared.receipts import artifact_refs, encode_result
+from shared.states import ACTIVE, FINISHED, ActionState, RunState
 from shared.text import refuse_control
-
-KIND = "desktop"
-PENDING, APPROVED, DENIED, SUSPENDED, EXPIRED = (
-    ApprovalState.PENDING,
-    ApprovalState.APPROVED,
-    ApprovalState.DENIED,
-    ApprovalState.SUSPENDED,
-    ApprovalState.EXPIRED,
-)
-SECRET_REF = re.compile(r"\{\{secret:([A-Za-z0-9_.-]{1,100})\}\}")
-MAX_ARGS_CHARS = 64 * 1024
-DEFAULT_ACT_TIMEOUT = 60.0
-# A caller may not set these: `resume` is the coordinator's to add after `desktop continue` (it
-# lifts the worker's human_active pause), and the scope travels apart (`Dispatch.scope`).
-RESERVED_ARGS = ("scope", "resume")
 
 
 @dataclass(frozen=True)
@@ -88,61 +94,6 @@ class ActResult:
 # ------------------------------------------------------------------------------ the ledger
 
 
-def approval_waiting(approval: ApprovalRow) -> tuple[str, str]:
-    return (
-        ledger.NEEDS_APPROVAL,
-        f"approval {approval.id} waits for an answer: "
-        + ("desktop control" if approval.kind == KIND else "research in a visible browser")
-        + f" on worker {approval.worker_id}, {Scope.from_json(approval.requested).describe()}"
-        f" (deskfleet approvals approve {approval.id})",
-    )
-
-
-def _expired(approval: ApprovalRow, now: float) -> bool:
-    return approval.status == EXPIRED or (
-        approval.status == APPROVED
-        and approval.expires_at is not None
-        and now >= approval.expires_at
-    )
-
-
-def _end_expired(s: Session, run: RunRow, approval: ApprovalRow, ctx: Context) -> None:
-    approval.status = EXPIRED
-    ledger.set_status(
-        s,
-        run,
-        ctx,
-        RunState.SUCCEEDED,
-        stop_reason="scope_expired: the approved time is over; receipts are saved",
-    )
-
-
-def _holds_input(s: Session, run: RunRow, ctx: Context) -> bool:
-    if run.status not in ACTIVE:
-        return False
-    approval = queries.latest_approval(s, run.id)
-    return approval is not None and approval.status == APPROVED and not _expired(approval, ctx.now)
-
-
-def take_input(s: Session, run: RunRow, worker_id: str, ctx: Context) -> str:
-    """Give the run the desktop's input lease; returns the holder's run id when it is taken."""
-    lease = queries.input_lease(s, worker_id)
-    if lease is None:
-        s.add(InputLeaseRow(worker_id=worker_id, run_id=run.id, acquired_at=ctx.now))
-        ledger.record(s, run, ctx, "input.lease", worker=worker_id)
-        return ""
-    if lease.run_id == run.id:
-        return ""
-    holder = s.get(RunRow, lease.run_id)
-    if holder is not None and _holds_input(s, holder, ctx):
-        return holder.id
-    lease.run_id, lease.acquired_at = run.id, ctx.now
-    ledger.record(
-        s, run, ctx, "input.lease", worker=worker_id, previous=holder.id if holder else ""
-    )
-    return ""
-
-
 def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
     """A desktop run never dispatches by itself: it only moves between waiting and ready."""
     approval = queries.latest_approval(s, run.id)
@@ -153,8 +104,8 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
             s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=approval_waiting(approval)
         )
     elif approval.status == APPROVED:
-        if _expired(approval, ctx.now):
-            _end_expired(s, run, approval, ctx)
+        if is_expired(approval, ctx.now):
+            end_expired(s, run, approval, ctx)
         elif run.waiting_code == contract.HUMAN_ACTIVE:
             pass  # only `desktop continue` moves it on
         elif holder := take_input(s, run, approval.worker_id, ctx):
@@ -193,223 +144,6 @@ def on_failure(s: Session, run: RunRow, action: ActionRow, ctx: Context) -> list
 
 # A desktop run's kind (given to the dispatcher at wiring): it stays open between actions.
 DESKTOP_RUNS = RunKind(advance=advance, on_failure=on_failure)
-
-
-def suspend(
-    s: Session, run: RunRow, approval: ApprovalRow, why: str, code: str, ctx: Context
-) -> None:
-    """Take an approval back (a kill switch, a lost connection): the run waits for a person."""
-    approval.status = SUSPENDED
-    approval.answer = why
-    ledger.record(s, run, ctx, "approval.suspended", approval=approval.id, reason=why)
-    if run.status in ACTIVE:
-        ledger.set_status(s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=(code, why))
-
-
-def ask_again(
-    s: Session, run: RunRow, previous: ApprovalRow, why: str, ctx: Context
-) -> ApprovalRow:
-    """A new pending approval for what the previous one last allowed: its grant if it was
-    answered, else what it asked for. Approved as it stands, it can never be wider than that."""
-    asked = dict(previous.granted or previous.requested)
-    fresh = new_approval(run, previous.worker_id, asked, previous.reason, ctx.now, previous.kind)
-    s.add(fresh)
-    ledger.record(
-        s, run, ctx, "approval.requested", approval=fresh.id, again=True, why=why, scope=asked
-    )
-    ledger.set_status(s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=approval_waiting(fresh))
-    return fresh
-
-
-def new_approval(
-    run: RunRow,
-    worker_id: str,
-    requested: dict[str, Any],
-    reason: str,
-    now: float,
-    kind: str = KIND,
-) -> ApprovalRow:
-    return ApprovalRow(
-        id=new_id("apr"),
-        run_id=run.id,
-        owner_id=run.owner_id,
-        kind=kind,
-        worker_id=worker_id,
-        status=PENDING,
-        requested=requested,
-        granted={},
-        reason=reason,
-        answer="",
-        answered_by="",
-        requested_at=now,
-        answered_at=None,
-        expires_at=None,
-        actions_used=0,
-        session_id="",
-    )
-
-
-def _granted(
-    run: RunRow,
-    approval: ApprovalRow,
-    grant: tuple[list[str], list[int], Region | None, float, int],
-) -> Scope:
-    """What an approver's answer grants: the approval's scope, narrowed by any field given."""
-    asked = Scope.from_json(approval.requested)
-    if approval.kind != KIND or approval.requested == run.spec.get("scope"):
-        return scope.narrowed(asked, *grant)
-    # Asked again after a kill switch or a lost connection: the scope is the last grant.
-    try:
-        return scope.narrowed(asked, *grant, source="previously granted")
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(
-            f"{exc.message}; a wider scope needs a new desktop request"
-        ) from exc
-
-
-# ------------------------------------------------------------------------------- acting
-
-
-def _refusal_before_scope(
-    s: Session, run: RunRow, approval: ApprovalRow | None, ctx: Context
-) -> Refusal | None:
-    if approval is None or approval.status == PENDING:
-        detail = f"approval {approval.id} waits for an answer" if approval else "no approval"
-        return Refusal(contract.NOT_APPROVED, f"{detail}; nothing runs without one")
-    worker_id = approval.worker_id
-    kills = queries.kills_applying(s, worker_id, [run.id])
-    if kills:
-        k = kills[0]
-        return Refusal(
-            contract.KILL_SWITCH, f"kill switch {k.id} ({k.scope}) is engaged: {k.reason}"
-        )
-    if approval.status == SUSPENDED:
-        return Refusal(contract.REAPPROVAL_NEEDED, f"{approval.answer}; approve the run again")
-    if approval.status == DENIED:
-        return Refusal(contract.DENIED, f"approval {approval.id} was denied: {approval.answer}")
-    if _expired(approval, ctx.now):
-        return Refusal(contract.EXPIRED, f"approval {approval.id} has expired")
-    if run.waiting_code == contract.HUMAN_ACTIVE:
-        return Refusal(contract.HUMAN_ACTIVE, run.waiting_detail)
-    granted = Scope.from_json(approval.granted)
-    if approval.actions_used >= granted.max_actions:
-        return Refusal(
-            contract.MAX_ACTIONS_USED, f"the approval's {granted.max_actions} actions are used up"
-        )
-    return None
-
-
-def _display_size(s: Session, worker_id: str, index: int) -> tuple[int, int] | None:
-    worker = worker_queries.worker_by_id(s, worker_id)
-    displays = (worker.advertisement or {}).get("displays", []) if worker else []
-    for d in displays:
-        if d.get("index") == index:
-            return int(d["width"]), int(d["height"])
-    return None
-
-
-def _secrets(
-    s: Session, box: SecretBox | None, owner_id: str, args: dict[str, Any]
-) -> tuple[dict[str, str], str]:
-    text = args.get("text")
-    if not isinstance(text, str):
-        return {}, ""
-    values: dict[str, str] = {}
-    for name in SECRET_REF.findall(text):
-        row: SecretRow | None = queries.secret(s, owner_id, name)
-        if row is None:
-            return {}, name
-        if box is None:
-            raise FailedPreconditionError(NO_KEY)
-        values[name] = box.open(owner_id, name, row.value)
-    return values, ""
-
-
-def _validate_args(action: str, args_json: str) -> dict[str, Any]:
-    if action not in contract.ACTIONS:
-        raise InvalidArgumentError(
-            f"action: unknown {action!r} (known: {', '.join(contract.ACTIONS)})"
-        )
-    if len(args_json) > MAX_ARGS_CHARS:
-        raise InvalidArgumentError(f"args: at most {MAX_ARGS_CHARS} characters")
-    try:
-        args = decode_result(args_json) if args_json else {}
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"args: {exc.message}") from exc
-    if not isinstance(args, dict):
-        raise InvalidArgumentError("args: a JSON object")
-    for key in RESERVED_ARGS:
-        if key in args:
-            raise InvalidArgumentError(f"args.{key}: set by the coordinator, not by the caller")
-    text = args.get("text")
-    if text is not None and (not isinstance(text, str) or len(text) > contract.MAX_TEXT):
-        raise InvalidArgumentError(f"args.text: a string of at most {contract.MAX_TEXT} characters")
-    display = args.get("display", 0)
-    if type(display) is not int or not 0 <= display < contract.MAX_DISPLAYS:
-        raise InvalidArgumentError(f"args.display: an integer in 0..{contract.MAX_DISPLAYS - 1}")
-    scope.points_of(args)  # coordinates are integers, or the caller hears it now
-    scope.space_checked(args.get("space"))
-    if action == "key":
-        scope.check_keys(args.get("key"), "args.key")  # before an approval is even looked at
-    return args
-
-
-def _refuse(s: Session, run: RunRow, action: ActionRow, refusal: Refusal, ctx: Context) -> None:
-    """Finish the action with a refusal receipt written by the coordinator itself."""
-    error = f"{refusal.code}: {refusal.message}"
-    body = encode_result(
-        {
-            "action": action.id,
-            "run": run.id,
-            "kind": action.kind,
-            "worker": "",
-            "refused_by": "coordinator",
-            "status": "refused",
-            "code": refusal.code,
-            "error": error,
-            "fingerprint": action.fingerprint,
-            "at": ctx.now,
-        }
-    )
-    row = ReceiptRow(
-        id=new_id("rcp"),
-        run_id=run.id,
-        action_id=action.id,
-        attempt_id="",
-        epoch=0,
-        worker_id="",
-        status="refused",
-        body=body,
-        sha256=content_hash(body),
-        created_at=ctx.now,
-    )
-    s.add(row)
-    quotas.charge_text(s, run.owner_id, body)
-    action.status, action.error, action.receipt_id, action.finished_at = (
-        ActionState.FAILED,
-        error,
-        row.id,
-        ctx.now,
-    )
-    ledger.record(
-        s,
-        run,
-        ctx,
-        "action.refused",
-        action=action.id,
-        kind=action.kind,
-        code=refusal.code,
-        reason=refusal.message,
-        receipt=row.id,
-        sha256=row.sha256,
-    )
-
-
-def _grant(granted: Scope, approval: ApprovalRow, now: float) -> Grant:
-    assert approval.expires_at is not None
-    return granted.grant(
-        round(approval.expires_at - now, 3), granted.max_actions - approval.actions_used
-    )
 
 
 class Desktop:
@@ -560,7 +294,7 @@ class Desktop:
                         stop_reason=f"approval_denied by {who.name}: {reason or 'no reason given'}",
                     )
             else:
-                granted = _granted(run, approval, grant)
+                granted = granted_scope(run, approval, grant)
                 approval.status = APPROVED
                 approval.granted = granted.to_json()
                 quotas.charge_text(s, run.owner_id, encode_result(approval.granted))
@@ -604,7 +338,7 @@ class Desktop:
         args_json: str,
         timeout: float,  # noqa: ASYNC109
     ) -> ActResult:
-        args = _validate_args(action, args_json)
+        args = checked_args(action, args_json)
         made: list[str] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
@@ -638,7 +372,7 @@ class Desktop:
             made.append(row.id)
             refusal, order = self._admit(s, run, approval, action, args, row, ctx)
             if refusal is not None:
-                _refuse(s, run, row, refusal, ctx)
+                refuse(s, run, row, refusal, ctx)
                 return []
             assert order is not None
             return [order]
@@ -656,15 +390,15 @@ class Desktop:
         row: ActionRow,
         ctx: Context,
     ) -> tuple[Refusal | None, DispatchOrder | None]:
-        refusal = _refusal_before_scope(s, run, approval, ctx)
+        refusal = refusal_before_scope(s, run, approval, ctx)
         if refusal is not None or approval is None:
             if refusal is not None and refusal.code == contract.EXPIRED and approval is not None:
-                _end_expired(s, run, approval, ctx)
+                end_expired(s, run, approval, ctx)
             return refusal, None
         worker_id = approval.worker_id
         granted = Scope.from_json(approval.granted)
         refusal = scope.check(
-            granted, action, args, _display_size(s, worker_id, args.get("display", 0))
+            granted, action, args, display_size(s, worker_id, args.get("display", 0))
         )
         if refusal is not None:
             return refusal, None
@@ -679,7 +413,7 @@ class Desktop:
             suspend(s, run, approval, why, contract.REAPPROVAL_NEEDED, ctx)
             ask_again(s, run, approval, why, ctx)
             return Refusal(contract.REAPPROVAL_NEEDED, f"{why}; approve the run again"), None
-        values, missing = _secrets(s, self._box, run.owner_id, args)
+        values, missing = secrets_for(s, self._box, run.owner_id, args)
         if missing:
             return Refusal(
                 contract.UNKNOWN_SECRET, f"no secret named {missing!r} is stored for the owner"
@@ -691,7 +425,7 @@ class Desktop:
                 if refusal := scope.keys_in_text(granted, value, "a secret 'text' refers to"):
                     return refusal, None
         approval.session_id = session
-        grant = _grant(granted, approval, ctx.now)
+        grant = grant_for(granted, approval, ctx.now)
         approval.actions_used += 1
         if run.spec.get("resume"):
             row.args = encode_result(dict(args, resume=True))

@@ -17,7 +17,7 @@ from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.model import capabilities
 from coordinator.model.workers import WorkerView
-from coordinator.runs.desktop import runs as desktop
+from coordinator.runs.desktop import approvals as desktop
 from coordinator.runs.desktop.scope import Scope
 from coordinator.store import desktop as queries
 from coordinator.store.models import ActionRow, ApprovalRow, RunRow

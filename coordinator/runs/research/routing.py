@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.model import capabilities
-from coordinator.runs.service import check_url
+from coordinator.runs.plan import check_url
 from shared.errors import InvalidArgumentError
 from shared.search import search_spec
 

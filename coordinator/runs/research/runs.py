@@ -36,9 +36,9 @@ from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger
 from coordinator.heart.context import RunKind
+from coordinator.runs.plan import Plan, PlannedAction, check_url
 from coordinator.runs.research import fallback, report as research_report
 from coordinator.runs.research.report import APP_KIND
-from coordinator.runs.service import Plan, PlannedAction, check_url
 from coordinator.store import journal, runs as run_queries
 from coordinator.store.models import ActionRow, RunRow
 from shared.errors import InvalidArgumentError
