@@ -223,7 +223,10 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             raise InvalidArgumentError("the first message on the stream must be a hello")
         hello = first.hello
         advertisement = Advertisement.from_proto(hello.advertisement)
-        held = [Held(h.action_id, h.attempt_id, h.epoch, h.state) for h in hello.held]
+        held = [
+            Held(action_id=h.action_id, attempt_id=h.attempt_id, epoch=h.epoch, state=h.state)
+            for h in hello.held
+        ]
         refusal = worker_bounds.hello_refusal(
             hello.ByteSize(), advertisement, held, self._config.hello_limits
         )
@@ -316,23 +319,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 self._dispatcher.on_started(Started(session.worker_id, m.action_id, m.attempt_id))
             elif kind == "receipt":
                 r = message.receipt
-                receipt = IncomingReceipt(
-                    session.worker_id,
-                    r.action_id,
-                    r.run_id,
-                    r.attempt_id,
-                    r.epoch,
-                    r.status,
-                    r.result_json,
-                    r.error,
-                    r.started_at,
-                    r.finished_at,
-                    tuple(
-                        IncomingArtifact(a.sha256, a.media_type, a.data, a.width, a.height)
-                        for a in r.artifacts
-                    ),
-                    r.traceparent,
-                )
+                receipt = _receipt(session.worker_id, r)
                 refusal = worker_bounds.receipt_refusal(receipt)
                 if refusal:
                     # Answered, so that the worker forgets it instead of sending it again.
@@ -370,7 +357,15 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 code = p.code[: worker_bounds.MAX_CODE]
                 self._peeks.on_answer(
                     session.worker_id,
-                    PeekAnswer(p.peek_id, p.media_type, p.data, p.width, p.height, error, code),
+                    PeekAnswer(
+                        peek_id=p.peek_id,
+                        media_type=p.media_type,
+                        data=p.data,
+                        width=p.width,
+                        height=p.height,
+                        error=error,
+                        code=code,
+                    ),
                 )
             elif kind == "kill_ack":
                 ack = message.kill_ack
@@ -385,6 +380,32 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                     )
             else:
                 raise InvalidArgumentError(f"unexpected {kind or 'empty'} message on the stream")
+
+
+def _receipt(worker_id: str, r: worker_pb2.Receipt) -> IncomingReceipt:
+    return IncomingReceipt(
+        worker_id=worker_id,
+        action_id=r.action_id,
+        run_id=r.run_id,
+        attempt_id=r.attempt_id,
+        epoch=r.epoch,
+        status=r.status,
+        result_json=r.result_json,
+        error=r.error,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+        artifacts=tuple(
+            IncomingArtifact(
+                sha256=a.sha256,
+                media_type=a.media_type,
+                data=a.data,
+                width=a.width,
+                height=a.height,
+            )
+            for a in r.artifacts
+        ),
+        traceparent=r.traceparent,
+    )
 
 
 class _Ack:
