@@ -477,7 +477,7 @@ def _csrf(page: Any) -> str:
 
 
 def test_templates_spell_out_control_characters_and_escape_markup() -> None:
-    from coordinator.console.app import _templates
+    from coordinator.console.pages import _templates
 
     env = _templates()
     out = env.from_string("<p>{{ v }}</p><pre>{{ v | multiline }}</pre>").render(
@@ -507,7 +507,7 @@ def test_sessions_expire_and_end() -> None:
 
 
 def test_redirects_after_sign_in_stay_on_the_console() -> None:
-    from coordinator.console.app import _local
+    from coordinator.console.auth import _local
 
     assert _local("/runs?status=FAILED") == "/runs?status=FAILED"
     for bad in ("https://evil.test/", "//evil.test/x", "/\\evil.test", "", None, "runs"):
@@ -517,7 +517,7 @@ def test_redirects_after_sign_in_stay_on_the_console() -> None:
 def test_the_approve_form_becomes_a_narrowing_scope() -> None:
     from starlette.datastructures import FormData
 
-    from coordinator.console.app import approve_scope
+    from coordinator.console.approvals import approve_scope
 
     form = FormData(
         [

@@ -621,8 +621,8 @@ def test_host_names_a_console_answers_to() -> None:
 
 
 def test_a_displays_grid_has_a_bounded_number_of_lines_whatever_its_size() -> None:
-    from coordinator.console.app import ConsoleSettings, _templates
     from coordinator.console.model import grid_step
+    from coordinator.console.pages import ConsoleSettings, _templates
     from coordinator.console.sessions import Sessions
     from shared.config import ClientConfig
     from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2
@@ -664,7 +664,7 @@ def test_a_user_keeps_at_most_the_newest_sessions() -> None:
 
 
 async def test_streams_of_one_session_share_their_looks_at_the_coordinator() -> None:
-    from coordinator.console.app import LiveLooks
+    from coordinator.console.events import LiveLooks
     from coordinator.console.sessions import Sessions
 
     calls: list[tuple[str, str]] = []

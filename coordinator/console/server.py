@@ -11,13 +11,14 @@ from pathlib import Path
 
 import uvicorn
 
-from coordinator.console.app import ConsoleSettings, asgi
+from coordinator.console.app import asgi
 from coordinator.console.connections import ConnectionLimits, protocol_class
 from coordinator.console.limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_PER_CLIENT,
     DEFAULT_REQUEST_TIMEOUT,
 )
+from coordinator.console.pages import ConsoleSettings
 from coordinator.console.security import default_host_names
 from shared.config import ClientConfig
 from shared.errors import InvalidArgumentError

@@ -1,0 +1,191 @@
+"""The run pages: the list, one run (its timeline, report, journal), its replay, its artifacts;
+cancel, retry, abandon, guide and a run kill switch."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from coordinator.console import model
+from coordinator.console.pages import JOURNAL_PAGE, Pages, Refused, form_reason, query_without_page
+from coordinator.console.sessions import (
+    Session,
+)
+from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
+from shared.states import RUN_STATES, STOPPED
+
+
+class RunPages(Pages):
+    """Runs, their replays and artifacts."""
+
+    async def runs(self, request: Request, session: Session) -> Response:
+        q = request.query_params
+        filters = {k: q.get(k, "") for k in ("status", "kind", "owner", "q")}
+        limit = min(max(model.parse_int(q.get("limit"), 200), 1), 1000)
+        # Whose runs is the coordinator's decision: an owner naming anyone else is refused
+        # there, not filtered here.
+        listed = await self.rpc.call(
+            session.token,
+            self.rpc.runs.ListRuns,
+            runs_pb2.ListRunsRequest(
+                limit=limit,
+                status=filters["status"],
+                kind=filters["kind"],
+                owner=filters["owner"].strip(),
+            ),
+        )
+        shown = model.filter_runs(listed.runs, text=filters["q"])
+        page = model.page_of(shown, model.parse_int(q.get("page"), 1))
+        return await self.page(
+            request,
+            session,
+            "runs.html",
+            page=page,
+            filters=filters,
+            kinds=RUN_KINDS,
+            run_states=[str(s) for s in RUN_STATES],
+            query=query_without_page(request),
+        )
+
+    async def run(self, request: Request, session: Session) -> Response:
+        run_id = request.path_params["id"]
+        q = request.query_params
+        run = await self.rpc.call(session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id))
+        after = max(model.parse_int(q.get("after"), 0), 0)
+        events = await self.rpc.journal_page(session.token, run_id, after, JOURNAL_PAGE)
+        search = q.get("search", "").strip()
+        matches: runs_pb2.SearchJournalResponse | None = None
+        if search:
+            matches = await self.rpc.call(
+                session.token,
+                self.rpc.journal.SearchJournal,
+                runs_pb2.SearchJournalRequest(
+                    run_id=run_id, text=search, cursor=q.get("cursor", ""), limit=20
+                ),
+            )
+        report = None
+        desktop_runs: list[str] = []
+        if run.kind == "research":
+            found = await self.rpc.events_of(session.token, run_id, ("research.report",))
+            report = model.research_report(found[-1].data_json) if found else None
+        elif run.kind == "goal":
+            found = await self.rpc.events_of(session.token, run_id, ("goal.tool_result",))
+            desktop_runs = model.desktop_runs_of(found)
+        return await self.page(
+            request,
+            session,
+            "run.html",
+            run=run,
+            report=report,
+            desktop_runs=desktop_runs,
+            replayable=any(a.kind.startswith("desktop.") for a in run.actions),
+            timeline=model.timeline(run.timeline),
+            events=events,
+            after=after,
+            next_after=events[-1].seq if len(events) >= JOURNAL_PAGE else None,
+            search=search,
+            matches=matches,
+            stopped=run.status in STOPPED,
+            csrf=session.csrf,
+        )
+
+    async def replay(self, request: Request, session: Session) -> Response:
+        run_id = request.path_params["id"]
+        run = await self.rpc.call(session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id))
+        results: dict[str, dict[str, Any]] = {}
+        for event in await self.rpc.events_of(session.token, run_id, ("receipt",)):
+            data = json.loads(event.data_json)
+            action_id = str(data.get("action", ""))
+            if "archive" in data:  # a bulky result: the journal holds a preview only
+                data = json.loads(await self.rpc.entry_text(session.token, run_id, event.seq))
+            result = data.get("result")
+            if isinstance(result, dict):
+                results[action_id] = result  # the newest attempt's
+        return await self.page(
+            request, session, "replay.html", run=run, frames=model.replay(run.actions, results)
+        )
+
+    async def run_confirm(self, request: Request, session: Session) -> Response:
+        run_id, op = request.path_params["id"], request.path_params["op"]
+        if op not in RUN_OPS:
+            raise Refused(404, f"no such run operation: {op}")
+        return await self.page(
+            request,
+            session,
+            "confirm.html",
+            title=f"{RUN_OPS[op][0]} run {run_id}?",
+            explain=RUN_OPS[op][1],
+            action=f"/runs/{run_id}/{op}",
+            button=RUN_OPS[op][0],
+            back=f"/runs/{run_id}",
+            csrf=session.csrf,
+            reason=False,
+        )
+
+    async def run_change(self, request: Request, session: Session) -> Response:
+        run_id, op = request.path_params["id"], request.path_params["op"]
+        rpc = self.rpc
+        if op == "guide":
+            form = await request.form()
+            text = str(form.get("text") or "")
+            if not text.strip():
+                raise Refused(400, "guidance: write what the run should know")
+            done = await rpc.call(
+                session.token, rpc.runs.GuideRun, runs_pb2.GuideRunRequest(id=run_id, text=text)
+            )
+            session.flash("ok", f"guidance queued ({done.queued} waiting)")
+            return self.redirect(f"/runs/{run_id}")
+        if op == "kill":
+            form = await request.form()
+            switch = await rpc.call(
+                session.token,
+                rpc.kills.Engage,
+                desktop_pb2.EngageKillRequest(run=run_id, reason=form_reason(form)),
+            )
+            session.flash("ok", f"kill switch {switch.id} engaged for run {run_id}")
+            return self.redirect("/kill")
+        method = {
+            "cancel": rpc.runs.CancelRun,
+            "retry": rpc.runs.RetryRun,
+            "abandon": rpc.runs.AbandonRun,
+        }.get(op)
+        if method is None:
+            raise Refused(404, f"no such run operation: {op}")
+        run = await rpc.call(session.token, method, runs_pb2.RunRef(id=run_id))
+        session.flash("ok", f"run {run.id}: {run.status}")
+        return self.redirect(f"/runs/{run_id}")
+
+    async def artifact(self, request: Request, session: Session) -> Response:
+        run_id, sha = request.path_params["id"], request.path_params["sha"]
+        art = await self.rpc.call(
+            session.token,
+            self.rpc.desktop.GetArtifact,
+            desktop_pb2.GetArtifactRequest(run_id=run_id, sha256=sha),
+        )
+        media = (
+            art.info.media_type
+            if art.info.media_type in IMAGE_TYPES
+            else "application/octet-stream"
+        )
+        return Response(
+            art.data,
+            media_type=media,
+            # Not kept by the browser: a screen must not outlive the session that saw it.
+            headers={"cache-control": "no-store", "content-disposition": "inline"},
+        )
+
+
+RUN_OPS = {
+    "cancel": ("Cancel", "The run stops; actions in flight are cancelled."),
+    "retry": (
+        "Retry",
+        "The run continues from its checkpoint: no completed effect is replayed, no permission"
+        " granted, no budget replenished.",
+    ),
+    "abandon": ("Abandon", "The run is given up for good; it cannot be retried."),
+}
+RUN_KINDS = ("plan", "research", "desktop", "goal")
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
