@@ -26,6 +26,7 @@ from tests.harness import (
     postgres_available,
     scratch_database,
 )
+from tests.harness.ledger import Store, ledger_store
 
 # A table fits the terminal's width, or COLUMNS. A test process has no terminal, but pytest-xdist
 # starts its workers with COLUMNS=80: without this, tables would be cut in one process and
@@ -42,6 +43,14 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI must provide this: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """The ledger in-process (tests/harness/ledger.py): a SQLite store of the test's own; a
+    module with a store of another kind names its own `store`."""
+    with ledger_store(tmp_path) as made:
+        yield made
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from coordinator.heart.dispatch import Started, _apply_batch
 from coordinator.model.orders import CancelOrder, DispatchOrder, Held, Order, ReceiptVerdict
 from coordinator.store.engine import create_store_engine
 from coordinator.store.models import ActionRow, Base, JournalRow, ReceiptRow
-from tests.test_ledger_rules import Store, apply_all, in_flight, receipt
+from tests.harness.ledger import Store, apply_all, in_flight, receipt
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

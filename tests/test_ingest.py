@@ -29,7 +29,7 @@ from coordinator.store.models import (
     ReceiptRow,
     RunRow,
 )
-from tests.test_ledger_rules import Store, dispatched, in_flight, receipt
+from tests.harness.ledger import Store, dispatched, in_flight, receipt
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from coordinator.streams.journal_bus import JournalBus, StopWait
-from tests.test_ledger_rules import Store, apply_all, in_flight, receipt, store  # noqa: F401
+from tests.harness.ledger import Store, apply_all, in_flight, receipt
 
 
 def _bus(built: list[str]) -> JournalBus:
@@ -110,7 +110,7 @@ def test_a_waiter_handed_its_stopped_run_answers_without_reading_and_only_its_ow
 
 
 def test_the_view_handed_over_is_read_only_for_a_run_that_stayed_stopped(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     from coordinator.runs.service import stopped_view
 

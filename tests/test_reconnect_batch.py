@@ -31,7 +31,7 @@ from coordinator.streams.presence import Presence, Sent, WorkerSession
 from shared.credentials import SecretKind, new_secret, secret_hash
 from shared.errors import AuthenticationError, RevokedError
 from shared.ids import new_id
-from tests.test_ledger_rules import Store, dispatched, in_flight, store  # noqa: F401
+from tests.harness.ledger import Store, dispatched, in_flight
 
 
 def _action(fleet: Store, action_id: str) -> ActionRow:
@@ -52,7 +52,7 @@ def _reconcile(connects: list[tuple[str, tuple[Held, ...]]]) -> Any:
 
 
 def test_each_worker_of_a_batch_is_reconciled_as_it_would_be_alone(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     keeps, forgot, stranger = store.worker("keeps"), store.worker("forgot"), store.worker("x")
     for _ in range(2):
@@ -79,7 +79,7 @@ def test_each_worker_of_a_batch_is_reconciled_as_it_would_be_alone(
 
 
 def test_an_interrupted_attempt_goes_once_to_another_worker_of_the_batch(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """The first worker's attempt was interrupted: it is retried, and the second worker of
     the batch, which said it holds nothing, takes the new attempt, sent once."""
@@ -123,7 +123,7 @@ def _statements(fleet: Store, unit: Any) -> int:
 
 
 def test_a_batch_reads_the_ledger_with_the_same_queries_for_2_or_20_workers(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     workers = [store.worker(f"w{i}") for i in range(20)]
     for _ in range(20):
@@ -165,7 +165,7 @@ def test_a_batch_takes_at_most_its_limit_in_arrival_order() -> None:
 
 
 def test_a_welcome_gets_the_switches_that_apply_to_its_worker_only(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     a, b, c = store.worker("a"), store.worker("b"), store.worker("c")
     runs = [store.submit(1) for _ in range(2)]
@@ -245,7 +245,7 @@ async def test_credentials_looked_up_together_share_one_read(tmp_path: Path) -> 
 
 
 def test_an_attempt_claimed_after_the_new_stream_opened_is_not_sent_again(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """The worker is routable from the moment its presence opens, but its hello (what it holds)
     is reconciled a moment later. An attempt claimed in between went out on the new stream; the
@@ -271,7 +271,7 @@ def test_an_attempt_claimed_after_the_new_stream_opened_is_not_sent_again(
 
 
 def test_an_attempt_claimed_after_the_new_stream_opened_is_not_counted_as_recovered(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """A worker's first connect finds work claimed on it in the moment between its presence
     and its reconcile: nothing was recovered, so the recovery metric must not count it."""
@@ -323,7 +323,7 @@ def test_a_stream_is_not_sent_an_attempt_claimed_before_it_opened() -> None:
 
 
 def test_an_unsent_attempt_is_sent_again_once_whichever_comes_first(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """An attempt claimed before the stream opened but committed after the connect's reconcile
     read the ledger is sent again by the dispatcher (`resend_unsent`); when the reconcile got
@@ -350,7 +350,7 @@ def test_an_unsent_attempt_is_sent_again_once_whichever_comes_first(
 
 
 def test_the_reconcile_first_leaves_nothing_for_the_dispatcher_to_send(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     w = store.worker("w")
     store.submit(1, idempotent=False)
@@ -384,7 +384,7 @@ class _Relay:
 
 
 async def test_attempts_one_delivery_held_back_go_out_again_in_one_transaction(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """A fleet reconnecting at once can hold back many claims of one transaction: they are
     sent again together, in one transaction, and the held-back attempts leave no timeout

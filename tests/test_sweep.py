@@ -18,25 +18,25 @@ from coordinator.streams.journal_bus import JournalBus
 from coordinator.streams.presence import Presence
 from coordinator.streams.relay import Relay
 from coordinator.streams.worker_index import IndexUpdates
-from tests.test_ledger_rules import Store, in_flight, store  # noqa: F401
+from tests.harness.ledger import Store, in_flight
 
 LEASE = 0.2
 
 
-def _lease(store: Store, action_id: str, expires_at: float) -> None:  # noqa: F811
+def _lease(store: Store, action_id: str, expires_at: float) -> None:
     with Session(store.engine) as s, s.begin():
         s.execute(
             update(ActionRow).where(ActionRow.id == action_id).values(lease_expires_at=expires_at)
         )
 
 
-def _epoch(store: Store, action_id: str) -> int:  # noqa: F811
+def _epoch(store: Store, action_id: str) -> int:
     with Session(store.engine) as s:
         return s.get_one(ActionRow, action_id).epoch
 
 
 async def test_a_lease_this_process_granted_is_taken_back_at_once_an_older_one_after_the_grace(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """A worker that dies just after the coordinator started: its attempt, claimed by this
     process, moves on as soon as its lease lapses. An attempt whose lease a previous process

@@ -9,7 +9,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,15 +151,13 @@ class Dispatcher:
         here = self._presence.connected_ids()
         views: dict[str, Any] = {}
 
+        def route(s: Session, orders: list[Order], touched: set[str]) -> list[Order]:
+            return self._relay.route(s, orders, touched, here)
+
         def with_relay(s: Session, ctx: Context) -> list[Order]:
-            ctx.reset()
-            orders = unit(s, ctx)
-            orders += slots.serve(s, ctx)
-            routed = self._relay.route(s, orders, ctx.touched, here)
-            # A run stopped here is read for its waiters in this transaction: they answer
-            # with it instead of each reading the run again once woken.
+            routed, stopped = transaction(s, ctx, unit, route, self._bus.views_of_stops)
             views.clear()
-            views.update(self._bus.views_of_stops(s, ctx.stopped))
+            views.update(stopped)
             return routed
 
         orders = await self._db.write(with_relay, ctx)
@@ -425,6 +423,27 @@ class Dispatcher:
             return orders
 
         await self.run_unit(unit)
+
+
+Unit = Callable[[Session, Context], list[Order]]
+Route = Callable[[Session, list[Order], set[str]], list[Order]]
+StopViews = Callable[[Session, Collection[str]], dict[str, Any]]
+
+
+def transaction(
+    s: Session, ctx: Context, unit: Unit, route: Route, stop_views: StopViews
+) -> tuple[list[Order], dict[str, Any]]:
+    """The body of every ledger transaction (`Dispatcher.run_unit`; the in-process tests call
+    it too): the unit, then the free worker slots given to the runs in line (`slots.serve`),
+    so that a slot freed or a run queued in the unit is acted on in the same transaction; the
+    orders for streams on other replicas handed to the relay (`route` keeps the local ones);
+    and the views of the runs it stopped, read for their waiters here, who then answer with
+    them instead of each reading the run again once woken."""
+    ctx.reset()
+    orders = unit(s, ctx)
+    orders += slots.serve(s, ctx)
+    routed = route(s, orders, ctx.touched)
+    return routed, stop_views(s, ctx.stopped)
 
 
 def _apply_batch(
