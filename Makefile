@@ -11,7 +11,8 @@ test:
 test-fast:
 	bash scripts/test.sh -m "not slow"
 
-# The in-process tier only: the ledger's rules, parsing, rendering (seconds, no processes).
+# The in-process tier only (tests/unit/): the ledger's rules, parsing, rendering; no program
+# is started (tests/unit/conftest.py refuses one), about 20 s.
 test-unit:
 	bash scripts/test.sh -m unit
 

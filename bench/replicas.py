@@ -156,7 +156,8 @@ class FleetClient(Client):
 def replicas(
     workdir: Path, url: str, names: tuple[str, ...], heartbeat: float, lease: float
 ) -> Iterator[list[CoordinatorProcess]]:
-    """Replicas on one store and one admin token (as tests/test_replicas.py starts them)."""
+    """Replicas on one store and one admin token (as tests/e2e/fleet/test_replicas.py starts
+    them)."""
     coordinators = [
         CoordinatorProcess(
             workdir / name, url, replica=name, heartbeat=heartbeat, lease=lease, sweep=SWEEP

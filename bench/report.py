@@ -13,6 +13,8 @@ from typing import Any
 
 from bench import figures
 
+# The design notes that go with the figures (hand-written, rendered below them).
+HOT_PATH = Path(__file__).with_name("hot_path.md")
 HOW_TO_READ = """\
 ## How to read this
 
@@ -95,7 +97,8 @@ def render(
         better = entry.get("better", "") if entry.get("error") is None else ""
         lines.append("| " + " | ".join(_cell(c) for c in (*row, better)) + " |")
     lines += ["", "## Sizes and settings", "", *settings_lines(doc["figures"]), "", HOW_TO_READ]
-    return "\n".join(lines)
+    lines += ["", HOT_PATH.read_text().rstrip()]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:

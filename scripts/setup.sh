@@ -3,7 +3,7 @@
 #   system: Xvfb + xauth (desktop tests and the demo), xdotool, Debian's Chromium (Playwright drives
 #           it through executable_path: `playwright install` cannot download here)
 #   corpus: python-flask-doc, Flask's HTML documentation (~0.7 MB), the research answer benchmark's
-#           real pages (bench/research_answers.py, tests/test_passages.py)
+#           real pages (bench/research_answers.py, tests/unit/research/test_passages.py)
 #   python: a virtual environment in .venv with the project installed in editable mode, its
 #           dependencies at the versions of constraints.txt
 set -euo pipefail
@@ -14,7 +14,7 @@ missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-# systemd-analyze checks the installers' unit files (tests/test_installers.py); no systemd needs
+# systemd-analyze checks the installers' unit files (tests/e2e/project/test_installers.py); no systemd needs
 # to be running for that.
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ "${#missing[@]}" -gt 0 ]; then

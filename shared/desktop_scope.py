@@ -5,7 +5,7 @@ worker (`Dispatch.scope`, a `ScopeGrant` message; never inside `args_json`).
 The coordinator checks an action against the approval before it dispatches; the worker checks
 it again against the grant it received (defense in depth: a coordinator defect, a stale or
 replayed dispatch must not make a worker act outside what a person approved). Both use what
-is here, so they cannot drift apart; tests/test_desktop_scope.py holds them to it.
+is here, so they cannot drift apart; tests/unit/desktop/test_desktop_scope.py holds them to it.
 """
 
 from __future__ import annotations

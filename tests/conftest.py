@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -229,8 +228,8 @@ def desktop_site() -> Iterator[DesktopSite]:
     site.stop()
 
 
-# Per module, not per session: another module's own window (tests/test_desktop_actions.py)
-# must have the screen to itself.
+# Per module, not per session: another module's own window
+# (tests/e2e/desktop/test_desktop_actions.py) must have the screen to itself.
 @pytest.fixture(scope="module")
 def window(
     xvfb: Xvfb, desktop_site: DesktopSite, tmp_path_factory: pytest.TempPathFactory
@@ -259,55 +258,28 @@ def window(
 
 # ------------------------------------------------------------------ tiers
 #
-# Every test gets one tier marker, from what it starts (its own code and its fixtures'):
-#   unit         nothing: in-process rules, milliseconds (`make test-unit`)
-#   e2e          a real browser or display (Chromium, Xvfb) besides the processes
-#   integration  real coordinator, worker or database processes
-# `slow` is set by modules whose tests take more than a few seconds each.
+# Every test gets one tier marker, from the folder it lives in:
+#   tests/unit/         in process: rules, parsing, rendering, a store in a temporary file
+#   tests/integration/  real coordinator, worker or database processes
+#   tests/e2e/          a real browser or display (Chromium, Xvfb) besides the processes
+# `slow` is set by modules whose tests take more than a few seconds each. A test that starts a
+# process belongs in integration/ or e2e/ (tests/unit/conftest.py refuses one in unit/).
 
-_PROCESS_WORDS = (
-    "CoordinatorProcess",
-    "WorkerProcess",
-    "subprocess",
-    "SimulatorProcess",
-    "postgres",
-    "pg_url",
-    "BIN /",
-    "Popen",
-)
-_E2E_FIXTURES = {"xvfb", "window", "desktop_site", "site"}
+TIERS = ("unit", "integration", "e2e")
+TESTS = Path(__file__).resolve().parent
 
 
-def _sources(item: pytest.Item) -> str:
-    import inspect
-
-    texts = []
-    function = getattr(item, "function", None)
-    if function is not None:
-        with contextlib.suppress(OSError, TypeError):
-            texts.append(inspect.getsource(function))
-    info = getattr(item, "_fixtureinfo", None)
-    for name in getattr(item, "fixturenames", ()):
-        texts.append(name)
-        for fixturedef in info.name2fixturedefs.get(name, ()) if info else ():
-            with contextlib.suppress(OSError, TypeError):
-                texts.append(inspect.getsource(fixturedef.func))
-    return "\n".join(texts)
+def tier_of(path: Path) -> str:
+    """`tests/integration/runs/test_runs.py` -> `integration`."""
+    parts = path.resolve().relative_to(TESTS).parts
+    if not parts or parts[0] not in TIERS:
+        raise pytest.UsageError(
+            f"{path}: a test lives under tests/unit, tests/integration or tests/e2e"
+        )
+    return parts[0]
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by these markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if any(item.get_closest_marker(n) for n in ("unit", "integration", "e2e")):
-            continue
-        text = _sources(item)
-        if set(getattr(item, "fixturenames", ())) & _E2E_FIXTURES or any(
-            w in text for w in ("Xvfb", "chromium", "playwright")
-        ):
-            item.add_marker(pytest.mark.e2e)
-        elif any(w in text for w in _PROCESS_WORDS) or "coordinator" in getattr(
-            item, "fixturenames", ()
-        ):
-            item.add_marker(pytest.mark.integration)
-        else:
-            item.add_marker(pytest.mark.unit)
+        item.add_marker(getattr(pytest.mark, tier_of(item.path)))

@@ -7,5 +7,5 @@
 - `faults`: test-only fault points, armed by the environment.
 
 Run kinds (research, desktop, goal) are passed in at wiring (`app/server.py`), so the heart
-imports none of them (`tests/test_imports.py` holds it to that).
+imports none of them (`tests/unit/project/test_imports.py` holds it to that).
 """

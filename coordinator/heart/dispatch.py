@@ -164,7 +164,9 @@ class Dispatcher:
         if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT) and any(
             isinstance(o, ReceiptVerdict) for o in orders
         ):
-            faults.crash(faults.EXIT_AFTER_RECEIPT_COMMIT)  # tests only: see coordinator/faults
+            faults.crash(
+                faults.EXIT_AFTER_RECEIPT_COMMIT
+            )  # tests only: see coordinator/heart/faults.py
         self.metrics.observe(ctx.notes)
         self.deliver(orders, ctx.touched, ctx.stopped, views)
 

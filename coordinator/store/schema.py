@@ -48,7 +48,7 @@ def _revisions(source: str) -> tuple[str | None, str | tuple[str, ...] | None]:
 
 def head_revision() -> str:
     """The one revision no shipped migration revises: what Alembic's script directory calls
-    the current head (tests/test_store.py holds the two to the same answer)."""
+    the current head (tests/integration/store/test_store.py holds the two to the same answer)."""
     revisions: set[str] = set()
     revised: set[str] = set()
     for path in sorted((MIGRATIONS / "versions").glob("*.py")):

@@ -148,7 +148,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(302, b"", "text/plain", {"Location": f"{host}{target}?via={what}-{to}"})
         elif path == "/escape/redirect":
             # Pages that try to leave the web for the worker's own files: a redirect, a script
-            # and a link click. The worker's policy must stop each (tests/test_browser.py).
+            # and a link click. The worker's policy must stop each
+            # (tests/e2e/worker/test_browser.py).
             self._send(302, b"", "text/plain", {"Location": ESCAPE_TARGET})
         elif path == "/escape/script":
             self._html(
@@ -190,7 +191,8 @@ class Handler(BaseHTTPRequestHandler):
             )
             self._html("Fog signal", body)
         elif path == "/late":
-            # Client-rendered: the text arrives 500 ms after load (tests/test_browser.py).
+            # Client-rendered: the text arrives 500 ms after load
+            # (tests/e2e/worker/test_browser.py).
             body = (
                 "<p id='t'>Loading…</p><script>addEventListener('load', () => setTimeout(() => {"
                 "document.getElementById('t').textContent = "
