@@ -5,7 +5,11 @@ asked (docs/SECURITY.md, "The web console")."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import functools
+import hashlib
+import hmac
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +33,11 @@ from shared.errors import (
 )
 from shared.gen.deskfleet.v1 import admin_pb2
 
+# Browsers and addresses the sign-in limiters remember at most: what one costs is bounded
+# (a short key and a few timestamps), and so is their sum, whatever a flood of sign-ins sends.
+SIGNIN_KEYS = 10_000
+PRE_CHARS = 64  # a sign-in form token as issued: 24 random characters, a dot, its HMAC
+
 
 class Auth(Pages):
     """Sign-in, sign-out, and the wrapper every signed-in page and change goes through."""
@@ -43,11 +52,11 @@ class Auth(Pages):
 
     @functools.cached_property
     def _failed_by_browser(self) -> FailureLimiter:
-        return FailureLimiter(self.settings.signin_failures)
+        return FailureLimiter(self.settings.signin_failures, max_keys=SIGNIN_KEYS)
 
     @functools.cached_property
     def _failed_by_address(self) -> FailureLimiter:
-        return FailureLimiter(self.settings.signin_failures_per_address)
+        return FailureLimiter(self.settings.signin_failures_per_address, max_keys=SIGNIN_KEYS)
 
     def session_of(self, request: Request) -> Session | None:
         return self.sessions.get(request.cookies.get(self.session_cookie))
@@ -98,26 +107,39 @@ class Auth(Pages):
     async def signin_form(self, request: Request) -> Response:
         if self.session_of(request) is not None:
             return self.redirect("/fleet")
-        pre = request.cookies.get(self.pre_cookie) or _random()
+        pre = request.cookies.get(self.pre_cookie, "")
+        if not self._genuine(pre):
+            pre = self._issue_pre()
         response = self.render(
             request, "signin.html", pre=pre, next=_local(request.query_params.get("next"))
         )
         self._cookie(response, self.pre_cookie, pre, max_age=3600)
         return response
 
-    def _signin_wait(self, browser: str, address: str) -> float | None:
-        """Seconds this browser (or its address) must wait before its next sign-in, once it
-        has failed too often: such a sign-in is refused here, never sent to the coordinator,
-        which then never counts it against the console's own address."""
-        waits = [
-            w
-            for w in (
-                self._failed_by_browser.spent(browser),
-                self._failed_by_address.spent(address),
-            )
-            if w
-        ]
-        return max(waits) if waits else None
+    @functools.cached_property
+    def _pre_key(self) -> bytes:
+        return secrets.token_bytes(32)  # this process's: a restart issues new forms
+
+    def _issue_pre(self) -> str:
+        """A sign-in form's token, issued here: a random part and its HMAC, so that a browser
+        cannot make up a new one for each attempt (each would count as a new browser)."""
+        nonce = secrets.token_urlsafe(18)
+        return f"{nonce}.{self._pre_mac(nonce)}"
+
+    def _pre_mac(self, nonce: str) -> str:
+        mac = hmac.new(self._pre_key, nonce.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac[:16]).decode().rstrip("=")
+
+    def _genuine(self, pre: str) -> bool:
+        nonce, _, mac = pre.partition(".")
+        return 0 < len(pre) <= PRE_CHARS and tokens_equal(mac, self._pre_mac(nonce))
+
+    def _over_the_limit(self, browser: str, address: str) -> bool:
+        """Whether this browser (its form token) or its address has failed too often lately."""
+        return (
+            self._failed_by_browser.spent(browser) is not None
+            or self._failed_by_address.spent(address) is not None
+        )
 
     async def signin(self, request: Request) -> Response:
         address = _client_of(request)
@@ -128,28 +150,31 @@ class Auth(Pages):
         except Refused as exc:
             return self.render(request, "error.html", exc.status, message=str(exc))
         pre = request.cookies.get(self.pre_cookie, "")
-        if not tokens_equal(str(form.get("pre") or ""), pre):
-            return self.render(
+        if not self._genuine(pre) or not tokens_equal(str(form.get("pre") or ""), pre):
+            fresh = self._issue_pre()
+            response = self.render(
                 request,
                 "signin.html",
                 403,
-                pre=pre,
+                pre=fresh,
                 error="the sign-in form expired: try again",
                 next="/fleet",
             )
+            self._cookie(response, self.pre_cookie, fresh, max_age=3600)
+            return response
         token = str(form.get("token") or "").strip()
         nxt = _local(str(form.get("next") or ""))
-        browser = f"{address} {pre}"
+        # A form token is a browser; its digest keeps the limiter's keys short.
+        browser = f"{address} {hashlib.sha256(pre.encode()).hexdigest()[:24]}"
         error, status = "", 401
-        wait = self._signin_wait(browser, address)
-        if wait is not None:
-            error, status = (
-                f"too many failed sign-ins from this browser: try again in {wait:.0f} s",
-                429,
-            )
-        elif not token:
+        if not token:
             error = "paste a user token (dfu_...)"
         else:
+            over = self._over_the_limit(browser, address)
+            if over:
+                # Slowed, never refused unheard: a valid token signs in whatever others on
+                # this address have tried (the coordinator only ever refuses failures too).
+                await asyncio.sleep(self.settings.signin_delay)
             try:
                 who = await self.rpc.call(token, self.rpc.admin.WhoAmI, admin_pb2.WhoAmIRequest())
             except DeskfleetError as exc:
@@ -162,6 +187,12 @@ class Auth(Pages):
             if error:
                 self._failed_by_browser.failed(browser)
                 self._failed_by_address.failed(address)
+            if error and over:
+                status = 429
+                error = (
+                    "too many failed sign-ins from this browser or its address: each try now"
+                    f" waits {self.settings.signin_delay:g} s ({error})"
+                )
         if error:
             # The same form token again: the browser's failures keep counting as one browser's.
             return self.render(request, "signin.html", status, pre=pre, error=error, next=nxt)
@@ -194,10 +225,6 @@ class Auth(Pages):
             samesite="strict",
             secure=self.settings.secure_cookies,
         )
-
-
-def _random() -> str:
-    return secrets.token_urlsafe(24)
 
 
 def _client_of(request: Request) -> str:

@@ -12,3 +12,5 @@ DEFAULT_SESSIONS_PER_USER = 10  # sign-ins of one user kept at once; the oldest 
 # minute, and one address in all, before it stops asking the coordinator about them.
 DEFAULT_SIGNIN_FAILURES = 10
 DEFAULT_SIGNIN_FAILURES_PER_ADDRESS = 60
+# Past either, each sign-in from there waits this long before its token is checked.
+DEFAULT_SIGNIN_DELAY = 1.0

@@ -21,6 +21,7 @@ from coordinator.console import model
 from coordinator.console.limits import (
     DEFAULT_LIVE_PER_SESSION,
     DEFAULT_SESSIONS_PER_USER,
+    DEFAULT_SIGNIN_DELAY,
     DEFAULT_SIGNIN_FAILURES,
     DEFAULT_SIGNIN_FAILURES_PER_ADDRESS,
 )
@@ -65,6 +66,7 @@ class ConsoleSettings:
     sessions_per_user: int = DEFAULT_SESSIONS_PER_USER
     signin_failures: int = DEFAULT_SIGNIN_FAILURES
     signin_failures_per_address: int = DEFAULT_SIGNIN_FAILURES_PER_ADDRESS
+    signin_delay: float = DEFAULT_SIGNIN_DELAY
 
 
 def _finalize(value: Any) -> Any:

@@ -11,6 +11,7 @@ import contextvars
 import ipaddress
 import json
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # principals records its own acts here: no import at run time
 
 MAX_LIMIT = 10_000
 PEER_CHARS = 200  # the stored column's width
+ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # an IPv6 zone as interfaces are named
 DEFAULT_LIMIT = 1000
 
 # The caller's address, set by the guard for each RPC. Read it on the event loop (units of
@@ -48,10 +50,16 @@ def peer() -> str:
 
 
 def _address(text: str) -> str:
+    """The address as recorded: an IP address, its IPv6 zone (`%eth0`) kept only when it looks
+    like an interface name (Python accepts any text there)."""
     try:
-        return str(ipaddress.ip_address(text.strip("[]")))
+        address = ipaddress.ip_address(text.strip("[]"))
     except ValueError:
         return "an invalid address"
+    zone = getattr(address, "scope_id", None)
+    if zone is not None and not ZONE.fullmatch(zone):
+        return "an invalid address"
+    return str(address)
 
 
 @dataclass(frozen=True)

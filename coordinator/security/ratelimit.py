@@ -18,7 +18,7 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 WINDOW = 60.0
-MAX_HOSTS = 100_000
+MAX_KEYS = 100_000
 
 
 def host_of(peer: str) -> str:
@@ -28,27 +28,43 @@ def host_of(peer: str) -> str:
 
 
 class FailureLimiter:
-    """Failures per key within a sliding window; `allowed <= 0` turns counting off."""
+    """Failures per key within a sliding window; `allowed <= 0` turns counting off.
+
+    What it holds is bounded whatever it is fed: each key keeps at most `allowed + 1` times,
+    keys whose failures have all aged out are forgotten at least once a window, and past
+    `max_keys` the oldest key makes room (a flood of new keys then forgets old ones sooner,
+    which only ever lets a guesser try again, never refuses anyone)."""
 
     def __init__(
-        self, allowed: int, window: float = WINDOW, clock: Callable[[], float] = time.monotonic
+        self,
+        allowed: int,
+        window: float = WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_keys: int = MAX_KEYS,
     ) -> None:
         self._allowed = allowed
         self._window = window
         self._clock = clock
+        self._max_keys = max_keys
         self._failures: dict[str, deque[float]] = {}
+        self._swept = clock()
+
+    def __len__(self) -> int:
+        return len(self._failures)
 
     def failed(self, key: str) -> float | None:
         """Count a failure of `key`; when that puts it over its allowance, the seconds until
         its oldest counted failure ages out (at least 1), else None."""
         if self._allowed <= 0:
             return None
-        if len(self._failures) >= MAX_HOSTS and key not in self._failures:
-            # Rare, and cheap to rebuild: forget keys whose failures are all old.
-            for old in [k for k in self._failures if not self._recent(k)]:
-                del self._failures[old]
+        now = self._clock()
+        if now - self._swept >= self._window or len(self._failures) >= self._max_keys:
+            self._sweep(now)
         times = self._recent(key)
         if times is None:
+            while len(self._failures) >= self._max_keys:
+                del self._failures[next(iter(self._failures))]  # the oldest key
             # One more than allowed is all the window needs to know it is over.
             times = self._failures[key] = deque(maxlen=self._allowed + 1)
         times.append(self._clock())
@@ -72,6 +88,12 @@ class FailureLimiter:
         if times is None or len(times) < self._allowed:
             return None
         return max(times[0] + self._window - self._clock(), 1.0)
+
+    def _sweep(self, now: float) -> None:
+        """Forget the keys whose failures have all aged out."""
+        self._swept = now
+        for old in [k for k in self._failures if not self._recent(k)]:
+            del self._failures[old]
 
     def _recent(self, key: str) -> deque[float] | None:
         times = self._failures.get(key)

@@ -119,4 +119,38 @@ def test_the_audit_marks_a_reported_browser_address_and_drops_a_bad_one() -> Non
     )
     assert peer_of("ipv4:127.0.0.1:5000", "[::1]").endswith("reported ::1")
     assert peer_of("ipv4:127.0.0.1:5000", "x" * 5000).endswith("reported an invalid address")
+    # An IPv6 zone is kept when it looks like an interface; any other text there is not.
+    assert peer_of("p", "fe80::1%eth0").endswith("reported fe80::1%eth0")
+    forged = "fe80::1%eth0; the act was done by alice from 10.20.30.40, not by this admin"
+    assert peer_of("p", forged).endswith("reported an invalid address")
+    assert peer_of("p", "fe80::1%" + "z" * 150).endswith("reported an invalid address")
     assert len(peer_of("p" * 500, "10.0.0.7")) == audit.PEER_CHARS
+
+
+def test_the_sign_in_limiters_hold_a_bounded_number_of_keys() -> None:
+    from coordinator.security.ratelimit import FailureLimiter
+
+    now = [0.0]
+    limiter = FailureLimiter(10, window=60.0, clock=lambda: now[0], max_keys=1000)
+    for i in range(5000):
+        limiter.failed(f"127.0.0.{i % 250} {i:024x}")
+    assert len(limiter) <= 1000  # a flood of new keys makes the oldest room
+    now[0] = 61.0
+    limiter.failed("127.0.0.1 one")
+    assert len(limiter) == 1  # a window later, the keys whose failures aged out are gone
+
+
+def test_a_sign_in_form_token_is_issued_here_and_cannot_be_made_up() -> None:
+    from coordinator.console.app import Console
+    from coordinator.console.auth import PRE_CHARS
+    from coordinator.console.pages import ConsoleSettings
+    from shared.config import ClientConfig
+
+    console = Console(ConsoleSettings(ClientConfig("127.0.0.1:1", None, None)))
+    issued = console._issue_pre()
+    assert console._genuine(issued) and len(issued) <= PRE_CHARS
+    nonce, _, mac = issued.partition(".")
+    for forged in ("made-up", f"{nonce}.{'A' * len(mac)}", f"other.{mac}", issued + "x" * 100, ""):
+        assert not console._genuine(forged), forged
+    other = Console(ConsoleSettings(ClientConfig("127.0.0.1:1", None, None)))
+    assert not other._genuine(issued)  # another console process issued its own
