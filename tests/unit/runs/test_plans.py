@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.admin_cli.runs_commands import plan_request
+from coordinator.runs.desktop.admission import checked_args
 from coordinator.runs.plan import parse_plan_actions
 from shared import plans
 from shared.gen.deskfleet.v1 import runs_pb2
@@ -154,3 +155,7 @@ def test_keys_given_once_per_object_are_read_as_they_are() -> None:
     )[0].args == {"value": {"a": 1}}
     with pytest.raises(GivenTwiceError, match=r"^actions\[0\]\.args\.value: given twice$"):
         parse_plan_actions([("diag.echo", '{"value": 1, "value": 2}', False, {}, "")])
+    # A desktop act's arguments likewise: the agent that checked its click may have read the
+    # other x.
+    with pytest.raises(GivenTwiceError, match=r"^args\.x: given twice$"):
+        checked_args("left_click", '{"x": 10, "y": 10, "x": 5000}')
