@@ -1,6 +1,6 @@
 """Plans are read strictly (30.17), as pure rules: a field of the wrong type, an unknown key or
-a key given twice (B12) is refused by its path, and a well-formed plan is read as it says. The CLI and the RPC:
-tests/integration/runs/test_plans.py."""
+a key given twice (B12) is refused by its path, and a well-formed plan is read as it says.
+The CLI, MCP and the RPC: tests/integration/runs/test_plans.py."""
 
 from __future__ import annotations
 
@@ -150,9 +150,8 @@ def test_keys_given_once_per_object_are_read_as_they_are() -> None:
     text = '[{"a": 1, "b": {"a": 2}}, {"a": 3}, {}]'  # one key in several objects is fine
     assert decode_result(text) == [{"a": 1, "b": {"a": 2}}, {"a": 3}, {}]
     assert given_twice(text) is None and given_twice("not json") is None
-    assert parse_plan_actions(
-        [("diag.echo", '{"value": {"a": 1}}', False, {}, "")]
-    )[0].args == {"value": {"a": 1}}
+    [action] = parse_plan_actions([("diag.echo", '{"value": {"a": 1}}', False, {}, "")])
+    assert action.args == {"value": {"a": 1}}
     with pytest.raises(GivenTwiceError, match=r"^actions\[0\]\.args\.value: given twice$"):
         parse_plan_actions([("diag.echo", '{"value": 1, "value": 2}', False, {}, "")])
     # A desktop act's arguments likewise: the agent that checked its click may have read the
