@@ -4,6 +4,7 @@ bounds a coordinator holds a hello to (`HelloLimits`)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,19 @@ class Advertisement:
         )
 
 
+# How every refusal of a hello for one of its limits begins: `hello limit max_text=256: ...`.
+# A worker reads it back (`refused_limit`) to stop and say which limit, instead of retrying.
+HELLO_LIMIT = "hello limit"
+_REFUSED_LIMIT = re.compile(rf"{HELLO_LIMIT} ([a-z_]+)=([0-9]+): ")
+
+
+def refused_limit(details: str) -> tuple[str, int] | None:
+    """The limit (name, value) a coordinator's refusal of a hello names; None if it names
+    none (the refusal is about something else)."""
+    found = _REFUSED_LIMIT.match(details)
+    return None if found is None else (found.group(1), int(found.group(2)))
+
+
 @dataclass(frozen=True)
 class HelloLimits:
     """What one hello may hold (`serve --hello-limit NAME=N`). A worker's advertisement is
@@ -141,13 +155,29 @@ class HelloLimits:
         return dataclasses.replace(cls(), **changed)
 
     def _refused(self, limit: str, what: str) -> str:
-        return f"hello limit {limit}={getattr(self, limit)}: {what}"
+        return f"{HELLO_LIMIT} {limit}={getattr(self, limit)}: {what}"
+
+    def labels_refusal(self, labels: Mapping[str, str], where: str = "advertisement.") -> str:
+        """Why these labels are refused, naming the limit; "" when they are within them.
+
+        A worker's labels are given at enrollment and sent in every hello after it, so the
+        coordinator holds them to this one rule at both: labels that enroll are never the
+        reason a hello is refused (`where` prefixes the field named)."""
+        if len(labels) > self.max_entries:
+            return self._refused("max_entries", f"{where}labels has {len(labels)} entries")
+        for field_name, value in _entries("labels", labels):
+            size = _utf8(value)
+            if size > self.max_text:
+                return self._refused("max_text", f"{where}{field_name} is {size} bytes")
+        return ""
 
     def refusal(self, ad: Advertisement) -> str:
         """Why this advertisement is refused, naming the limit; "" when it is within them."""
+        labels = self.labels_refusal(ad.labels)
+        if labels:
+            return labels
         text = self.max_text
         for name, count in (
-            ("labels", len(ad.labels)),
             ("versions", len(ad.versions)),
             ("capabilities", len(ad.capabilities)),
             ("research_apps", len(ad.research_apps)),
@@ -159,7 +189,6 @@ class HelloLimits:
                 "max_displays", f"advertisement.displays has {len(ad.displays)} entries"
             )
         texts: list[tuple[str, str]] = [("hostname", ad.hostname), ("os", ad.os)]
-        texts += _entries("labels", ad.labels)
         texts += _entries("versions", ad.versions)
         texts += [(f"research_apps[{i}]", name) for i, name in enumerate(ad.research_apps)]
         texts += [(f"capabilities[{i}].name", c.name) for i, c in enumerate(ad.capabilities)]

@@ -38,7 +38,7 @@ from worker_agent.browser import (
 )
 from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.certificates import WorkerTransport, new_request, with_port
-from worker_agent.connection import WorkerConnection
+from worker_agent.connection import HelloRefusedError, WorkerConnection
 from worker_agent.desktop.actions import DesktopActions
 from worker_agent.desktop.peek import ScreenPeeker, no_desktop
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
@@ -61,7 +61,8 @@ from worker_agent.state import CA, CLIENT_CERT, StateDir, StateLock, WorkerIdent
 if TYPE_CHECKING:  # imported when used: a worker without a browser never imports Playwright
     from worker_agent.browser.service import BrowserService
 
-EXIT_REFUSED = 3  # the coordinator refused the credential: reconnecting cannot help
+# The coordinator refused the credential, or the hello for a limit: reconnecting cannot help.
+EXIT_REFUSED = 3
 ENV_CA_FILE = "DESKFLEET_CA_FILE"
 WORKER_PORT_METADATA = "deskfleet-worker-port"  # sent by Enroll when it signed a certificate
 
@@ -556,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
             else "the coordinator refused this worker"
         )
         print(f"{prog}: {what}: {exc.message}", file=sys.stderr)
+        return EXIT_REFUSED
+    except HelloRefusedError as exc:
+        print(f"{prog}: {exc.message}", file=sys.stderr)
         return EXIT_REFUSED
     except DeskfleetError as exc:
         print(f"{prog}: {exc.message}", file=sys.stderr)

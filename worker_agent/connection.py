@@ -10,9 +10,9 @@ from typing import TypeAlias
 
 import grpc
 
-from shared.advertisement import Advertisement
+from shared.advertisement import Advertisement, refused_limit
 from shared.credentials import auth_metadata
-from shared.errors import AuthenticationError, PermissionDeniedError
+from shared.errors import AuthenticationError, FailedPreconditionError, PermissionDeniedError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
 from shared.local_kill import LocalKill
@@ -47,6 +47,19 @@ class ConnectionLost(Exception):
     """The stream ended or stalled; the worker reconnects."""
 
 
+class HelloRefusedError(FailedPreconditionError):
+    """The coordinator refused this worker's hello for one of its limits: every reconnect
+    would send the same hello and be refused the same way, so the worker stops."""
+
+    def __init__(self, details: str, limit: str) -> None:
+        super().__init__(
+            f"the coordinator refused this worker's hello: {details}; fix what the worker"
+            " advertises (its labels are given at enrollment: deskfleet-worker enroll --label)"
+            " or ask the coordinator's operator to raise the limit (deskfleet-coordinator serve"
+            f" --hello-limit {limit}=N)"
+        )
+
+
 class WorkerConnection:
     """Keeps the worker connected to one of its coordinators until it is revoked or stopped."""
 
@@ -77,7 +90,8 @@ class WorkerConnection:
         self.sessions = 0  # streams welcomed so far: the metrics count reconnects
 
     async def run_forever(self) -> None:
-        """Connect, serve, reconnect. Returns never; raises when the credential is refused."""
+        """Connect, serve, reconnect. Returns never; raises when the credential is refused,
+        or the hello for one of the coordinator's limits (`HelloRefusedError`)."""
         attempt = 0
         while True:
             if self._transport is not None:
@@ -99,6 +113,9 @@ class WorkerConnection:
                     raise AuthenticationError(exc.details() or "credential refused") from exc
                 if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
                     raise PermissionDeniedError(exc.details() or "access denied") from exc
+                refused = refused_limit(exc.details() or "")
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT and refused is not None:
+                    raise HelloRefusedError(_first_line(exc.details()), refused[0]) from exc
                 reason = f"{exc.code().name.lower()}: {_first_line(exc.details())}"
                 if credentials is not None and "handshake" in (exc.details() or "").lower():
                     # The raw TLS error names neither side's certificate: say which to check.

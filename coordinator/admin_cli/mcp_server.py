@@ -36,6 +36,7 @@ from coordinator.admin_cli.mcp_results import (
     RunResult,
     RunSummary,
 )
+from coordinator.admin_cli.mcp_wire import serve_stdio
 from coordinator.admin_cli.runs_commands import _report, plan_request, searxng_template
 from shared import __version__, desktop_scope
 from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, from_rpc_error
@@ -352,7 +353,11 @@ def argument_errors(exc: ValidationError) -> str:
 
 
 class FleetServer(MCPServer[Any]):
-    """MCPServer whose refusal of a tool's arguments is one sentence naming the argument."""
+    """MCPServer whose refusal of a tool's arguments is one sentence naming the argument, and
+    which refuses a request whose JSON gives a key twice (`mcp_wire`)."""
+
+    async def run_stdio_async(self) -> None:
+        await serve_stdio(self._lowlevel_server)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None

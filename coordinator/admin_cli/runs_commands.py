@@ -16,6 +16,7 @@ from coordinator.admin_cli.out_files import write_private
 from shared import plans
 from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
+from shared.receipts import GivenTwiceError, decode_result
 from shared.states import ACTIVE, DONE, RUN_STATES, RunState
 
 EXIT_RUN_NOT_SUCCEEDED = 6
@@ -33,11 +34,19 @@ class NoEvidence(Exception):
 def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
     """Read PLAN.json into a request, naming the field at fault on any mistake."""
     try:
-        plan = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
     except FileNotFoundError as exc:
         raise InvalidArgumentError(f"plan file {path} does not exist") from exc
     except (OSError, ValueError) as exc:
         raise InvalidArgumentError(f"plan file {path}: {exc}") from exc
+    try:
+        # As the coordinator reads JSON: a key given twice is refused by its path
+        # (`actions[0].idempotent: given twice`), never resolved to one of the two.
+        plan = decode_result(text)
+    except GivenTwiceError:
+        raise
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"plan file {path}: {exc.message}") from exc
     return plan_request(plan, f"plan file {path}")
 
 

@@ -26,35 +26,60 @@ from shared.errors import (
 from shared.gen.deskfleet.v1 import runs_pb2
 from shared.text import visible
 
+Look = asyncio.Task[dict[str, Any]]
+
 
 class LiveLooks:
-    """The live streams' looks at the coordinator, shared by the streams of one session that
-    watch the same thing: a look younger than `interval` (or one under way) is reused, except
-    for a stream's first, which is always new (the page it serves was just rendered: an older
-    look would undo what the page shows)."""
+    """The live streams' looks at the coordinator, shared by the streams of one session: the
+    chrome (pending approvals, the fleet kill switch) by all of them whatever run they watch,
+    a run's status by those that watch that run. A look younger than `interval` (or one under
+    way) is reused, except for a stream's first, which is always new (the page it serves was
+    just rendered: an older look would undo what the page shows)."""
 
     def __init__(
         self,
-        look: Callable[[Session, str], Awaitable[dict[str, Any]]],
+        chrome: Callable[[Session], Awaitable[dict[str, Any]]],
+        run: Callable[[Session, str], Awaitable[dict[str, Any]]],
         interval: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._look = look
+        self._chrome = chrome
+        self._run = run
         self._interval = interval
         self._clock = clock
-        self._recent: dict[tuple[str, str], tuple[float, asyncio.Task[dict[str, Any]]]] = {}
+        # (session id, "") for the chrome, (session id, run id) for a run: when, and the look.
+        self._recent: dict[tuple[str, str], tuple[float, Look]] = {}
 
     async def get(self, session: Session, run_id: str, *, fresh: bool = False) -> dict[str, Any]:
-        key = (session.id, run_id)
+        """The chrome and, given `run_id`, {"run": its status}, as one document."""
         now = self._clock()
         for old in [k for k, (at, _) in self._recent.items() if at + self._interval <= now]:
             del self._recent[old]
+        looks = [self._shared((session.id, ""), lambda: self._chrome(session), now, fresh)]
+        if run_id:
+            looks.append(
+                self._shared((session.id, run_id), lambda: self._run(session, run_id), now, fresh)
+            )
+        # Shielded: a stream that goes away does not cancel a look other streams share.
+        found = await asyncio.gather(*(asyncio.shield(look) for look in looks))
+        doc = dict(found[0])
+        if run_id:
+            doc["run"] = found[1]
+        return doc
+
+    def _shared(
+        self,
+        key: tuple[str, str],
+        look: Callable[[], Awaitable[dict[str, Any]]],
+        now: float,
+        fresh: bool,
+    ) -> Look:
         held = self._recent.get(key)
         if held is None or fresh:
             # Slightly less than the interval: a stream sleeping one interval finds it stale.
-            task = asyncio.ensure_future(self._look(session, run_id))
-            self._recent[key] = held = (now - 0.1 * self._interval, task)
-        return await asyncio.shield(held[1])
+            held = (now - 0.1 * self._interval, asyncio.ensure_future(look()))
+            self._recent[key] = held
+        return held[1]
 
 
 class LivePages(Pages):
@@ -62,15 +87,16 @@ class LivePages(Pages):
 
     @functools.cached_property
     def looks(self) -> LiveLooks:
-        return LiveLooks(self.live_state, self.settings.live_interval)
+        return LiveLooks(self.chrome, self.live_run, self.settings.live_interval)
 
     async def events(self, request: Request, session: Session) -> Response:
         """Server-sent events: the chrome (approvals, fleet stop) and, given `run`, its status.
 
         A session holds at most `live_per_session` of them at once, and its streams share
         their looks at the coordinator (`LiveLooks`): more tabs of one session cost no more
-        calls. A credential the coordinator no longer accepts ends the session: the page is
-        told `signed-out` and the stream closes, instead of asking again every interval."""
+        calls, and tabs on different runs share the chrome. A credential the coordinator no
+        longer accepts ends the session: the page is told `signed-out` and the stream closes,
+        instead of asking again every interval."""
         run_id = request.query_params.get("run", "")[:100]
         limit = self.settings.live_per_session
         if session.live >= limit:
@@ -113,22 +139,17 @@ class LivePages(Pages):
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )
 
-    async def live_state(self, session: Session, run_id: str) -> dict[str, Any]:
-        """One look for the live stream: the chrome and, given a run, its status."""
-        doc: dict[str, Any] = await self.chrome(session)
-        if run_id:
-            run = await self.rpc.call(
-                session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id)
-            )
-            doc["run"] = {
-                "status": run.status,
-                "stop_reason": visible(run.stop_reason),
-                "waiting": visible(
-                    f"{run.waiting.code}: {run.waiting.detail}" if run.waiting.code else ""
-                ),
-                "last_seq": run.last_seq,
-            }
-        return doc
+    async def live_run(self, session: Session, run_id: str) -> dict[str, Any]:
+        """A run's status for the live stream."""
+        run = await self.rpc.call(session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id))
+        return {
+            "status": run.status,
+            "stop_reason": visible(run.stop_reason),
+            "waiting": visible(
+                f"{run.waiting.code}: {run.waiting.detail}" if run.waiting.code else ""
+            ),
+            "last_seq": run.last_seq,
+        }
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:

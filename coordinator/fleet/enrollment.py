@@ -12,6 +12,7 @@ from coordinator.model.identity import Principal
 from coordinator.security.certificates import WorkerCertificates, row_for
 from coordinator.store import Database, principals as principal_queries, workers as worker_queries
 from coordinator.store.models import EnrollmentTokenRow, WorkerRow
+from shared.advertisement import HelloLimits
 from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
 from shared.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
 from shared.ids import new_id
@@ -20,8 +21,6 @@ from shared.timestamps import iso
 
 MAX_TTL = 30 * 24 * 3600.0
 MAX_USES = 10_000
-MAX_LABELS = 32
-MAX_LABEL_TEXT = 200
 
 
 @dataclass(frozen=True)
@@ -78,15 +77,18 @@ async def create_token(
     return EnrollmentToken(token_id, secret, caps, uses, now + ttl)
 
 
-def _check_labels(labels: dict[str, str]) -> None:
-    if len(labels) > MAX_LABELS:
-        raise InvalidArgumentError(f"labels: at most {MAX_LABELS}")
+def _check_labels(labels: dict[str, str], limits: HelloLimits) -> None:
+    """The hello's rule for labels (`HelloLimits.labels_refusal`, counted in UTF-8 bytes): a
+    worker enrolled with labels every hello refuses would retry its connection forever."""
+    refusal = limits.labels_refusal(labels, where="")
+    if refusal:
+        raise InvalidArgumentError(
+            f"{refusal} (a worker's labels travel in every hello; the operator sets the limit:"
+            " serve --hello-limit)"
+        )
     for key, value in labels.items():
-        if not key or len(key) > MAX_LABEL_TEXT or len(value) > MAX_LABEL_TEXT:
-            raise InvalidArgumentError(
-                f"labels: keys must be 1-{MAX_LABEL_TEXT} characters and values at most"
-                f" {MAX_LABEL_TEXT}"
-            )
+        if not key:
+            raise InvalidArgumentError("labels: a key must not be empty")
         refuse_control("labels key", key)
         refuse_control(f"labels[{key!r}]", value)
 
@@ -99,9 +101,11 @@ async def enroll(
     *,
     csr_pem: str = "",
     certificates: WorkerCertificates | None = None,
+    limits: HelloLimits,
 ) -> Enrolled:
     """Exchange an enrollment token for a new worker's credential (one use of the token), and
-    sign its certificate request when this coordinator has a CA."""
+    sign its certificate request when this coordinator has a CA. The labels are held to the
+    bounds `limits` sets for every hello (the coordinator's `serve --hello-limit`)."""
     if kind_of(secret) is not SecretKind.ENROLLMENT:
         raise AuthenticationError(
             "not an enrollment token (they start with dfe_): create one with"
@@ -111,7 +115,7 @@ async def enroll(
     if not name or len(name) > 200:
         raise InvalidArgumentError("name: must be 1-200 characters")
     refuse_control("name", name)
-    _check_labels(labels)
+    _check_labels(labels, limits)
     now = time.time()
     worker_id = new_id("wkr")
     credential = new_secret(SecretKind.WORKER, worker_id)

@@ -275,12 +275,10 @@ def parse_plan_actions(
     for i, (kind, args_json, idempotent, route, intent) in enumerate(raw):
         if len(args_json) > MAX_ARGS_CHARS:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
-        try:
-            # decode_result also refuses NaN and Infinity, and nesting deeper than the parser's
-            # recursion limit (a RecursionError would be a crash, not an answer).
-            args = decode_result(args_json) if args_json else {}
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"actions[{i}].args: {exc.message}") from exc
+        # decode_result also refuses NaN and Infinity, a key given twice (naming its path,
+        # `actions[0].args.name: given twice`), and nesting deeper than the parser's
+        # recursion limit (a RecursionError would be a crash, not an answer).
+        args = decode_result(args_json, f"actions[{i}].args") if args_json else {}
         if not isinstance(args, dict):
             raise InvalidArgumentError(f"actions[{i}].args: must be a JSON object")
         out.append(PlannedAction(kind, args, idempotent, route, intent))

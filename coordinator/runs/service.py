@@ -8,7 +8,7 @@ import dataclasses
 import secrets
 import time
 from asyncio import FIRST_COMPLETED
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -498,11 +498,8 @@ class _FeedSource:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def head(self, run_id: str) -> tuple[int, str]:
-        found = await self._db.read(run_queries.run_head, run_id)
-        if found is None:
-            raise NotFoundError(f"no run {run_id!r}")
-        return found
+    async def heads(self, run_ids: Collection[str]) -> Mapping[str, tuple[int, str]]:
+        return await self._db.read(run_queries.run_heads, run_ids)
 
     async def after(self, run_id: str, seq: int, limit: int) -> tuple[Sequence[Event], str]:
         def unit(s: Session) -> tuple[Sequence[Event], str]:

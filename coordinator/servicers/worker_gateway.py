@@ -175,6 +175,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             dict(request.labels),
             csr_pem=request.csr_pem,
             certificates=self._certificates,
+            limits=self._config.hello_limits,
         )
         if enrolled.certificate_pem:
             await context.send_initial_metadata(((WORKER_PORT_METADATA, str(self._worker_port)),))

@@ -383,6 +383,25 @@ def run_head(s: Session, run_id: str) -> tuple[int, str] | None:
     return None if found is None else (int(found[0]), str(found[1]))
 
 
+# Run ids in one IN list: SQLite before 3.32 takes at most 999 parameters a statement.
+HEADS_AT_ONCE = 900
+
+
+def run_heads(s: Session, run_ids: Collection[str]) -> dict[str, tuple[int, str]]:
+    """The last journal sequence number and status of each run in `run_ids` that exists, in
+    statements of at most HEADS_AT_ONCE ids (one transaction: the caller's)."""
+    ids = list(run_ids)
+    found: dict[str, tuple[int, str]] = {}
+    for start in range(0, len(ids), HEADS_AT_ONCE):
+        rows = s.execute(
+            select(RunRow.id, RunRow.last_seq, RunRow.status).where(
+                RunRow.id.in_(ids[start : start + HEADS_AT_ONCE])
+            )
+        )
+        found.update((str(run_id), (int(seq), str(status))) for run_id, seq, status in rows)
+    return found
+
+
 def journal_after(s: Session, run_id: str, after_seq: int, limit: int) -> Sequence[JournalRow]:
     return (
         s.execute(

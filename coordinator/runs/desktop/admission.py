@@ -131,10 +131,7 @@ def checked_args(action: str, args_json: str) -> dict[str, Any]:
         )
     if len(args_json) > MAX_ARGS_CHARS:
         raise InvalidArgumentError(f"args: at most {MAX_ARGS_CHARS} characters")
-    try:
-        args = decode_result(args_json) if args_json else {}
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(f"args: {exc.message}") from exc
+    args = decode_result(args_json, "args") if args_json else {}
     if not isinstance(args, dict):
         raise InvalidArgumentError("args: a JSON object")
     for key in RESERVED_ARGS:

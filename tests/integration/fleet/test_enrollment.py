@@ -101,3 +101,67 @@ def test_bad_token_options_are_refused(coordinator: CoordinatorProcess) -> None:
     assert bad_ttl.returncode == 2 and "not a duration" in bad_ttl.stderr
     bad_uses = coordinator.cli("tokens", "create", "--uses", "0", check=False)
     assert bad_uses.returncode == 2 and "--uses: must be at least 1" in bad_uses.stderr
+
+
+# A label of 100 three-byte characters: 100 characters, 300 UTF-8 bytes. Enrollment counted
+# characters (at most 200) and the hello bytes (at most 256): it enrolled, and every hello
+# of the worker was refused while it reconnected ~1.3 times a second forever (B11).
+WIDE = "€" * 100
+
+
+def test_enrollment_holds_labels_to_the_hellos_limits_in_utf8_bytes(
+    coordinator: CoordinatorProcess,
+) -> None:
+    wide = WorkerProcess(coordinator, "wide", browser=False)
+    done = wide.enroll(None, f"zone={WIDE}")
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "deskfleet-worker: hello limit max_text=256: labels['zone'] is 300 bytes (a worker's"
+        " labels travel in every hello; the operator sets the limit: serve --hello-limit)"
+    ]
+    assert not (wide.state_dir / "credential").exists()
+    many = WorkerProcess(coordinator, "many", browser=False).enroll(
+        None, *(f"k{i}=v" for i in range(65))
+    )
+    assert many.returncode == 1 and "hello limit max_entries=64: labels has 65" in many.stderr
+    # What the hello takes, enrollment takes: 256 bytes (more than the 200 characters it
+    # allowed before), and such a worker's hello is taken.
+    full = WorkerProcess(coordinator, "full", browser=False)
+    assert full.enroll(None, f"zone={'z' * 256}", f"{'k' * 256}=v").returncode == 0
+    try:
+        full.start().wait_online()
+    finally:
+        full.stop()
+
+
+def test_a_worker_whose_hello_is_refused_for_a_limit_stops_saying_which_and_how_to_fix_it(
+    tmp_path: Path,
+) -> None:
+    """Enrolled while the operator allowed 512 bytes; the coordinator then serves with the
+    default 256: the worker stops at once, in one line, instead of reconnecting forever."""
+    coordinator = CoordinatorProcess(tmp_path / "c", serve_args=("--hello-limit", "max_text=512"))
+    coordinator.start()
+    worker = WorkerProcess(coordinator, "wide", browser=False)
+    try:
+        assert worker.enroll(None, f"zone={WIDE}").returncode == 0
+        coordinator.stop()
+        coordinator.serve_args = ()
+        coordinator.start(port=coordinator.port)
+        worker.start()
+        assert worker.proc is not None
+        started = time.monotonic()
+        assert worker.proc.wait(30) == 3  # the credential's code: reconnecting cannot help
+        assert time.monotonic() - started < 15
+        worker.stop()
+        log = worker.log.read_text()
+        assert "Traceback" not in log and "retrying" not in log, log
+        assert log.strip().splitlines()[-1] == (
+            "deskfleet-worker: the coordinator refused this worker's hello: hello limit"
+            " max_text=256: advertisement.labels['zone'] is 300 bytes; fix what the worker"
+            " advertises (its labels are given at enrollment: deskfleet-worker enroll --label)"
+            " or ask the coordinator's operator to raise the limit (deskfleet-coordinator serve"
+            " --hello-limit max_text=N)"
+        )
+    finally:
+        worker.stop()
+        coordinator.stop()

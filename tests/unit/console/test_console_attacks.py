@@ -76,29 +76,40 @@ async def test_streams_of_one_session_share_their_looks_at_the_coordinator() -> 
 
     calls: list[tuple[str, str]] = []
 
-    async def look(session: Any, run_id: str) -> dict[str, Any]:
-        calls.append((session.id, run_id))
+    async def chrome(session: Any) -> dict[str, Any]:
+        calls.append((session.id, ""))
+        n = len(calls)
         await asyncio.sleep(0.05)
-        return {"n": len(calls)}
+        return {"n": n}
+
+    async def run(session: Any, run_id: str) -> dict[str, Any]:
+        calls.append((session.id, run_id))
+        n = len(calls)
+        await asyncio.sleep(0.05)
+        return {"r": n}
 
     now = [0.0]
-    looks = LiveLooks(look, interval=2.0, clock=lambda: now[0])
+    looks = LiveLooks(chrome, run, interval=2.0, clock=lambda: now[0])
     sessions = Sessions()
     a = sessions.create(token="t", user_id="usr_1", name="a", role="owner")
     b = sessions.create(token="u", user_id="usr_2", name="b", role="owner")
     first = await asyncio.gather(*(looks.get(a, "run_1") for _ in range(5)))
-    assert first == [{"n": 1}] * 5 and len(calls) == 1  # five tabs, one look
+    assert first == [{"n": 1, "run": {"r": 2}}] * 5 and len(calls) == 2  # five tabs, one look
     await looks.get(b, "run_1")  # another session looks for itself
-    await looks.get(a, "")  # and another thing is another look
-    assert len(calls) == 3
+    assert len(calls) == 4
+    # Another run of the session: its status is a look of its own, the chrome is shared (B9).
+    assert await looks.get(a, "run_2") == {"n": 1, "run": {"r": 5}}
+    assert await looks.get(a, "") == {"n": 1} and len(calls) == 5
     now[0] = 1.0
-    assert await looks.get(a, "run_1") == {"n": 1}  # still fresh
+    assert await looks.get(a, "run_1") == {"n": 1, "run": {"r": 2}}  # still fresh
     now[0] = 2.0
-    assert await looks.get(a, "run_1") == {"n": 4}  # one interval on: a new look
+    assert await looks.get(a, "run_1") == {"n": 6, "run": {"r": 7}}  # one interval on: new
+    assert await looks.get(a, "run_2") == {"n": 6, "run": {"r": 8}}
     # A stream's first look is always new: the page it serves was rendered just now.
-    assert await looks.get(a, "run_1", fresh=True) == {"n": 5}
-    assert await looks.get(a, "run_1") == {"n": 5}  # and the others share it
-    assert len(calls) == 5
+    assert await looks.get(a, "run_1", fresh=True) == {"n": 9, "run": {"r": 10}}
+    assert await looks.get(a, "run_1") == {"n": 9, "run": {"r": 10}}  # and the others share it
+    assert await looks.get(a, "run_2") == {"n": 9, "run": {"r": 8}}
+    assert len(calls) == 10
 
 
 def test_the_audit_marks_a_reported_browser_address_and_drops_a_bad_one() -> None:

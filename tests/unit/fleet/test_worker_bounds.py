@@ -136,6 +136,37 @@ def test_at_the_limits_an_advertisement_is_taken() -> None:
     assert LIMITS.refusal(full) == ""
 
 
+@pytest.mark.parametrize("limits", [LIMITS, HelloLimits(max_text=512, max_entries=4)])
+def test_enrollment_and_the_hello_apply_one_rule_to_labels(limits: HelloLimits) -> None:
+    """A worker's labels are given at enrollment and sent in every hello: what one refuses,
+    the other refuses, counted in UTF-8 bytes (B11: enrollment counted 200 characters, so
+    100 three-byte characters enrolled and every hello was refused)."""
+    from coordinator.fleet.enrollment import _check_labels
+
+    cases: list[dict[str, str]] = [
+        {"zone": char * n}
+        for char in ("a", "é", "€", "😀")  # 1 to 4 bytes each
+        for n in (64, 65, 85, 86, 100, 128, 129, 170, 171, 256, 257)
+    ]
+    cases += [{"€" * 86: "v"}, {"k" * 512: "v"}] + [
+        {f"k{i}": "v" for i in range(n)} for n in (4, 5, 64, 65)
+    ]
+    refused = 0
+    for labels in cases:
+        hello = limits.refusal(dataclasses.replace(REAL, labels=labels))
+        try:
+            _check_labels(labels, limits)
+            enrolled = ""
+        except InvalidArgumentError as exc:
+            enrolled = exc.message
+        assert bool(hello) == bool(enrolled), (labels, hello, enrolled)
+        if hello:
+            refused += 1
+            assert enrolled.startswith(hello.replace("advertisement.", "", 1)), enrolled
+            assert "serve --hello-limit" in enrolled
+    assert 0 < refused < len(cases)
+
+
 def test_the_hello_as_a_whole_and_its_held_attempts_are_bounded() -> None:
     ok = [Held("act_1", "att_1", 1, "running")]
     assert worker_bounds.hello_refusal(65_537, REAL, ok, LIMITS) == (

@@ -1,6 +1,8 @@
 """Following runs (30.7): N watchers or waiters of one run cost one look at the store, not N;
-each watcher still gets every event exactly once, in order; and one principal holds at most
-`serve --max-watch-streams` WatchRun and WaitRun calls open.
+followers of many runs cost one look a second at all their heads, not one per run, and a
+run's events are read only when its head moved (B9); each watcher still gets every event
+exactly once, in order; and one principal holds at most `serve --max-watch-streams` WatchRun
+and WaitRun calls open.
 
 The sharing runs in-process on a real SQLite store (the store's reads are counted where they
 are made, `Database.read`); the limit runs against a real coordinator."""
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -32,14 +35,17 @@ LIMITS = {"max_actions": 1, "max_seconds": 1.0, "estimate_actions": 1, "estimate
 
 
 class Reads:
-    """Every transaction a store reader makes, counted where it is made."""
+    """Every transaction a store reader makes, counted where it is made; `by` counts them by
+    the function run in the transaction (`run_heads`: the look at every followed run)."""
 
     def __init__(self, db: Database) -> None:
         self.count = 0
+        self.by: Counter[str] = Counter()
         real = db.read
 
         async def read(fn: Callable[..., Any], *args: Any) -> Any:
             self.count += 1
+            self.by[fn.__qualname__] += 1
             return await real(fn, *args)
 
         db.read = read  # type: ignore[method-assign, assignment]
@@ -172,6 +178,62 @@ async def test_a_run_stopped_on_another_replica_ends_its_waiters_through_the_fee
     await asyncio.wait_for(asyncio.gather(*followers), 10)
     assert {v.run.status for v in views} == {ledger.FAILED}
     assert time.monotonic() - started < 4  # within a look or two, not the 30 s asked for
+
+
+async def test_followers_of_many_runs_cost_one_look_a_second_and_events_are_read_when_moved(
+    store: tuple[Database, JournalBus, Runs],
+) -> None:
+    """256 followers over 200 runs (B9): each run's feed used to read its run every second,
+    some 200 reads a second while nothing happens. Now one read a second looks at every
+    run's head, and a run's events are read only when its head moved."""
+    db, _, runs = store
+    run_ids = [await _new_run(db, 1) for _ in range(200)]
+    seen: list[list[int]] = [[] for _ in range(256)]
+    tasks = [
+        asyncio.create_task(_follow(runs, run_ids[i % 200], mine)) for i, mine in enumerate(seen)
+    ]
+    await _until(lambda: all(mine == [1] for mine in seen))
+    reads = Reads(db)
+    await asyncio.sleep(3.2)
+    assert reads.count <= 5, reads.by  # three or four looks
+    assert set(reads.by) == {"run_heads"}, reads.by
+    # A run grows where no wake-up reaches this replica (another replica's bus): the look
+    # finds it, its feed reads its events once for its two followers, and no other run's.
+    reads.by.clear()
+    await _grow(db, JournalBus(), run_ids[7], 2)
+    await _until(lambda: seen[7] == [1, 2, 3] and seen[207] == [1, 2, 3], within=5)
+    await asyncio.sleep(1.2)  # another look: nothing else moved
+    assert reads.by["_FeedSource.after.<locals>.unit"] == 1, reads.by
+    assert set(reads.by) == {"run_heads", "_FeedSource.after.<locals>.unit"}, reads.by
+    assert all(mine == [1] for i, mine in enumerate(seen) if i % 200 != 7)
+    for run_id in run_ids:
+        await _grow(db, JournalBus(), run_id, 1, status=ledger.SUCCEEDED)
+    await asyncio.wait_for(asyncio.gather(*tasks), 20)  # each saw its run stop, by the look
+    assert seen[7] == [1, 2, 3, 4] and seen[8] == [1, 2]
+
+
+async def test_waiters_of_many_runs_share_one_look_every_two_seconds(
+    store: tuple[Database, JournalBus, Runs],
+) -> None:
+    db, _, runs = store
+    run_ids = [await _new_run(db, 1) for _ in range(100)]
+    waits = [asyncio.create_task(runs.wait(OWNER, run_id, 30)) for run_id in run_ids]
+    await asyncio.sleep(0.5)  # each read its run once, found it active
+    reads = Reads(db)
+    await asyncio.sleep(4.2)
+    # One look every 2 s for the 100 runs; each run's feed used to look every 2 s: 200 reads.
+    assert reads.count <= 3 and set(reads.by) == {"run_heads"}, reads.by
+    for run_id in run_ids[:50]:  # stopped on another replica: the look ends their waiters
+        await _grow(db, JournalBus(), run_id, 1, status=ledger.FAILED)
+    views = await asyncio.wait_for(asyncio.gather(*waits[:50]), 10)
+    assert {v.run.status for v in views} == {ledger.FAILED}
+    assert not any(w.done() for w in waits[50:])
+    for w in waits[50:]:
+        w.cancel()
+    await asyncio.gather(*waits[50:], return_exceptions=True)
+    await asyncio.sleep(0)
+    # The last waiter gone, its feed and the look at every feed are gone.
+    assert len(runs._feeds) == 0 and runs._feeds._looking is None
 
 
 def _events(first: int, last: int) -> list[Event]:

@@ -1,6 +1,6 @@
-"""Plans are read strictly (30.17), as pure rules: a field of the wrong type or an unknown key
-is refused by its path, and a well-formed plan is read as it says. The CLI and the RPC:
-tests/integration/runs/test_plans.py."""
+"""Plans are read strictly (30.17), as pure rules: a field of the wrong type, an unknown key or
+a key given twice (B12) is refused by its path, and a well-formed plan is read as it says.
+The CLI, MCP and the RPC: tests/integration/runs/test_plans.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from coordinator.admin_cli.runs_commands import plan_request
+from coordinator.runs.desktop.admission import checked_args
+from coordinator.runs.plan import parse_plan_actions
 from shared import plans
 from shared.gen.deskfleet.v1 import runs_pb2
-from tests.integration.runs.test_plans import ECHO, _refusal, _with
+from shared.receipts import GivenTwiceError, decode_result, given_twice
+from tests.integration.runs.test_plans import ECHO, GIVEN_TWICE, _refusal, _with
 
 
 @pytest.mark.parametrize(
@@ -112,3 +115,46 @@ def test_a_well_formed_plan_is_read_as_it_says() -> None:
     request = plan_request({"actions": [{**ECHO, "idempotent": False}], "limits": {}})
     assert [a.idempotent for a in request.actions] == [False]
     assert request.limits == runs_pb2.Limits()
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "expected"),
+    [
+        # The red team's plan: the first key given twice in the document is named.
+        (GIVEN_TWICE, "", "actions[0].idempotent"),
+        ('{"actions": [], "limits": {"max_actions": 1, "max_actions": 100000}}', "",
+         "limits.max_actions"),
+        # An action's arguments as the RPC carries them (runs/plan.parse_plan_actions).
+        ('{"name": "a.txt", "line": "x", "name": "b.txt"}', "actions[1].args",
+         "actions[1].args.name"),
+        # Deep in lists and objects; a worker's result (no `where`) is read by the same rule.
+        ('[1, {"b": [{"c": 1, "c": 1}]}]', "", "[1].b[0].c"),
+        ('{"echo": {"x": 1, "x": 2}}', "", "echo.x"),
+        # An object that gave a key twice, itself dropped for its own key given twice.
+        ('{"a": {"x": 1, "x": 2}, "a": 3}', "", "a"),
+        # A key with control characters is named spelled out (the message is one line).
+        ('{"k\\n\\u001b": 1, "k\\n\\u001b": 2}', "args", "args.k\\n\\x1b"),
+    ],
+)  # fmt: skip
+def test_a_key_given_twice_is_refused_by_its_path(text: str, where: str, expected: str) -> None:
+    """Python's JSON reader keeps the last of two values for one key: the plan above was
+    taken with idempotent true and max_actions 100000 (B12)."""
+    with pytest.raises(GivenTwiceError) as refused:
+        decode_result(text, where)
+    assert refused.value.message == f"{expected}: given twice"
+    assert refused.value.path == expected and "\n" not in refused.value.message
+    assert given_twice(text) == (expected.removeprefix(where).removeprefix(".") or None)
+
+
+def test_keys_given_once_per_object_are_read_as_they_are() -> None:
+    text = '[{"a": 1, "b": {"a": 2}}, {"a": 3}, {}]'  # one key in several objects is fine
+    assert decode_result(text) == [{"a": 1, "b": {"a": 2}}, {"a": 3}, {}]
+    assert given_twice(text) is None and given_twice("not json") is None
+    [action] = parse_plan_actions([("diag.echo", '{"value": {"a": 1}}', False, {}, "")])
+    assert action.args == {"value": {"a": 1}}
+    with pytest.raises(GivenTwiceError, match=r"^actions\[0\]\.args\.value: given twice$"):
+        parse_plan_actions([("diag.echo", '{"value": 1, "value": 2}', False, {}, "")])
+    # A desktop act's arguments likewise: the agent that checked its click may have read the
+    # other x.
+    with pytest.raises(GivenTwiceError, match=r"^args\.x: given twice$"):
+        checked_args("left_click", '{"x": 10, "y": 10, "x": 5000}')
