@@ -2,10 +2,11 @@
 
 A worker is a peer, not a part of the coordinator: an enrolled machine may be broken or taken
 over, and what it sends reaches the store, the journal and the logs. Every id it sends names
-a row whose id column holds `MAX_ID` characters, so a longer one names nothing; a receipt's
-status is one of four words; its error is a line for people. Each check is a few length
-comparisons on the message as it arrives: receipts are the hot path, and a check that read
-the store would cost as much as the receipt.
+a row whose id column holds `MAX_ID` characters of an id's alphabet (`shared.ids`), so a
+longer one, or one with another character, names nothing; a receipt's status is one of four
+words; its error is a line for people. Each check is a few comparisons on the message as it
+arrives: receipts are the hot path, and a check that read the store would cost as much as the
+receipt.
 
 What is refused is answered (a receipt gets a refused `ReceiptAck` naming the limit, so the
 worker forgets it instead of sending it again) or dropped (a start, a kill switch
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 
 from coordinator.model.orders import Held, IncomingReceipt
 from shared.advertisement import Advertisement, HelloLimits
+from shared.ids import ID_CHARACTERS, foreign_character
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +45,28 @@ def _too_long(name: str, value: str, limit: int) -> str:
     return f"{name}: at most {limit} characters (got {len(value)})" if len(value) > limit else ""
 
 
+def _id_refusal(name: str, value: str, *, required: bool = True) -> str:
+    if required and (not value or len(value) > MAX_ID):
+        return f"{name}: 1 to {MAX_ID} characters (got {len(value)})"
+    found = _too_long(name, value, MAX_ID)
+    if found:
+        return found
+    at = foreign_character(value)
+    if at >= 0:
+        return f"{name}: an id holds only {ID_CHARACTERS} (U+{ord(value[at]):04X} at {at})"
+    return ""
+
+
 def receipt_refusal(r: IncomingReceipt) -> str:
     """Why the receipt cannot be recorded as it is, naming the limit; "" when it can."""
-    for name, value in (("action_id", r.action_id), ("run_id", r.run_id)):
-        if not value or len(value) > MAX_ID:
-            return f"{name}: 1 to {MAX_ID} characters (got {len(value)})"
+    found = _id_refusal("action_id", r.action_id) or _id_refusal("run_id", r.run_id)
+    if found:
+        return found
     if r.status not in RECEIPT_STATUSES:
         shown = r.status[:20] + ("..." if len(r.status) > 20 else "")
         return f"status: one of {', '.join(sorted(RECEIPT_STATUSES))} (got {shown!r})"
     found = (
-        _too_long("attempt_id", r.attempt_id, MAX_ID)
+        _id_refusal("attempt_id", r.attempt_id, required=False)
         or _too_long("error", r.error, MAX_ERROR)
         or _too_long("traceparent", r.traceparent, MAX_TRACEPARENT)
     )
@@ -70,8 +84,9 @@ def receipt_refusal(r: IncomingReceipt) -> str:
 def ids_refusal(**ids: str) -> str:
     """Why these ids name nothing the store could hold; "" when each could."""
     for name, value in ids.items():
-        if not value or len(value) > MAX_ID:
-            return f"{name}: 1 to {MAX_ID} characters (got {len(value)})"
+        found = _id_refusal(name, value)
+        if found:
+            return found
     return ""
 
 
@@ -89,8 +104,8 @@ def held_refusal(held: Sequence[Held], max_held: int) -> str:
     if len(held) > max_held:
         return f"hello limit max_held={max_held}: held lists {len(held)} attempts"
     for i, h in enumerate(held):
-        found = ids_refusal(**{f"held[{i}].action_id": h.action_id}) or _too_long(
-            f"held[{i}].attempt_id", h.attempt_id, MAX_ID
+        found = _id_refusal(f"held[{i}].action_id", h.action_id) or _id_refusal(
+            f"held[{i}].attempt_id", h.attempt_id, required=False
         )
         if found:
             return found

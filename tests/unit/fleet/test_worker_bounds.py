@@ -238,3 +238,24 @@ def test_refusals_are_counted_and_logged_at_a_bounded_rate(
         "refused 1 kill switch acknowledgements (1 since start); the last from worker wrk_1:"
         " kill_id: 1 to 64 characters (got 65536)"
     )
+
+
+def test_every_id_a_worker_sends_is_checked_against_the_alphabet_of_ids() -> None:
+    """Starts, kill switch acknowledgements and peek answers (`ids_refusal`) and the attempts
+    a hello says it holds: an id with NUL never reaches a query (B8)."""
+    assert worker_bounds.ids_refusal(action_id="act_01jd", attempt_id="att_01jd") == ""
+    assert worker_bounds.ids_refusal(kill_id="kill_\x00") == (
+        "kill_id: an id holds only 0-9, a-z and _ (U+0000 at 5)"
+    )
+    assert worker_bounds.ids_refusal(action_id="act_1", attempt_id="att\x00") == (
+        "attempt_id: an id holds only 0-9, a-z and _ (U+0000 at 3)"
+    )
+    assert worker_bounds.ids_refusal(peek_id="pk_\u202e") == (
+        "peek_id: an id holds only 0-9, a-z and _ (U+202E at 3)"
+    )
+    for held, refusal in [
+        (Held("act\x00", "att", 1, "running"), "held[0].action_id: an id holds only"),
+        (Held("act", "att\x00", 1, "finished"), "held[0].attempt_id: an id holds only"),
+    ]:
+        assert worker_bounds.hello_refusal(100, REAL, [held], LIMITS).startswith(refusal)
+    assert worker_bounds.hello_refusal(100, REAL, [Held("act_1", "", 1, "running")], LIMITS) == ""
