@@ -34,6 +34,7 @@ from coordinator.heart.ledger import (
 from coordinator.model.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store import desktop as desktop_queries, quotas, runs as run_queries
 from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
+from shared.errors import InvalidArgumentError
 from shared.ids import new_id
 from shared.receipts import (
     artifact_refs,
@@ -47,6 +48,10 @@ from shared.states import ActionState
 from shared.tracing import TraceParent
 
 NOT_THE_CLAIMANT = "this worker does not hold the claim on the attempt"
+MAX_RESULT_REASON = 200  # characters of a result's decoding error in its ReceiptAck
+# Artifacts this transaction added, by (run, sha256): two receipts of one batch (or one
+# receipt naming the same bytes twice) must not insert the same row twice.
+_ARTIFACTS_ADDED = "deskfleet.artifacts_added"
 
 
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
@@ -148,30 +153,34 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         return [verdict(False, refusal)]
     if action.receipt_id:
         return [verdict(True, "already recorded")]
-    try:
-        result = decode_result(receipt.result_json) if receipt.result_json else None
-    except ValueError:
-        return [verdict(False, "the result is not valid JSON")]
     traced = TraceParent.parse(receipt.traceparent) if receipt.traceparent else None
-    result_text = encode_result(result)  # once, for the body and the journal's size check
-    body = encode_with(
-        {
-            "action": action.id,
-            "run": run.id,
-            "kind": action.kind,
-            "attempt": action.attempt_id,
-            "epoch": action.epoch,
-            "worker": receipt.worker_id,
-            "status": receipt.status,
-            "error": receipt.error,
-            "started_at": receipt.started_at,
-            "finished_at": receipt.finished_at,
-            "fingerprint": action.fingerprint,
-            **({"traceparent": traced.header()} if traced is not None else {}),
-        },
-        "result",
-        result_text,
-    )
+    try:
+        # What the coordinator cannot read back (NaN, 1e400, nesting past the parser's
+        # depth, an integer of thousands of digits) is this receipt's refusal, never its
+        # batch's failure.
+        result = decode_result(receipt.result_json) if receipt.result_json else None
+        result_text = encode_result(result)  # once, for the body and the journal's size check
+        body = encode_with(
+            {
+                "action": action.id,
+                "run": run.id,
+                "kind": action.kind,
+                "attempt": action.attempt_id,
+                "epoch": action.epoch,
+                "worker": receipt.worker_id,
+                "status": receipt.status,
+                "error": receipt.error,
+                "started_at": receipt.started_at,
+                "finished_at": receipt.finished_at,
+                "fingerprint": action.fingerprint,
+                **({"traceparent": traced.header()} if traced is not None else {}),
+            },
+            "result",
+            result_text,
+        )
+    except InvalidArgumentError as exc:
+        reason = " ".join(f"result_json: {exc.message}".split())
+        return [verdict(False, reason[:MAX_RESULT_REASON])]
     row = ReceiptRow(
         id=new_id("rcp"),
         run_id=run.id,
@@ -244,6 +253,7 @@ def _keep_artifacts(
 ) -> None:
     """Store the receipt's artifacts by sha256, each checked against its bytes."""
     roles = {sha: role for role, sha in artifact_refs(result)}
+    added: set[tuple[str, str]] = s.info.setdefault(_ARTIFACTS_ADDED, set())
     for artifact in receipt.artifacts:
         if content_sha256(artifact.data) != artifact.sha256:
             record(
@@ -256,7 +266,10 @@ def _keep_artifacts(
                 reason="the bytes do not match their sha256",
             )
             continue
+        if (run.id, artifact.sha256) in added:
+            continue  # added by this transaction, not flushed yet: the store cannot tell
         if desktop_queries.artifact(s, run.id, artifact.sha256) is None:
+            added.add((run.id, artifact.sha256))
             s.add(
                 ArtifactRow(
                     run_id=run.id,

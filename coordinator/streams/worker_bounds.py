@@ -4,9 +4,9 @@ A worker is a peer, not a part of the coordinator: an enrolled machine may be br
 over, and what it sends reaches the store, the journal and the logs. Every id it sends names
 a row whose id column holds `MAX_ID` characters of an id's alphabet (`shared.ids`), so a
 longer one, or one with another character, names nothing; a receipt's status is one of four
-words; its error is a line for people. Each check is a few comparisons on the message as it
-arrives: receipts are the hot path, and a check that read the store would cost as much as the
-receipt.
+words; its error is a line for people; its times are numbers, and no text of it holds what
+the store's text cannot (NUL). Each check is a few comparisons on the message as it arrives:
+receipts are the hot path, and a check that read the store would cost as much as the receipt.
 
 What is refused is answered (a receipt gets a refused `ReceiptAck` naming the limit, so the
 worker forgets it instead of sending it again) or dropped (a start, a kill switch
@@ -17,6 +17,7 @@ which logs at a bounded rate, so a flood costs neither the disk nor the event lo
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 
@@ -57,6 +58,21 @@ def _id_refusal(name: str, value: str, *, required: bool = True) -> str:
     return ""
 
 
+def _unstorable(name: str, value: str) -> str:
+    """Why the store's text cannot hold `value` (PostgreSQL's holds no NUL, and no text holds
+    a lone surrogate); "" when it can."""
+    at = value.find("\x00")
+    if at < 0 and not value.isascii():
+        at = next((i for i, c in enumerate(value) if "\ud800" <= c <= "\udfff"), -1)
+    if at < 0:
+        return ""
+    return f"{name}: U+{ord(value[at]):04X} at {at} is no character the store's text can hold"
+
+
+def _time_refusal(name: str, value: float) -> str:
+    return "" if math.isfinite(value) else f"{name}: a finite number of seconds (got {value})"
+
+
 def receipt_refusal(r: IncomingReceipt) -> str:
     """Why the receipt cannot be recorded as it is, naming the limit; "" when it can."""
     found = _id_refusal("action_id", r.action_id) or _id_refusal("run_id", r.run_id)
@@ -69,12 +85,19 @@ def receipt_refusal(r: IncomingReceipt) -> str:
         _id_refusal("attempt_id", r.attempt_id, required=False)
         or _too_long("error", r.error, MAX_ERROR)
         or _too_long("traceparent", r.traceparent, MAX_TRACEPARENT)
+        or _time_refusal("started_at", r.started_at)
+        or _time_refusal("finished_at", r.finished_at)
+        or _unstorable("error", r.error)
+        or _unstorable("traceparent", r.traceparent)
     )
     if found:
         return found
     for i, a in enumerate(r.artifacts):
-        found = _too_long(f"artifacts[{i}].sha256", a.sha256, MAX_SHA256) or _too_long(
-            f"artifacts[{i}].media_type", a.media_type, MAX_MEDIA_TYPE
+        found = (
+            _too_long(f"artifacts[{i}].sha256", a.sha256, MAX_SHA256)
+            or _too_long(f"artifacts[{i}].media_type", a.media_type, MAX_MEDIA_TYPE)
+            or _unstorable(f"artifacts[{i}].sha256", a.sha256)
+            or _unstorable(f"artifacts[{i}].media_type", a.media_type)
         )
         if found:
             return found

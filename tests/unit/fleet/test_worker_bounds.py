@@ -240,6 +240,43 @@ def test_refusals_are_counted_and_logged_at_a_bounded_rate(
     )
 
 
+def test_a_receipt_the_store_or_the_journal_could_not_hold_is_refused_naming_the_field() -> None:
+    """Times that are no number, text that PostgreSQL cannot hold (NUL) and ids outside the
+    alphabet of ids are refused as the receipt arrives (B3, B8): once in a batch, any of them
+    failed the whole batch's transaction, and the receipts of other workers in it with it."""
+    art = IncomingArtifact("f" * 64, "image/png", b"", 1, 1)
+    assert worker_bounds.receipt_refusal(_receipt(started_at=-1.5, finished_at=1e18)) == ""
+    assert worker_bounds.receipt_refusal(_receipt(error="é ünïcode ✓", attempt_id="")) == ""
+    for changes, refusal in [
+        ({"started_at": float("nan")}, "started_at: a finite number of seconds (got nan)"),
+        ({"finished_at": float("inf")}, "finished_at: a finite number of seconds (got inf)"),
+        ({"started_at": float("-inf")}, "started_at: a finite number of seconds (got -inf)"),
+        (
+            {"error": "bad\x00"},
+            "error: U+0000 at 3 is no character the store's text can hold",
+        ),
+        (
+            {"error": "é\udc80"},  # a lone surrogate (no protobuf string holds one either)
+            "error: U+DC80 at 1 is no character the store's text can hold",
+        ),
+        (
+            {"traceparent": "00-\x00"},
+            "traceparent: U+0000 at 3 is no character the store's text can hold",
+        ),
+        (
+            {"artifacts": (dataclasses.replace(art, media_type="image/\x00png"),)},
+            "artifacts[0].media_type: U+0000 at 6 is no character the store's text can hold",
+        ),
+        (
+            {"action_id": "act_\x00"},
+            "action_id: an id holds only 0-9, a-z and _ (U+0000 at 4)",
+        ),
+        ({"run_id": "RUN_1"}, "run_id: an id holds only 0-9, a-z and _ (U+0052 at 0)"),
+        ({"attempt_id": "att 1"}, "attempt_id: an id holds only 0-9, a-z and _ (U+0020 at 3)"),
+    ]:
+        assert worker_bounds.receipt_refusal(_receipt(**changes)) == refusal, changes
+
+
 def test_every_id_a_worker_sends_is_checked_against_the_alphabet_of_ids() -> None:
     """Starts, kill switch acknowledgements and peek answers (`ids_refusal`) and the attempts
     a hello says it holds: an id with NUL never reaches a query (B8)."""
