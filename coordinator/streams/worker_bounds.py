@@ -148,13 +148,14 @@ class RefusalLog:
         self._unlogged = 0
         self._last = -every
 
-    def note(self, worker_id: str, reason: str) -> None:
-        """One more refused; `reason` is ours (it names the limit, never the peer's text)."""
+    def note(self, worker_id: str, reason: str) -> bool:
+        """One more refused; `reason` is ours (it names the limit, never the peer's text).
+        True when this one was logged."""
         self.total += 1
         self._unlogged += 1
         now = time.monotonic()
         if now - self._last < self._every:
-            return
+            return False
         log.warning(
             "refused %d %s (%d since start); the last from worker %s: %s",
             self._unlogged,
@@ -165,3 +166,4 @@ class RefusalLog:
         )
         self._last = now
         self._unlogged = 0
+        return True
