@@ -357,6 +357,7 @@ class Dispatcher:
         if logged and defect is not None:
             reason = f"internal error (ref {new_id('err')})"  # the line that says what
             log.error("a worker's %s could not be recorded: %s", what, reason, exc_info=defect)
+        self.metrics.refused_reports.labels(what, "unrecordable").inc()
         if isinstance(item, IncomingReceipt):
             verdict = ReceiptVerdict(
                 item.worker_id,

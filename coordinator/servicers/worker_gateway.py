@@ -301,7 +301,9 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
 
     async def _read(self, session: WorkerSession, context: Context, *, ack_beats: bool) -> None:
         """`ack_beats`: the worker predates stream liveness and wants its heartbeats acknowledged
-        (they renew nothing: presence lives as long as the stream does)."""
+        (they renew nothing: presence lives as long as the stream does). Receipts and starts
+        refused here are counted in the metrics, as those the ledger refuses are."""
+        refused = self._dispatcher.metrics.refused_reports
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
@@ -315,6 +317,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 refusal = worker_bounds.ids_refusal(action_id=m.action_id, attempt_id=m.attempt_id)
                 if refusal:
                     self._refused_starts.note(session.worker_id, refusal)
+                    refused.labels("start", "bounds").inc()
                     continue
                 self._dispatcher.on_started(Started(session.worker_id, m.action_id, m.attempt_id))
             elif kind == "receipt":
@@ -324,6 +327,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 if refusal:
                     # Answered, so that the worker forgets it instead of sending it again.
                     self._refused_receipts.note(session.worker_id, refusal)
+                    refused.labels("receipt", "bounds").inc()
                     session.outbox.put_nowait(
                         ReceiptVerdict(
                             session.worker_id,
