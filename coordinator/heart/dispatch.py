@@ -19,7 +19,14 @@ from sqlalchemy.orm import Session
 from coordinator.heart import faults, ledger, outcomes, slots
 from coordinator.heart.context import Context, RunKind
 from coordinator.heart.ingest import Ingest, one_line
-from coordinator.model.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.model.orders import (
+    CancelOrder,
+    DispatchOrder,
+    Held,
+    IncomingReceipt,
+    Order,
+    ReceiptVerdict,
+)
 from coordinator.model.settings import CoordinatorConfig
 from coordinator.observe.attempt_spans import AttemptSpans
 from coordinator.observe.metrics import CoordinatorMetrics
@@ -27,7 +34,7 @@ from coordinator.store import Database, runs as run_queries
 from coordinator.streams.journal_bus import JournalBus
 from coordinator.streams.presence import Presence, Sent
 from coordinator.streams.relay import Relay
-from coordinator.streams.worker_bounds import RefusalLog
+from coordinator.streams.worker_bounds import RefusalLog, ReportBudgets
 from coordinator.streams.worker_index import WorkerIndex
 from shared.errors import DeskfleetError
 from shared.ids import new_id
@@ -110,6 +117,8 @@ class Dispatcher:
         self._spans = AttemptSpans()
         self._connects: list[_Connect] = []
         self._connect_wake = asyncio.Event()
+        # The refused reports of each worker stream on this replica, past a limit it ends.
+        self.reports = ReportBudgets(config.max_refused_reports)
         self._unrecorded = RefusalLog("worker messages that could not be recorded")
         self._ingest = Ingest[IncomingReceipt | Started](
             "worker messages", self._record, self._unrecordable
@@ -176,6 +185,10 @@ class Dispatcher:
                 faults.EXIT_AFTER_RECEIPT_COMMIT
             )  # tests only: see coordinator/heart/faults.py
         self.metrics.observe(ctx.notes)
+        for refused in ctx.notes.refused_reports():
+            self.reports.refused(
+                refused.worker_id, refused.action_id, refused.attempt_id, refused.reason
+            )
         self.deliver(orders, ctx.touched, ctx.stopped, views)
 
     def deliver(
@@ -194,6 +207,10 @@ class Dispatcher:
                     self._spans.finished(
                         order.action_id, order.attempt_id, ok=order.accepted, detail=order.reason
                     )
+                elif isinstance(order, CancelOrder):
+                    # Its worker is told the attempt is no longer its own: a late report on it
+                    # is the worker's due, not one its stream is refused for.
+                    self.reports.given(order.worker_id, order.action_id, order.attempt_id)
                 self._presence.send(order.worker_id, order)
                 continue
             self.metrics.dispatched(order.ready_at)
@@ -358,6 +375,7 @@ class Dispatcher:
             reason = f"internal error (ref {new_id('err')})"  # the line that says what
             log.error("a worker's %s could not be recorded: %s", what, reason, exc_info=defect)
         self.metrics.refused_reports.labels(what, "unrecordable").inc()
+        self.reports.refused(item.worker_id, item.action_id, item.attempt_id, "unrecordable")
         if isinstance(item, IncomingReceipt):
             verdict = ReceiptVerdict(
                 item.worker_id,

@@ -22,7 +22,8 @@ savepoint. Only a failed batch is recorded again, and then apart: what a ledger 
 knows beside its session (slot counts, the stages it read, its notes, the owners' charges)
 would survive a savepoint's rollback, so savepoints would need a ledger state per message
 merged back, for a path that no known message takes (a batch of 256 costs ~1.7 s of the
-SQLite writer then).
+SQLite writer then). A sender whose message fails alone has it counted against its stream
+(`streams/worker_bounds.ReportBudget`), which bounds how often one worker can make it happen.
 """
 
 from __future__ import annotations

@@ -80,6 +80,13 @@ class CoordinatorMetrics:
             ["report", "reason"],
             registry=r,
         )
+        self.streams_ended = Counter(
+            "deskfleet_worker_streams_ended",
+            "Worker streams this replica ended, by reason (refused_reports: past"
+            " --max-refused-reports)",
+            ["reason"],
+            registry=r,
+        )
         self.dispatch_latency = Histogram(
             "deskfleet_dispatch_latency_seconds",
             "From an action being ready (run submitted, previous stage done, failed attempt"

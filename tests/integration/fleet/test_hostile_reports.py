@@ -3,12 +3,16 @@
 
 What it may not do: stall the receipts of other workers with one the coordinator cannot
 record (B3: times that are no number, a result it cannot read back, NUL where PostgreSQL text
-cannot hold it), or make the store fail a batch with an id no id has (B8).
+cannot hold it), make the store fail a batch with an id no id has (B8), or write without end
+into a run it once touched, charged to the run's owner (B7): its refused reports are
+journaled once per action, sender and reason, cost the owner nothing, and past a limit end
+its stream.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,12 +23,17 @@ import pytest
 
 from coordinator.admin_cli.render import as_dict
 from shared.gen.deskfleet.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     desktop_pb2,
     desktop_pb2_grpc,
     worker_pb2,
 )
 from tests.harness import (
+    BIN,
     CoordinatorProcess,
+    base_env,
+    journal,
     submit,
     wait_run,
     wait_until,
@@ -33,6 +42,8 @@ from tests.harness import (
 from tests.harness.raw_worker import HEADLESS, RawWorker
 
 pytestmark = pytest.mark.slow
+
+LIMIT = "refused reports limit max_refused_reports=100 per 60 s:"
 
 
 @pytest.fixture
@@ -131,7 +142,8 @@ def test_receipts_the_coordinator_cannot_record_cost_a_good_workers_receipt_noth
     assert reasons[20:40] == ["finished_at: a finite number of seconds (got inf)"] * 20
     assert all(r.startswith("result_json: not valid JSON") for r in reasons[40:]), reasons[40:]
     assert all("\n" not in r and len(r) <= 200 for r in reasons)
-    # Nothing of it was recorded; its own real receipt still is.
+    # Nothing of it was recorded; its own real receipt still is (its stream was not ended:
+    # 60 refusals are within the limit).
     assert wait_run(coordinator, hostile_run, lambda r: True)["status"] == "RUNNING"
     hostile.send(receipt=_receipt(dh))
     assert hostile.expect("receipt_ack").receipt_ack.accepted
@@ -165,7 +177,7 @@ def test_on_postgresql_nul_in_a_receipt_or_an_id_costs_no_other_worker_anything(
     nul_error = _receipt(dh, status="failed", error="bad\x00")
     nul_id = _receipt(dh, action_id="act_\x00", run_id="run_\x00")
     nul_start = worker_pb2.ActionStarted(action_id="act_\x00", attempt_id=dh.attempt_id)
-    for i in range(40):
+    for i in range(40):  # 80 refused reports: the stream stays within its limit
         hostile.send(receipt=nul_error if i % 2 else nul_id)
         hostile.send(started=nul_start)
         if i == 20:
@@ -219,3 +231,129 @@ def _switch(coordinator: CoordinatorProcess, kill_id: str) -> dict[str, Any]:
     )
     switch: dict[str, Any] = next(s for s in as_dict(reply)["switches"] if s["id"] == kill_id)
     return switch
+
+
+# ------------------------------------------------- B7: refused reports, journaled once, bounded
+
+
+def _owner(coordinator: CoordinatorProcess, name: str, where: Path) -> Path:
+    token = where / f"{name}.token"
+    token.write_text(coordinator.cli_json("users", "create", name)["token"])
+    return token
+
+
+def _stored_bytes(coordinator: CoordinatorProcess, name: str) -> int:
+    channel = coordinator.channel()
+    assert channel is not None
+    answer = admin_pb2_grpc.AdminServiceStub(channel).GetUserLimits(
+        admin_pb2.GetUserLimitsRequest(name=name),
+        metadata=coordinator.admin_metadata(),
+        timeout=30,
+    )
+    return int(answer.stored_bytes)
+
+
+def _ended_for_its_refusals(worker: RawWorker) -> str:
+    error: Any = worker.ended(timeout=60)
+    assert error is not None, "the stream was not ended"
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED, error.details()
+    details: str = error.details()
+    assert details.startswith(LIMIT) and "\n" not in details, details
+    return details
+
+
+def test_a_flood_of_refused_reports_adds_two_events_costs_the_owner_nothing_and_ends_the_streams(
+    coordinator: CoordinatorProcess, raw: Callable[..., RawWorker], tmp_path: Path
+) -> None:
+    """1,000 stale receipts from the worker that finished the action of bob's run and 1,000
+    starts of it from another worker: bob's journal grew by 3,000 events and his stored bytes
+    by 629 KB for 3,000 stale receipts once; now each sender's first refusal is journaled,
+    bob is charged nothing, and both streams are ended."""
+    bob = _owner(coordinator, "bob-b7", tmp_path)
+    once, foreign, marker = raw("once-trusted"), raw("foreign"), raw("marker")
+    for worker in (once, foreign, marker):
+        worker.connect()
+    run_id, d = _run_on(coordinator, once, tmp_path, bob)
+    once.send(started=worker_pb2.ActionStarted(action_id=d.action_id, attempt_id=d.attempt_id))
+    once.send(receipt=_receipt(d))
+    assert once.expect("receipt_ack").receipt_ack.accepted
+    wait_run(coordinator, run_id, lambda r: r["status"] == "SUCCEEDED", token_file=bob)
+    events = len(journal(coordinator, run_id, token_file=bob))
+    stored = _stored_bytes(coordinator, "bob-b7")
+
+    for i in range(1000):
+        once.send(receipt=_receipt(d, attempt_id="att_x", epoch=d.epoch + 1 + i, status="failed"))
+        foreign.send(
+            started=worker_pb2.ActionStarted(action_id=d.action_id, attempt_id=d.attempt_id)
+        )
+    said = {_ended_for_its_refusals(once), _ended_for_its_refusals(foreign)}
+    assert {s.rsplit("(the last: ", 1)[1] for s in said} <= {"stale_epoch)", "not_claimant)"}
+    # Every message taken before the streams ended has been ingested once another worker's
+    # receipt, sent after them, is answered (one ingest, in order).
+    _, dm = _run_on(coordinator, marker, tmp_path)
+    marker.send(receipt=_receipt(dm))
+    assert marker.expect("receipt_ack").receipt_ack.accepted
+
+    added = journal(coordinator, run_id, token_file=bob, after=events)
+    assert sorted((e["kind"], e["data"]["worker"]) for e in added) == [
+        ("receipt.refused", once.worker_id),
+        ("started.refused", foreign.worker_id),
+    ]
+    assert _stored_bytes(coordinator, "bob-b7") == stored
+    assert wait_run(coordinator, run_id, lambda r: True, token_file=bob)["status"] == "SUCCEEDED"
+    ended = [
+        line for line in coordinator.log.read_text().splitlines() if "ended the stream" in line
+    ]
+    assert 1 <= len(ended) <= 2, ended  # logged at a bounded rate
+
+
+def test_a_workers_late_reports_on_attempts_taken_back_are_not_held_against_its_stream(
+    raw: Callable[..., RawWorker], tmp_path: Path
+) -> None:
+    """With the limit at 1, a worker whose attempts time out (a cancel, then a new attempt)
+    sends the late start and receipt of each: none is counted, its stream lives on and its
+    run succeeds. Two reports on attempts it never held then end it."""
+    coordinator = CoordinatorProcess(
+        tmp_path / "limited", serve_args=("--max-refused-reports", "1")
+    ).start()
+    try:
+        slow = raw("slow", coordinator)
+        slow.connect()
+        run_id, d = _run_on(coordinator, slow, tmp_path, action_timeout_seconds=1.0)
+        for _ in range(2):  # two attempts time out; the third is answered in time
+            cancel = slow.expect("cancel", timeout=15).cancel
+            assert (cancel.action_id, cancel.attempt_id) == (d.action_id, d.attempt_id)
+            late = slow.expect("dispatch", timeout=15).dispatch
+            slow.send(
+                started=worker_pb2.ActionStarted(action_id=d.action_id, attempt_id=d.attempt_id)
+            )
+            slow.send(receipt=_receipt(d))
+            stale = slow.expect("receipt_ack").receipt_ack
+            assert not stale.accepted and stale.reason.startswith("stale epoch"), stale.reason
+            d = late
+        slow.send(started=worker_pb2.ActionStarted(action_id=d.action_id, attempt_id=d.attempt_id))
+        slow.send(receipt=_receipt(d))
+        assert slow.expect("receipt_ack").receipt_ack.accepted
+        assert wait_run(coordinator, run_id, lambda r: r["status"] == "SUCCEEDED")
+        assert slow.error is None
+        for epoch in (50, 51):
+            slow.send(receipt=_receipt(d, attempt_id="att_never", epoch=epoch))
+        error: Any = slow.ended(timeout=30)
+        assert error is not None and error.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert error.details().startswith(
+            "refused reports limit max_refused_reports=1 per 60 s: the coordinator refused 2"
+        ), error.details()
+    finally:
+        coordinator.stop()
+
+
+def test_the_refused_reports_limit_is_a_serve_setting(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [BIN / "deskfleet-coordinator", "serve", "--db", "sqlite:///x.db",
+         "--max-refused-reports", "-1"],
+        capture_output=True, text=True, timeout=60, env=base_env(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "deskfleet-coordinator: --max-refused-reports: 0 (no limit) or more"
+    ]
