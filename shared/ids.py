@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import threading
 import time
 
@@ -56,3 +57,20 @@ def _digits(millis: int, rand: int) -> str:
     value = ((millis & (2**50 - 1)) << 80) | rand
     # 160 bits are 32 digits; the first 6 hold the 30 zero bits above the 50 + 80 used.
     return base64.b32encode(value.to_bytes(20, "big")).translate(_TO_CROCKFORD)[6:].decode()
+
+
+# Every character an id of `new_id` can hold: its lower-case prefix, the "_", Crockford digits.
+# A worker only ever sends back ids the coordinator gave it, so anything else in one names no
+# row (and NUL, which PostgreSQL text cannot hold, would fail the statement it reached).
+ID_CHARACTERS = "0-9, a-z and _"
+_ID_TEXT = re.compile(r"[0-9a-z_]*")
+_NOT_ID = re.compile(r"[^0-9a-z_]")
+
+
+def foreign_character(text: str) -> int:
+    """Where `text` holds the first character no id has; -1 when it holds none."""
+    if _ID_TEXT.fullmatch(text):
+        return -1
+    found = _NOT_ID.search(text)
+    assert found is not None
+    return found.start()

@@ -20,6 +20,7 @@ from coordinator.console.limits import (
 from coordinator.model.identity import Role
 from coordinator.model.settings import (
     DEFAULT_AUTH_FAILURES,
+    DEFAULT_MAX_REFUSED_REPORTS,
     DEFAULT_MAX_WATCH_STREAMS,
     DEFAULT_OWNER_MAX_ACTIVE_RUNS,
     DEFAULT_OWNER_MAX_SECRETS,
@@ -190,6 +191,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="WatchRun and WaitRun calls (runs watch, --wait) one user may have open at once on"
         f" this replica (default {DEFAULT_MAX_WATCH_STREAMS}; 0: no limit)",
+    )
+    serve.add_argument(
+        "--max-refused-reports",
+        type=int,
+        default=DEFAULT_MAX_REFUSED_REPORTS,
+        metavar="N",
+        help="refused receipts and starts a worker stream may make a minute before it is ended"
+        f" (default {DEFAULT_MAX_REFUSED_REPORTS}; 0: no limit; see docs/SECURITY.md)",
     )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
@@ -550,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--owner-max-active-runs: 0 (no limit) or more")
         if args.max_watch_streams < 0:
             raise DeskfleetError("--max-watch-streams: 0 (no limit) or more")
+        if args.max_refused_reports < 0:
+            raise DeskfleetError("--max-refused-reports: 0 (no limit) or more")
         if args.owner_max_secrets < 0:
             raise DeskfleetError("--owner-max-secrets: 0 (no limit) or more")
         owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
@@ -566,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
             owner_max_stored_bytes=owner_max_stored_bytes,
             owner_max_secrets=args.owner_max_secrets,
             max_watch_streams=args.max_watch_streams,
+            max_refused_reports=args.max_refused_reports,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

@@ -1,5 +1,6 @@
 """The dispatcher: turns ledger decisions into messages to workers, and worker messages back
-into ledger transactions, batched so that many receipts share one commit.
+into ledger transactions, batched so that many receipts share one commit (`heart/ingest.py`:
+a failed batch is recorded again message by message, so that one never costs another).
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from sqlalchemy.orm import Session
 
 from coordinator.heart import faults, ledger, outcomes, slots
 from coordinator.heart.context import Context, RunKind
-from coordinator.model.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
+from coordinator.heart.ingest import Ingest, one_line
+from coordinator.model.orders import (
+    CancelOrder,
+    DispatchOrder,
+    Held,
+    IncomingReceipt,
+    Order,
+    ReceiptVerdict,
+)
 from coordinator.model.settings import CoordinatorConfig
 from coordinator.observe.attempt_spans import AttemptSpans
 from coordinator.observe.metrics import CoordinatorMetrics
@@ -25,8 +34,10 @@ from coordinator.store import Database, runs as run_queries
 from coordinator.streams.journal_bus import JournalBus
 from coordinator.streams.presence import Presence, Sent
 from coordinator.streams.relay import Relay
+from coordinator.streams.worker_bounds import RefusalLog, ReportBudgets
 from coordinator.streams.worker_index import WorkerIndex
 from shared.errors import DeskfleetError
+from shared.ids import new_id
 from shared.logs import log_context
 
 log = logging.getLogger(__name__)
@@ -106,6 +117,12 @@ class Dispatcher:
         self._spans = AttemptSpans()
         self._connects: list[_Connect] = []
         self._connect_wake = asyncio.Event()
+        # The refused reports of each worker stream on this replica, past a limit it ends.
+        self.reports = ReportBudgets(config.max_refused_reports)
+        self._unrecorded = RefusalLog("worker messages that could not be recorded")
+        self._ingest = Ingest[IncomingReceipt | Started](
+            "worker messages", self._record, self._unrecordable
+        )
 
     async def __aenter__(self) -> Dispatcher:
         self._tasks = [
@@ -168,6 +185,10 @@ class Dispatcher:
                 faults.EXIT_AFTER_RECEIPT_COMMIT
             )  # tests only: see coordinator/heart/faults.py
         self.metrics.observe(ctx.notes)
+        for refused in ctx.notes.refused_reports():
+            self.reports.refused(
+                refused.worker_id, refused.action_id, refused.attempt_id, refused.reason
+            )
         self.deliver(orders, ctx.touched, ctx.stopped, views)
 
     def deliver(
@@ -186,6 +207,10 @@ class Dispatcher:
                     self._spans.finished(
                         order.action_id, order.attempt_id, ok=order.accepted, detail=order.reason
                     )
+                elif isinstance(order, CancelOrder):
+                    # Its worker is told the attempt is no longer its own: a late report on it
+                    # is the worker's due, not one its stream is refused for.
+                    self.reports.given(order.worker_id, order.action_id, order.attempt_id)
                 self._presence.send(order.worker_id, order)
                 continue
             self.metrics.dispatched(order.ready_at)
@@ -328,10 +353,40 @@ class Dispatcher:
                     batch.append(await asyncio.wait_for(self._inbox.get(), STARTED_GRACE))
                 self._take_arrived(batch)
             try:
-                await self.run_unit(functools.partial(_apply_batch, batch=batch))
-            except DeskfleetError as exc:
-                # Not acknowledged, so the workers keep these receipts and send them again.
-                log.warning("could not record %d worker messages: %s", len(batch), exc)
+                await self._ingest(batch)
+            except Exception:  # a defect of ours: the fleet's next messages still get in
+                log.exception("the ingest of %d worker messages failed", len(batch))
+
+    async def _record(self, batch: Sequence[IncomingReceipt | Started]) -> None:
+        await self.run_unit(functools.partial(_apply_batch, batch=batch))
+
+    def _unrecordable(self, item: IncomingReceipt | Started, exc: Exception) -> None:
+        """A message that fails alone: refused (a receipt answered so, and forgotten by its
+        worker), counted, and logged at a bounded rate (with the traceback of a defect)."""
+        if isinstance(exc, DeskfleetError):
+            reason = one_line(exc)
+            defect = None
+        else:
+            reason = "internal error"
+            defect = exc
+        what = "receipt" if isinstance(item, IncomingReceipt) else "start"
+        logged = self._unrecorded.note(item.worker_id, f"{what} of {item.action_id}: {reason}")
+        if logged and defect is not None:
+            reason = f"internal error (ref {new_id('err')})"  # the line that says what
+            log.error("a worker's %s could not be recorded: %s", what, reason, exc_info=defect)
+        self.metrics.refused_reports.labels(what, "unrecordable").inc()
+        self.reports.refused(item.worker_id, item.action_id, item.attempt_id, "unrecordable")
+        if isinstance(item, IncomingReceipt):
+            verdict = ReceiptVerdict(
+                item.worker_id,
+                item.action_id,
+                item.attempt_id,
+                False,
+                f"the coordinator could not record this receipt: {reason}",
+            )
+            # Straight to its stream: the attempt is still in flight in the ledger (its span
+            # and timeout go on), and a worker that moved to another replica sends it again.
+            self._presence.send(item.worker_id, verdict)
 
     def _take_arrived(self, batch: list[IncomingReceipt | Started]) -> None:
         """Whatever arrived while the previous batch was being committed joins this one."""

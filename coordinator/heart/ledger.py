@@ -58,6 +58,13 @@ def record(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> in
     return journal.append(s, run, event, data)
 
 
+def record_refusal(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> int:
+    """Journal a worker's refused report: a worker's doing, so not charged to the run's owner
+    (who can do nothing about it)."""
+    ctx.touched.add(run.id)
+    return journal.append(s, run, event, data, charge=False)
+
+
 def set_status(
     s: Session,
     run: RunRow,

@@ -29,11 +29,18 @@ from coordinator.heart.ledger import (
     label,
     move,
     record,
+    record_refusal,
     set_status,
 )
 from coordinator.model.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
-from coordinator.store import desktop as desktop_queries, quotas, runs as run_queries
+from coordinator.store import (
+    desktop as desktop_queries,
+    quotas,
+    refusals as refusal_queries,
+    runs as run_queries,
+)
 from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
+from shared.errors import InvalidArgumentError
 from shared.ids import new_id
 from shared.receipts import (
     artifact_refs,
@@ -47,6 +54,34 @@ from shared.states import ActionState
 from shared.tracing import TraceParent
 
 NOT_THE_CLAIMANT = "this worker does not hold the claim on the attempt"
+MAX_RESULT_REASON = 200  # characters of a result's decoding error in its ReceiptAck
+# Artifacts this transaction added, by (run, sha256): two receipts of one batch (or one
+# receipt naming the same bytes twice) must not insert the same row twice.
+_ARTIFACTS_ADDED = "deskfleet.artifacts_added"
+
+
+def _refused_report(
+    s: Session,
+    ctx: Context,
+    action: ActionRow,
+    report: str,
+    code: str,
+    worker_id: str,
+    attempt_id: str,
+    event: str,
+    data: dict[str, Any],
+) -> None:
+    """Note a refused report (for the metrics and the sender's stream); journal it (`event`,
+    `data`) only the first time this sender's report on this action is refused for this
+    reason, uncharged: a worker repeating itself writes nothing into the run."""
+    first = refusal_queries.first_refusal(
+        s, action.run_id, action.id, worker_id, f"{report}.{code}", ctx.now
+    )
+    if first:
+        run = run_queries.run_for_update(s, action.run_id)
+        assert run is not None
+        record_refusal(s, run, ctx, event, **data)
+    ctx.notes.refused(report, code, worker_id, action.id, attempt_id, journaled=first)
 
 
 def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) -> list[Order]:
@@ -118,60 +153,78 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
             receipt.worker_id, receipt.action_id, receipt.attempt_id, accepted, reason
         )
 
+    def refused(reason: str) -> None:
+        ctx.notes.refused(
+            "receipt", reason, receipt.worker_id, receipt.action_id, receipt.attempt_id
+        )
+
     action = run_queries.action(s, receipt.action_id)
     if action is None or action.run_id != receipt.run_id:
+        refused("unknown_action")
         return [verdict(False, "unknown action")]
     run = run_queries.run_for_update(s, action.run_id)
     assert run is not None
-    refusal = ""
+    refusal = code = ""
     if action.attempt_id != receipt.attempt_id or action.epoch != receipt.epoch:
         # Fencing: a timed-out or superseded attempt can never write over its successor.
         refusal = f"stale epoch {receipt.epoch}; the current claim is epoch {action.epoch}"
+        code = "stale_epoch"
     elif action.worker_id != receipt.worker_id:
         # Attempt ids and epochs are no secret (an owner reads them in GetRun, a worker in its
         # dispatches): only the worker the ledger gave the attempt may report on it.
-        refusal = NOT_THE_CLAIMANT
+        refusal, code = NOT_THE_CLAIMANT, "not_claimant"
     if refusal:
-        record(
+        _refused_report(
             s,
-            run,
             ctx,
+            action,
+            "receipt",
+            code,
+            receipt.worker_id,
+            receipt.attempt_id,
             "receipt.refused",
-            action=action.id,
-            attempt=receipt.attempt_id,
-            epoch=receipt.epoch,
-            current_epoch=action.epoch,
-            worker=receipt.worker_id,
-            status=receipt.status,
-            reason=refusal,
+            {
+                "action": action.id,
+                "attempt": receipt.attempt_id,
+                "epoch": receipt.epoch,
+                "current_epoch": action.epoch,
+                "worker": receipt.worker_id,
+                "status": receipt.status,
+                "reason": refusal,
+            },
         )
         return [verdict(False, refusal)]
     if action.receipt_id:
         return [verdict(True, "already recorded")]
-    try:
-        result = decode_result(receipt.result_json) if receipt.result_json else None
-    except ValueError:
-        return [verdict(False, "the result is not valid JSON")]
     traced = TraceParent.parse(receipt.traceparent) if receipt.traceparent else None
-    result_text = encode_result(result)  # once, for the body and the journal's size check
-    body = encode_with(
-        {
-            "action": action.id,
-            "run": run.id,
-            "kind": action.kind,
-            "attempt": action.attempt_id,
-            "epoch": action.epoch,
-            "worker": receipt.worker_id,
-            "status": receipt.status,
-            "error": receipt.error,
-            "started_at": receipt.started_at,
-            "finished_at": receipt.finished_at,
-            "fingerprint": action.fingerprint,
-            **({"traceparent": traced.header()} if traced is not None else {}),
-        },
-        "result",
-        result_text,
-    )
+    try:
+        # What the coordinator cannot read back (NaN, 1e400, nesting past the parser's
+        # depth, an integer of thousands of digits) is this receipt's refusal, never its
+        # batch's failure.
+        result = decode_result(receipt.result_json) if receipt.result_json else None
+        result_text = encode_result(result)  # once, for the body and the journal's size check
+        body = encode_with(
+            {
+                "action": action.id,
+                "run": run.id,
+                "kind": action.kind,
+                "attempt": action.attempt_id,
+                "epoch": action.epoch,
+                "worker": receipt.worker_id,
+                "status": receipt.status,
+                "error": receipt.error,
+                "started_at": receipt.started_at,
+                "finished_at": receipt.finished_at,
+                "fingerprint": action.fingerprint,
+                **({"traceparent": traced.header()} if traced is not None else {}),
+            },
+            "result",
+            result_text,
+        )
+    except InvalidArgumentError as exc:
+        refused("bad_result")
+        reason = " ".join(f"result_json: {exc.message}".split())
+        return [verdict(False, reason[:MAX_RESULT_REASON])]
     row = ReceiptRow(
         id=new_id("rcp"),
         run_id=run.id,
@@ -244,6 +297,7 @@ def _keep_artifacts(
 ) -> None:
     """Store the receipt's artifacts by sha256, each checked against its bytes."""
     roles = {sha: role for role, sha in artifact_refs(result)}
+    added: set[tuple[str, str]] = s.info.setdefault(_ARTIFACTS_ADDED, set())
     for artifact in receipt.artifacts:
         if content_sha256(artifact.data) != artifact.sha256:
             record(
@@ -256,7 +310,10 @@ def _keep_artifacts(
                 reason="the bytes do not match their sha256",
             )
             continue
+        if (run.id, artifact.sha256) in added:
+            continue  # added by this transaction, not flushed yet: the store cannot tell
         if desktop_queries.artifact(s, run.id, artifact.sha256) is None:
+            added.add((run.id, artifact.sha256))
             s.add(
                 ArtifactRow(
                     run_id=run.id,
@@ -279,25 +336,32 @@ def apply_started(
 ) -> list[Order]:
     """A worker has recorded its attempt and is about to act: the claim's lease runs on. A
     start of an attempt that has moved on since changes nothing (it arrived late); one from a
-    worker that does not hold the claim is journaled as refused and changes nothing either."""
+    worker that does not hold the claim is journaled as refused (the first time) and changes
+    nothing either. Each is noted as a refused report."""
     action = run_queries.action(s, action_id)
     if action is None:
+        ctx.notes.refused("start", "unknown_action", worker_id, action_id, attempt_id)
         return []
     if action.worker_id != worker_id:
-        run = run_queries.run_for_update(s, action.run_id)
-        assert run is not None
-        record(
+        _refused_report(
             s,
-            run,
             ctx,
+            action,
+            "start",
+            "not_claimant",
+            worker_id,
+            attempt_id,
             "started.refused",
-            action=action.id,
-            attempt=attempt_id,
-            worker=worker_id,
-            reason=NOT_THE_CLAIMANT,
+            {
+                "action": action.id,
+                "attempt": attempt_id,
+                "worker": worker_id,
+                "reason": NOT_THE_CLAIMANT,
+            },
         )
         return []
     if action.attempt_id != attempt_id or action.status != DISPATCHED:
+        ctx.notes.refused("start", "not_in_flight", worker_id, action_id, attempt_id)
         return []
     run = run_queries.run_for_update(s, action.run_id)
     assert run is not None

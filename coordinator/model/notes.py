@@ -1,7 +1,8 @@
 """What one ledger transaction did, noted for the metrics: state changes, finished attempts,
-retries, recoveries and receipts. The transaction collects `Notes` while it runs; the metrics
-apply them only once it has committed (`coordinator/observe/metrics.py`), so a transaction
-that is rolled back or run again counts once."""
+retries, recoveries, receipts and the workers' reports it refused. The transaction collects
+`Notes` while it runs; the metrics apply them only once it has committed
+(`coordinator/observe/metrics.py`), so a transaction that is rolled back or run again counts
+once; the dispatcher hands the refused reports to the budgets of the workers' streams."""
 
 from __future__ import annotations
 
@@ -86,7 +87,21 @@ class ReceiptSeen:
     verdict: str
 
 
-Note = StateChange | Finished | Retried | Recovered | ReceiptSeen
+@dataclass(frozen=True)
+class ReportRefused:
+    """A worker's receipt or start that the ledger refused. Counted in the metrics, and in the
+    budget of the worker's stream (`streams/worker_bounds.ReportBudget`); the journal holds
+    only the first of each (action, sender, reason)."""
+
+    report: str  # "receipt" or "start"
+    reason: str  # a code: stale_epoch, not_claimant, not_in_flight, unknown_action, bad_result
+    worker_id: str
+    action_id: str
+    attempt_id: str
+    journaled: bool
+
+
+Note = StateChange | Finished | Retried | Recovered | ReceiptSeen | ReportRefused
 
 
 @dataclass
@@ -124,3 +139,20 @@ class Notes:
     def receipt(self, accepted: bool, reason: str) -> None:
         verdict = ("duplicate" if reason else "accepted") if accepted else "refused"
         self.events.append(ReceiptSeen(verdict))
+
+    def refused(
+        self,
+        report: str,
+        reason: str,
+        worker_id: str,
+        action_id: str,
+        attempt_id: str,
+        *,
+        journaled: bool = False,
+    ) -> None:
+        self.events.append(
+            ReportRefused(report, reason, worker_id, action_id, attempt_id, journaled)
+        )
+
+    def refused_reports(self) -> list[ReportRefused]:
+        return [e for e in self.events if isinstance(e, ReportRefused)]

@@ -19,6 +19,12 @@ DEFAULT_OWNER_MAX_SECRETS = 1000  # a serve setting only: no per-owner override
 # WatchRun and WaitRun calls one principal may hold open on a replica (bench/many_runs.py
 # holds 40 at once). 0: no limit.
 DEFAULT_MAX_WATCH_STREAMS = 256
+# Refused receipts and starts one worker stream may make a minute before it is ended
+# (`streams/worker_bounds.ReportBudget`). A correct worker's count stays at zero: it reports
+# only on attempts it was given, and the late reports on those taken back from it are not
+# counted. The limit is room for what no rule foresaw (a start read while its attempt's
+# cancel was being queued), far below what would cost the store. 0: no limit.
+DEFAULT_MAX_REFUSED_REPORTS = 100
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class CoordinatorConfig:
     owner_max_stored_bytes: int = DEFAULT_OWNER_MAX_STORED_BYTES
     owner_max_secrets: int = DEFAULT_OWNER_MAX_SECRETS  # secrets one owner may store
     max_watch_streams: int = DEFAULT_MAX_WATCH_STREAMS  # open WatchRun + WaitRun per principal
+    max_refused_reports: int = DEFAULT_MAX_REFUSED_REPORTS  # per worker stream and minute
     # Each replica looks for orders other replicas left for its streams this often; on
     # PostgreSQL a notification wakes it sooner, so this only bounds a missed one.
     relay_poll_interval: float = 1.0

@@ -22,7 +22,14 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session
 
 from coordinator.model import capabilities
-from coordinator.model.notes import Finished, Notes, Recovered, Retried, StateChange
+from coordinator.model.notes import (
+    Finished,
+    Notes,
+    Recovered,
+    ReportRefused,
+    Retried,
+    StateChange,
+)
 from coordinator.model.workers import view_of
 from coordinator.store import counts, workers as worker_queries
 from shared.metrics_endpoint import MetricsEndpoint
@@ -62,6 +69,22 @@ class CoordinatorMetrics:
             "Receipts ingested from workers, by verdict: accepted, duplicate (already"
             " recorded), refused (stale epoch, unknown action); per replica",
             ["verdict"],
+            registry=r,
+        )
+        self.refused_reports = Counter(
+            "deskfleet_refused_reports",
+            "Receipts and starts refused from workers, by report and reason: bounds (refused"
+            " as they arrived), stale_epoch, not_claimant, not_in_flight, unknown_action,"
+            " bad_result, unrecordable; the journal holds only the first of each action,"
+            " sender and reason; per replica",
+            ["report", "reason"],
+            registry=r,
+        )
+        self.streams_ended = Counter(
+            "deskfleet_worker_streams_ended",
+            "Worker streams this replica ended, by reason (refused_reports: past"
+            " --max-refused-reports)",
+            ["reason"],
             registry=r,
         )
         self.dispatch_latency = Histogram(
@@ -140,6 +163,8 @@ class CoordinatorMetrics:
                 self.recovery_attempts.labels(note.path).inc()
                 if note.ok:
                     self.recovery_successes.labels(note.path).inc()
+            elif isinstance(note, ReportRefused):
+                self.refused_reports.labels(note.report, note.reason).inc()
             else:
                 self.receipts.labels(note.verdict).inc()
 

@@ -6,6 +6,9 @@ connected worker it applies to. Workers acknowledge each change; acknowledgement
 in batches so that a thousand of them cost a few commits. One counts only for a switch that
 exists and applies to the worker that sent it, and only once; the others are left out of the
 batch's insert (`record_acks`), so that a worker's bad acknowledgement costs no other its own.
+An id outside the alphabet of ids (NUL, which PostgreSQL text cannot hold, failed a whole
+batch) is dropped as it arrives; should a batch still fail for another reason than the store's
+being unavailable, its acknowledgements are recorded one at a time.
 
 A fleet switch is not routed worker by worker: once it is committed, its message is serialized
 once and queued on every stream this replica holds (the in-memory session map, taken after the
@@ -28,6 +31,7 @@ from sqlalchemy.orm import Session
 from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
+from coordinator.heart.ingest import Ingest, one_line
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import CancelOrder, KillPush, Order
 from coordinator.runs.desktop import approvals as desktop
@@ -43,7 +47,11 @@ from coordinator.store import (
 from coordinator.store.models import KillSwitchRow, RunRow
 from coordinator.streams.presence import Presence, Sent
 from coordinator.streams.worker_bounds import RefusalLog, ids_refusal
-from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, PermissionDeniedError
+from shared.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from shared.gen.deskfleet.v1 import worker_pb2
 from shared.ids import new_id
 from shared.states import ACTIVE, IN_FLIGHT
@@ -157,6 +165,9 @@ class KillSwitches:
         self._welcomes: list[tuple[str, asyncio.Future[list[KillSwitchRow]]]] = []
         self._welcome_reads: asyncio.Task[None] | None = None
         self.refused_acks = RefusalLog("kill switch acknowledgements")
+        self._ingest = Ingest[tuple[str, str, bool, float]](
+            "kill switch acknowledgements", self._record, self._unrecordable
+        )
 
     async def __aenter__(self) -> KillSwitches:
         self._task = asyncio.create_task(self._ack_loop(), name="kill-acks")
@@ -440,12 +451,16 @@ class KillSwitches:
             while not self._acks.empty() and len(batch) < ACK_BATCH:
                 batch.append(self._acks.get_nowait())
             try:
-                refused = await self._db.write(record_acks, batch)
-            except DeskfleetError as exc:
-                log.warning("could not record %d kill switch acknowledgements: %s", len(batch), exc)
-                continue
-            for worker_id, reason in refused:
-                self.refused_acks.note(worker_id, reason)
+                await self._ingest(batch)
+            except Exception:  # a defect of ours: the next acknowledgements still get in
+                log.exception("recording %d kill switch acknowledgements failed", len(batch))
+
+    async def _record(self, batch: Sequence[tuple[str, str, bool, float]]) -> None:
+        for worker_id, reason in await self._db.write(record_acks, batch):
+            self.refused_acks.note(worker_id, reason)
+
+    def _unrecordable(self, ack: tuple[str, str, bool, float], exc: Exception) -> None:
+        self.refused_acks.note(ack[1], f"could not be recorded: {one_line(exc)}")
 
 
 def record_acks(s: Session, rows: Sequence[tuple[str, str, bool, float]]) -> list[tuple[str, str]]:

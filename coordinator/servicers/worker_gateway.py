@@ -31,7 +31,12 @@ from coordinator.store import Database
 from coordinator.streams import worker_bounds
 from coordinator.streams.presence import Presence, WorkerSession
 from shared.advertisement import Advertisement
-from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
+from shared.errors import (
+    DeskfleetError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+)
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
 from shared.local_kill import LocalKill
 from shared.logs import log_context
@@ -236,6 +241,14 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         local_kill = LocalKill.from_proto(hello.local_kill, "hello.local_kill")
         session = await self._presence.open(worker.id, advertisement, local_kill)
         tasks: list[asyncio.Task[None]] = []
+
+        def end(reason: str) -> None:
+            self._dispatcher.metrics.streams_ended.labels("refused_reports").inc()
+            session.end(PermissionDeniedError(reason))
+
+        budget = self._dispatcher.reports.open(
+            worker.id, end, [(h.action_id, h.attempt_id) for h in held]
+        )
         try:
             # Read after the session is open: a switch engaged from now on is pushed to it.
             kills = await self._kills.for_worker(worker.id)
@@ -266,7 +279,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             await self._dispatcher.on_connect(worker.id, held, session.opened_at)
             tasks = [
                 asyncio.create_task(
-                    self._read(session, context, ack_beats=not hello.stream_liveness)
+                    self._read(session, budget, context, ack_beats=not hello.stream_liveness)
                 ),
                 asyncio.create_task(self._write(session, context)),
             ]
@@ -292,6 +305,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            self._dispatcher.reports.close(budget)
             await self._presence.close(session)
             self._peeks.on_disconnect(worker.id)
 
@@ -300,9 +314,18 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             order = await session.outbox.get()
             await context.write(_message(order))
 
-    async def _read(self, session: WorkerSession, context: Context, *, ack_beats: bool) -> None:
+    async def _read(
+        self,
+        session: WorkerSession,
+        budget: worker_bounds.ReportBudget,
+        context: Context,
+        *,
+        ack_beats: bool,
+    ) -> None:
         """`ack_beats`: the worker predates stream liveness and wants its heartbeats acknowledged
-        (they renew nothing: presence lives as long as the stream does)."""
+        (they renew nothing: presence lives as long as the stream does). Receipts and starts
+        refused here count in the stream's `budget`, as those the ledger refuses do."""
+        refused = self._dispatcher.metrics.refused_reports
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
@@ -316,6 +339,8 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 refusal = worker_bounds.ids_refusal(action_id=m.action_id, attempt_id=m.attempt_id)
                 if refusal:
                     self._refused_starts.note(session.worker_id, refusal)
+                    refused.labels("start", "bounds").inc()
+                    budget.refused(m.action_id, m.attempt_id, refusal)
                     continue
                 self._dispatcher.on_started(Started(session.worker_id, m.action_id, m.attempt_id))
             elif kind == "receipt":
@@ -325,6 +350,8 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                 if refusal:
                     # Answered, so that the worker forgets it instead of sending it again.
                     self._refused_receipts.note(session.worker_id, refusal)
+                    refused.labels("receipt", "bounds").inc()
+                    budget.refused(r.action_id, r.attempt_id, refusal)
                     session.outbox.put_nowait(
                         ReceiptVerdict(
                             session.worker_id,

@@ -27,8 +27,10 @@ def event_hash(prev_hash: str, run_id: str, seq: int, kind: str, at: float, data
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
-def append(s: Session, run: RunRow, kind: str, data: dict[str, Any]) -> int:
-    """Add one event to the run's journal (the run row must be locked); returns its seq."""
+def append(s: Session, run: RunRow, kind: str, data: dict[str, Any], *, charge: bool = True) -> int:
+    """Add one event to the run's journal (the run row must be locked); returns its seq.
+    `charge=False`: the event is not the owner's doing (a worker's refused report), and is
+    not counted in what the owner's runs store."""
     seq = run.last_seq + 1
     at = time.time()
     text = encode_result(data)
@@ -49,7 +51,8 @@ def append(s: Session, run: RunRow, kind: str, data: dict[str, Any]) -> int:
     run.last_seq = seq
     run.last_hash = digest
     run.updated_at = at
-    quotas.charge(s, run.owner_id, len(text))  # ASCII: characters are bytes
+    if charge:
+        quotas.charge(s, run.owner_id, len(text))  # ASCII: characters are bytes
     return seq
 
 

@@ -384,3 +384,16 @@ class OwnerQuotaRow(Base):
     stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     max_active_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_stored_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class RefusedReportRow(Base):
+    """That a worker's report (receipt, start) on an action was refused for a reason once: the
+    journal records only the first of each (action, sender, reason) (`store/refusals.py`)."""
+
+    __tablename__ = "refused_reports"
+
+    action_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    worker_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(32), primary_key=True)  # e.g. receipt.stale_epoch
+    run_id: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger, outcomes
-from coordinator.heart.context import Context
+from coordinator.heart.context import Context, RunKind
 from coordinator.heart.dispatch import transaction
 from coordinator.model.orders import DispatchOrder, IncomingReceipt, Order
 from coordinator.runs.service import new_run
@@ -39,12 +39,13 @@ class Store:
         self.engine = engine
         self.index = WorkerIndex()  # read again after each change of the fleet, as a replica does
         self.bus = JournalBus()
+        self.kinds: dict[str, RunKind] = {}  # what kinds of run add to the rules, as at wiring
 
     def run(self, unit: Unit) -> list[Order]:
         """One transaction with the dispatcher's own body (`dispatch.transaction`): the unit,
         the line served, the orders routed and the stopped runs' views read. One replica
         holds every worker's stream here, so the relay keeps every order."""
-        ctx = Context(lease_ttl=30.0, max_attempts=3, workers=self.index)
+        ctx = Context(lease_ttl=30.0, max_attempts=3, workers=self.index, kinds=self.kinds)
         with Session(self.engine, expire_on_commit=False) as s, s.begin(), s.no_autoflush:
             orders, _ = transaction(s, ctx, unit, _kept_here, self.bus.views_of_stops)
             return orders

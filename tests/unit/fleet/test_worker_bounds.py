@@ -269,3 +269,146 @@ def test_refusals_are_counted_and_logged_at_a_bounded_rate(
         "refused 1 kill switch acknowledgements (1 since start); the last from worker wrk_1:"
         " kill_id: 1 to 64 characters (got 65536)"
     )
+
+
+def test_a_receipt_the_store_or_the_journal_could_not_hold_is_refused_naming_the_field() -> None:
+    """Times that are no number, text that PostgreSQL cannot hold (NUL) and ids outside the
+    alphabet of ids are refused as the receipt arrives (B3, B8): once in a batch, any of them
+    failed the whole batch's transaction, and the receipts of other workers in it with it."""
+    art = IncomingArtifact("f" * 64, "image/png", b"", 1, 1)
+    assert worker_bounds.receipt_refusal(_receipt(started_at=-1.5, finished_at=1e18)) == ""
+    assert worker_bounds.receipt_refusal(_receipt(error="é ünïcode ✓", attempt_id="")) == ""
+    for changes, refusal in [
+        ({"started_at": float("nan")}, "started_at: a finite number of seconds (got nan)"),
+        ({"finished_at": float("inf")}, "finished_at: a finite number of seconds (got inf)"),
+        ({"started_at": float("-inf")}, "started_at: a finite number of seconds (got -inf)"),
+        (
+            {"error": "bad\x00"},
+            "error: U+0000 at 3 is no character the store's text can hold",
+        ),
+        (
+            {"error": "é\udc80"},  # a lone surrogate (no protobuf string holds one either)
+            "error: U+DC80 at 1 is no character the store's text can hold",
+        ),
+        (
+            {"traceparent": "00-\x00"},
+            "traceparent: U+0000 at 3 is no character the store's text can hold",
+        ),
+        (
+            {"artifacts": (dataclasses.replace(art, media_type="image/\x00png"),)},
+            "artifacts[0].media_type: U+0000 at 6 is no character the store's text can hold",
+        ),
+        (
+            {"action_id": "act_\x00"},
+            "action_id: an id holds only 0-9, a-z and _ (U+0000 at 4)",
+        ),
+        ({"run_id": "RUN_1"}, "run_id: an id holds only 0-9, a-z and _ (U+0052 at 0)"),
+        ({"attempt_id": "att 1"}, "attempt_id: an id holds only 0-9, a-z and _ (U+0020 at 3)"),
+    ]:
+        assert worker_bounds.receipt_refusal(_receipt(**changes)) == refusal, changes
+
+
+def test_every_id_a_worker_sends_is_checked_against_the_alphabet_of_ids() -> None:
+    """Starts, kill switch acknowledgements and peek answers (`ids_refusal`) and the attempts
+    a hello says it holds: an id with NUL never reaches a query (B8)."""
+    assert worker_bounds.ids_refusal(action_id="act_01jd", attempt_id="att_01jd") == ""
+    assert worker_bounds.ids_refusal(kill_id="kill_\x00") == (
+        "kill_id: an id holds only 0-9, a-z and _ (U+0000 at 5)"
+    )
+    assert worker_bounds.ids_refusal(action_id="act_1", attempt_id="att\x00") == (
+        "attempt_id: an id holds only 0-9, a-z and _ (U+0000 at 3)"
+    )
+    assert worker_bounds.ids_refusal(peek_id="pk_\u202e") == (
+        "peek_id: an id holds only 0-9, a-z and _ (U+202E at 3)"
+    )
+    for held, refusal in [
+        (Held("act\x00", "att", 1, "running"), "held[0].action_id: an id holds only"),
+        (Held("act", "att\x00", 1, "finished"), "held[0].attempt_id: an id holds only"),
+    ]:
+        assert worker_bounds.hello_refusal(100, REAL, [held], LIMITS).startswith(refusal)
+    assert worker_bounds.hello_refusal(100, REAL, [Held("act_1", "", 1, "running")], LIMITS) == ""
+
+
+class _Ends:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def __call__(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+
+def test_a_stream_past_its_refused_reports_limit_is_ended_naming_the_limit() -> None:
+    """B7: a stream's refused receipts and starts are counted per window; one past the limit
+    ends the stream, once, saying why in a line."""
+    ends = _Ends()
+    budget = worker_bounds.ReportBudget("wrk_1", 3, 60.0, ends)
+    assert [budget.refused("act_1", f"att_{i}", "stale_epoch") for i in range(3)] == [False] * 3
+    assert ends.reasons == []
+    assert budget.refused("act_1", "att_9", "not_claimant")
+    assert ends.reasons == [
+        "refused reports limit max_refused_reports=3 per 60 s: the coordinator refused 4"
+        " receipts and starts of this stream (the last: not_claimant)"
+    ]
+    assert not budget.refused("act_1", "att_10", "stale_epoch")  # ended once
+    assert len(ends.reasons) == 1 and budget.ended
+
+
+def test_the_refused_reports_are_counted_per_window_and_zero_is_no_limit() -> None:
+    ends = _Ends()
+    budget = worker_bounds.ReportBudget("wrk_1", 2, 0.05, ends)
+    for _ in range(4):
+        budget.refused("act_1", "att_1", "stale_epoch")
+        budget.refused("act_1", "att_1", "stale_epoch")
+        time.sleep(0.06)  # a new window
+    assert ends.reasons == []
+    unlimited = worker_bounds.ReportBudget("wrk_1", 0, 60.0, ends)
+    for i in range(10_000):
+        unlimited.refused("act_1", f"att_{i}", "stale_epoch")
+    assert ends.reasons == [] and not unlimited.ended
+
+
+def test_a_correct_workers_late_reports_on_attempts_taken_back_from_it_are_not_counted() -> None:
+    """A correct worker reports only on attempts it was given; the ledger refuses those it
+    took back, and the worker was told of each: listed in its hello (what it held when it
+    reconnected) or cancelled on its stream. Their start and receipt are not counted, so
+    that recovery never comes near the limit; a third report on one of them is."""
+    ends = _Ends()
+    held = [(f"act_{i}", f"att_{i}") for i in range(512)]  # a hello's most
+    budget = worker_bounds.ReportBudget("wrk_1", 1, 60.0, ends, held)
+    for action_id, attempt_id in held:
+        assert not budget.refused(action_id, attempt_id, "not_in_flight")  # a late start
+        assert not budget.refused(action_id, attempt_id, "stale_epoch")  # its receipt
+    budget.given("act_c", "att_c")  # a cancel sent on the stream
+    assert not budget.refused("act_c", "att_c", "not_in_flight")
+    assert not budget.refused("act_c", "att_c", "stale_epoch")
+    assert ends.reasons == []
+    assert not budget.refused("act_c", "att_c", "stale_epoch")  # counted: 1 of 1
+    assert budget.refused("act_0", "att_0", "stale_epoch")  # counted: 2 of 1
+    assert ends.reasons and "max_refused_reports=1" in ends.reasons[0]
+
+
+def test_a_streams_known_attempts_are_bounded() -> None:
+    budget = worker_bounds.ReportBudget("wrk_1", 1, 60.0, _Ends())
+    for i in range(10 * worker_bounds.MAX_KNOWN_ATTEMPTS):
+        budget.given(f"act_{i}", "att")
+    assert len(budget._known) == worker_bounds.MAX_KNOWN_ATTEMPTS
+
+
+def test_the_budgets_of_a_replicas_streams_are_found_by_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    budgets = worker_bounds.ReportBudgets(1)
+    older, newer = _Ends(), _Ends()
+    first = budgets.open("wrk_1", older)
+    second = budgets.open("wrk_1", newer)  # the worker reconnected: its new stream counts
+    budgets.close(first)  # the old stream's end leaves the new one's budget
+    budgets.given("wrk_1", "act_1", "att_1")
+    budgets.refused("wrk_2", "act_1", "att_1", "stale_epoch")  # no stream here: nothing
+    with caplog.at_level(logging.WARNING, logger="coordinator.streams.worker_bounds"):
+        for _ in range(4):
+            budgets.refused("wrk_1", "act_1", "att_1", "stale_epoch")
+    assert older.reasons == [] and len(newer.reasons) == 1 and second.ended
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("ended the stream of worker wrk_1 (streams ended: 1 since the last")
+    assert line.endswith("(the last: stale_epoch)")
+    budgets.close(second)

@@ -76,3 +76,21 @@ def test_a_forked_child_draws_its_own_random_digits() -> None:
         os.close(read)
         os.waitpid(pid, 0)
     assert child != ids._random()  # the parent's next digits, from the same pool position
+
+
+def test_the_ids_we_make_are_in_the_alphabet_that_worker_ids_are_checked_against() -> None:
+    """Worker messages are checked against the alphabet of ids (`foreign_character`) before
+    anything reaches the store (B8): an id of ours always passes, anything else is found."""
+    for prefix in ("act", "att", "run", "kill", "pk", "wkr", "rcp", "apr"):
+        assert ids.foreign_character(new_id(prefix)) == -1
+    assert ids.foreign_character("") == -1  # the length is the caller's rule
+    for text, at in [
+        ("kill_\x00", 5),
+        ("act_A", 4),
+        ("act 1", 3),
+        ("act-1", 3),
+        ("\u0430ct_1", 0),  # a Cyrillic a
+        ("act_1\n", 5),
+        ("act_\udc80", 4),
+    ]:
+        assert ids.foreign_character(text) == at, text
