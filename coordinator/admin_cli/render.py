@@ -258,6 +258,12 @@ def run_detail(r: dict[str, Any]) -> str:
     ]
     if r.get("guidanceQueued"):
         lines.append(f"guidance:   {r['guidanceQueued']} message(s) queued")
+    if r.get("parent"):
+        lines.append(f"parent:     {r['parent']} (tree of {r.get('root') or r['parent']})")
+    if r.get("children"):
+        shown = ", ".join(f"{c['id']} ({c['kind']} {c['status']})" for c in r["children"])
+        more = int(r.get("childrenTotal") or 0) - len(r["children"])
+        lines.append(f"children:   {shown}" + (f", and {more} more" if more > 0 else ""))
     if r.get("actions"):
         lines.append("")
         lines.append(

@@ -284,8 +284,10 @@ def new_action(
     route: dict[str, Any],
     intent: str,
     timeout: float,
+    origin: str = "",
 ) -> ActionRow:
-    """A PENDING ledger entry: written before anything is sent anywhere."""
+    """A PENDING ledger entry: written before anything is sent anywhere; `origin` names what
+    asked for it beyond its run (a goal's tool call, `GOAL_RUN/CALL_ID`)."""
     return ActionRow(
         id=new_id("act"),
         run_id=run_id,
@@ -304,6 +306,7 @@ def new_action(
         attempts=0,
         timeout_seconds=timeout,
         error="",
+        origin=origin,
         receipt_id="",
     )
 
