@@ -161,12 +161,9 @@ class Dispatcher:
             return routed
 
         orders = await self._db.write(with_relay, ctx)
-        if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT) and any(
-            isinstance(o, ReceiptVerdict) for o in orders
-        ):
-            faults.crash(
-                faults.EXIT_AFTER_RECEIPT_COMMIT
-            )  # tests only: see coordinator/heart/faults.py
+        if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT):  # tests only: heart/faults.py
+            verdicts = sum(isinstance(o, ReceiptVerdict) for o in orders)
+            faults.crash(faults.EXIT_AFTER_RECEIPT_COMMIT, verdicts)
         self.metrics.observe(ctx.notes)
         self.deliver(orders, ctx.touched, ctx.stopped, views)
 

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from coordinator.fleet import enrollment
+from coordinator.heart import faults
 from coordinator.heart.dispatch import Dispatcher, Started
 from coordinator.model.orders import (
     CancelOrder,
@@ -298,6 +299,8 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         while True:
             order = await session.outbox.get()
             await context.write(_message(order))
+            if isinstance(order, DispatchOrder):  # tests only: coordinator/heart/faults.py
+                faults.crash(faults.EXIT_AFTER_DISPATCH)
 
     async def _read(self, session: WorkerSession, context: Context, *, ack_beats: bool) -> None:
         """`ack_beats`: the worker predates stream liveness and wants its heartbeats acknowledged

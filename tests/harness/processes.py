@@ -150,7 +150,9 @@ class CoordinatorProcess:
         serve_args: tuple[str, ...] = (),
         ca_file: Path | None = None,
         scripts_dir: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        self.extra_env = env or {}  # for the serve process only (a model service's address)
         self.ca_file = ca_file  # the CLI and enrolling workers use TLS verified by this CA
         self.worker_port = 0  # with --ca-dir: the listener for worker streams (mTLS)
         self.policy = policy
@@ -260,7 +262,11 @@ class CoordinatorProcess:
             stdout=subprocess.PIPE,
             stderr=self._log_file,
             text=True,
-            env={**base_env(self.workdir), **({faults.ENV: fault} if fault else {})},
+            env={
+                **base_env(self.workdir),
+                **self.extra_env,
+                **({faults.ENV: fault} if fault else {}),
+            },
         )
         line = self._read_line(timeout=30)
         self.port = int(line.rsplit(":", 1)[1])
