@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator.heart import faults, ledger, outcomes, slots
+from coordinator.heart import ledger, outcomes, slots
 from coordinator.heart.context import Context, RunKind
 from coordinator.model.orders import DispatchOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.model.settings import CoordinatorConfig
@@ -26,6 +26,7 @@ from coordinator.streams.journal_bus import JournalBus
 from coordinator.streams.presence import Presence, Sent
 from coordinator.streams.relay import Relay
 from coordinator.streams.worker_index import WorkerIndex
+from shared import faults
 from shared.errors import DeskfleetError
 from shared.logs import log_context
 
@@ -161,7 +162,7 @@ class Dispatcher:
             return routed
 
         orders = await self._db.write(with_relay, ctx)
-        if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT):  # tests only: heart/faults.py
+        if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT):  # tests only: shared/faults.py
             verdicts = sum(isinstance(o, ReceiptVerdict) for o in orders)
             faults.crash(faults.EXIT_AFTER_RECEIPT_COMMIT, verdicts)
         self.metrics.observe(ctx.notes)

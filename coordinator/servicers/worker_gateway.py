@@ -10,7 +10,6 @@ from typing import Any
 import grpc
 
 from coordinator.fleet import enrollment
-from coordinator.heart import faults
 from coordinator.heart.dispatch import Dispatcher, Started
 from coordinator.model.orders import (
     CancelOrder,
@@ -31,6 +30,7 @@ from coordinator.servicers.guard import current_principal
 from coordinator.store import Database
 from coordinator.streams import worker_bounds
 from coordinator.streams.presence import Presence, WorkerSession
+from shared import faults
 from shared.advertisement import Advertisement
 from shared.errors import DeskfleetError, FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
@@ -299,7 +299,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         while True:
             order = await session.outbox.get()
             await context.write(_message(order))
-            if isinstance(order, DispatchOrder):  # tests only: coordinator/heart/faults.py
+            if isinstance(order, DispatchOrder):  # tests only: shared/faults.py
                 faults.crash(faults.EXIT_AFTER_DISPATCH)
 
     async def _read(self, session: WorkerSession, context: Context, *, ack_beats: bool) -> None:

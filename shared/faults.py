@@ -1,9 +1,10 @@
 """Test-only fault hooks: the process dies at a named point, so tests can see what survives.
 
-Armed only by the environment the coordinator process starts with (`DESKFLEET_TEST_FAULT`,
-comma-separated names, each `NAME` or `NAME@N`: at the point's Nth occurrence, the first by
-default), read once at import. No setting, flag, file or RPC arms one, so nothing that reaches
-the coordinator over the network can. Unarmed, a hook is one dictionary lookup.
+Armed only by the environment the coordinator or worker process starts with
+(`DESKFLEET_TEST_FAULT`, comma-separated names, each `NAME` or `NAME@N`: at the point's Nth
+occurrence, the first by default), read once at import. No setting, flag, file or RPC arms one,
+so nothing that reaches either process over the network can. Unarmed, a hook is one dictionary
+lookup.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ ENV = "DESKFLEET_TEST_FAULT"
 EXIT_AFTER_RECEIPT_COMMIT = "exit-after-receipt-commit"
 # A dispatch has been handed to a worker's stream (the attempt may be running there).
 EXIT_AFTER_DISPATCH = "exit-after-dispatch"
-KNOWN = frozenset({EXIT_AFTER_RECEIPT_COMMIT, EXIT_AFTER_DISPATCH})
+# The worker: an attempt that is not harmless to rerun has its started record on disk, and the
+# worker dies before acting (nothing happened) or right after (it happened, with no receipt).
+WORKER_EXIT_BEFORE_EFFECT = "worker-exit-before-effect"
+WORKER_EXIT_AFTER_EFFECT = "worker-exit-after-effect"
+KNOWN = frozenset(
+    {
+        EXIT_AFTER_RECEIPT_COMMIT,
+        EXIT_AFTER_DISPATCH,
+        WORKER_EXIT_BEFORE_EFFECT,
+        WORKER_EXIT_AFTER_EFFECT,
+    }
+)
 EXIT_CODE = 86
 
 
