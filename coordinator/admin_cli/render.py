@@ -273,7 +273,8 @@ def run_detail(r: dict[str, Any]) -> str:
                     [
                         a["index"],
                         a["kind"],
-                        a["status"],
+                        # Settled by its postcondition's check: done, though not run again.
+                        f"{a['status']} (observed)" if a.get("settledBy") else a["status"],
                         a.get("workerId"),
                         a["attempts"],
                         a.get("receiptId"),

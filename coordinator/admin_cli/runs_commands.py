@@ -68,6 +68,15 @@ def plan_request(plan: Any, where: str = "plan") -> runs_pb2.SubmitRunRequest:
                     labels=action.route.labels,
                     capability=action.route.capability,
                 ),
+                postcondition=(
+                    runs_pb2.Postcondition(
+                        kind=action.postcondition.kind,
+                        args_json=json.dumps(action.postcondition.args, ensure_ascii=True),
+                        expect_json=json.dumps(action.postcondition.expect, ensure_ascii=True),
+                    )
+                    if action.postcondition is not None
+                    else None
+                ),
             )
         )
     return request

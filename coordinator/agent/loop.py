@@ -41,7 +41,7 @@ from coordinator.agent.conversation import (
     ToolResult,
     ToolSpec,
 )
-from coordinator.agent.tools import DELEGATED, FleetTools, GoalState, specs
+from coordinator.agent.tools import DELEGATED, FleetTools, GoalState, intent, specs
 from coordinator.heart import ledger
 from coordinator.heart.context import Context, RunKind
 from coordinator.heart.dispatch import Dispatcher
@@ -272,6 +272,7 @@ class Goals:
             tool_calls=[
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
             ],
+            intents=[intent(c) for c in turn.tool_calls],
             usage={"input": turn.usage.input_tokens, "output": turn.usage.output_tokens},
             guidance=[g for g, _ in guidance],
         )

@@ -148,6 +148,20 @@ ASK_AGAIN = (ledger.NEEDS_APPROVAL, desktop_scope.REAPPROVAL_NEEDED)
 ASK_AGAIN_LIMIT = 3
 
 
+def intent(call: ToolCall) -> dict[str, Any]:
+    """What a call asks for in the fleet's own words (a desktop action kind, a run kind), not
+    a provider's tool name: journaled with the model's turn before anything runs, so that any
+    toolset's calls read back alike."""
+    if call.name == "computer":
+        args = {k: v for k, v in call.arguments.items() if k != "action"}
+        return {
+            "call": call.id,
+            "does": f"desktop.{call.arguments.get('action', '')}",
+            "args": args,
+        }
+    return {"call": call.id, "does": call.name, "args": dict(call.arguments)}
+
+
 def origin(state: GoalState, call: ToolCall) -> str:
     """What a call's desktop action records as its origin (`ActionRow.origin`)."""
     return f"{state.run_id}/{call.id}"

@@ -186,6 +186,7 @@ class Runs:
                     route=p.route,
                     intent=p.intent,
                     timeout=limits["action_timeout_seconds"],
+                    postcondition=p.postcondition,
                 )
                 for i, p in enumerate(plan.actions)
             ]

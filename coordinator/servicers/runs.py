@@ -13,7 +13,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
-from coordinator.runs.plan import Plan, parse_plan_actions
+from coordinator.runs.plan import Plan, RawAction, parse_plan_actions
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
 from coordinator.runs.research.runs import ResearchRequest, research_plan
@@ -99,6 +99,8 @@ def run_message(view: RunView) -> runs_pb2.Run:
                 error=a.error,
                 receipt_id=a.receipt_id,
                 receipt_traceparent=view.receipt_traces.get(a.receipt_id, ""),
+                postcondition_json=a.postcondition,
+                settled_by="observed" if a.check_state == "observed" else "",
                 artifacts=[
                     runs_pb2.ArtifactRef(
                         sha256=art.sha256, media_type=art.media_type, size=art.size, role=art.role
@@ -175,7 +177,22 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         refuse_unknown_fields(request)
         actions = parse_plan_actions(
             [
-                (a.kind, a.args_json, a.idempotent, _route(a.route), a.intent)
+                RawAction(
+                    a.kind,
+                    a.args_json,
+                    a.idempotent,
+                    _route(a.route),
+                    a.intent,
+                    (
+                        (
+                            a.postcondition.kind,
+                            a.postcondition.args_json,
+                            a.postcondition.expect_json,
+                        )
+                        if a.HasField("postcondition")
+                        else None
+                    ),
+                )
                 for a in request.actions
             ]
         )

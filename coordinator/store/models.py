@@ -175,6 +175,12 @@ class ActionRow(Base):
     # What asked for the action beyond its run: a goal's tool call (`GOAL_RUN/CALL_ID`), written
     # with the action itself, so that a goal rebuilt after a restart finds what its call became.
     origin: Mapped[str] = mapped_column(String(200), server_default="", default="", index=True)
+    # Its postcondition as submitted (canonical JSON {"kind", "args", "expect"}; "" for none),
+    # and where its check stands: "" (not run), "checking" (the check's attempt is the current
+    # claim), "observed" (the check found the effect: it counts as done, never run again) or
+    # "absent" (the check found no effect: the action may run once more).
+    postcondition: Mapped[str] = mapped_column(Text, server_default="", default="")
+    check_state: Mapped[str] = mapped_column(String(16), server_default="", default="")
 
 
 class ReceiptRow(Base):

@@ -152,6 +152,9 @@ def test_a_goal_killed_right_after_its_type_ran_is_given_the_real_result_and_typ
     assert [r.get("recovered") for r in recovered] == [typed["id"]]  # read, not run again
     states = [e["data"]["status"] for e in events if e["kind"] == "run.state"]
     assert "RECOVERING" in states
+    # The call was journaled as intent before it ran, in the desktop's own words.
+    intents = [i for e in events if e["kind"] == "goal.model_call" for i in e["data"]["intents"]]
+    assert {"call": TYPE_CALL, "does": "desktop.type", "args": {"text": TEXT}} in intents
 
 
 def test_a_goal_killed_while_its_type_is_in_flight_types_at_most_once(

@@ -112,3 +112,30 @@ def test_a_well_formed_plan_is_read_as_it_says() -> None:
     request = plan_request({"actions": [{**ECHO, "idempotent": False}], "limits": {}})
     assert [a.idempotent for a in request.actions] == [False]
     assert request.limits == runs_pb2.Limits()
+
+
+def test_a_postcondition_is_read_and_sent_as_its_check() -> None:
+    check = {"kind": "diag.has_line", "args": {"name": "x.txt", "line": "once"}}
+    action = {"kind": "diag.append", "args": {"name": "x.txt", "line": "once"}}
+    doc = plans.read_plan(
+        {"actions": [{**action, "postcondition": {**check, "expect": {"present": True}}}]}
+    )
+    [append] = doc.actions
+    assert append.postcondition == plans.Postcondition(
+        "diag.has_line", {"name": "x.txt", "line": "once"}, {"present": True}
+    )
+    [sent] = plan_request(
+        {"actions": [{**action, "postcondition": {**check, "expect": {"present": True}}}]}
+    ).actions
+    assert (sent.postcondition.kind, sent.postcondition.expect_json) == (
+        "diag.has_line",
+        '{"present": true}',
+    )
+    assert not plan_request({"actions": [action]}).actions[0].HasField("postcondition")
+    assert _refusal(_with(postcondition={**check})).startswith("actions[0].postcondition.expect:")
+    assert _refusal(
+        _with(postcondition={**check, "kind": "browser.fetch", "expect": {"a": 1}})
+    ) == (
+        "actions[0].postcondition.kind: 'browser.fetch' is not a read-only check; a postcondition"
+        " runs one of diag.has_line, browser.check"
+    )
