@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018_run_tree"
-down_revision = "0017_presence_local_kill"
+revision = "0019_run_tree"
+down_revision = "0018_refused_reports"
 
 
 def upgrade() -> None:

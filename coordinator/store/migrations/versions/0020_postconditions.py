@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019_postconditions"
-down_revision = "0018_run_tree"
+revision = "0020_postconditions"
+down_revision = "0019_run_tree"
 
 
 def upgrade() -> None:
