@@ -56,6 +56,9 @@ KINDS: dict[str, Kind] = {
         }
     ),
     "diag.append": Kind({"name": Arg(STRING, required=True), "line": Arg(STRING, required=True)}),
+    "diag.has_line": Kind(
+        {"name": Arg(STRING, required=True), "line": Arg(STRING, required=True)}
+    ),
     "browser.fetch": Kind(
         {"url": Arg(STRING, required=True), "policy": _POLICY,
          "visible": Arg(BOOLEAN, coordinator_only=True)}
@@ -63,6 +66,9 @@ KINDS: dict[str, Kind] = {
     "browser.screenshot": Kind(
         {"url": Arg(STRING, required=True), "policy": _POLICY, "full_page": Arg(BOOLEAN),
          "visible": Arg(BOOLEAN, coordinator_only=True)}
+    ),
+    "browser.check": Kind(
+        {"url": Arg(STRING, required=True), "text": Arg(STRING), "policy": _POLICY}
     ),
     "browser.search": Kind(
         {"query": Arg(STRING, required=True), "template": Arg(STRING), "format": Arg(STRING),
@@ -84,11 +90,16 @@ DESKTOP = "desktop."
 # Clicks, typing, keys and writes (`diag.append`, every other `desktop.*`) are not. The worker
 # keeps a durable started record (an fsync before the effect) only for attempts that are not
 # harmless to rerun; desktop runs mark exactly these desktop kinds idempotent.
+# Kinds that only look and change nothing anywhere: the checks a postcondition may run (SPEC:
+# postconditions). `diag.has_line` reads a scratch file, `browser.check` loads a page.
+READ_ONLY_KINDS = ("diag.has_line", "browser.check")
+
 IDEMPOTENT_KINDS = frozenset(
     {
         "diag.echo",
         "diag.sleep",
         "diag.fail",
+        *READ_ONLY_KINDS,
         "browser.fetch",
         "browser.screenshot",
         "browser.search",
@@ -153,3 +164,16 @@ def check_args(
     missing = [n for n, a in sorted(spec.args.items()) if a.required and n not in args]
     if missing:
         raise InvalidArgumentError(f"{field}.args.{missing[0]}: required ({takes})")
+
+
+def expected(expect: Any, found: Any) -> bool:
+    """Whether `found` (a check's result) holds `expect`: every key of an expected object is
+    in the found object with an equal value, objects compared so recursively; anything else
+    compares equal as JSON values do (so `1` does not match `true`)."""
+    if isinstance(expect, dict):
+        return isinstance(found, dict) and all(
+            key in found and expected(value, found[key]) for key, value in expect.items()
+        )
+    if isinstance(expect, bool) or isinstance(found, bool):
+        return type(expect) is type(found) and expect == found
+    return bool(expect == found)

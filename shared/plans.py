@@ -5,7 +5,9 @@
      "limits": {"max_actions": N, "max_seconds": S, "estimate_actions": N,
                 "estimate_seconds": S, "action_timeout_seconds": S},
      "actions": [{"kind": "diag.echo", "args": {...}, "idempotent": false, "intent": "...",
-                  "route": {"worker": ID, "labels": {"k": "v"}, "capability": "headless"}}]}
+                  "route": {"worker": ID, "labels": {"k": "v"}, "capability": "headless"},
+                  "postcondition": {"kind": "diag.has_line", "args": {...},
+                                    "expect": {"present": true}}}]}
 
 Every field has one JSON type and nothing else stands in for it: `"idempotent": "false"` is a
 string, not a boolean, and is refused rather than read as true (a non-idempotent effect taken
@@ -13,7 +15,9 @@ for one the recovery sweep may rerun); `3.0` is not an integer, `null` is not an
 the document does not define is refused with its path and the nearest known key
 (`actions[0].arg: unknown field; did you mean args?`): a misspelled `args` or `max_actions`
 would otherwise run with empty arguments or the default budget. Each action's arguments are
-checked against its kind (`shared/action_kinds.py`).
+checked against its kind (`shared/action_kinds.py`). A postcondition is a read-only check
+(`action_kinds.READ_ONLY_KINDS`) that tells, after an unknown outcome, whether the action took
+effect: any other kind is refused.
 
 The coordinator receives the plan as a typed `SubmitRunRequest` and checks again what a
 message can still get wrong with the same rules (`check_text`, `check_route`,
@@ -23,6 +27,7 @@ message can still get wrong with the same rules (`check_text`, `check_route`,
 from __future__ import annotations
 
 import difflib
+import json
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -49,7 +54,9 @@ LIMITS: dict[str, tuple[bool, float]] = {
     "action_timeout_seconds": (False, MAX_ACTION_TIMEOUT),
 }
 PLAN_FIELDS = ("title", "actions", "limits")
-ACTION_FIELDS = ("kind", "args", "idempotent", "intent", "route")
+ACTION_FIELDS = ("kind", "args", "idempotent", "intent", "route", "postcondition")
+POSTCONDITION_FIELDS = ("kind", "args", "expect")
+MAX_EXPECT_CHARS = 4096
 ROUTE_FIELDS = ("worker", "labels", "capability")
 DESKTOP_KIND = (
     "{kind} is not a plan action: desktop input needs an approved scope (`deskfleet desktop"
@@ -65,12 +72,26 @@ class PlanRoute:
 
 
 @dataclass(frozen=True)
+class Postcondition:
+    """A read-only check that tells whether its action took effect: its result must hold
+    `expect` (`action_kinds.expected`)."""
+
+    kind: str
+    args: dict[str, Any]
+    expect: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "args": self.args, "expect": self.expect}
+
+
+@dataclass(frozen=True)
 class PlanAction:
     kind: str
     args: dict[str, Any]
     idempotent: bool = False
     intent: str = ""
     route: PlanRoute = PlanRoute()
+    postcondition: Postcondition | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +128,24 @@ def check_route(
         raise InvalidArgumentError(
             f"{path}.capability: unknown {capability[:40]!r} (known: {', '.join(capabilities)})"
         )
+
+
+def check_postcondition(path: str, kind: str, args: dict[str, Any], expect: Any) -> None:
+    """A postcondition's kind (read-only), its arguments for that kind, and what it expects
+    (a JSON object with at least one key, small)."""
+    if kind not in action_kinds.READ_ONLY_KINDS:
+        raise InvalidArgumentError(
+            f"{path}.kind: {kind[:40]!r} is not a read-only check; a postcondition runs one of"
+            f" {', '.join(action_kinds.READ_ONLY_KINDS)}"
+        )
+    action_kinds.check_args(path, kind, args)
+    if not isinstance(expect, dict) or not expect:
+        raise InvalidArgumentError(
+            f'{path}.expect: an object the check\'s result must hold, e.g. {{"present": true}},'
+            f" not {_a(expect) if expect else 'an empty one'}"
+        )
+    if len(json.dumps(expect)) > MAX_EXPECT_CHARS:
+        raise InvalidArgumentError(f"{path}.expect: at most {MAX_EXPECT_CHARS} characters of JSON")
 
 
 def check_limits(limits: Mapping[str, float]) -> None:
@@ -155,7 +194,23 @@ def _action(path: str, action: Any) -> PlanAction:
         )
     intent = _string(f"{path}.intent", action.get("intent", ""))
     check_text(f"{path}.intent", intent, MAX_INTENT_CHARS)
-    return PlanAction(kind, args, idempotent, intent, _route(f"{path}.route", action))
+    check = None
+    if "postcondition" in action:
+        check = _postcondition(f"{path}.postcondition", action["postcondition"])
+    return PlanAction(kind, args, idempotent, intent, _route(f"{path}.route", action), check)
+
+
+def _postcondition(path: str, value: Any) -> Postcondition:
+    found = _object(path, value)
+    _known_keys(path, found, POSTCONDITION_FIELDS)
+    if "kind" not in found:
+        raise InvalidArgumentError(
+            f'{path}: needs a "kind" (one of {", ".join(action_kinds.READ_ONLY_KINDS)})'
+        )
+    kind = _string(f"{path}.kind", found["kind"])
+    args = _object(f"{path}.args", found.get("args", {}))
+    check_postcondition(path, kind, args, found.get("expect"))
+    return Postcondition(kind, args, dict(found["expect"]))
 
 
 def _route(path: str, action: dict[str, Any]) -> PlanRoute:

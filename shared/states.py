@@ -47,7 +47,13 @@ class ApprovalState(StrEnum):
     DENIED = "denied"
     SUSPENDED = "suspended"  # taken back (a kill switch, a person at the machine)
     EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"  # its run ended before an answer (cancelled with its parent)
 
+
+# What a run is (`RunRow.kind`): a plan of actions, a research question, a desktop control
+# session, or a goal a model works towards (whose research, fetch and desktop runs are its
+# children).
+RUN_KINDS: tuple[str, ...] = ("plan", "research", "desktop", "goal")
 
 RUN_STATES: tuple[RunState, ...] = tuple(RunState)
 # A run that has not stopped: it may still act, wait or be reconciled.

@@ -164,12 +164,16 @@ def default_registry(scratch: ScratchDir | None = None) -> ActionRegistry:
     def append(args: dict[str, Any], ctx: ActionContext) -> Any:
         return diag_append(args, ctx, scratch)
 
+    def has_line(args: dict[str, Any], ctx: ActionContext) -> Any:
+        return diag_has_line(args, ctx, scratch)
+
     return ActionRegistry(
         {
             "diag.echo": diag_echo,
             "diag.sleep": diag_sleep,
             "diag.fail": diag_fail,
             "diag.append": append,
+            "diag.has_line": has_line,
         }
     )
 
@@ -240,6 +244,26 @@ def diag_append(args: dict[str, Any], ctx: ActionContext, scratch: ScratchDir | 
     except ScratchRefused as exc:
         raise ActionRefused(str(exc), code=exc.code) from exc
     return {"name": name, "bytes": written}
+
+
+def diag_has_line(args: dict[str, Any], ctx: ActionContext, scratch: ScratchDir | None) -> Any:
+    """{"name": file name, "line": str} -> {"name", "present": bool, "count": int}: whether the
+    scratch file holds that line (a whole line, as `diag.append` writes it). Read-only: the
+    postcondition of a `diag.append` (no file: the line is not there)."""
+    name, line = args.get("name"), args.get("line")
+    if not isinstance(line, str) or "\n" in line:
+        raise ActionFailed(f"diag.has_line needs 'line': one line of text, not {_json_type(line)}")
+    if scratch is None:
+        raise ActionRefused("this worker has no scratch directory", code="not_offered")
+    try:
+        check_name(name)
+        assert isinstance(name, str)
+        data = scratch.read(name)
+    except ScratchRefused as exc:
+        raise ActionRefused(str(exc), code=exc.code) from exc
+    lines = data.decode("utf-8", errors="replace").split("\n") if data else []
+    count = lines.count(line)
+    return {"name": name, "present": count > 0, "count": count}
 
 
 def _is_number(value: Any) -> bool:

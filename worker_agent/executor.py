@@ -18,7 +18,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind, StatusCode
 
-from shared import tracing
+from shared import faults, tracing
 from shared.action_kinds import rerun_is_harmless
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import worker_pb2
@@ -255,7 +255,11 @@ class ActionExecutor:
                     outcome = Outcome(FAILED, error=f"not started: {error_line(exc)}")
                 else:
                     self._to_loop(self._on_started, attempt)
+                    if not rerun_is_harmless(d.kind, d.idempotent):  # tests only: shared/faults.py
+                        faults.crash(faults.WORKER_EXIT_BEFORE_EFFECT)
                     outcome = run_handler(attempt.handler, attempt.args, attempt.ctx)
+                    if not rerun_is_harmless(d.kind, d.idempotent):
+                        faults.crash(faults.WORKER_EXIT_AFTER_EFFECT)
             if outcome.status == CANCELLED and attempt.cancel_reason:
                 # Why it was cancelled, then what the handler says it had done by then.
                 done = outcome.error.removeprefix("ActionCancelled:").strip()

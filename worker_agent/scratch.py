@@ -29,6 +29,9 @@ class ScratchRefused(ValueError):
 
 
 _FILE_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# A scratch file read for a check is read whole: past this it is refused, not read.
+MAX_READ = 16 * 1024 * 1024
 
 
 def check_name(name: object, field: str = "name") -> str:
@@ -75,18 +78,8 @@ class ScratchDir:
         """Append `data` to the scratch file `name` (checked), durably; the bytes written."""
         check_name(name)
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:
-            # O_NOFOLLOW on the directory too: a scratch directory replaced by a link is refused.
-            dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ScratchRefused(
-                f"the scratch directory {self.path} is not a plain directory ({exc.strerror})",
-                code=OUTSIDE,
-            ) from exc
-        try:
-            fd = self._open(dir_fd, name)
-        finally:
-            os.close(dir_fd)
+        fd = self._file(name, _FILE_FLAGS)
+        assert fd is not None
         try:
             written = 0
             while written < len(data):
@@ -96,10 +89,51 @@ class ScratchDir:
             os.close(fd)
         return written
 
-    @staticmethod
-    def _open(dir_fd: int, name: str) -> int:
+    def read(self, name: str) -> bytes | None:
+        """The whole scratch file `name` (checked), or None if there is none; one larger than
+        MAX_READ is refused."""
+        check_name(name)
+        if not self.path.exists():
+            return None
+        fd = self._file(name, _READ_FLAGS)
+        if fd is None:
+            return None
         try:
-            fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=dir_fd)
+            if os.fstat(fd).st_size > MAX_READ:
+                raise ScratchRefused(
+                    f"'name' {name!r} is larger than {MAX_READ} bytes: not read", code=OUTSIDE
+                )
+            chunks: list[bytes] = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def _file(self, name: str, flags: int) -> int | None:
+        """The file `name` opened in the scratch directory with `flags`; None if it does not
+        exist (when `flags` does not create it)."""
+        try:
+            # O_NOFOLLOW on the directory too: a scratch directory replaced by a link is refused.
+            dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise ScratchRefused(
+                f"the scratch directory {self.path} is not a plain directory ({exc.strerror})",
+                code=OUTSIDE,
+            ) from exc
+        try:
+            return self._open(dir_fd, name, flags)
+        except FileNotFoundError:
+            if flags & os.O_CREAT:
+                raise
+            return None
+        finally:
+            os.close(dir_fd)
+
+    @staticmethod
+    def _open(dir_fd: int, name: str, flags: int) -> int:
+        try:
+            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EMLINK):
                 raise ScratchRefused(

@@ -258,6 +258,12 @@ def run_detail(r: dict[str, Any]) -> str:
     ]
     if r.get("guidanceQueued"):
         lines.append(f"guidance:   {r['guidanceQueued']} message(s) queued")
+    if r.get("parent"):
+        lines.append(f"parent:     {r['parent']} (tree of {r.get('root') or r['parent']})")
+    if r.get("children"):
+        shown = ", ".join(f"{c['id']} ({c['kind']} {c['status']})" for c in r["children"])
+        more = int(r.get("childrenTotal") or 0) - len(r["children"])
+        lines.append(f"children:   {shown}" + (f", and {more} more" if more > 0 else ""))
     if r.get("actions"):
         lines.append("")
         lines.append(
@@ -267,7 +273,8 @@ def run_detail(r: dict[str, Any]) -> str:
                     [
                         a["index"],
                         a["kind"],
-                        a["status"],
+                        # Settled by its postcondition's check: done, though not run again.
+                        f"{a['status']} (observed)" if a.get("settledBy") else a["status"],
                         a.get("workerId"),
                         a["attempts"],
                         a.get("receiptId"),

@@ -17,7 +17,7 @@ from shared import plans
 from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
 from shared.receipts import GivenTwiceError, decode_result
-from shared.states import ACTIVE, DONE, RUN_STATES, RunState
+from shared.states import ACTIVE, DONE, RUN_KINDS, RUN_STATES, RunState
 
 EXIT_RUN_NOT_SUCCEEDED = 6
 EXIT_NO_EVIDENCE = 8  # `research --wait`: the run ended without evidence (its stop reason says why)
@@ -77,6 +77,15 @@ def plan_request(plan: Any, where: str = "plan") -> runs_pb2.SubmitRunRequest:
                     labels=action.route.labels,
                     capability=action.route.capability,
                 ),
+                postcondition=(
+                    runs_pb2.Postcondition(
+                        kind=action.postcondition.kind,
+                        args_json=json.dumps(action.postcondition.args, ensure_ascii=True),
+                        expect_json=json.dumps(action.postcondition.expect, ensure_ascii=True),
+                    )
+                    if action.postcondition is not None
+                    else None
+                ),
             )
         )
     return request
@@ -122,9 +131,15 @@ def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
 def show(client: CoordinatorClient, args: argparse.Namespace) -> None:
     doc = render.as_dict(client.call(client.runs.GetRun, runs_pb2.RunRef(id=args.id)))
     _timeline_nulls(doc.get("timeline"))
+    _tree_nulls(doc)
     if args.artifacts_dir:
         _save_artifacts(client, doc, Path(args.artifacts_dir))
     _print_run(doc, args.json)
+
+
+def _tree_nulls(doc: dict[str, Any]) -> None:
+    """A run with no parent says `"parent": null`, not an empty string."""
+    doc["parent"] = doc.get("parent") or None
 
 
 def _timeline_nulls(timeline: dict[str, Any] | None) -> None:
@@ -173,9 +188,12 @@ def list_runs(client: CoordinatorClient, args: argparse.Namespace) -> None:
                 status=(args.status or "").upper(),
                 kind=args.kind or "",
                 owner=args.owner or "",
+                parent=args.parent or "",
             ),
         )
     )
+    for run in doc["runs"]:
+        _tree_nulls(run)
     if args.json:
         render.print_json(doc)
     elif doc["runs"]:
@@ -487,8 +505,9 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         metavar="STATE",
         help=f"only runs in this state: {', '.join(RUN_STATES)}",
     )
+    p.add_argument("--kind", choices=RUN_KINDS, help="only runs of this kind")
     p.add_argument(
-        "--kind", choices=("plan", "research", "desktop", "goal"), help="only runs of this kind"
+        "--parent", metavar="RUN_ID", help="only the children of this run (a goal's runs)"
     )
     p.add_argument(
         "--owner",

@@ -15,7 +15,6 @@ is exhausted the run hands back to a person, who may retry or abandon it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator.agent import providers
+from coordinator.agent import providers, rebuild
 from coordinator.agent.context import SUMMARY_INSTRUCTION, ContextManager
 from coordinator.agent.conversation import (
     Content,
@@ -42,19 +41,26 @@ from coordinator.agent.conversation import (
     ToolResult,
     ToolSpec,
 )
-from coordinator.agent.tools import FleetTools, GoalState, specs
+from coordinator.agent.tools import DELEGATED, FleetTools, GoalState, intent, specs
 from coordinator.heart import ledger
 from coordinator.heart.context import Context, RunKind
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import Order
+from coordinator.runs import tree
 from coordinator.runs.service import RunView, new_run, owned_run
-from coordinator.store import Database, desktop as desktop_queries, quotas, runs as run_queries
-from coordinator.store.models import PrincipalRow, RunRow
-from shared.errors import FailedPreconditionError, InvalidArgumentError
+from coordinator.store import (
+    Database,
+    desktop as desktop_queries,
+    journal,
+    quotas,
+    runs as run_queries,
+)
+from coordinator.store.models import JournalRow, PrincipalRow, RunRow
+from shared.errors import DataIntegrityError, FailedPreconditionError, InvalidArgumentError
 from shared.ids import new_id
 from shared.receipts import content_sha256, encode_result
-from shared.states import ACTIVE, RunState
+from shared.states import ACTIVE, STOPPED_FOR_A_PERSON, RunState
 from shared.text import refuse_control
 
 log = logging.getLogger(__name__)
@@ -71,6 +77,24 @@ REPEAT_LIMIT = 3
 ERROR_LIMIT = 5
 QUESTION_WAIT = 60.0
 POLL = 0.25
+
+
+REPLAY_PAGE = 500  # journal events a rebuild reads at once
+
+
+def _failed_calls(messages: list[Message]) -> list[str]:
+    """The calls whose results, in the turn before the model's last answer, were errors."""
+    for message in reversed(messages[:-1]):
+        if message.tool_results:
+            calls = {c.id: c.name for m in messages if m.role == "assistant" for c in m.tool_calls}
+            return [
+                f"{calls.get(r.call_id, '?')} {r.call_id}"
+                for r in message.tool_results
+                if r.is_error
+            ]
+        if message.role == "assistant":
+            return []
+    return []
 
 
 def _no_own_advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
@@ -95,6 +119,12 @@ class Goal:
     recent: list[str] = field(default_factory=list)
     errors: int = 0
     seen_guidance: set[str] = field(default_factory=set)
+    # Calls of the last turn a rebuild found without a result, and what to do with each
+    # (rebuild.resolve); settled before the next model call.
+    open: tuple[rebuild.Open, ...] = ()
+    # The run each call started (its `run.child` event): what a research or fetch call became.
+    child_runs: dict[str, str] = field(default_factory=dict)
+    recovering: bool = False  # rebuilt after a restart, adoption or retry: settle first
 
 
 class _Stop(Exception):
@@ -208,6 +238,8 @@ class Goals:
 
     async def _drive(self, goal: Goal) -> None:
         try:
+            if goal.recovering:
+                await self._settle(goal)
             while True:
                 await self._step(goal)
         except _Stop as stop:
@@ -240,6 +272,7 @@ class Goals:
             tool_calls=[
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
             ],
+            intents=[intent(c) for c in turn.tool_calls],
             usage={"input": turn.usage.input_tokens, "output": turn.usage.output_tokens},
             guidance=[g for g, _ in guidance],
         )
@@ -247,6 +280,14 @@ class Goals:
             await self._journal(goal, "guidance.delivered", guidance=guidance_id, model_call=seq)
         goal.messages.append(Message("assistant", turn.text, turn.tool_calls))
         if not turn.tool_calls:
+            failed = _failed_calls(goal.messages)
+            if failed:
+                # A finished turn does not make every tool call a success: a person looks.
+                raise _Stop(
+                    RunState.HAND_BACK_TO_HUMAN,
+                    f"unverified: the model stopped after calls that failed ({', '.join(failed)}):"
+                    f" {turn.text[:300] or 'the model finished'}",
+                )
             raise _Stop(RunState.SUCCEEDED, f"completed: {turn.text[:500] or 'the model finished'}")
         results = [await self._tool(goal, call) for call in turn.tool_calls]
         goal.messages.append(Message("user", "", tool_results=tuple(results)))
@@ -332,6 +373,20 @@ class Goals:
         else:
             result = await self._tools.call(goal.state, call, self._waiter(goal))
         goal.errors = goal.errors + 1 if result.is_error else 0
+        await self._journal_result(goal, call, result)
+        if goal.errors >= ERROR_LIMIT:
+            raise _Stop(
+                RunState.HAND_BACK_TO_HUMAN,
+                f"stuck: {ERROR_LIMIT} tool calls failed in a row; the last: {call.name}",
+            )
+        await self._check(goal)
+        return result
+
+    async def _journal_result(
+        self, goal: Goal, call: ToolCall, result: ToolResult, *, recovered: str = ""
+    ) -> None:
+        """The call's result in the journal: what a rebuild gives the model again. `recovered`
+        names the action or run it was read from after a restart (it did not run again)."""
         await self._journal(
             goal,
             "goal.tool_result",
@@ -351,14 +406,8 @@ class Goals:
                 if call.name == "computer" and goal.state.desktop_run
                 else {}
             ),
+            **({"recovered": recovered} if recovered else {}),
         )
-        if goal.errors >= ERROR_LIMIT:
-            raise _Stop(
-                RunState.HAND_BACK_TO_HUMAN,
-                f"stuck: {ERROR_LIMIT} tool calls failed in a row; the last: {call.name}",
-            )
-        await self._check(goal)
-        return result
 
     async def _ask(self, goal: Goal, call: ToolCall) -> ToolResult:
         question = str(call.arguments.get("question", "")).strip()
@@ -401,7 +450,9 @@ class Goals:
         async def wait(code: str, detail: str, done: Callable[[], Awaitable[bool]]) -> None:
             if await done():
                 return
-            await self._status(goal, RunState.WAITING_FOR_AUTHORITY, waiting=(code, detail))
+            # Waiting on a child run of its own is DELEGATED; on a person, waiting for authority.
+            status = RunState.DELEGATED if code == DELEGATED else RunState.WAITING_FOR_AUTHORITY
+            await self._status(goal, status, waiting=(code, detail))
             while not await done():
                 await self._check(goal)
                 await asyncio.sleep(POLL)
@@ -472,37 +523,62 @@ class Goals:
         return seqs[0]
 
     async def _status(
-        self, goal: Goal, status: str, *, waiting: tuple[str, str] = ("", ""), reason: str = ""
+        self,
+        goal: Goal,
+        status: str,
+        *,
+        waiting: tuple[str, str] = ("", ""),
+        reason: str = "",
+        cause: str = "",
     ) -> None:
         def unit(s: Session, ctx: Context) -> list[Order]:
             run = run_queries.run_for_update(s, goal.state.run_id)
             assert run is not None
             if run.status in ACTIVE:
-                ledger.set_status(s, run, ctx, status, stop_reason=reason, waiting=waiting)
+                ledger.set_status(
+                    s, run, ctx, status, stop_reason=reason, waiting=waiting, cause=cause
+                )
             return []
 
         await self._dispatcher.run_unit(unit)
 
     async def _finish(self, goal: Goal, status: str, reason: str) -> None:
-        with contextlib.suppress(Exception):
-            await self._status(goal, status, reason=reason)
+        """Stop the goal, and with it what its children still hold: a goal that ends for good
+        ends its open child runs (their approvals withdrawn, their input leases given up). One
+        handed to a person keeps them, for the retry that continues it."""
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            run = run_queries.run_for_update(s, goal.state.run_id)
+            if run is None:
+                return []
+            if run.status in ACTIVE:
+                ledger.set_status(s, run, ctx, status, stop_reason=reason)
+            if run.status in (*ACTIVE, *STOPPED_FOR_A_PERSON):
+                return []
+            why = f"the goal ended {run.status}"
+            return tree.end_descendants(s, run, why, ctx) + tree.release_leases(s, [run.id], ctx)
+
+        try:
+            await self._dispatcher.run_unit(unit)
+        except Exception:
+            log.exception("goal %s: its end could not be recorded", goal.state.run_id)
 
     # ---------------------------------------------------------------- restart and retry
 
     def _orphans(self, s: Session, ctx: Context) -> list[Order]:
-        """Goal runs whose loop died with this replica's previous process: a person decides
-        to go on. (Goals of other replicas are theirs, or adopted when they stop.)"""
+        """Goal runs whose loop died with this replica's previous process are RECOVERING: the
+        resume loop rebuilds each from its journal and the ledger and goes on. (Goals of other
+        replicas are theirs, or adopted when they stop.)"""
         for run in run_queries.runs_in(s, ACTIVE):
             if run.kind == KIND and run.spec.get("driver", "") in ("", self._replica):
                 locked = run_queries.run_for_update(s, run.id)
-                if locked is not None:
+                if locked is not None and locked.status != RunState.RECOVERING:
                     ledger.set_status(
                         s,
                         locked,
                         ctx,
-                        RunState.HAND_BACK_TO_HUMAN,
-                        stop_reason="coordinator_restarted: the goal loop stopped with its"
-                        " coordinator; retry to continue from the journal",
+                        RunState.RECOVERING,
+                        cause="the coordinator restarted: rebuilding the goal from its journal",
                     )
         return []
 
@@ -517,10 +593,9 @@ class Goals:
                 live = await self._live_replicas() if goals and self._live_replicas else set()
                 for run in goals:
                     driver = run.spec.get("driver", "")
-                    if driver in ("", self._replica):
-                        if run.status == RunState.RUNNING:
-                            await self._resume(run)
-                    elif driver not in live and await self._adopt(run.id, driver):
+                    if driver in ("", self._replica) or (
+                        driver not in live and await self._adopt(run.id, driver)
+                    ):
                         await self._resume(run)
             except Exception as exc:
                 log.warning("could not resume goal runs: %s", exc)
@@ -545,18 +620,18 @@ class Goals:
         return bool(adopted)
 
     async def _resume(self, run: RunRow) -> None:
+        """Rebuild a goal from its journal and the ledger (RECOVERING meanwhile), then go on."""
         owner = await self._db.read(lambda s: s.get(PrincipalRow, run.owner_id))
         if owner is None:
             return
         who = Principal(owner.id, owner.name, Role(owner.role))
         spec = run.spec
+        stub = Goal(GoalState(run.id, who, ""), model=None, model_spec="", text="", max_steps=0)  # type: ignore[arg-type]
         try:
             model = await asyncio.to_thread(self._open_model, spec["model"])
         except ModelConfigError as exc:
             await self._status(
-                Goal(GoalState(run.id, who, ""), model=None, model_spec="", text="", max_steps=0),  # type: ignore[arg-type]
-                RunState.HAND_BACK_TO_HUMAN,
-                reason=f"model {spec['model']!r}: {exc}",
+                stub, RunState.HAND_BACK_TO_HUMAN, reason=f"model {spec['model']!r}: {exc}"
             )
             return
         goal = Goal(
@@ -566,52 +641,101 @@ class Goals:
             spec["goal"],
             int(spec.get("max_steps", 50)),
         )
-        goal.messages = await self._replay(who, run.id)
         goal.step = int(spec.get("step", 0))
-        log.info("goal %s continues from step %d", run.id, goal.step)
+        if run.status != RunState.RECOVERING:
+            await self._status(
+                goal, RunState.RECOVERING, cause="rebuilding the goal from its journal"
+            )
+        try:
+            await self._rebuild(goal)
+        except DataIntegrityError as exc:
+            await self._finish(goal, RunState.HAND_BACK_TO_HUMAN, f"journal_altered: {exc}")
+            return
+        log.info(
+            "goal %s continues from step %d (%d open calls)", run.id, goal.step, len(goal.open)
+        )
         self._launch(goal)
 
-    async def _replay(self, who: Principal, run_id: str) -> list[Message]:
-        """The conversation, rebuilt from the journal (screenshots become a note)."""
+    async def _rebuild(self, goal: Goal) -> None:
+        """The conversation from the journal (read page by page, its hash chain checked), and
+        what each open call of the last turn became, read from the ledger."""
+        run_id = goal.state.run_id
 
-        def unit(s: Session) -> list[tuple[str, dict[str, Any]]]:
-            owned_run(s, who, run_id)
-            rows = run_queries.journal_after(s, run_id, 0, 100_000)
-            return [(r.kind, json.loads(r.data)) for r in rows]
+        def page(s: Session, after: int) -> list[JournalRow]:
+            owned_run(s, goal.state.owner, run_id)
+            return list(run_queries.journal_after(s, run_id, after, REPLAY_PAGE))
 
-        events = await self._db.read(unit)
-        messages: list[Message] = []
-        pending: list[ToolResult] = []
+        chain = journal.Chain(run_id)
+        events: list[tuple[str, dict[str, Any]]] = []
+        after = 0
+        while True:
+            rows = await self._db.read(page, after)
+            for row in rows:
+                chain.follow(row)
+                events.append((row.kind, json.loads(row.data)))
+            if len(rows) < REPLAY_PAGE:
+                break
+            after = rows[-1].seq
         for kind, data in events:
-            if kind == "goal.request":
-                messages.append(Message("user", data["text"], kind="request"))
-            elif kind == "goal.model_call":
-                if pending:
-                    messages.append(Message("user", "", tool_results=tuple(pending)))
-                    pending = []
-                calls = tuple(
-                    ToolCall(c["id"], c["name"], c["arguments"]) for c in data["tool_calls"]
-                )
-                messages.append(Message("assistant", data.get("text", ""), calls))
-            elif kind == "goal.tool_result":
-                parts: list[Any] = [TextPart(data.get("text", ""))]
-                if data.get("images"):
-                    parts.append(
-                        TextPart("[a screenshot was here: take a new one to see the screen]")
-                    )
-                pending.append(ToolResult(data["call"], tuple(parts), bool(data.get("is_error"))))
-        if pending:
-            messages.append(Message("user", "", tool_results=tuple(pending)))
-        if messages and messages[-1].role == "assistant" and messages[-1].tool_calls:
-            # The calls of the last turn had no results when the loop stopped: say so.
-            messages.append(
-                Message(
-                    "user",
-                    "",
-                    tool_results=tuple(
-                        ToolResult(c.id, (TextPart("not run: the loop stopped before it"),), True)
-                        for c in messages[-1].tool_calls
-                    ),
-                )
+            if kind == "run.child":
+                if data.get("origin"):
+                    goal.child_runs[str(data["origin"])] = str(data.get("child", ""))
+                if data.get("kind") == "desktop" and not goal.state.desktop_run:
+                    goal.state.desktop_run = str(data.get("child", ""))
+        wanted = sorted(
+            {
+                str(g)
+                for kind, d in events
+                if kind == "goal.model_call"
+                for g in d.get("guidance") or ()
+            }
+        )
+        texts = await self._db.read(run_queries.guidance_texts, run_id, wanted)
+        last = rebuild.last_calls(events)
+        children: dict[str, rebuild.Child] = {}
+        for call in last:
+            child = await self._tools.became(goal.state, call, goal.child_runs.get(call.id, ""))
+            if child is not None:
+                children[call.id] = child
+        rebuilt = rebuild.resolve(events, children, texts)
+        goal.messages = list(rebuilt.messages)
+        goal.seen_guidance.update(rebuilt.guidance_seen)
+        goal.open = rebuilt.open
+        goal.recovering = True
+
+    async def _settle(self, goal: Goal) -> None:
+        """Settle the open calls of a rebuilt goal in the order the model asked for them:
+        journal the results read from the ledger, wait for what is in flight, run what never
+        ran, hand back what may have acted and cannot be known; then the turn is whole."""
+        results: list[ToolResult] = []
+        goal.recovering = False
+        for item in goal.open:
+            call, decision = item.call, item.decision
+            if decision is rebuild.Decision.AWAIT:
+                item = await self._await_child(goal, item)
+                decision = item.decision
+            if decision is rebuild.Decision.HAND_BACK:
+                raise _Stop(RunState.HAND_BACK_TO_HUMAN, item.reason)
+            if decision is rebuild.Decision.RESULT:
+                assert item.child is not None and item.child.result is not None
+                result = item.child.result
+                await self._journal_result(goal, call, result, recovered=item.child.id)
+            else:
+                result = await self._tool(goal, call)
+            results.append(result)
+        if goal.open:
+            goal.messages.append(Message("user", "", tool_results=tuple(results)))
+        goal.open = ()
+        await self._status(goal, RunState.RUNNING, cause="the goal was rebuilt from its journal")
+
+    async def _await_child(self, goal: Goal, item: rebuild.Open) -> rebuild.Open:
+        """Wait until what an open call became is no longer in flight, then decide again."""
+        while True:
+            await self._check(goal)
+            child = await self._tools.became(
+                goal.state, item.call, goal.child_runs.get(item.call.id, "")
             )
-        return messages
+            decided = rebuild.resolve_one(item.call, child)
+            if decided.decision is not rebuild.Decision.AWAIT:
+                return decided
+            await asyncio.sleep(POLL)

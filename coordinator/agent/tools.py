@@ -8,10 +8,12 @@ runs of the goal's owner; recall reads only the owner's journals.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.agent import rebuild
 from coordinator.agent.conversation import (
     ComputerSpec,
     Content,
@@ -23,17 +25,17 @@ from coordinator.agent.conversation import (
 )
 from coordinator.heart import ledger
 from coordinator.model.identity import Principal
-from coordinator.runs.desktop.runs import Desktop
+from coordinator.runs.desktop.runs import ActResult, Desktop
 from coordinator.runs.desktop.scope import Scope
 from coordinator.runs.plan import Plan, PlannedAction
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
 from coordinator.runs.research.runs import ResearchRequest, research_plan
-from coordinator.runs.service import Runs
+from coordinator.runs.service import Runs, RunView
 from coordinator.store import Database, journal, runs as run_queries
 from shared import desktop_scope
 from shared.errors import DeskfleetError, FailedPreconditionError
-from shared.states import ACTIVE, RunState
+from shared.states import ACTIVE, FINISHED, RunState
 
 MAX_TEXT = 20_000  # characters of a page or report handed back; the rest stays in the journal
 RUN_TIMEOUT = 300.0
@@ -137,8 +139,32 @@ class GoalState:
     space: ComputerSpec = DEFAULT_SPACE
 
 
-# Waits for a person: (goal state, code, detail, done?) -> polls until done() says so.
+# Waits for a person or a child run: (code, detail, done?) -> polls until done() says so. The
+# goal is DELEGATED meanwhile when it waits on a child, WAITING_FOR_AUTHORITY otherwise.
 Waiter = Callable[[str, str, Callable[[], Awaitable[bool]]], Awaitable[None]]
+DELEGATED = "delegated"  # the waiting code of a goal waiting on a child run
+# Refusals a person answers by approving the desktop run again: the call waits, then runs.
+ASK_AGAIN = (ledger.NEEDS_APPROVAL, desktop_scope.REAPPROVAL_NEEDED)
+ASK_AGAIN_LIMIT = 3
+
+
+def intent(call: ToolCall) -> dict[str, Any]:
+    """What a call asks for in the fleet's own words (a desktop action kind, a run kind), not
+    a provider's tool name: journaled with the model's turn before anything runs, so that any
+    toolset's calls read back alike."""
+    if call.name == "computer":
+        args = {k: v for k, v in call.arguments.items() if k != "action"}
+        return {
+            "call": call.id,
+            "does": f"desktop.{call.arguments.get('action', '')}",
+            "args": args,
+        }
+    return {"call": call.id, "does": call.name, "args": dict(call.arguments)}
+
+
+def origin(state: GoalState, call: ToolCall) -> str:
+    """What a call's desktop action records as its origin (`ActionRow.origin`)."""
+    return f"{state.run_id}/{call.id}"
 
 
 class FleetTools:
@@ -168,16 +194,54 @@ class FleetTools:
             if handler is None:
                 content, is_error = _error(f"unknown tool {call.name!r}")
             else:
-                content, is_error = await handler(state, call.arguments, wait_for)
+                content, is_error = await handler(state, call, wait_for)
         except DeskfleetError as exc:
             content, is_error = _error(f"{call.name} failed: {exc.message}")
         return ToolResult(call.id, content, is_error)
 
+    async def became(
+        self, state: GoalState, call: ToolCall, child_run: str = ""
+    ) -> rebuild.Child | None:
+        """What a call became, as the ledger has it now (None: nothing yet), with its result
+        for the model once it has finished. `child_run` is the run the call started (its
+        `run.child` event in the goal's journal), for research and fetch."""
+        if call.name == "computer":
+            if not state.desktop_run:
+                return None
+            act = await self._desktop.by_origin(state.owner, state.desktop_run, origin(state, call))
+            if act is None:
+                return None
+            receipt = act.receipt or {}
+            if receipt.get("status") == "refused" and receipt.get("code") in ASK_AGAIN:
+                return rebuild.Child("action", act.action.id, act.action.status, never_ran=True)
+            finished = act.action.status in FINISHED and act.receipt is not None
+            return rebuild.Child(
+                "action",
+                act.action.id,
+                act.action.status,
+                act.action.idempotent,
+                ToolResult(call.id, *await self._act_content(state, act)) if finished else None,
+            )
+        if call.name in ("research", "fetch") and child_run:
+            view = await self._runs.get(state.owner, child_run)
+            if view.run.status in ACTIVE:
+                return rebuild.Child("run", child_run, view.run.status)
+            read = self._research_result if call.name == "research" else self._fetch_result
+            return rebuild.Child(
+                "run",
+                child_run,
+                view.run.status,
+                True,
+                ToolResult(call.id, *await read(state, view)),
+            )
+        return None
+
     # ------------------------------------------------------------------------- computer
 
     async def _computer(
-        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+        self, state: GoalState, call: ToolCall, wait_for: Waiter
     ) -> tuple[tuple[Content, ...], bool]:
+        args = call.arguments
         if not state.desktop_worker:
             return _error("this goal has no desktop (start it with --desktop WORKER)")
         action = str(args.get("action", ""))
@@ -193,14 +257,10 @@ class FleetTools:
                 asked,
                 f"goal {state.run_id}: desktop",
                 f"the goal {state.run_id} needs the desktop",
+                parent=state.run_id,
+                origin=call.id,
             )
             state.desktop_run = view.run.id
-        await wait_for(
-            ledger.NEEDS_APPROVAL,
-            f"the goal's desktop run {state.desktop_run} waits for approval"
-            " (deskfleet approvals list)",
-            lambda: self._approved(state),
-        )
         sent = {
             k: v
             for k, v in args.items()
@@ -211,9 +271,33 @@ class FleetTools:
             sent["space"] = {"width": state.space.width, "height": state.space.height}
         if action == "screenshot":
             sent["space"] = {"width": state.space.width, "height": state.space.height}
-        result = await self._desktop.act(
-            state.owner, state.desktop_run, action, json.dumps(sent, ensure_ascii=True), 120.0
-        )
+        for _ in range(ASK_AGAIN_LIMIT):
+            await wait_for(
+                DELEGATED,
+                f"waits for its desktop run {state.desktop_run}, which waits for approval"
+                " (deskfleet approvals list)",
+                lambda: self._approved(state),
+            )
+            result = await self._desktop.act(
+                state.owner,
+                state.desktop_run,
+                action,
+                json.dumps(sent, ensure_ascii=True),
+                120.0,
+                origin=origin(state, call),
+            )
+            receipt = result.receipt or {}
+            if receipt.get("status") != "refused" or receipt.get("code") not in ASK_AGAIN:
+                break
+            # Refused by the coordinator before dispatch (the worker reconnected since the
+            # approval, say): it never ran, so once a person approves again it runs then.
+        return await self._act_content(state, result)
+
+    async def _act_content(
+        self, state: GoalState, result: ActResult
+    ) -> tuple[tuple[Content, ...], bool]:
+        """An act's outcome as the model is given it: its receipt's status, error and result,
+        and its screenshots."""
         receipt = result.receipt or {}
         status = str(receipt.get("status") or result.action.status.lower())
         content: list[Content] = []
@@ -235,22 +319,43 @@ class FleetTools:
             )
         return view.run.waiting_code not in (
             ledger.NEEDS_APPROVAL,
-            "kill_switch",
-            "reapproval_needed",
+            desktop_scope.KILL_SWITCH,
+            desktop_scope.REAPPROVAL_NEEDED,
         )
 
     # ------------------------------------------------------------------- research, fetch
 
     async def _research(
-        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+        self, state: GoalState, call: ToolCall, wait_for: Waiter
     ) -> tuple[tuple[Content, ...], bool]:
+        args = call.arguments
         urls = tuple(str(u) for u in args.get("urls") or ())
         plan = research_plan(
             ResearchRequest(str(args.get("query", "")), urls, max_sources=5),
             self._routing.research_routes(state.owner.id, state.owner.name),
         )
-        view = await self._runs.submit(state.owner, plan)
-        done = await self._runs.wait(state.owner, view.run.id, RUN_TIMEOUT)
+        view = await self._runs.submit(state.owner, plan, parent=state.run_id, origin=call.id)
+        done = await self._child(state, view.run.id, "research", wait_for)
+        return await self._research_result(state, done)
+
+    async def _child(self, state: GoalState, child: str, what: str, wait_for: Waiter) -> RunView:
+        """Wait for a child run to stop (the goal is DELEGATED meanwhile), up to RUN_TIMEOUT."""
+        stopped: list[RunView] = []
+        deadline = time.monotonic() + RUN_TIMEOUT
+
+        async def done() -> bool:
+            view = await self._runs.wait(state.owner, child, 0.5)
+            if view.run.status not in ACTIVE or time.monotonic() > deadline:
+                stopped.append(view)
+                return True
+            return False
+
+        await wait_for(DELEGATED, f"waits for its {what} run {child}", done)
+        return stopped[-1]
+
+    async def _research_result(
+        self, state: GoalState, done: RunView
+    ) -> tuple[tuple[Content, ...], bool]:
         report = await self._event(state, done.run.id, "research.report")
         if report is None:
             return _error(
@@ -262,15 +367,20 @@ class FleetTools:
         ), done.run.status != RunState.SUCCEEDED
 
     async def _fetch(
-        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+        self, state: GoalState, call: ToolCall, wait_for: Waiter
     ) -> tuple[tuple[Content, ...], bool]:
-        url = str(args.get("url", ""))
+        url = str(call.arguments.get("url", ""))
         plan = Plan(
             (PlannedAction("browser.fetch", {"url": url}, True, {"capability": "headless"}),),
             title=f"goal {state.run_id}: fetch",
         )
-        view = await self._runs.submit(state.owner, plan)
-        done = await self._runs.wait(state.owner, view.run.id, RUN_TIMEOUT)
+        view = await self._runs.submit(state.owner, plan, parent=state.run_id, origin=call.id)
+        done = await self._child(state, view.run.id, "fetch", wait_for)
+        return await self._fetch_result(state, done)
+
+    async def _fetch_result(
+        self, state: GoalState, done: RunView
+    ) -> tuple[tuple[Content, ...], bool]:
         if done.run.status != RunState.SUCCEEDED or not done.actions:
             return _error(
                 f"fetch run {done.run.id} is {done.run.status}:"
@@ -298,8 +408,9 @@ class FleetTools:
     # ------------------------------------------------------------------------- recall
 
     async def _recall_tool(
-        self, state: GoalState, args: dict[str, Any], wait_for: Waiter
+        self, state: GoalState, call: ToolCall, wait_for: Waiter
     ) -> tuple[tuple[Content, ...], bool]:
+        args = call.arguments
         if args.get("seq") is not None:
             page = await self._recall.read(
                 state.owner, state.run_id, int(args["seq"]), int(args.get("offset") or 0), 16384

@@ -257,19 +257,6 @@ def _point(value: Any, sx: float, sy: float) -> tuple[float, float] | None:
     return (round(x * sx, 1), round(y * sy, 1))
 
 
-def desktop_runs_of(tool_results: Sequence[runs_pb2.JournalEvent]) -> list[str]:
-    """The desktop runs a goal's computer tool acted through, first used first."""
-    found: list[str] = []
-    for event in tool_results:
-        try:
-            run_id = json.loads(event.data_json).get("desktop_run")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(run_id, str) and run_id and run_id not in found:
-            found.append(run_id)
-    return found
-
-
 def replay(
     actions: Sequence[runs_pb2.ActionInfo], results: Mapping[str, dict[str, Any]]
 ) -> list[Frame]:

@@ -15,7 +15,7 @@ from coordinator.console.sessions import (
     Session,
 )
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
-from shared.states import RUN_STATES, STOPPED
+from shared.states import RUN_KINDS, RUN_STATES, STOPPED
 
 
 class RunPages(Pages):
@@ -67,20 +67,15 @@ class RunPages(Pages):
                 ),
             )
         report = None
-        desktop_runs: list[str] = []
         if run.kind == "research":
             found = await self.rpc.events_of(session.token, run_id, ("research.report",))
             report = model.research_report(found[-1].data_json) if found else None
-        elif run.kind == "goal":
-            found = await self.rpc.events_of(session.token, run_id, ("goal.tool_result",))
-            desktop_runs = model.desktop_runs_of(found)
         return await self.page(
             request,
             session,
             "run.html",
             run=run,
             report=report,
-            desktop_runs=desktop_runs,
             replayable=any(a.kind.startswith("desktop.") for a in run.actions),
             timeline=model.timeline(run.timeline),
             events=events,
@@ -187,5 +182,4 @@ RUN_OPS = {
     ),
     "abandon": ("Abandon", "The run is given up for good; it cannot be retried."),
 }
-RUN_KINDS = ("plan", "research", "desktop", "goal")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator.heart import faults, ledger, outcomes, slots
+from coordinator.heart import ledger, outcomes, slots
 from coordinator.heart.context import Context, RunKind
 from coordinator.heart.ingest import Ingest, one_line
 from coordinator.model.orders import (
@@ -36,6 +36,7 @@ from coordinator.streams.presence import Presence, Sent
 from coordinator.streams.relay import Relay
 from coordinator.streams.worker_bounds import RefusalLog, ReportBudgets
 from coordinator.streams.worker_index import WorkerIndex
+from shared import faults
 from shared.errors import DeskfleetError
 from shared.ids import new_id
 from shared.logs import log_context
@@ -178,12 +179,9 @@ class Dispatcher:
             return routed
 
         orders = await self._db.write(with_relay, ctx)
-        if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT) and any(
-            isinstance(o, ReceiptVerdict) for o in orders
-        ):
-            faults.crash(
-                faults.EXIT_AFTER_RECEIPT_COMMIT
-            )  # tests only: see coordinator/heart/faults.py
+        if faults.armed(faults.EXIT_AFTER_RECEIPT_COMMIT):  # tests only: shared/faults.py
+            verdicts = sum(isinstance(o, ReceiptVerdict) for o in orders)
+            faults.crash(faults.EXIT_AFTER_RECEIPT_COMMIT, verdicts)
         self.metrics.observe(ctx.notes)
         for refused in ctx.notes.refused_reports():
             self.reports.refused(

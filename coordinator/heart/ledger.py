@@ -291,8 +291,12 @@ def new_action(
     route: dict[str, Any],
     intent: str,
     timeout: float,
+    origin: str = "",
+    postcondition: dict[str, Any] | None = None,
 ) -> ActionRow:
-    """A PENDING ledger entry: written before anything is sent anywhere."""
+    """A PENDING ledger entry: written before anything is sent anywhere; `origin` names what
+    asked for it beyond its run (a goal's tool call, `GOAL_RUN/CALL_ID`), `postcondition` the
+    check that settles its unknown outcome (heart/postconditions.py)."""
     return ActionRow(
         id=new_id("act"),
         run_id=run_id,
@@ -311,8 +315,24 @@ def new_action(
         attempts=0,
         timeout_seconds=timeout,
         error="",
+        origin=origin,
         receipt_id="",
+        postcondition=encode_result(postcondition) if postcondition else "",
+        check_state="",
     )
+
+
+# An action whose current attempt runs its postcondition's check (heart/postconditions.py).
+CHECKING = "checking"
+
+
+def dispatched_as(action: ActionRow) -> tuple[str, str, bool]:
+    """What an attempt of the action sends, (kind, args JSON, idempotent): the action's, or
+    its postcondition's check while it is checking (read-only, so harmless to run again)."""
+    if action.check_state != CHECKING or not action.postcondition:
+        return action.kind, action.args, action.idempotent
+    check = decode_result(action.postcondition)
+    return str(check["kind"]), encode_result(check["args"]), True
 
 
 def claim(
@@ -334,6 +354,7 @@ def claim(
     action.receipt_id = ""  # the receipt of an earlier attempt stays in the receipts table
     action.finished_at = None
     run.attempts_used += 1
+    kind, args, idempotent = dispatched_as(action)
     record(
         s,
         run,
@@ -341,7 +362,7 @@ def claim(
         "action.dispatched",
         action=action.id,
         index=action.idx,
-        kind=action.kind,
+        kind=kind,
         attempt=action.attempt_id,
         epoch=action.epoch,
         worker=worker_id,
@@ -354,9 +375,9 @@ def claim(
         action.attempt_id,
         action.epoch,
         action.attempts,
-        action.kind,
-        action.args,
-        action.idempotent,
+        kind,
+        args,
+        idempotent,
         action.timeout_seconds,
         ctx.now if ready_at is None else ready_at,
         trace_id=run.trace_id,

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
+from coordinator.heart import postconditions
 from coordinator.heart.ledger import (
     ACTIVE,
     ARCHIVE_OVER,
@@ -26,6 +27,7 @@ from coordinator.heart.ledger import (
     UNKNOWN_OUTCOME,
     Context,
     advance,
+    dispatched_as,
     label,
     move,
     record,
@@ -93,10 +95,21 @@ def _retry(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context)
 
 
 def outcome_unknown(
-    s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context
+    s: Session,
+    run: RunRow,
+    action: ActionRow,
+    cause: str,
+    ctx: Context,
+    *,
+    let_go: bool = False,
 ) -> list[Order]:
-    """An attempt whose result cannot be known: retry it only if that is safe (SPEC §4.3)."""
+    """An attempt whose result cannot be known: retry it only if that is safe (SPEC §4.3).
+    `let_go`: its worker, connected, has said it no longer runs the attempt, so that a
+    non-idempotent action's postcondition may be checked there (heart/postconditions.py)."""
     orders: list[Order] = []
+    was_check = action.check_state == postconditions.CHECKING
+    if was_check:
+        action.check_state = ""  # the check's own outcome is unknown: a person decides
     if action.worker_id and action.status in IN_FLIGHT:
         orders.append(CancelOrder(action.worker_id, action.id, action.attempt_id, cause))
     move(action, UNKNOWN, ctx)
@@ -127,21 +140,11 @@ def outcome_unknown(
             ),
         )
         return orders
-    set_status(
-        s,
-        run,
-        ctx,
-        HAND_BACK_TO_HUMAN,
-        stop_reason=(
-            f"{UNKNOWN_OUTCOME}: {label(action)} is not idempotent and its outcome is"
-            f" unknown ({cause}); it is not retried blindly"
-        ),
-        waiting=(
-            UNKNOWN_OUTCOME,
-            f"check whether {label(action)} took effect, then retry or abandon the run",
-        ),
-    )
-    return orders
+    if was_check:
+        cause = f"its postcondition check's outcome is unknown too: {cause}"
+    elif let_go and postconditions.checkable(action):
+        return orders + postconditions.begin(s, run, action, cause, ctx)
+    return orders + postconditions.hand_back(s, run, action, cause, ctx)
 
 
 def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Order]:
@@ -207,7 +210,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
             {
                 "action": action.id,
                 "run": run.id,
-                "kind": action.kind,
+                "kind": dispatched_as(action)[0],  # a postcondition's check: the check's kind
                 "attempt": action.attempt_id,
                 "epoch": action.epoch,
                 "worker": receipt.worker_id,
@@ -241,14 +244,6 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     s.add(row)
     quotas.charge(s, run.owner_id, len(body))
     _keep_artifacts(s, run, receipt, result, ctx)
-    was_unknown = action.status == UNKNOWN
-    succeeded = receipt.status == "succeeded"
-    move(action, ActionState.SUCCEEDED if succeeded else ActionState.FAILED, ctx)
-    action.finished_at = ctx.now
-    action.error = "" if succeeded else (receipt.error or receipt.status)
-    action.receipt_id = row.id
-    action.lease_expires_at = None
-    ctx.notes.finished(action.kind, receipt.status, ctx.now - (action.dispatched_at or ctx.now))
     entry: dict[str, Any] = {
         "action": action.id,
         "attempt": action.attempt_id,
@@ -268,6 +263,21 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         entry["archive"] = {"receipt": row.id, "length": len(body)}
     else:
         entry["result"] = result
+    action.lease_expires_at = None
+    if action.check_state == postconditions.CHECKING:
+        # The receipt of its postcondition's check, not of the action: it settles the action.
+        record(s, run, ctx, "receipt", **entry, check=True)
+        settled = postconditions.settle(
+            s, run, action, receipt.status, receipt.error, result, row.id, ctx
+        )
+        return [verdict(True), *settled]
+    was_unknown = action.status == UNKNOWN
+    succeeded = receipt.status == "succeeded"
+    move(action, ActionState.SUCCEEDED if succeeded else ActionState.FAILED, ctx)
+    action.finished_at = ctx.now
+    action.error = "" if succeeded else (receipt.error or receipt.status)
+    action.receipt_id = row.id
+    ctx.notes.finished(action.kind, receipt.status, ctx.now - (action.dispatched_at or ctx.now))
     record(s, run, ctx, "receipt", **entry)
     if succeeded:
         run.actions_succeeded += 1
@@ -440,7 +450,7 @@ def _reconcile_worker(
             current.add((h.action_id, h.attempt_id))
             if h.state == "interrupted":
                 orders += outcome_unknown(
-                    s, run, action, "the worker stopped during the attempt", ctx
+                    s, run, action, "the worker stopped during the attempt", ctx, let_go=True
                 )
             else:
                 action.lease_expires_at = ctx.now + ctx.lease_ttl
@@ -449,7 +459,8 @@ def _reconcile_worker(
             # The worker never recorded this attempt, so it never acted on it: send it again.
             orders += _send_again(s, run, action, "the worker never received the attempt", ctx)
         else:
-            orders += outcome_unknown(s, run, action, "the worker no longer knows the attempt", ctx)
+            why = "the worker no longer knows the attempt"
+            orders += outcome_unknown(s, run, action, why, ctx, let_go=True)
     ctx.notes.recovered("reconnect", [a.status for a in in_flight])
     for action in unknown:
         # The ledger gave up on an attempt that the worker still runs: the outcome will be

@@ -33,7 +33,7 @@ from coordinator.model.notes import (
 from coordinator.model.workers import view_of
 from coordinator.store import counts, workers as worker_queries
 from shared.metrics_endpoint import MetricsEndpoint
-from shared.states import RUN_STATES
+from shared.states import RUN_KINDS, RUN_STATES
 
 if TYPE_CHECKING:
     from coordinator.store import Database
@@ -199,6 +199,7 @@ class _Snapshot:
     runs: dict[str, int]
     approvals: int
     kills: dict[str, int]
+    units: dict[tuple[str, str], int]
 
 
 def _busy(db: Database) -> Iterator[Metric]:
@@ -274,6 +275,16 @@ class _StateCollector(Collector):
         for state in (*RUN_STATES, *sorted(set(snap.runs) - set(RUN_STATES))):
             runs.add_metric([state], snap.runs.get(state, 0))
         yield runs
+        units = GaugeMetricFamily(
+            "deskfleet_work_units",
+            "Work units of active runs by run kind and state: ready (waits only for its turn),"
+            " running (in flight) or blocked (waits for a person, the environment or a child)",
+            labels=["kind", "state"],
+        )
+        for kind in sorted({*RUN_KINDS, *(k for k, _ in snap.units)}):
+            for state in counts.WORK_UNIT_STATES:
+                units.add_metric([kind, state], snap.units.get((kind, state), 0))
+        yield units
         yield GaugeMetricFamily(
             "deskfleet_approvals_waiting", "Approvals requested and not answered", snap.approvals
         )
@@ -299,4 +310,5 @@ class _StateCollector(Collector):
             runs=counts.runs_by_status(s),
             approvals=counts.approvals_pending(s),
             kills=counts.kill_switches_engaged(s),
+            units=counts.work_units(s),
         )

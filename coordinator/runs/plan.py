@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,11 +31,13 @@ KIND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}")
 # before anything is written, and again by the worker's policy on every hop.
 URL_SCHEMES = ("http", "https")
 MAX_URL_CHARS = 4096
+MAX_CHECK_TEXT = 1000
 # Browser arguments a plan may set; `visible` (a headed browser on a person's desktop) is set
 # by the coordinator only, under a research approval.
 BROWSER_ARGS = {
     "browser.fetch": {"url", "policy"},
     "browser.screenshot": {"url", "policy", "full_page"},
+    "browser.check": {"url", "text", "policy"},
     "browser.search": {
         "query", "template", "format", "profile", "result", "link", "snippet", "max_results",
         "policy",
@@ -59,6 +61,8 @@ class PlannedAction:
     idempotent: bool
     route: dict[str, Any]
     intent: str = ""
+    # {"kind", "args", "expect"}: the read-only check that settles an unknown outcome.
+    postcondition: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,13 @@ def validate(plan: Plan) -> tuple[dict[str, Any], int]:
             raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
         _route_checked(f"actions[{i}].route", action.route)
         route = len(encode_result(action.route)) if action.route else 0  # stored per action
-        size += args + len(action.intent.encode()) + route
+        check = 0
+        if action.postcondition is not None:
+            where = f"actions[{i}].postcondition"
+            pc = action.postcondition
+            plans.check_postcondition(where, pc["kind"], pc["args"], pc["expect"])
+            check = len(encode_result(pc))
+        size += args + len(action.intent.encode()) + route + check
         if size > MAX_PLAN_CHARS:
             raise InvalidArgumentError(
                 f"actions: the plan is larger than {MAX_PLAN_CHARS} bytes at actions[{i}]"
@@ -237,6 +247,8 @@ def _browser_args_checked(field: str, kind: str, args: dict[str, Any]) -> None:
         count = args.get("max_results", 10)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
             raise InvalidArgumentError(f"{field}.max_results: an integer between 1 and 100")
+    if "text" in args:  # browser.check: a text the page is looked for in
+        _text(f"{field}.text", str(args["text"]), MAX_CHECK_TEXT)
     if "full_page" in args and not isinstance(args["full_page"], bool):
         raise InvalidArgumentError(f"{field}.full_page: true or false")
     if "policy" in args:
@@ -253,33 +265,60 @@ def with_network_policy(
     """
     if action.kind.startswith("desktop."):
         raise InvalidArgumentError(f"{field}: {plans.DESKTOP_KIND.format(kind=action.kind[:40])}")
+    check = action.postcondition
+    if check is not None and check["kind"].startswith("browser."):
+        # A check that loads a page is held to the same network policy as any other.
+        where = field.removesuffix(".args") + ".postcondition.args"
+        _browser_args_checked(where, check["kind"], check["args"])
+        asked = check["args"].get("policy") or {}
+        args = {**check["args"], "policy": {**asked, "allow_private": allow_private}}
+        action = replace(action, postcondition={**check, "args": args})
     if not action.kind.startswith("browser."):
         return action
     _browser_args_checked(field, action.kind, action.args)
     asked = action.args.get("policy") or {}
     policy = {**asked, "allow_private": allow_private}
-    return PlannedAction(
-        action.kind,
-        {**action.args, "policy": policy},
-        action.idempotent,
-        action.route,
-        action.intent,
-    )
+    return replace(action, args={**action.args, "policy": policy})
 
 
-def parse_plan_actions(
-    raw: Sequence[tuple[str, str, bool, dict[str, Any], str]],
-) -> list[PlannedAction]:
-    """Plan actions from (kind, args_json, idempotent, route, intent), args checked as objects."""
+@dataclass(frozen=True)
+class RawAction:
+    """A planned action as a request carries it: its arguments (and its postcondition's) as
+    JSON text, not read yet."""
+
+    kind: str
+    args_json: str
+    idempotent: bool
+    route: dict[str, Any]
+    intent: str = ""
+    check: tuple[str, str, str] | None = None  # a postcondition's (kind, args_json, expect_json)
+
+
+def _json_object(field: str, text: str) -> dict[str, Any]:
+    if len(text) > MAX_ARGS_CHARS:
+        raise InvalidArgumentError(f"{field}: larger than {MAX_ARGS_CHARS} bytes")
+    # decode_result also refuses NaN and Infinity, a key given twice (naming its path,
+    # `actions[0].args.name: given twice`), and nesting deeper than the parser's recursion
+    # limit (a RecursionError would be a crash, not an answer).
+    found = decode_result(text, field) if text else {}
+    if not isinstance(found, dict):
+        raise InvalidArgumentError(f"{field}: must be a JSON object")
+    return found
+
+
+def parse_plan_actions(raw: Sequence[RawAction]) -> list[PlannedAction]:
+    """Plan actions from requests, their arguments and postconditions checked as objects."""
     out = []
-    for i, (kind, args_json, idempotent, route, intent) in enumerate(raw):
-        if len(args_json) > MAX_ARGS_CHARS:
-            raise InvalidArgumentError(f"actions[{i}].args: larger than {MAX_ARGS_CHARS} bytes")
-        # decode_result also refuses NaN and Infinity, a key given twice (naming its path,
-        # `actions[0].args.name: given twice`), and nesting deeper than the parser's
-        # recursion limit (a RecursionError would be a crash, not an answer).
-        args = decode_result(args_json, f"actions[{i}].args") if args_json else {}
-        if not isinstance(args, dict):
-            raise InvalidArgumentError(f"actions[{i}].args: must be a JSON object")
-        out.append(PlannedAction(kind, args, idempotent, route, intent))
+    for i, a in enumerate(raw):
+        args = _json_object(f"actions[{i}].args", a.args_json)
+        check = None
+        if a.check is not None:
+            kind, check_args, expect = a.check
+            where = f"actions[{i}].postcondition"
+            check = {
+                "kind": kind,
+                "args": _json_object(f"{where}.args", check_args),
+                "expect": _json_object(f"{where}.expect", expect),
+            }
+        out.append(PlannedAction(a.kind, args, a.idempotent, a.route, a.intent, check))
     return out

@@ -19,7 +19,7 @@ from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import CancelOrder, Order
-from coordinator.runs import timeline as timelines
+from coordinator.runs import timeline as timelines, tree
 from coordinator.runs.plan import Plan, PlannedAction, validate, with_network_policy
 from coordinator.runs.timeline import Timeline
 from coordinator.store import (
@@ -57,6 +57,7 @@ GUIDANCE_CHARS = 4000
 GUIDANCE_MESSAGES = 16
 GUIDANCE_TOTAL_CHARS = 16000
 EVERY_OWNER = "*"  # a list of every owner's runs (admins)
+CHILDREN_SHOWN = 100  # children named in a run's view; `runs list --parent` pages the rest
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class RunView:
     artifacts: tuple[ArtifactRow, ...] = ()
     timeline: Timeline | None = None
     receipt_traces: Mapping[str, str] = dataclasses.field(default_factory=dict)  # id -> W3C
+    children: tuple[RunRow, ...] = ()  # the first CHILDREN_SHOWN, oldest first (GetRun)
+    children_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,19 @@ class Runs:
         # One reader per run followed or waited on here, whoever follows it.
         self._feeds: RunFeeds[Event] = RunFeeds(_FeedSource(db), bus)
 
-    async def submit(self, owner: Principal, plan: Plan, *, wait: float = 0.0) -> RunView:
+    async def submit(
+        self,
+        owner: Principal,
+        plan: Plan,
+        *,
+        wait: float = 0.0,
+        parent: str = "",
+        origin: str = "",
+    ) -> RunView:
         """Write the run and dispatch what can start; with `wait`, then wait up to that many
-        seconds for the run to stop (as `wait` does)."""
+        seconds for the run to stop (as `wait` does). With `parent`, the run is a child of
+        that run of the owner's (in its tree), and `origin` names what in the parent asked
+        for it (a goal's tool call): both are journaled on the parent in this transaction."""
         plan = replace(
             plan,
             actions=tuple(
@@ -141,18 +154,24 @@ class Runs:
             created.clear()
             if plan.kind == "plan":  # research runs journal an absent app as a failed branch
                 _apps_offered(s, ctx, plan.actions)
+            above = owned_run(s, owner, parent, lock=True) if parent else None
             run = new_run(
                 run_id,
                 owner.id,
                 plan.title or plan.actions[0].kind,
                 limits,
                 kind=plan.kind,
-                spec=plan.spec or {},
+                spec={**(plan.spec or {}), **({"origin": origin} if origin else {})},
                 actions_total=len(plan.actions),
                 now=now,
+                parent=above,
             )
             s.add(run)
             s.flush()  # the actions refer to the run (the models declare no relationship)
+            if above is not None:
+                ledger.record(
+                    s, above, ctx, "run.child", child=run_id, kind=plan.kind, origin=origin
+                )
             # The owner's limits are checked as this transaction commits (runs/quota.py).
             quotas.admit(s, owner.id)
             quotas.charge(s, owner.id, size)
@@ -167,6 +186,7 @@ class Runs:
                     route=p.route,
                     intent=p.intent,
                     timeout=limits["action_timeout_seconds"],
+                    postcondition=p.postcondition,
                 )
                 for i, p in enumerate(plan.actions)
             ]
@@ -224,13 +244,27 @@ class Runs:
         return await self._db.read(unit)
 
     async def list(
-        self, who: Principal, status: str, limit: int, *, kind: str = "", owner: str = ""
+        self,
+        who: Principal,
+        status: str,
+        limit: int,
+        *,
+        kind: str = "",
+        owner: str = "",
+        parent: str = "",
     ) -> list[RunView]:
-        """The caller's runs; an admin may name another owner, or `*` for every owner."""
+        """The caller's runs; an admin may name another owner, or `*` for every owner; with
+        `parent`, the children of that run."""
 
         def unit(s: Session) -> Sequence[RunRow]:
             owner_id = _listed_owner(s, who, owner)
-            return run_queries.runs_listed(s, owner_id, status, kind, limit)
+            if parent:
+                above = s.get(RunRow, parent)
+                if above is None or (owner_id is not None and above.owner_id != owner_id):
+                    # Children of a run the caller cannot list are not an empty list: the
+                    # run is not theirs to name (an admin names another owner, or '*').
+                    raise NotFoundError(f"no run {parent!r} among the runs listed")
+            return run_queries.runs_listed(s, owner_id, status, kind, limit, parent)
 
         return [RunView(r) for r in await self._db.read(unit)]
 
@@ -303,7 +337,8 @@ class Runs:
             ledger.set_status(
                 s, run, ctx, RunState.CANCELLED, stop_reason=f"cancelled by {who.name}"
             )
-            return orders
+            orders += tree.release_leases(s, [run.id], ctx)
+            return orders + tree.end_descendants(s, run, f"cancelled by {who.name}", ctx)
 
         await self._dispatcher.run_unit(unit)
         return await self.get(who, run_id)
@@ -355,7 +390,8 @@ class Runs:
                 RunState.CANCELLED,
                 stop_reason=f"abandoned by {who.name}; results are saved",
             )
-            return []
+            orders = tree.release_leases(s, [run.id], ctx)
+            return orders + tree.end_descendants(s, run, f"abandoned by {who.name}", ctx)
 
         await self._dispatcher.run_unit(unit)
         return await self.get(who, run_id)
@@ -523,8 +559,10 @@ def new_run(
     actions_total: int,
     now: float,
     status: str = RunState.RUNNING,
+    parent: RunRow | None = None,
 ) -> RunRow:
-    """A fresh run row with its budgets at their starting values.
+    """A fresh run row with its budgets at their starting values, a child of `parent` when
+    given (in its tree: the same root).
 
     The run's trace is the caller's when the RPC came with one (the CLI always sends one).
     """
@@ -557,6 +595,8 @@ def new_run(
         state_since=now,
         kind=kind,
         spec=spec,
+        parent_id=parent.id if parent is not None else None,
+        root_id=(parent.root_id or parent.id) if parent is not None else run_id,
     )
 
 
@@ -572,6 +612,7 @@ def stopped_view(s: Session, run_id: str) -> RunView | None:
 def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:
     run_id = run.id
     guidance = run_queries.undelivered_guidance(s, run_id)
+    children, total = run_queries.children_of(s, run_id, CHILDREN_SHOWN)
     return RunView(
         run,
         tuple(run_queries.actions_of(s, run_id)),
@@ -580,6 +621,8 @@ def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:
         # Read with the run, so its status and the timeline's agree.
         timelines.of_run(s, run_id, time.time()) if with_timeline else None,
         run_queries.receipt_traces(s, run_id),
+        tuple(children),
+        total,
     )
 
 

@@ -51,6 +51,7 @@ NOTABLE = frozenset(
         "research.skipped",
         "receipt.refused",
         "started.refused",
+        "run.child",
     }
 )
 # Events that recover a run (or give it back to a person) rather than move it forward.
@@ -223,6 +224,9 @@ def _note_detail(kind: str, data: dict[str, Any]) -> str:
         return f"kill switch {data.get('kill', '')}: {data.get('reason', '')}"
     if kind == "goal.question":
         return _text(data.get("question", ""))
+    if kind == "run.child":
+        child = f"{data.get('kind', '')} run {data.get('child', '')}"
+        return f"started {child} for call {data.get('origin', '')}"
     if kind in ("goal.model_error", "goal.model_timeout"):
         return _text(data.get("error", ""))
     if kind in ("receipt.refused", "started.refused") and data.get("reason"):
@@ -242,6 +246,11 @@ def _recovery_detail(kind: str, data: dict[str, Any]) -> str:
         return f"retry by {data.get('by', '')}"
     if kind == "goal.adopted":
         return f"adopted by replica {data.get('replica', '')} from {data.get('previous') or '-'}"
+    if kind == "goal.tool_result":
+        return (
+            f"the result of call {data.get('call', '')} read from what it became"
+            f" ({data.get('recovered', '')}), not run again"
+        )
     return _text(data.get("cause", ""))
 
 
@@ -340,7 +349,7 @@ def _apply(b: _Builder, e: JournalEntry) -> None:
             ),
             open_=False,
         )
-    if kind in RECOVERY:
+    if kind in RECOVERY or (kind == "goal.tool_result" and d.get("recovered")):
         b.recoveries.append(
             Note(at, kind, _recovery_detail(kind, d), str(d.get("action", "")), e.seq)
         )

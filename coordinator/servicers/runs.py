@@ -13,7 +13,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
-from coordinator.runs.plan import Plan, parse_plan_actions
+from coordinator.runs.plan import Plan, RawAction, parse_plan_actions
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
 from coordinator.runs.research.runs import ResearchRequest, research_plan
@@ -23,7 +23,7 @@ from coordinator.servicers.timeline import timeline_message
 from coordinator.streams.followers import OpenStreams
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
-from shared.states import RUN_STATES
+from shared.states import RUN_KINDS, RUN_STATES
 from shared.text import refuse_control
 from shared.timestamps import to_timestamp
 
@@ -33,7 +33,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 # Ids are ours (`run_<ulid>`): anything else is refused before it reaches a query, where a NUL
 # is a store error on PostgreSQL rather than "not found".
 ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-RUN_KINDS = ("plan", "research", "desktop", "goal")  # RunRow.kind
 
 
 def _run_id(value: str, field: str = "id") -> str:
@@ -70,6 +69,10 @@ def run_message(view: RunView) -> runs_pb2.Run:
         last_seq=run.last_seq,
         trace_id=run.trace_id,
         guidance_queued=view.guidance_queued,
+        parent=run.parent_id or "",
+        root=run.root_id or run.id,
+        children=[runs_pb2.RunChild(id=c.id, kind=c.kind, status=c.status) for c in view.children],
+        children_total=view.children_total,
     )
     if run.waiting_code:
         msg.waiting.CopyFrom(
@@ -96,6 +99,8 @@ def run_message(view: RunView) -> runs_pb2.Run:
                 error=a.error,
                 receipt_id=a.receipt_id,
                 receipt_traceparent=view.receipt_traces.get(a.receipt_id, ""),
+                postcondition_json=a.postcondition,
+                settled_by="observed" if a.check_state == "observed" else "",
                 artifacts=[
                     runs_pb2.ArtifactRef(
                         sha256=art.sha256, media_type=art.media_type, size=art.size, role=art.role
@@ -172,7 +177,22 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         refuse_unknown_fields(request)
         actions = parse_plan_actions(
             [
-                (a.kind, a.args_json, a.idempotent, _route(a.route), a.intent)
+                RawAction(
+                    a.kind,
+                    a.args_json,
+                    a.idempotent,
+                    _route(a.route),
+                    a.intent,
+                    (
+                        (
+                            a.postcondition.kind,
+                            a.postcondition.args_json,
+                            a.postcondition.expect_json,
+                        )
+                        if a.HasField("postcondition")
+                        else None
+                    ),
+                )
                 for a in request.actions
             ]
         )
@@ -239,8 +259,15 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         refuse_control("owner", request.owner)  # a NUL is a store error on PostgreSQL
         if len(request.owner) > 200:
             raise InvalidArgumentError("owner: a user's name or id, at most 200 characters")
+        if request.parent:
+            _run_id(request.parent, "parent")
         views = await self._runs.list(
-            current_principal(), request.status, limit, kind=request.kind, owner=request.owner
+            current_principal(),
+            request.status,
+            limit,
+            kind=request.kind,
+            owner=request.owner,
+            parent=request.parent,
         )
         return runs_pb2.ListRunsResponse(runs=[run_message(v) for v in views])
 

@@ -30,6 +30,7 @@ from coordinator.servicers.guard import current_principal
 from coordinator.store import Database
 from coordinator.streams import worker_bounds
 from coordinator.streams.presence import Presence, WorkerSession
+from shared import faults
 from shared.advertisement import Advertisement
 from shared.errors import (
     DeskfleetError,
@@ -313,6 +314,8 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         while True:
             order = await session.outbox.get()
             await context.write(_message(order))
+            if isinstance(order, DispatchOrder):  # tests only: shared/faults.py
+                faults.crash(faults.EXIT_AFTER_DISPATCH)
 
     async def _read(
         self,

@@ -333,6 +333,15 @@ def add_acks(s: Session, rows: Iterable[tuple[str, str, bool, float]]) -> None:
 # --------------------------------------------------------------- leases, artifacts, secrets
 
 
+def leases_of_runs(s: Session, run_ids: Sequence[str]) -> Sequence[InputLeaseRow]:
+    """The desktops' input leases these runs hold, locked."""
+    return (
+        s.execute(select(InputLeaseRow).where(InputLeaseRow.run_id.in_(run_ids)).with_for_update())
+        .scalars()
+        .all()
+    )
+
+
 def input_lease(s: Session, worker_id: str) -> InputLeaseRow | None:
     return s.execute(
         select(InputLeaseRow).where(InputLeaseRow.worker_id == worker_id).with_for_update()

@@ -65,6 +65,26 @@ def read_receipt(row: ReceiptRow) -> Any:
     return decode_result(row.body)
 
 
+class Chain:
+    """Follows a journal read page by page from its first event, refusing any event that does
+    not follow the one before it or does not match its hash: what is rebuilt from a journal is
+    rebuilt from what was written."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.prev = GENESIS
+        self.seq = 0
+
+    def follow(self, row: JournalRow) -> None:
+        digest = event_hash(row.prev_hash, row.run_id, row.seq, row.kind, row.at, row.data)
+        if row.seq != self.seq + 1 or row.prev_hash != self.prev or digest != row.hash:
+            raise DataIntegrityError(
+                f"the journal of run {self.run_id} was altered: event {row.seq} ({row.kind})"
+                f" does not follow event {self.seq} or does not match its hash"
+            )
+        self.prev, self.seq = row.hash, row.seq
+
+
 @dataclass(frozen=True)
 class Verification:
     events: int

@@ -135,6 +135,12 @@ class RunRow(Base):
     queued_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True, default=None)
     # When the run entered its current state (its newest `run.state` event), for the metrics.
     state_since: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    # The run tree: the run that started this one (a goal's research, fetch and desktop runs),
+    # and the tree's root (a run with no parent is its own root). NULL in rows from before.
+    parent_id: Mapped[str | None] = mapped_column(
+        String(64), nullable=True, index=True, default=None
+    )
+    root_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True, default=None)
 
 
 class ActionRow(Base):
@@ -166,6 +172,15 @@ class ActionRow(Base):
     receipt_id: Mapped[str] = mapped_column(String(64), default="")
     # Actions of one stage are work units that run in parallel; stages run in order.
     stage: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
+    # What asked for the action beyond its run: a goal's tool call (`GOAL_RUN/CALL_ID`), written
+    # with the action itself, so that a goal rebuilt after a restart finds what its call became.
+    origin: Mapped[str] = mapped_column(String(200), server_default="", default="", index=True)
+    # Its postcondition as submitted (canonical JSON {"kind", "args", "expect"}; "" for none),
+    # and where its check stands: "" (not run), "checking" (the check's attempt is the current
+    # claim), "observed" (the check found the effect: it counts as done, never run again) or
+    # "absent" (the check found no effect: the action may run once more).
+    postcondition: Mapped[str] = mapped_column(Text, server_default="", default="")
+    check_state: Mapped[str] = mapped_column(String(16), server_default="", default="")
 
 
 class ReceiptRow(Base):

@@ -134,17 +134,85 @@ def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:
 
 
 def runs_listed(
-    s: Session, owner_id: str | None, status: str, kind: str, limit: int
+    s: Session, owner_id: str | None, status: str, kind: str, limit: int, parent: str = ""
 ) -> Sequence[RunRow]:
     """Newest first: one owner's runs, or every owner's (`owner_id` None), filtered."""
     query = select(RunRow)
     if owner_id is not None:
         query = query.where(RunRow.owner_id == owner_id)
+    if parent:
+        query = query.where(RunRow.parent_id == parent)
     if status:
         query = query.where(RunRow.status == status)
     if kind:
         query = query.where(RunRow.kind == kind)
     return s.execute(query.order_by(RunRow.created_at.desc()).limit(limit)).scalars().all()
+
+
+def action_of_origin(s: Session, run_id: str, origin: str) -> ActionRow | None:
+    """The newest action of the run made for `origin` (`ActionRow.origin`)."""
+    return s.execute(
+        select(ActionRow)
+        .where(ActionRow.origin == origin, ActionRow.run_id == run_id)
+        .order_by(ActionRow.idx.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+def guidance_texts(s: Session, run_id: str, ids: Sequence[str]) -> dict[str, str]:
+    """The text of each of these guidance messages of the run, by id."""
+    if not ids:
+        return {}
+    rows = s.execute(
+        select(GuidanceRow.id, GuidanceRow.text).where(
+            GuidanceRow.run_id == run_id, GuidanceRow.id.in_(ids)
+        )
+    ).all()
+    return {row.id: row.text for row in rows}
+
+
+def children_of(s: Session, run_id: str, limit: int) -> tuple[Sequence[RunRow], int]:
+    """A run's first `limit` children (oldest first), and how many it has."""
+    rows = (
+        s.execute(
+            select(RunRow)
+            .where(RunRow.parent_id == run_id)
+            .order_by(RunRow.created_at, RunRow.id)
+            .limit(limit)
+        )
+        .scalars()
+        .all()
+    )
+    total = len(rows)
+    if total == limit:
+        total = s.execute(
+            select(func.count()).select_from(RunRow).where(RunRow.parent_id == run_id)
+        ).scalar_one()
+    return rows, total
+
+
+def open_descendants(s: Session, run: RunRow, statuses: Sequence[str]) -> list[RunRow]:
+    """The runs below `run` in its tree (children, theirs, ...) whose status is one of
+    `statuses`, locked for writing, parents before their children. A tree is read once by its
+    root; rows from before the tree have no root and no children."""
+    root = run.root_id or run.id
+    tree = s.execute(select(RunRow.id, RunRow.parent_id).where(RunRow.root_id == root)).all()
+    below: dict[str, list[str]] = {}
+    for child, parent in tree:
+        if parent:
+            below.setdefault(parent, []).append(child)
+    order: list[str] = []
+    todo = list(below.get(run.id, ()))
+    while todo:
+        child = todo.pop(0)
+        order.append(child)
+        todo.extend(below.get(child, ()))
+    out = []
+    for child_id in order:
+        row = run_for_update(s, child_id)
+        if row is not None and row.status in statuses:
+            out.append(row)
+    return out
 
 
 def runs_in(s: Session, statuses: Sequence[str]) -> Sequence[RunRow]:

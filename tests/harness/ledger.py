@@ -99,9 +99,13 @@ class Store:
         stage_all: bool = False,
         idempotent: bool = True,
         stages: list[int] | None = None,
+        kind: str = "diag.echo",
+        args: dict[str, Any] | None = None,
+        postcondition: dict[str, Any] | None = None,
     ) -> str:
-        """A plan run of `actions` diag.echo actions, in sequence, all in one stage or in the
-        `stages` given; written as `Runs.submit` writes it."""
+        """A plan run of `actions` actions (diag.echo unless `kind` and `args` say otherwise,
+        each with `postcondition` if given), in sequence, all in one stage or in the `stages`
+        given; written as `Runs.submit` writes it."""
         run_id = new_id("run")
         stages = stages or [0 if stage_all else i for i in range(actions)]
         now = time.time()
@@ -124,12 +128,13 @@ class Store:
                     run_id,
                     i,
                     stages[i],
-                    "diag.echo",
-                    {"value": i},
+                    kind,
+                    {"value": i} if args is None else args,
                     idempotent=idempotent,
                     route={},
                     intent="",
                     timeout=60.0,
+                    postcondition=postcondition,
                 )
                 for i in range(actions)
             ]
@@ -169,7 +174,12 @@ def dispatched(orders: list[Order]) -> list[DispatchOrder]:
     return [o for o in orders if isinstance(o, DispatchOrder)]
 
 
-def receipt(order: DispatchOrder, status: str = "succeeded", epoch: int | None = None) -> Any:
+def receipt(
+    order: DispatchOrder,
+    status: str = "succeeded",
+    epoch: int | None = None,
+    result_json: str = '{"echo": 1}',
+) -> Any:
     return IncomingReceipt(
         worker_id=order.worker_id,
         action_id=order.action_id,
@@ -177,7 +187,7 @@ def receipt(order: DispatchOrder, status: str = "succeeded", epoch: int | None =
         attempt_id=order.attempt_id,
         epoch=order.epoch if epoch is None else epoch,
         status=status,
-        result_json='{"echo": 1}',
+        result_json=result_json,
         error="" if status == "succeeded" else "broken",
         started_at=time.time(),
         finished_at=time.time(),

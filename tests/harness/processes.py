@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 
 from coordinator.admin_cli.render import as_dict
-from coordinator.heart import faults
+from shared import faults
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc, fleet_pb2, fleet_pb2_grpc
 from tests.harness.cli import run_in_process
@@ -150,7 +150,9 @@ class CoordinatorProcess:
         serve_args: tuple[str, ...] = (),
         ca_file: Path | None = None,
         scripts_dir: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        self.extra_env = env or {}  # for the serve process only (a model service's address)
         self.ca_file = ca_file  # the CLI and enrolling workers use TLS verified by this CA
         self.worker_port = 0  # with --ca-dir: the listener for worker streams (mTLS)
         self.policy = policy
@@ -227,7 +229,7 @@ class CoordinatorProcess:
         _init_store(self.db_url, self.admin_token_file, self.secrets_key_file, self.workdir)
 
     def start(self, *, port: int = 0, fault: str = "") -> CoordinatorProcess:
-        """Serve; `fault` arms a test-only fault hook (coordinator/heart/faults.py) in this
+        """Serve; `fault` arms a test-only fault hook (shared/faults.py) in this
         process."""
         if not self.admin_token_file.exists():
             self.init()
@@ -260,7 +262,11 @@ class CoordinatorProcess:
             stdout=subprocess.PIPE,
             stderr=self._log_file,
             text=True,
-            env={**base_env(self.workdir), **({faults.ENV: fault} if fault else {})},
+            env={
+                **base_env(self.workdir),
+                **self.extra_env,
+                **({faults.ENV: fault} if fault else {}),
+            },
         )
         line = self._read_line(timeout=30)
         self.port = int(line.rsplit(":", 1)[1])
@@ -422,7 +428,8 @@ class WorkerProcess:
             self.worker_id = json.loads((self.state_dir / "worker.json").read_text())["worker_id"]
         return done
 
-    def start(self) -> WorkerProcess:
+    def start(self, *, fault: str = "") -> WorkerProcess:
+        """Run it; `fault` arms a test-only fault hook (shared/faults.py) in this process."""
         if not self.worker_id:
             done = self.enroll()
             assert done.returncode == 0, done.stderr
@@ -441,7 +448,7 @@ class WorkerProcess:
             stdout=subprocess.DEVNULL,
             stderr=self._log_file,
             text=True,
-            env=self.env(),
+            env={**self.env(), **({faults.ENV: fault} if fault else {})},
         )
         return self
 

@@ -5,4 +5,4 @@
 CONTEXT_IDLE = 30.0  # seconds a run's context stays open with nothing to do
 DEFAULT_RENDERER_MEMORY = 1024  # MiB a page's renderer may hold (browser/memory.py)
 MIN_RENDERER_MEMORY = 256
-ACTION_KINDS = ("browser.fetch", "browser.search", "browser.screenshot")
+ACTION_KINDS = ("browser.fetch", "browser.search", "browser.screenshot", "browser.check")

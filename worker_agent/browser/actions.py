@@ -1,4 +1,5 @@
-"""The browser action kinds: `browser.fetch`, `browser.search`, `browser.screenshot`.
+"""The browser action kinds: `browser.fetch`, `browser.search`, `browser.screenshot`, and the
+read-only `browser.check` a postcondition runs.
 
 Their results are outcomes, not failures: a refused, binary, challenged or timed-out page is
 a successful action whose result says so (with the source's metadata), so that research can
@@ -185,6 +186,7 @@ class BrowserActions:
             "browser.fetch": self.fetch,
             "browser.search": self.search,
             "browser.screenshot": self.screenshot,
+            "browser.check": self.check,
         }
         assert set(handlers) == set(ACTION_KINDS)  # what a worker without a browser refuses
         for kind, handler in handlers.items():
@@ -270,6 +272,45 @@ class BrowserActions:
                 }
 
         return self._run(args, ctx, go)
+
+    def check(self, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
+        """{"url", "text"?} -> {"url": the final URL, "status", "contains"}: a read-only look,
+        a postcondition's check. `contains` says whether the page's visible text holds `text`
+        (without one: whether the page loaded); a page that could not be read contains
+        nothing, and its outcome says why."""
+        url = _required(args, "url")
+        text = args.get("text")
+        if text is not None and not isinstance(text, str):
+            raise ActionFailed("text: a string")
+
+        async def go(pages: Pages, policy: BrowserPolicy) -> dict[str, Any]:
+            async with pages.slot() as slot:
+                nav = await _open(slot, url, policy, text_only=True)
+                found = {"url": nav.final_url or nav.url, "status": nav.status}
+                if nav.outcome:
+                    return {
+                        **found,
+                        "contains": False,
+                        "outcome": nav.outcome,
+                        "reason": nav.reason,
+                    }
+                async with _crashing(slot):
+                    read = await slot.page.evaluate(_TEXT_JS, [policy.max_bytes, policy.max_bytes])
+                if slot.crashed or _grew(nav, policy, read):
+                    return {
+                        **found,
+                        "contains": False,
+                        "outcome": nav.outcome,
+                        "reason": nav.reason,
+                    }
+                visible = str(read["text"])
+                contains = text in visible if text else True
+                return {**found, "contains": contains, "outcome": "ok", "reason": ""}
+
+        result = self._run(args, ctx, go)
+        return {
+            k: result[k] for k in ("url", "status", "contains", "outcome", "reason", "elapsed_ms")
+        }
 
     def screenshot(self, args: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
         url = _required(args, "url")

@@ -162,8 +162,18 @@ class Desktop:
         self._bus = bus
 
     async def request(
-        self, who: Principal, worker_id: str, asked: Scope, title: str, reason: str
+        self,
+        who: Principal,
+        worker_id: str,
+        asked: Scope,
+        title: str,
+        reason: str,
+        *,
+        parent: str = "",
+        origin: str = "",
     ) -> RunView:
+        """A desktop run waiting for a person's approval; with `parent`, a child of that run of
+        the owner's (a goal's desktop), `origin` naming the call that asked for it."""
         if len(reason) > 2000 or len(title) > 500:
             raise InvalidArgumentError("reason, title: at most 2000/500 characters")
         refuse_control("title", title)
@@ -185,6 +195,7 @@ class Desktop:
                     f"worker {worker_id} was not enrolled for computer_use: a connected machine"
                     " grants no access"
                 )
+            above = owned_run(s, who, parent, lock=True) if parent else None
             limits = {
                 "max_actions": asked.max_actions,
                 "max_seconds": contract.MAX_TTL,
@@ -198,13 +209,20 @@ class Desktop:
                 title or f"desktop control of {worker.name}",
                 limits,
                 kind=KIND,
-                spec={"worker": worker_id, "scope": asked.to_json()},
+                spec={
+                    "worker": worker_id,
+                    "scope": asked.to_json(),
+                    **({"origin": origin} if origin else {}),
+                },
                 actions_total=0,
                 now=now,
                 status=RunState.WAITING_FOR_AUTHORITY,
+                parent=above,
             )
             s.add(run)
             s.flush()
+            if above is not None:
+                ledger.record(s, above, ctx, "run.child", child=run_id, kind=KIND, origin=origin)
             quotas.admit(s, who.id)
             approval = new_approval(run, worker_id, asked.to_json(), reason, now)
             s.add(approval)
@@ -337,6 +355,8 @@ class Desktop:
         action: str,
         args_json: str,
         timeout: float,  # noqa: ASYNC109
+        *,
+        origin: str = "",
     ) -> ActResult:
         args = checked_args(action, args_json)
         made: list[str] = []
@@ -365,6 +385,7 @@ class Desktop:
                 route={"worker": worker_id, "capability": capabilities.COMPUTER_USE},
                 intent=action,
                 timeout=float(run.limits.get("action_timeout_seconds", DEFAULT_ACT_TIMEOUT)),
+                origin=origin,
             )
             s.add(row)
             quotas.charge_text(s, run.owner_id, row.args, row.intent)
@@ -434,6 +455,19 @@ class Desktop:
         order = ledger.claim(s, run, row, worker_id, ctx)
         assert isinstance(order, DispatchOrder)
         return None, replace(order, secrets=values, scope=grant)
+
+    async def by_origin(self, who: Principal, run_id: str, origin: str) -> ActResult | None:
+        """The act made in the run for `origin` (a goal's tool call), as the ledger has it
+        now; None if there is none (the call never became an action)."""
+
+        def unit(s: Session) -> ActResult | None:
+            owned_run(s, who, run_id)
+            action = run_queries.action_of_origin(s, run_id, origin)
+            if action is None:
+                return None
+            return self._read_outcome(s, who, run_id, action.id)
+
+        return await self._db.read(unit)
 
     async def _outcome(
         self,

@@ -646,6 +646,16 @@ def test_a_goal_run_links_to_the_replay_of_the_desktop_run_its_computer_used(
     assert done["status"] == "SUCCEEDED", done["stopReason"]
     context, page = stack.signed_in(stack.tokens["alice"])
     page.goto(f"/runs/{goal['id']}")
+    # The goal's tree: the desktop run it started, which names the goal as its parent.
+    listed = coordinator.cli_json(
+        "runs", "list", "--parent", goal["id"], token_file=stack.token_files["alice"]
+    )
+    [child] = listed["runs"]
+    row = page.locator("#children + table tbody tr")
+    assert row.count() == 1 and child["id"] in row.inner_text() and "desktop" in row.inner_text()
+    page.goto(f"/runs/{child['id']}")
+    assert goal["id"] in page.locator("dl.facts").inner_text()
+    page.goto(f"/runs/{goal['id']}")
     page.click("text=Replay the computer's steps")
     page.wait_for_url("**/replay")
     frames = page.locator("li.frame")

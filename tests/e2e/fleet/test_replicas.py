@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ from tests.harness import (
     wait_until,
     write_plan,
 )
+from tests.harness.models import AnthropicStandIn, computer
+from tests.harness.sites import FIELD, DesktopSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -60,9 +62,14 @@ class Pair:
 
 
 def _replicas(
-    tmp_path: Path, store: tuple[str, Path], url: str | None = None, **kw: Any
+    tmp_path: Path,
+    store: tuple[str, Path],
+    url: str | None = None,
+    start: bool = True,
+    **kw: Any,
 ) -> tuple[CoordinatorProcess, CoordinatorProcess]:
-    """Replicas a and b of the initialised `store` (reached at `url`, default its own)."""
+    """Replicas a and b of the initialised `store` (reached at `url`, default its own),
+    started unless told otherwise."""
     kw.setdefault("scripts_dir", tmp_path / "scripts")  # a goal may move to the other one
     db_url, credentials = store
     pair = []
@@ -73,7 +80,7 @@ def _replicas(
         shutil.copy(credentials / "secrets.key", replica.secrets_key_file)
         pair.append(replica)
     a, b = pair
-    return a.start(), b.start()
+    return (a.start(), b.start()) if start else (a, b)
 
 
 @pytest.fixture
@@ -279,6 +286,77 @@ def test_a_goal_of_a_replica_that_died_is_adopted_and_finishes_without_repeating
     assert adopted == {"replica": "b", "previous": "a"}
     texts = [e["data"]["arguments"]["text"] for e in results()]
     assert len(texts) == len(set(texts)) == 20
+
+
+def test_a_replica_that_died_right_after_a_goals_type_ran_hands_the_goal_on_typing_once(
+    tmp_path: Path,
+    pg_store: tuple[str, Path],
+    xvfb: Xvfb,
+    window: Callable[[], None],
+    desktop_site: DesktopSite,
+) -> None:
+    # Replica a exits right after its third receipt (the type's) is committed, before the goal
+    # journals the call's result; b adopts the goal and reads the type's outcome from the
+    # ledger. The model is the real Anthropic provider talking to a stand-in both replicas call.
+    x, y, w, h = FIELD
+    text = "Lit in 1868, says the journal"
+    model = AnthropicStandIn(
+        [
+            {"computer": [computer("screenshot")]},
+            {"computer": [computer("left_click", coordinate=[x + w // 2, y + h // 2])]},
+            {"computer": [computer("type", text=text)]},
+            {"computer": [computer("key", text="Return")]},
+            {"text": "Done."},
+        ]
+    ).start()
+    a, b = _replicas(tmp_path, pg_store, env=model.env, start=False)
+    a.start(fault="exit-after-receipt-commit@3")
+    b.start()
+    pair = Pair(a, b, [])
+    try:
+        window()
+        desktop_site.reset()
+        desk = pair.worker(a, "desk", also=b, display_env=xvfb.env)
+        _online(b, desk)
+        goal = a.cli_json(
+            "goal", "write when the light was first lit", "--desktop", desk.worker_id,
+            "--model", "anthropic:claude-test",
+        )  # fmt: skip
+        a.cli("runs", "guide", goal["id"], "use the middle field")
+        [approval] = wait_until(lambda: _pending_approvals(b), 30, 0.2, "the goal's approval")
+        b.cli("approvals", "approve", approval["id"])
+        assert a.proc is not None and a.proc.wait(60) == 86, "the armed fault did not stop a"
+
+        def stopped() -> dict[str, Any] | None:
+            for asked in _pending_approvals(b):  # the worker's new session asks again
+                b.cli("approvals", "approve", asked["id"])
+            run = b.cli_json("runs", "show", goal["id"])
+            return run if run["status"] in STOPPED else None
+
+        done = wait_until(stopped, 120, 0.3, "the adopted goal's end on b")
+        assert done["status"] == "SUCCEEDED", done["stopReason"]
+        assert wait_until(lambda: desktop_site.snapshot()[0], 15, 0.1, "the submit") == [text]
+        [child] = b.cli_json("runs", "list", "--parent", goal["id"])["runs"]
+        actions = b.cli_json("runs", "show", child["id"])["actions"]
+        [typed] = [a for a in actions if a["kind"] == "desktop.type"]
+        assert typed["attempts"] == 1
+        result = model.tool_results(3)["toolu_03_0"]
+        assert "succeeded" in json.dumps(result) and not result.get("is_error")
+        assert "use the middle field" in json.dumps(model.requests[3])
+        events = journal(b, goal["id"])
+        assert [e["data"]["replica"] for e in events if e["kind"] == "goal.adopted"] == ["b"]
+        recovered = [
+            e["data"].get("recovered")
+            for e in events
+            if e["kind"] == "goal.tool_result" and e["data"]["call"] == "toolu_03_0"
+        ]
+        assert recovered == [typed["id"]]
+    finally:
+        for worker in pair.workers:
+            worker.stop()
+        a.stop()
+        b.stop()
+        model.stop()
 
 
 def test_an_unreachable_store_is_unavailable_from_every_replica(

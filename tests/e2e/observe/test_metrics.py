@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.heart import ledger
 from coordinator.observe.metrics import CoordinatorMetrics
-from shared.states import RUN_STATES
+from shared.states import RUN_KINDS, RUN_STATES
 from tests.harness import (
     BIN,
     CoordinatorProcess,
@@ -187,6 +187,10 @@ def _scenario(
         frozenset({("state", "SUCCEEDED")}): 1,
         frozenset({("state", "FAILED")}): 1,
         frozenset({("state", "WAITING_FOR_AUTHORITY")}): 1,
+    }
+    # The finished plans left no work; the desktop run waiting for its approval is blocked.
+    assert labelled(c, "deskfleet_work_units") == {
+        frozenset({("kind", "desktop"), ("state", "blocked")}): 1
     }
     assert value(c, "deskfleet_workers_online", capability="headless", replica="r1") == 1
     assert value(c, "deskfleet_workers_online", capability="computer_use", replica="r1") == 0
@@ -502,6 +506,16 @@ def test_every_run_state_is_a_series_at_zero_before_any_run(
     port = untouched[1]
     runs = labelled_all(scrape(port), "deskfleet_runs")
     assert runs == {state: 0.0 for state in RUN_STATES}
+    units = {
+        tuple(sorted(labels)): v
+        for (n, labels), v in scrape(port).items()
+        if n == "deskfleet_work_units"
+    }
+    assert units == {
+        (("kind", kind), ("state", state)): 0.0
+        for kind in RUN_KINDS
+        for state in ("ready", "running", "blocked")
+    }
     # The states the ledger writes are among them.
     assert {ledger.RUNNING, ledger.FAILED, ledger.HAND_BACK_TO_HUMAN} <= set(RUN_STATES)
 

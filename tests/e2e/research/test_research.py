@@ -77,6 +77,44 @@ def test_a_run_fetches_pages_through_a_worker(
     )
 
 
+def test_browser_check_looks_at_a_page_for_a_postcondition(
+    coordinator: CoordinatorProcess,
+    workers: Callable[..., WorkerProcess],
+    tmp_path: Path,
+    site: str,
+) -> None:
+    workers("w").wait_online()
+    north = f"{site}/redirect-to-north"  # a redirect: the check names the final URL
+    fact = FACTS["/varn/north-light.html"]
+    checks = [
+        {"url": north, "text": fact},
+        {"url": north, "text": "not on the page"},
+        {"url": north},
+    ]
+    plan = write_plan(
+        tmp_path / "plan.json",
+        [
+            {
+                "kind": "browser.check",
+                "args": a,
+                "idempotent": True,
+                "route": {"capability": "headless"},
+            }
+            for a in checks
+        ],
+    )
+    run = submit(coordinator, plan, wait=True)
+    assert run["status"] == "SUCCEEDED", run["stopReason"]
+    found = [r["result"] for r in _receipts(coordinator, run["id"])]
+    assert [(r["contains"], r["status"], r["outcome"]) for r in found] == [
+        (True, 200, "ok"),
+        (False, 200, "ok"),
+        (True, 200, "ok"),
+    ]
+    assert all(r["url"] == f"{site}/varn/north-light.html" for r in found)
+    assert set(found[0]) == {"url", "status", "contains", "outcome", "reason", "elapsed_ms"}
+
+
 def _browser_pids(worker: WorkerProcess) -> set[int]:
     """The Chromium browser processes (not its renderers or helpers) below the worker."""
     assert worker.proc is not None

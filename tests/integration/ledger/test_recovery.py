@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.heart import faults
+from shared import faults
 from shared.receipts import encode_result
 from tests.harness import (
     STOPPED,

@@ -57,6 +57,13 @@ def test_the_cli_refuses_a_loose_plan_and_nothing_is_written(
              "actions[0].arg: unknown field; did you mean args?"),
             ({"actions": [ECHO], "limits": {"max_action": 3}},
              "limits.max_action: unknown field; did you mean max_actions?"),
+            (_with(postcondition={"kind": "diag.append", "args": {"name": "n", "line": "l"},
+                                  "expect": {"bytes": 2}}),
+             "actions[0].postcondition.kind: 'diag.append' is not a read-only check; a"
+             " postcondition runs one of diag.has_line, browser.check"),
+            (_with(postcondition={"kind": "diag.has_line", "args": {"name": "n", "line": "l"},
+                                  "expect": {"present": True}, "expected": 1}),
+             "actions[0].postcondition.expected: unknown field; did you mean expect?"),
         ]
     ):  # fmt: skip
         plan = tmp_path / f"plan{i}.json"
@@ -119,6 +126,24 @@ def test_the_rpc_refuses_fields_it_does_not_know_and_limits_the_cli_refuses(
         _raw_submit(coordinator, over.SerializeToString(), owner)
     cli_side = _refusal({"actions": [ECHO], "limits": {"max_actions": 1_000_000}})
     assert refused.value.details() == cli_side
+    # A postcondition that would act, sent straight to the RPC: the same refusal.
+    acting = runs_pb2.SubmitRunRequest(
+        actions=[
+            runs_pb2.PlannedAction(
+                kind="diag.append",
+                args_json='{"name": "n", "line": "l"}',
+                postcondition=runs_pb2.Postcondition(
+                    kind="diag.append", args_json='{"name": "n", "line": "l"}', expect_json="{}"
+                ),
+            )
+        ]
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        _raw_submit(coordinator, acting.SerializeToString(), owner)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details().startswith(
+        "actions[0].postcondition.kind: 'diag.append' is not a read-only check"
+    ), refused.value.details()
     assert coordinator.cli_json("runs", "list", token_file=owner)["runs"] == []
 
 

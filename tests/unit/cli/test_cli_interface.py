@@ -241,7 +241,9 @@ class FakeClient:
 
 
 def list_runs(json_out: bool) -> None:
-    args = argparse.Namespace(json=json_out, status=None, kind=None, owner=None, limit=50)
+    args = argparse.Namespace(
+        json=json_out, status=None, kind=None, owner=None, limit=50, parent=None
+    )
     runs_commands.list_runs(FakeClient(), args)  # type: ignore[arg-type]
 
 

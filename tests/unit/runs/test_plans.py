@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.admin_cli.runs_commands import plan_request
 from coordinator.runs.desktop.admission import checked_args
-from coordinator.runs.plan import parse_plan_actions
+from coordinator.runs.plan import RawAction, parse_plan_actions
 from shared import plans
 from shared.gen.deskfleet.v1 import runs_pb2
 from shared.receipts import GivenTwiceError, decode_result, given_twice
@@ -150,11 +150,38 @@ def test_keys_given_once_per_object_are_read_as_they_are() -> None:
     text = '[{"a": 1, "b": {"a": 2}}, {"a": 3}, {}]'  # one key in several objects is fine
     assert decode_result(text) == [{"a": 1, "b": {"a": 2}}, {"a": 3}, {}]
     assert given_twice(text) is None and given_twice("not json") is None
-    [action] = parse_plan_actions([("diag.echo", '{"value": {"a": 1}}', False, {}, "")])
+    [action] = parse_plan_actions([RawAction("diag.echo", '{"value": {"a": 1}}', False, {})])
     assert action.args == {"value": {"a": 1}}
     with pytest.raises(GivenTwiceError, match=r"^actions\[0\]\.args\.value: given twice$"):
-        parse_plan_actions([("diag.echo", '{"value": 1, "value": 2}', False, {}, "")])
+        parse_plan_actions([RawAction("diag.echo", '{"value": 1, "value": 2}', False, {})])
     # A desktop act's arguments likewise: the agent that checked its click may have read the
     # other x.
     with pytest.raises(GivenTwiceError, match=r"^args\.x: given twice$"):
         checked_args("left_click", '{"x": 10, "y": 10, "x": 5000}')
+
+
+def test_a_postcondition_is_read_and_sent_as_its_check() -> None:
+    check = {"kind": "diag.has_line", "args": {"name": "x.txt", "line": "once"}}
+    action = {"kind": "diag.append", "args": {"name": "x.txt", "line": "once"}}
+    doc = plans.read_plan(
+        {"actions": [{**action, "postcondition": {**check, "expect": {"present": True}}}]}
+    )
+    [append] = doc.actions
+    assert append.postcondition == plans.Postcondition(
+        "diag.has_line", {"name": "x.txt", "line": "once"}, {"present": True}
+    )
+    [sent] = plan_request(
+        {"actions": [{**action, "postcondition": {**check, "expect": {"present": True}}}]}
+    ).actions
+    assert (sent.postcondition.kind, sent.postcondition.expect_json) == (
+        "diag.has_line",
+        '{"present": true}',
+    )
+    assert not plan_request({"actions": [action]}).actions[0].HasField("postcondition")
+    assert _refusal(_with(postcondition={**check})).startswith("actions[0].postcondition.expect:")
+    assert _refusal(
+        _with(postcondition={**check, "kind": "browser.fetch", "expect": {"a": 1}})
+    ) == (
+        "actions[0].postcondition.kind: 'browser.fetch' is not a read-only check; a postcondition"
+        " runs one of diag.has_line, browser.check"
+    )

@@ -6,12 +6,22 @@ from __future__ import annotations
 import json
 
 
-def _plan_error(actions: list[tuple[str, str]], **limits: float) -> str:
-    from coordinator.runs.plan import Plan, parse_plan_actions, validate, with_network_policy
+def _plan_error(
+    actions: list[tuple[str, str]],
+    check: tuple[str, str, str] | None = None,
+    **limits: float,
+) -> str:
+    from coordinator.runs.plan import (
+        Plan,
+        RawAction,
+        parse_plan_actions,
+        validate,
+        with_network_policy,
+    )
     from shared.errors import InvalidArgumentError
 
     try:
-        parsed = parse_plan_actions([(k, a, True, {}, "") for k, a in actions])
+        parsed = parse_plan_actions([RawAction(k, a, True, {}, "", check) for k, a in actions])
         checked = tuple(
             with_network_policy(p, False, f"actions[{i}].args") for i, p in enumerate(parsed)
         )
@@ -64,3 +74,43 @@ def test_research_requests_refuse_local_urls_and_unbounded_lists() -> None:
     assert error(urls=("https://e.com/" + "x" * 10_000,)).startswith("urls[0]: at most")
     assert error(query="a\x00b").startswith("query: must not contain control")
     assert error(urls=("https://e.com/",), search_url="https://e.com/?q={query}") == ""
+
+
+def test_a_postcondition_is_a_read_only_check_with_an_expectation() -> None:
+    append = ("diag.append", json.dumps({"name": "a.txt", "line": "x"}))
+    has = json.dumps({"name": "a.txt", "line": "x"})
+    assert _plan_error([append], ("diag.has_line", has, '{"present": true}')) == ""
+    assert _plan_error([append], ("diag.append", has, '{"present": true}')) == (
+        "actions[0].postcondition.kind: 'diag.append' is not a read-only check; a"
+        " postcondition runs one of diag.has_line, browser.check"
+    )
+    assert _plan_error([append], ("diag.has_line", has, "{}")).startswith(
+        "actions[0].postcondition.expect: an object the check's result must hold"
+    )
+    assert _plan_error([append], ("diag.has_line", has, "[true]")) == (
+        "actions[0].postcondition.expect: must be a JSON object"
+    )
+    assert _plan_error([append], ("diag.has_line", "{}", '{"present": true}')).startswith(
+        "actions[0].postcondition.args.line: required"
+    )
+    assert "NaN" in _plan_error([append], ("diag.has_line", has, '{"present": NaN}'))
+    # A check that loads a page meets the browser's own rules: no file: URL.
+    page = json.dumps({"url": "file:///etc/passwd"})
+    assert _plan_error([append], ("browser.check", page, '{"contains": true}')).startswith(
+        "actions[0].postcondition.args.url: scheme 'file' is not allowed"
+    )
+
+
+def test_a_check_matches_its_expectation_as_a_json_subset() -> None:
+    from shared.action_kinds import expected
+
+    found = {"url": "http://x/", "status": 200, "contains": True, "page": {"a": 1, "b": [1, 2]}}
+    assert expected({"contains": True}, found)
+    assert expected({"status": 200, "page": {"a": 1}}, found)  # objects compared recursively
+    assert expected({"page": {"b": [1, 2]}}, found)  # anything else compared whole
+    assert not expected({"page": {"b": [1]}}, found)
+    assert not expected({"contains": 1}, found)  # 1 is not true in JSON
+    assert not expected({"status": True}, {"status": 1})
+    assert not expected({"missing": None}, found)
+    assert not expected({"page": {"a": 1}}, {"page": "a"})
+    assert expected({"status": 200}, {"status": 200.0})  # numbers compare as numbers

@@ -243,3 +243,28 @@ def test_an_empty_journal_is_an_empty_timeline() -> None:
 
 
 # ------------------------------------------------------------------------- a real run
+
+
+def test_a_goal_shows_its_children_its_delegation_and_its_recovery() -> None:
+    j = (
+        Journal()
+        .add("run.submitted", 0.0)
+        .add("run.child", 0.5, child="run_d", kind="desktop", origin="toolu_1")
+        .state(0.5, "DELEGATED", code="delegated")
+        .state(4.0, "RUNNING")
+        .state(9.0, "RECOVERING", cause="the coordinator restarted")
+        .add("goal.tool_result", 9.5, call="toolu_3", recovered="act_7", text="{}")
+        .state(10.0, "RUNNING", cause="the goal was rebuilt from its journal")
+    )
+    t = build(j.events, now=T0 + 12)
+    assert [(s.state, s.seconds) for s in t.states] == [
+        ("RUNNING", 0.5),
+        ("DELEGATED", 3.5),
+        ("RUNNING", 5.0),
+        ("RECOVERING", 1.0),
+        ("RUNNING", 2.0),
+    ]
+    assert _sum(t) == t.wall_seconds == 12
+    assert [n.detail for n in t.notes] == ["started desktop run run_d for call toolu_1"]
+    [recovered] = t.recoveries
+    assert "toolu_3" in recovered.detail and "act_7" in recovered.detail

@@ -196,6 +196,32 @@ def test_append_appends_exactly_inside_the_scratch_directory(tmp_path: Path) -> 
     assert (path.parent.stat().st_mode & 0o777, path.stat().st_mode & 0o777) == (0o700, 0o600)
 
 
+def test_has_line_reads_whether_an_append_took_effect_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    scratch = ScratchDir.of(tmp_path / "state")
+    look = {"name": "log.txt", "line": "one"}
+    # No scratch directory, then no file: the line is not there (and nothing is created).
+    assert decode_result(_run("diag.has_line", look, scratch=scratch).result_json) == {
+        "name": "log.txt",
+        "present": False,
+        "count": 0,
+    }
+    assert not scratch.path.exists()
+    for line in ("one", "one two", "one"):
+        _run("diag.append", {"name": "log.txt", "line": line}, scratch=scratch)
+    before = (scratch.path / "log.txt").read_bytes()
+    found = decode_result(_run("diag.has_line", look, scratch=scratch).result_json)
+    assert (found["present"], found["count"]) == (True, 2)  # whole lines only
+    assert (scratch.path / "log.txt").read_bytes() == before
+    (scratch.path / "link.txt").symlink_to(tmp_path / "outside")
+    (tmp_path / "outside").write_text("one\n")
+    linked = _run("diag.has_line", {"name": "link.txt", "line": "one"}, scratch=scratch)
+    assert linked.status == "refused" and "symbolic link" in linked.error
+    two = _run("diag.has_line", {"name": "log.txt", "line": "a\nb"}, scratch=scratch)
+    assert two.status == "failed" and "one line of text" in two.error
+
+
 @pytest.mark.parametrize(
     ("args", "status", "message"),
     [

@@ -27,18 +27,30 @@ class RouteConstraint(_message.Message):
     def __init__(self, worker: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., capability: _Optional[str] = ...) -> None: ...
 
 class PlannedAction(_message.Message):
-    __slots__ = ("kind", "args_json", "idempotent", "route", "intent")
+    __slots__ = ("kind", "args_json", "idempotent", "route", "intent", "postcondition")
     KIND_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     INTENT_FIELD_NUMBER: _ClassVar[int]
+    POSTCONDITION_FIELD_NUMBER: _ClassVar[int]
     kind: str
     args_json: str
     idempotent: bool
     route: RouteConstraint
     intent: str
-    def __init__(self, kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., route: _Optional[_Union[RouteConstraint, _Mapping]] = ..., intent: _Optional[str] = ...) -> None: ...
+    postcondition: Postcondition
+    def __init__(self, kind: _Optional[str] = ..., args_json: _Optional[str] = ..., idempotent: _Optional[bool] = ..., route: _Optional[_Union[RouteConstraint, _Mapping]] = ..., intent: _Optional[str] = ..., postcondition: _Optional[_Union[Postcondition, _Mapping]] = ...) -> None: ...
+
+class Postcondition(_message.Message):
+    __slots__ = ("kind", "args_json", "expect_json")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPECT_JSON_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    args_json: str
+    expect_json: str
+    def __init__(self, kind: _Optional[str] = ..., args_json: _Optional[str] = ..., expect_json: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_actions", "max_seconds", "estimate_actions", "estimate_seconds", "action_timeout_seconds")
@@ -67,7 +79,7 @@ class SubmitRunRequest(_message.Message):
     def __init__(self, actions: _Optional[_Iterable[_Union[PlannedAction, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., title: _Optional[str] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
 
 class ActionInfo(_message.Message):
-    __slots__ = ("id", "index", "kind", "intent", "fingerprint", "idempotent", "status", "worker_id", "attempt_id", "epoch", "attempts", "dispatched_at", "finished_at", "error", "receipt_id", "route_json", "artifacts", "receipt_traceparent")
+    __slots__ = ("id", "index", "kind", "intent", "fingerprint", "idempotent", "status", "worker_id", "attempt_id", "epoch", "attempts", "dispatched_at", "finished_at", "error", "receipt_id", "route_json", "artifacts", "receipt_traceparent", "postcondition_json", "settled_by")
     ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +98,8 @@ class ActionInfo(_message.Message):
     ROUTE_JSON_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    POSTCONDITION_JSON_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_BY_FIELD_NUMBER: _ClassVar[int]
     id: str
     index: int
     kind: str
@@ -104,7 +118,9 @@ class ActionInfo(_message.Message):
     route_json: str
     artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactRef]
     receipt_traceparent: str
-    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., intent: _Optional[str] = ..., fingerprint: _Optional[str] = ..., idempotent: _Optional[bool] = ..., status: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempts: _Optional[int] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., receipt_id: _Optional[str] = ..., route_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., receipt_traceparent: _Optional[str] = ...) -> None: ...
+    postcondition_json: str
+    settled_by: str
+    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., kind: _Optional[str] = ..., intent: _Optional[str] = ..., fingerprint: _Optional[str] = ..., idempotent: _Optional[bool] = ..., status: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempts: _Optional[int] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., receipt_id: _Optional[str] = ..., route_json: _Optional[str] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., receipt_traceparent: _Optional[str] = ..., postcondition_json: _Optional[str] = ..., settled_by: _Optional[str] = ...) -> None: ...
 
 class ArtifactRef(_message.Message):
     __slots__ = ("sha256", "media_type", "size", "role")
@@ -127,7 +143,7 @@ class WaitingReason(_message.Message):
     def __init__(self, code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind")
+    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind", "parent", "root", "children", "children_total")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +163,10 @@ class Run(_message.Message):
     GUIDANCE_QUEUED_FIELD_NUMBER: _ClassVar[int]
     TIMELINE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_TOTAL_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     title: str
@@ -166,7 +186,21 @@ class Run(_message.Message):
     guidance_queued: int
     timeline: RunTimeline
     kind: str
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
+    parent: str
+    root: str
+    children: _containers.RepeatedCompositeFieldContainer[RunChild]
+    children_total: int
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ..., parent: _Optional[str] = ..., root: _Optional[str] = ..., children: _Optional[_Iterable[_Union[RunChild, _Mapping]]] = ..., children_total: _Optional[int] = ...) -> None: ...
+
+class RunChild(_message.Message):
+    __slots__ = ("id", "kind", "status")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: str
+    status: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
 
 class RunTimeline(_message.Message):
     __slots__ = ("states", "actions", "retries", "recoveries", "events", "stop_reason", "wall_seconds", "submitted_at", "ended_at", "live", "as_of")
@@ -279,16 +313,18 @@ class RunRef(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("limit", "status", "kind", "owner")
+    __slots__ = ("limit", "status", "kind", "owner", "parent")
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     limit: int
     status: str
     kind: str
     owner: str
-    def __init__(self, limit: _Optional[int] = ..., status: _Optional[str] = ..., kind: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
+    parent: str
+    def __init__(self, limit: _Optional[int] = ..., status: _Optional[str] = ..., kind: _Optional[str] = ..., owner: _Optional[str] = ..., parent: _Optional[str] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
     __slots__ = ("runs",)

@@ -1,0 +1,94 @@
+"""A non-idempotent action with a postcondition, its worker and the coordinator both killed
+mid-action, continues without a person: the restarted worker reports the attempt interrupted,
+the coordinator checks the postcondition on it, and the action counts as done when its line
+is there or runs once when it is not. Real coordinator and worker processes; the worker dies
+at a test-only fault hook (shared/faults.py) right before or right after the append."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared import faults
+from tests.harness import (
+    STOPPED,
+    CoordinatorProcess,
+    WorkerProcess,
+    journal,
+    submit,
+    verify_journal,
+    wait_run,
+    write_plan,
+)
+
+pytestmark = pytest.mark.slow
+
+LINE = {"name": "light.txt", "line": "lit in 1868"}
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    # A lease long enough for the restarted worker to report before it lapses: the outcome is
+    # known to be unknown from the worker's own action log, not from a silence.
+    proc = CoordinatorProcess(tmp_path / "coord", lease=8.0).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.mark.parametrize(
+    ("fault", "settled"),
+    [
+        (faults.WORKER_EXIT_AFTER_EFFECT, "action.observed"),
+        (faults.WORKER_EXIT_BEFORE_EFFECT, "action.absent"),
+    ],
+)
+def test_a_killed_append_with_a_postcondition_continues_without_a_person_and_writes_once(
+    coordinator: CoordinatorProcess, tmp_path: Path, fault: str, settled: str
+) -> None:
+    worker = WorkerProcess(coordinator, "w", browser=False).start(fault=fault)
+    try:
+        worker.wait_online()
+        plan = write_plan(
+            tmp_path / "plan.json",
+            [
+                {
+                    "kind": "diag.append",
+                    "args": LINE,
+                    "postcondition": {
+                        "kind": "diag.has_line",
+                        "args": LINE,
+                        "expect": {"present": True},
+                    },
+                },
+                {"kind": "diag.echo", "args": {"value": "after"}, "idempotent": True},
+            ],
+        )
+        run = submit(coordinator, plan)
+        assert worker.proc is not None and worker.proc.wait(30) == faults.EXIT_CODE
+        coordinator.kill()  # kill -9, the worker already gone mid-action
+        coordinator.start(port=coordinator.port)
+        worker.start()  # unarmed: its action log says the attempt was interrupted
+        done = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 40)
+        assert done["status"] == "SUCCEEDED", done["stopReason"]
+        assert worker.scratch("light.txt").read_text() == "lit in 1868\n"  # written once
+        events = journal(coordinator, run["id"])
+        kinds = [e["kind"] for e in events]
+        assert settled in kinds and "action.check" in kinds
+        [check] = [e["data"] for e in events if e["kind"] == "action.check"]
+        assert check["cause"] == "the worker stopped during the attempt"
+        appends = [
+            e for e in events if e["kind"] == "action.dispatched" and e["data"]["index"] == 0
+        ]
+        # The append, its check, and (only when the line was not there) the append once more.
+        expected = ["diag.append", "diag.has_line"] + (
+            ["diag.append"] if settled == "action.absent" else []
+        )
+        assert [e["data"]["kind"] for e in appends] == expected
+        first = done["actions"][0]
+        assert first["status"] == "SUCCEEDED"
+        assert first["settledBy"] == ("observed" if settled == "action.observed" else "")
+        assert verify_journal(coordinator, run["id"])["ok"] is True
+    finally:
+        worker.stop()
