@@ -186,6 +186,6 @@ print(json.dumps({"kinds": registry.kinds(), "heavy": heavy}))
         )
         assert done.returncode == 0, done.stderr
         found[mode] = json.loads(done.stdout)
-    kinds = ["browser.fetch", "browser.screenshot", "browser.search"]
+    kinds = ["browser.check", "browser.fetch", "browser.screenshot", "browser.search"]
     assert found["off"] == {"kinds": kinds, "heavy": []}
     assert found["on"] == {"kinds": kinds, "heavy": ["playwright", "trafilatura"]}

@@ -295,7 +295,7 @@ def test_unknown_kinds_and_non_object_args_are_refused() -> None:
     assert outcome.status == "refused"
     assert outcome.error == (
         "unknown action kind 'nope.nothing' (this worker knows: "
-        "diag.append, diag.echo, diag.fail, diag.sleep)"
+        "diag.append, diag.echo, diag.fail, diag.has_line, diag.sleep)"
     )
     outcome = _run("diag.echo", [1, 2])
     assert (outcome.status, outcome.error) == (
