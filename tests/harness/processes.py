@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import resource
 import selectors
 import shutil
 import signal
@@ -133,6 +134,10 @@ def _template_store() -> Path:
         return _template[0]
 
 
+def _limit_open_files(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
 class CoordinatorProcess:
     """`deskfleet-coordinator init` + `serve` on a free loopback port."""
 
@@ -228,9 +233,12 @@ class CoordinatorProcess:
             return
         _init_store(self.db_url, self.admin_token_file, self.secrets_key_file, self.workdir)
 
-    def start(self, *, port: int = 0, fault: str = "") -> CoordinatorProcess:
+    def start(
+        self, *, port: int = 0, fault: str = "", open_files: int = 0
+    ) -> CoordinatorProcess:
         """Serve; `fault` arms a test-only fault hook (shared/faults.py) in this
-        process."""
+        process; `open_files` sets its file descriptor limit (soft and hard), as a service
+        manager would."""
         if not self.admin_token_file.exists():
             self.init()
         self._close_handles()
@@ -267,6 +275,7 @@ class CoordinatorProcess:
                 **self.extra_env,
                 **({faults.ENV: fault} if fault else {}),
             },
+            preexec_fn=(lambda: _limit_open_files(open_files)) if open_files else None,
         )
         line = self._read_line(timeout=30)
         self.port = int(line.rsplit(":", 1)[1])

@@ -49,11 +49,11 @@ async def test_a_lease_this_process_granted_is_taken_back_at_once_an_older_one_a
     db = Database(url)
     presence = Presence(cast(Any, None), cast(Any, None), cast(Any, None))  # no streams here
     config = CoordinatorConfig(db_url=url, lease_ttl=LEASE)
-    started = time.time()  # the coordinator's start (its dispatcher's), or just before it
     bus = JournalBus()
     # One replica: every order stays here.
     relay = Relay(db, presence, bus, config, IndexUpdates(db, store.index))
     dispatcher = Dispatcher(db, presence, bus, config, relay, store.index)
+    started = dispatcher._started_wall  # the coordinator's start, as its dispatcher took it
     try:
         await asyncio.sleep(2 * LEASE)  # time for a lease of this process to lapse
         _lease(store, mine.action_id, started + LEASE + 0.05)  # granted (or renewed) since
