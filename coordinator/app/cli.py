@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coordinator.app import descriptors
 from coordinator.app.server import Coordinator
 from coordinator.console.limits import (
     DEFAULT_MAX_CONNECTIONS,
@@ -20,6 +21,7 @@ from coordinator.console.limits import (
 from coordinator.model.identity import Role
 from coordinator.model.settings import (
     DEFAULT_AUTH_FAILURES,
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_REFUSED_REPORTS,
     DEFAULT_MAX_WATCH_STREAMS,
     DEFAULT_OWNER_MAX_ACTIVE_RUNS,
@@ -199,6 +201,23 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="refused receipts and starts a worker stream may make a minute before it is ended"
         f" (default {DEFAULT_MAX_REFUSED_REPORTS}; 0: no limit; see docs/SECURITY.md)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=0,
+        metavar="N",
+        help="gRPC connections accepted at once (default: the open-files limit, raised to its"
+        " hard limit at start, less a reserve for the store and the console); see"
+        " docs/SECURITY.md",
+    )
+    serve.add_argument(
+        "--handshake-timeout",
+        type=float,
+        default=DEFAULT_HANDSHAKE_TIMEOUT,
+        metavar="SECONDS",
+        help="a connection that has not finished its TLS and HTTP/2 handshake by then is closed"
+        f" (default {DEFAULT_HANDSHAKE_TIMEOUT:.0f})",
     )
     serve.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS: certificate")
     serve.add_argument("--tls-key", type=Path, metavar="FILE", help="serve TLS: private key")
@@ -563,7 +582,13 @@ def main(argv: list[str] | None = None) -> int:
             raise DeskfleetError("--max-refused-reports: 0 (no limit) or more")
         if args.owner_max_secrets < 0:
             raise DeskfleetError("--owner-max-secrets: 0 (no limit) or more")
+        if args.max_connections < 0:
+            raise DeskfleetError("--max-connections: 0 (the default cap) or more")
+        if not args.handshake_timeout > 0:
+            raise DeskfleetError("--handshake-timeout must be positive")
         owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
+        open_files = descriptors.raise_open_files_limit()
+        console_connections = DEFAULT_MAX_CONNECTIONS if args.console_listen else 0
         config = CoordinatorConfig(
             db_url=args.db,
             listen=args.listen,
@@ -578,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
             owner_max_secrets=args.owner_max_secrets,
             max_watch_streams=args.max_watch_streams,
             max_refused_reports=args.max_refused_reports,
+            max_connections=args.max_connections
+            or descriptors.connection_cap(open_files, console_connections),
+            handshake_timeout=args.handshake_timeout,
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,

@@ -111,7 +111,13 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
         # Keep pinging a stream that carries no data (the default stops after two pings).
         "grpc.http2.max_pings_without_data": 0,
     }
-    return [(k, v) for k, v in SERVER_OPTIONS if k not in keepalive] + list(keepalive.items())
+    # Sockets that never finish a handshake, and more of them than descriptors to spare
+    # (app/descriptors.py).
+    bounds = {"grpc.server_handshake_timeout_ms": int(config.handshake_timeout * 1000)}
+    if config.max_connections:
+        bounds["grpc.max_allowed_incoming_connections"] = config.max_connections
+    fixed = [(k, v) for k, v in SERVER_OPTIONS if k not in keepalive]
+    return fixed + list(keepalive.items()) + list(bounds.items())
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ DEFAULT_MAX_WATCH_STREAMS = 256
 DEFAULT_MAX_REFUSED_REPORTS = 100
 
 
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0  # seconds for a connection's TLS and HTTP/2 handshake
+
+
 @dataclass(frozen=True)
 class CoordinatorConfig:
     db_url: str
@@ -49,6 +52,10 @@ class CoordinatorConfig:
     owner_max_secrets: int = DEFAULT_OWNER_MAX_SECRETS  # secrets one owner may store
     max_watch_streams: int = DEFAULT_MAX_WATCH_STREAMS  # open WatchRun + WaitRun per principal
     max_refused_reports: int = DEFAULT_MAX_REFUSED_REPORTS  # per worker stream and minute
+    # gRPC connections accepted at once (0: no cap of ours) and how long one may take to finish
+    # its handshake (coordinator/app/descriptors.py).
+    max_connections: int = 0
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     # Each replica looks for orders other replicas left for its streams this often; on
     # PostgreSQL a notification wakes it sooner, so this only bounds a missed one.
     relay_poll_interval: float = 1.0

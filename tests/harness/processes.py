@@ -134,8 +134,8 @@ def _template_store() -> Path:
         return _template[0]
 
 
-def _limit_open_files(n: int) -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+def _limit_open_files(limits: tuple[int, int]) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 class CoordinatorProcess:
@@ -234,10 +234,10 @@ class CoordinatorProcess:
         _init_store(self.db_url, self.admin_token_file, self.secrets_key_file, self.workdir)
 
     def start(
-        self, *, port: int = 0, fault: str = "", open_files: int = 0
+        self, *, port: int = 0, fault: str = "", open_files: tuple[int, int] | None = None
     ) -> CoordinatorProcess:
         """Serve; `fault` arms a test-only fault hook (shared/faults.py) in this
-        process; `open_files` sets its file descriptor limit (soft and hard), as a service
+        process; `open_files` sets its limits of open files (soft, hard), as a service
         manager would."""
         if not self.admin_token_file.exists():
             self.init()

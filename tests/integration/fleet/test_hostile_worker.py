@@ -510,3 +510,60 @@ def test_idle_connections_are_closed_by_the_coordinator(coordinator: Coordinator
         for s in sockets:
             s.close()
     assert time.monotonic() - started < bound
+
+
+def _open_files(pid: int) -> tuple[int, int]:
+    """The (soft, hard) limit of open files of a running process, as /proc shows it."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError("no open files line")
+
+
+def test_sockets_past_the_descriptors_left_are_refused_and_the_kill_switch_still_gets_in(
+    tmp_path: Path,
+) -> None:
+    """600 sockets that never start a handshake against a coordinator allowed 256 files: gRPC
+    logged "File descriptor limit reached" every second and `kill engage` was refused for 11 s
+    (and as long as someone kept opening more). Now the connections past what the descriptors
+    allow (less a reserve for the store) are refused at accept, those that do not finish a
+    handshake in --handshake-timeout are closed, and the switch gets in right after."""
+    coordinator = CoordinatorProcess(tmp_path / "c", serve_args=("--handshake-timeout", "1"))
+    coordinator.start(open_files=(256, 256))
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(600):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", coordinator.port))
+            sockets.append(s)
+        time.sleep(0.5)
+        started = time.monotonic()
+        while True:
+            done = coordinator.cli("kill", "engage", "--reason", "drill", check=False)
+            if done.returncode == 0 or time.monotonic() - started > 20:
+                break
+            time.sleep(0.2)
+        took = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+        assert took < 6, took  # a handshake timeout (1 s) and a reconnect back-off, not 11 s
+        assert coordinator.proc is not None and coordinator.proc.poll() is None
+        assert "File descriptor limit reached" not in coordinator.log.read_text()
+        switches = coordinator.cli_json("kill", "status")["switches"]
+        assert [(k["reason"], k["engaged"]) for k in switches] == [("drill", True)]
+    finally:
+        for s in sockets:
+            s.close()
+        coordinator.kill()
+
+
+def test_a_low_soft_limit_of_open_files_is_raised_to_the_hard_one(tmp_path: Path) -> None:
+    """Service managers start services with a soft limit of 1,024 and a hard one far higher:
+    one worker is one connection, so the coordinator takes what it is allowed at start."""
+    coordinator = CoordinatorProcess(tmp_path / "c").start(open_files=(300, 4096))
+    try:
+        assert coordinator.proc is not None
+        assert _open_files(coordinator.proc.pid) == (4096, 4096)
+    finally:
+        coordinator.kill()
