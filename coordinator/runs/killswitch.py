@@ -107,10 +107,15 @@ def push_bytes(push: KillPush) -> bytes:
 
 
 def _covered_runs(s: Session, kill: KillSwitchRow) -> list[RunRow]:
-    """Active desktop runs the switch takes control from."""
+    """Active runs the switch takes control from: a run switch's run and its open
+    descendants (a goal's desktop child among them), or the desktop runs of the fleet or
+    the worker."""
     if kill.scope == RUN:
         run = run_queries.run_for_update(s, kill.target)
-        return [run] if run is not None and run.status in ACTIVE else []
+        if run is None:
+            return []
+        below = run_queries.open_descendants(s, run, ACTIVE)
+        return [run, *below] if run.status in ACTIVE else below
     rows = queries.approvals_with_status(
         s,
         (desktop.PENDING, desktop.APPROVED, desktop.SUSPENDED),
@@ -341,7 +346,7 @@ class KillSwitches:
                     approval = queries.latest_approval(s, run.id)
                     if approval is None or approval.status != desktop.SUSPENDED:
                         continue
-                    if queries.kills_applying(s, approval.worker_id, [run.id]):
+                    if queries.kills_applying(s, approval.worker_id, run_queries.lineage(s, run)):
                         continue  # another switch still holds it
                     desktop.ask_again(s, run, approval, f"kill switch {kill.id} released", ctx)
             return list(pushes)

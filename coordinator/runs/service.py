@@ -155,6 +155,7 @@ class Runs:
             if plan.kind == "plan":  # research runs journal an absent app as a failed branch
                 _apps_offered(s, ctx, plan.actions)
             above = owned_run(s, owner, parent, lock=True) if parent else None
+            run_queries.refuse_stopped_parent(above)
             run = new_run(
                 run_id,
                 owner.id,

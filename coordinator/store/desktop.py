@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from coordinator.store import runs as run_queries
 from coordinator.store.models import (
     ActionRow,
     ApprovalRow,
@@ -160,12 +161,14 @@ def owner_uses_worker(s: Session, owner_id: str, worker_id: str) -> bool:
 
 
 def workers_of_run(s: Session, run_id: str) -> set[str]:
-    """Workers a run may act on: its approvals' and its actions' workers."""
+    """Workers a run or one of its descendants may act on: their approvals' and their
+    actions' workers."""
+    runs = [run_id, *run_queries.descendant_ids(s, run_id)]
     approved = s.execute(
-        select(ApprovalRow.worker_id).where(ApprovalRow.run_id == run_id)
+        select(ApprovalRow.worker_id).where(ApprovalRow.run_id.in_(runs))
     ).scalars()
     acted = s.execute(
-        select(ActionRow.worker_id).where(ActionRow.run_id == run_id, ActionRow.worker_id != "")
+        select(ActionRow.worker_id).where(ActionRow.run_id.in_(runs), ActionRow.worker_id != "")
     ).scalars()
     return {*approved, *acted}
 
@@ -192,6 +195,14 @@ def runs_of_workers(s: Session, worker_ids: Collection[str]) -> dict[str, set[st
     )
     for worker_id, run_id in [*approved, *acting]:
         found.setdefault(worker_id, set()).add(run_id)
+    # A switch on a run covers its descendants: a worker is reached through their ancestors too.
+    lines: dict[str, list[str]] = {}
+    for runs in found.values():
+        for run_id in list(runs):
+            if run_id not in lines:
+                row = s.get(RunRow, run_id)
+                lines[run_id] = run_queries.lineage(s, row) if row is not None else [run_id]
+            runs.update(lines[run_id])
     return found
 
 

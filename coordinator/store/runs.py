@@ -9,7 +9,8 @@ from sqlalchemy import and_, bindparam, event, func, or_, select, text, update
 from sqlalchemy.orm import Session, aliased
 
 from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow, RunRow
-from shared.states import DONE, IN_FLIGHT, ActionState
+from shared.errors import FailedPreconditionError
+from shared.states import ACTIVE, DONE, IN_FLIGHT, ActionState
 
 LOCKED_KEY = "deskfleet.locked_runs"
 
@@ -189,6 +190,51 @@ def children_of(s: Session, run_id: str, limit: int) -> tuple[Sequence[RunRow], 
             select(func.count()).select_from(RunRow).where(RunRow.parent_id == run_id)
         ).scalar_one()
     return rows, total
+
+
+def refuse_stopped_parent(parent: RunRow | None) -> None:
+    """A child starts only under an open run: one cancelled a moment ago (its goal's model
+    still answering) starts nothing more. The parent row is locked by the caller."""
+    if parent is not None and parent.status not in ACTIVE:
+        raise FailedPreconditionError(
+            f"run {parent.id} is {parent.status}: a stopped run starts no more runs"
+        )
+
+
+MAX_LINEAGE = 64  # ancestors read for one run (a goal's children are one level below it)
+
+
+def lineage(s: Session, run: RunRow) -> list[str]:
+    """`run`'s id and its ancestors' ids, nearest first: a switch or a cancel on any of them
+    is one on `run`."""
+    ids = [run.id]
+    parent = run.parent_id
+    while parent and parent not in ids and len(ids) < MAX_LINEAGE:
+        ids.append(parent)
+        above = s.get(RunRow, parent)
+        parent = above.parent_id if above is not None else None
+    return ids
+
+
+def descendant_ids(s: Session, run_id: str) -> list[str]:
+    """The ids of the runs below `run_id` in its tree, any status, unlocked (for reads)."""
+    run = s.get(RunRow, run_id)
+    if run is None:
+        return []
+    tree = s.execute(
+        select(RunRow.id, RunRow.parent_id).where(RunRow.root_id == (run.root_id or run.id))
+    ).all()
+    below: dict[str, list[str]] = {}
+    for child, parent in tree:
+        if parent:
+            below.setdefault(parent, []).append(child)
+    out: list[str] = []
+    todo = list(below.get(run_id, ()))
+    while todo:
+        child = todo.pop(0)
+        out.append(child)
+        todo.extend(below.get(child, ()))
+    return out
 
 
 def open_descendants(s: Session, run: RunRow, statuses: Sequence[str]) -> list[RunRow]:

@@ -17,7 +17,12 @@ from coordinator.runs.desktop import scope
 from coordinator.runs.desktop.approvals import APPROVED, DENIED, PENDING, SUSPENDED, is_expired
 from coordinator.runs.desktop.scope import Scope
 from coordinator.security.secret_box import NO_KEY, SecretBox
-from coordinator.store import desktop as queries, quotas, workers as worker_queries
+from coordinator.store import (
+    desktop as queries,
+    quotas,
+    runs as run_queries,
+    workers as worker_queries,
+)
 from coordinator.store.models import (
     ActionRow,
     ApprovalRow,
@@ -76,7 +81,7 @@ def refusal_before_scope(
         detail = f"approval {approval.id} waits for an answer" if approval else "no approval"
         return Refusal(contract.NOT_APPROVED, f"{detail}; nothing runs without one")
     worker_id = approval.worker_id
-    kills = queries.kills_applying(s, worker_id, [run.id])
+    kills = queries.kills_applying(s, worker_id, run_queries.lineage(s, run))
     if kills:
         k = kills[0]
         return Refusal(

@@ -196,6 +196,7 @@ class Desktop:
                     " grants no access"
                 )
             above = owned_run(s, who, parent, lock=True) if parent else None
+            run_queries.refuse_stopped_parent(above)
             limits = {
                 "max_actions": asked.max_actions,
                 "max_seconds": contract.MAX_TTL,

@@ -19,7 +19,7 @@ from coordinator.model import capabilities
 from coordinator.model.workers import WorkerView
 from coordinator.runs.desktop import approvals as desktop
 from coordinator.runs.desktop.scope import Scope
-from coordinator.store import desktop as queries
+from coordinator.store import desktop as queries, runs as run_queries
 from coordinator.store.models import ActionRow, ApprovalRow, RunRow
 from shared.receipts import decode_result, encode_result
 from shared.states import ActionState
@@ -86,7 +86,7 @@ def route(
         return None, "kill_switch", approval.answer
     if approval.status == desktop.DENIED:
         return _skip(s, run, action, f"the desktop fallback was denied: {approval.answer}", ctx)
-    kills = queries.kills_applying(s, approval.worker_id, [run.id])
+    kills = queries.kills_applying(s, approval.worker_id, run_queries.lineage(s, run))
     if kills:
         return None, "kill_switch", f"kill switch {kills[0].id} is engaged: {kills[0].reason}"
     granted = Scope.from_json(approval.granted)
