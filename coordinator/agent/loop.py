@@ -261,6 +261,7 @@ class Goals:
         tools = specs(bool(goal.state.desktop_worker), goal.state.space)
         await self._fit(goal, tools)
         turn = await self._call_model(goal, tools)
+        await self._check(goal)  # stopped or switched off while the model thought: nothing runs
         goal.step += 1
         seq = await self._journal(
             goal,
@@ -278,7 +279,13 @@ class Goals:
         )
         for guidance_id, _ in guidance:
             await self._journal(goal, "guidance.delivered", guidance=guidance_id, model_call=seq)
+        earlier = [c.id for m in goal.messages for c in m.tool_calls]
         goal.messages.append(Message("assistant", turn.text, turn.tool_calls))
+        problem = rebuild.call_id_problem(turn.tool_calls, earlier)
+        if problem:
+            raise _Stop(
+                RunState.HAND_BACK_TO_HUMAN, f"model_error: {problem}; none of its calls ran"
+            )
         if not turn.tool_calls:
             failed = _failed_calls(goal.messages)
             if failed:

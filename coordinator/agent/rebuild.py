@@ -22,13 +22,18 @@ place. Nothing here reads or writes: `resolve` is a pure function of the events 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from coordinator.agent.conversation import Message, TextPart, ToolCall, ToolResult
 from shared.states import ACTIVE, IN_FLIGHT, ActionState
 
+# What providers give (`toolu_...`, `call_...`): a call's result is keyed by its id, in the
+# journal and in the conversation, so an id is short, plain and never given twice in a goal.
+CALL_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 SCREENSHOT_NOTE = "[a screenshot was here: take a new one to see the screen]"
 
 
@@ -107,11 +112,14 @@ def resolve(
         messages.append(Message("user", "", tool_results=kept))
         turn = ()
 
+    earlier: list[str] = []  # the ids of the turns before the last
     for kind, data in events:
         if kind == "goal.request":
             messages.append(Message("user", str(data.get("text", "")), kind="request"))
         elif kind == "goal.model_call":
+            earlier.extend(c.id for c in turn)
             close_turn()
+            results.clear()  # a result answers a call of its own turn only
             for guidance_id in data.get("guidance") or ():
                 seen.add(str(guidance_id))
                 text = guidance.get(str(guidance_id))
@@ -126,6 +134,12 @@ def resolve(
             results[str(data.get("call", ""))] = journaled_result(data)
     last = turn
     opened: list[Open] = []
+    problem = call_id_problem(last, earlier)
+    if problem:
+        why = f"model_error: {problem}; none of that turn's calls is run again"
+        return Rebuilt(
+            tuple(messages), (Open(last[0], Decision.HAND_BACK, None, why),), frozenset(seen)
+        )
     for call in last:
         if call.id in results:
             continue
@@ -135,6 +149,27 @@ def resolve(
     if last and all(c.id in results for c in last):
         close_turn()  # every call of the last turn is known: the conversation is whole again
     return Rebuilt(tuple(messages), tuple(opened), frozenset(seen))
+
+
+def call_id_problem(calls: Sequence[ToolCall], earlier: Iterable[str]) -> str:
+    """Why the ids of one model turn cannot key its calls' results ('' when they can): one
+    that is not 1 to 128 plain characters, or one given before in the goal or this turn."""
+    seen = set(earlier)
+    for call in calls:
+        if not CALL_ID.fullmatch(call.id):
+            return f"tool call id {shown_id(call.id)} is not 1 to 128 letters, digits or _.:-"
+        if call.id in seen:
+            return f"tool call id {call.id} was given twice"
+        seen.add(call.id)
+    return ""
+
+
+def shown_id(call_id: str) -> str:
+    """A call id as a reason may quote it: a plain one as it is, another quoted, at most 64
+    characters of it, its escapes spelled out (a newline would split a stop reason's line)."""
+    if CALL_ID.fullmatch(call_id) and len(call_id) <= 64:
+        return call_id
+    return json.dumps(call_id[:64]) + ("..." if len(call_id) > 64 else "")
 
 
 def journaled_result(data: Mapping[str, Any]) -> ToolResult:
@@ -176,7 +211,8 @@ def _decide(call: ToolCall, child: Child | None) -> Open:
             call,
             Decision.HAND_BACK,
             child,
-            f"unknown_outcome: the goal's {call.name} call {call.id} became action {child.id}"
+            f"unknown_outcome: the goal's {call.name} call {shown_id(call.id)} became action"
+            f" {child.id}"
             f" ({child.status}), which is not idempotent and whose outcome is not known; check"
             " whether it took effect, then retry or abandon the goal",
         )

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from coordinator.agent.conversation import TextPart, ToolCall, ToolResult
-from coordinator.agent.rebuild import SCREENSHOT_NOTE, Child, Decision, last_calls, resolve
+from coordinator.agent.rebuild import (
+    SCREENSHOT_NOTE,
+    Child,
+    Decision,
+    call_id_problem,
+    last_calls,
+    resolve,
+    shown_id,
+)
 
 TYPE = {"id": "call_2", "name": "computer", "arguments": {"action": "type", "text": "hi"}}
 SHOT = {"id": "call_3", "name": "computer", "arguments": {"action": "screenshot"}}
@@ -123,3 +131,36 @@ def test_the_last_turns_calls_are_read_from_the_newest_model_call() -> None:
     assert last_calls([("goal.request", {"text": "x"})]) == ()
     assert last_calls(_events()) == ()
     assert isinstance(last_calls(_events(TYPE))[0], ToolCall)
+
+
+def test_a_turn_with_one_id_twice_is_handed_back_not_answered_from_the_first_result() -> None:
+    """Two `type` calls with one id: the first one's result once answered the second, and the
+    goal ended SUCCEEDED with the second's outcome unknown."""
+    first = {**TYPE, "id": "dup"}
+    second = {**TYPE, "id": "dup", "arguments": {"action": "type", "text": "more"}}
+    rebuilt = resolve(_events(first, second, results=("dup",)), {}, {})
+    [open_call] = rebuilt.open
+    assert open_call.decision is Decision.HAND_BACK
+    assert open_call.reason == (
+        "model_error: tool call id dup was given twice; none of that turn's calls is run again"
+    )
+
+
+def test_an_id_of_an_earlier_turn_given_again_is_handed_back() -> None:
+    """call_1 answered the first turn: its result must not answer a later call."""
+    again = {**TYPE, "id": "call_1"}
+    [open_call] = resolve(_events(again), {}, {}).open
+    assert open_call.decision is Decision.HAND_BACK
+    assert "tool call id call_1 was given twice" in open_call.reason
+
+
+def test_call_ids_are_short_and_plain_and_reasons_quote_others_on_one_line() -> None:
+    calls = [ToolCall("toolu_01AbC-9.x:1", "recall", {})]
+    assert call_id_problem(calls, ()) == ""
+    for bad in ("", "a\x00\n\x1b[2J\u202e", "x" * 129, "a b"):
+        problem = call_id_problem([ToolCall(bad, "recall", {})], ())
+        assert problem.endswith("is not 1 to 128 letters, digits or _.:-"), problem
+        assert "\n" not in problem and len(problem) < 160
+    assert shown_id("call_2") == "call_2"
+    assert shown_id("a\nb") == '"a\\nb"'
+    assert shown_id("y" * 400_000) == '"' + "y" * 64 + '"...'

@@ -1,0 +1,166 @@
+"""A goal's tree under a kill switch, a cancel and a model that names its calls badly, on a
+real coordinator with a hand-driven desktop worker (`tests/harness/raw_worker.py`) and the
+scripted provider (a replayed model: no model service is reachable here).
+
+Each was broken once: a switch engaged on a goal left its desktop child typing (the `type`
+reached the worker 3 s after the switch); a goal cancelled while its model answered started a
+child and sent its fetch; two calls of one turn with one id made a goal rebuilt after kill -9
+end SUCCEEDED with the second `type` unresolved.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.advertisement import Capability, Display
+from shared.gen.deskfleet.v1 import worker_pb2
+from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run, wait_until
+from tests.harness.raw_worker import HEADLESS, RawWorker
+
+DESKTOP = replace(
+    HEADLESS,
+    displays=(Display(0, 0, 0, 1280, 800),),
+    capabilities=(Capability("headless", True), Capability("computer_use", True)),
+)
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    return module_coordinator
+
+
+def _receipt(d: Any, result: dict[str, Any]) -> worker_pb2.Receipt:
+    now = time.time()
+    return worker_pb2.Receipt(
+        action_id=d.action_id,
+        run_id=d.run_id,
+        attempt_id=d.attempt_id,
+        epoch=d.epoch,
+        status="succeeded",
+        result_json=json.dumps(result),
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def _owner(coordinator: CoordinatorProcess, name: str) -> Path:
+    token = coordinator.workdir / f"{name}.token"
+    token.write_text(coordinator.cli_json("users", "create", name)["token"])
+    return token
+
+
+def _approved_desktop_goal(
+    coordinator: CoordinatorProcess, worker: RawWorker, owner: Path, steps: list[dict[str, Any]]
+) -> str:
+    """A goal on the raw worker's desktop, approved, its first call (a cursor read) answered."""
+    model = coordinator.script(f"goal-{time.monotonic_ns()}.json", steps)
+    goal = coordinator.cli_json(
+        "goal", "type it", "--desktop", worker.worker_id, "--model", model, token_file=owner
+    )["id"]
+    pending = wait_until(
+        lambda: coordinator.cli_json("approvals", "list")["approvals"], 30, 0.2, "an approval"
+    )
+    coordinator.cli("approvals", "approve", pending[0]["id"])
+    first = worker.expect("dispatch", timeout=20).dispatch
+    assert first.kind == "desktop.cursor_position"
+    worker.send(receipt=_receipt(first, {"x": 1, "y": 1}))
+    return str(goal)
+
+
+CURSOR = {"tool_calls": [{"name": "computer", "arguments": {"action": "cursor_position"}}]}
+
+
+def test_a_kill_switch_on_a_goal_covers_its_desktop_child(
+    coordinator: CoordinatorProcess,
+) -> None:
+    owner = _owner(coordinator, "alice")
+    worker = RawWorker(coordinator, "desk")
+    worker.connect(DESKTOP)
+    try:
+        typing = {"name": "computer", "arguments": {"action": "type", "text": "rm -rf"}}
+        goal = _approved_desktop_goal(
+            coordinator, worker, owner, [CURSOR, {"sleep": 3, "tool_calls": [typing]}]
+        )
+        time.sleep(0.5)  # the model is thinking about its `type`
+        coordinator.cli("kill", "engage", "--run", goal, "--reason", "stop it", token_file=owner)
+        with pytest.raises(TimeoutError):
+            dispatch = worker.expect("dispatch", timeout=6).dispatch
+            pytest.fail(f"{dispatch.kind} {dispatch.args_json} reached the worker under the switch")
+        done = wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 30, token_file=owner)
+        assert done["status"] == "HAND_BACK_TO_HUMAN"
+        assert done["stopReason"].startswith("kill_switch:"), done
+        # The child's approval is suspended, and the owner's own act on it is refused.
+        (child,) = coordinator.cli_json("runs", "list", "--parent", goal, token_file=owner)["runs"]
+        assert child["status"] == "WAITING_FOR_AUTHORITY", child
+        act = coordinator.cli(
+            "desktop", "act", child["id"], "key", "--key", "Return", "--json",
+            token_file=owner, check=False,
+        )  # fmt: skip
+        assert json.loads(act.stdout)["code"] == "kill_switch", act.stdout
+        with pytest.raises(TimeoutError):
+            worker.expect("dispatch", timeout=2)
+        # The switch names the desktop worker as one it must reach.
+        (switch,) = coordinator.cli_json("kill", "status")["switches"]
+        assert switch["unacknowledged"] == [worker.worker_id] or switch["acknowledged"]
+    finally:
+        worker.close()
+
+
+def test_a_goal_cancelled_while_its_model_answers_starts_nothing(
+    coordinator: CoordinatorProcess,
+) -> None:
+    owner = _owner(coordinator, "bob")
+    worker = RawWorker(coordinator, "w1")
+    worker.connect()
+    try:
+        fetch = {"name": "fetch", "arguments": {"url": "http://example.com/"}}
+        model = coordinator.script("slow.json", [{"sleep": 2, "tool_calls": [fetch]}])
+        goal = coordinator.cli_json("goal", "fetch it", "--model", model, token_file=owner)["id"]
+        time.sleep(0.5)
+        coordinator.cli("runs", "cancel", goal, token_file=owner)
+        with pytest.raises(TimeoutError):
+            worker.expect("dispatch", timeout=5)
+        assert (
+            coordinator.cli_json("runs", "list", "--parent", goal, token_file=owner)["runs"] == []
+        )
+        kinds = [e["kind"] for e in journal(coordinator, goal, token_file=owner)]
+        after = kinds[kinds.index("run.state") + 1 :]
+        assert "run.child" not in after and "goal.model_call" not in after, kinds
+    finally:
+        worker.close()
+
+
+def test_one_call_id_given_twice_in_a_turn_runs_none_of_them(
+    coordinator: CoordinatorProcess,
+) -> None:
+    """The results of a turn's calls are keyed by their ids: two calls with one id would get
+    one result between them. Refused before anything runs, and the same after a restart."""
+    owner = _owner(coordinator, "carol")
+    worker = RawWorker(coordinator, "desk")
+    worker.connect(DESKTOP)
+    try:
+
+        def typing(text: str) -> dict[str, Any]:
+            return {"id": "dup", "name": "computer", "arguments": {"action": "type", "text": text}}
+
+        goal = _approved_desktop_goal(
+            coordinator,
+            worker,
+            owner,
+            [CURSOR, {"tool_calls": [typing("AAAA"), typing("BBBB")]}, {"text": "all typed"}],
+        )
+        done = wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 30, token_file=owner)
+        assert done["status"] == "HAND_BACK_TO_HUMAN", done
+        assert done["stopReason"] == (
+            "model_error: tool call id dup was given twice; none of its calls ran"
+        )
+        with pytest.raises(TimeoutError):
+            worker.expect("dispatch", timeout=1)
+    finally:
+        worker.close()
