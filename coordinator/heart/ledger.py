@@ -324,12 +324,16 @@ def new_action(
 
 # An action whose current attempt runs its postcondition's check (heart/postconditions.py).
 CHECKING = "checking"
+# The check's attempt is the action's claim, and its outcome is not known: a person decides,
+# but the check's late receipt (or its worker still running it) is the check's, never the
+# action's.
+CHECK_UNKNOWN = "check_unknown"
 
 
 def dispatched_as(action: ActionRow) -> tuple[str, str, bool]:
     """What an attempt of the action sends, (kind, args JSON, idempotent): the action's, or
     its postcondition's check while it is checking (read-only, so harmless to run again)."""
-    if action.check_state != CHECKING or not action.postcondition:
+    if action.check_state not in (CHECKING, CHECK_UNKNOWN) or not action.postcondition:
         return action.kind, action.args, action.idempotent
     check = decode_result(action.postcondition)
     return str(check["kind"]), encode_result(check["args"]), True

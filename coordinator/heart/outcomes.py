@@ -109,7 +109,9 @@ def outcome_unknown(
     orders: list[Order] = []
     was_check = action.check_state == postconditions.CHECKING
     if was_check:
-        action.check_state = ""  # the check's own outcome is unknown: a person decides
+        # The check's own outcome is unknown: a person decides. What its attempt still
+        # reports (a late receipt, "running" at a reconnect) stays the check's.
+        action.check_state = postconditions.CHECK_UNKNOWN
     if action.worker_id and action.status in IN_FLIGHT:
         orders.append(CancelOrder(action.worker_id, action.id, action.attempt_id, cause))
     move(action, UNKNOWN, ctx)
@@ -264,8 +266,9 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     else:
         entry["result"] = result
     action.lease_expires_at = None
-    if action.check_state == postconditions.CHECKING:
+    if action.check_state in postconditions.CHECK_ATTEMPT:
         # The receipt of its postcondition's check, not of the action: it settles the action.
+        action.check_state = postconditions.CHECKING
         record(s, run, ctx, "receipt", **entry, check=True)
         settled = postconditions.settle(
             s, run, action, receipt.status, receipt.error, result, row.id, ctx
@@ -472,6 +475,8 @@ def _reconcile_worker(
         assert run is not None
         current.add((h.action_id, h.attempt_id))
         move(action, STARTED, ctx)
+        if action.check_state == postconditions.CHECK_UNKNOWN:
+            action.check_state = postconditions.CHECKING  # the check runs after all
         action.lease_expires_at = ctx.now + ctx.lease_ttl
         ctx.notes.recovered("reconnect", [action.status])
         record(

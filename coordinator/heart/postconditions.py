@@ -33,6 +33,8 @@ from shared.receipts import decode_result
 from shared.states import ActionState, RunState
 
 CHECKING = ledger.CHECKING  # the check's attempt is the action's current claim
+CHECK_UNKNOWN = ledger.CHECK_UNKNOWN  # ... and its outcome is unknown
+CHECK_ATTEMPT = (CHECKING, CHECK_UNKNOWN)  # the action's claim is its check's attempt
 OBSERVED = "observed"  # the check found the effect: done, not run again
 ABSENT = "absent"  # the check found no effect: it may run once more
 
@@ -65,7 +67,7 @@ def begin(s: Session, run: RunRow, action: ActionRow, cause: str, ctx: Context) 
 
 
 def checkable(action: ActionRow) -> bool:
-    return bool(action.postcondition) and action.check_state != CHECKING
+    return bool(action.postcondition) and action.check_state not in CHECK_ATTEMPT
 
 
 def settle(

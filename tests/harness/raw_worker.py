@@ -92,6 +92,23 @@ class RawWorker:
         welcome: worker_pb2.Welcome = self.expect("welcome").welcome
         return welcome
 
+    def reconnect(
+        self, held: list[tuple[Any, str]], advertisement: Advertisement = HEADLESS
+    ) -> worker_pb2.Welcome:
+        """End this stream and open another, as a restarted worker would, its hello listing
+        `held`: (a dispatch it holds, "running" or "interrupted") each."""
+        self.close()
+        self._out, self._in, self._kept, self.error = queue.Queue(), queue.Queue(), [], None
+        return self.connect(
+            advertisement,
+            held=[
+                worker_pb2.HeldAction(
+                    action_id=d.action_id, attempt_id=d.attempt_id, epoch=d.epoch, state=state
+                )
+                for d, state in held
+            ],
+        )
+
     def send(self, **body: Any) -> None:
         self._out.put(worker_pb2.WorkerMessage(**body))
 

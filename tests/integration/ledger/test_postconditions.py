@@ -92,3 +92,65 @@ def test_a_killed_append_with_a_postcondition_continues_without_a_person_and_wri
         assert verify_journal(coordinator, run["id"])["ok"] is True
     finally:
         worker.stop()
+
+
+def test_a_check_whose_outcome_was_unknown_then_reported_running_stays_the_checks(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    """The check's attempt interrupted (the run handed back), then its worker saying it still
+    runs it: the ledger took it back as the action's own attempt, and the check's receipt
+    (`present: false`) made the never-run append SUCCEEDED. It is the check's receipt, and
+    the append runs once more."""
+    import json
+    import time
+
+    from shared.gen.deskfleet.v1 import worker_pb2
+    from tests.harness.raw_worker import RawWorker
+
+    worker = RawWorker(coordinator, "w")
+    worker.connect()
+    try:
+        plan = write_plan(
+            tmp_path / "plan.json",
+            [
+                {
+                    "kind": "diag.append",
+                    "args": LINE,
+                    "idempotent": False,
+                    "route": {"worker": worker.worker_id},
+                    "postcondition": {
+                        "kind": "diag.has_line", "args": LINE, "expect": {"present": True}
+                    },
+                }
+            ],
+        )  # fmt: skip
+        run_id = submit(coordinator, plan)["id"]
+        first = worker.expect("dispatch").dispatch
+        worker.send(
+            started=worker_pb2.ActionStarted(
+                action_id=first.action_id, attempt_id=first.attempt_id, epoch=first.epoch
+            )
+        )
+        time.sleep(0.3)
+        worker.reconnect([(first, "interrupted")])
+        check = worker.expect("dispatch").dispatch
+        assert check.kind == "diag.has_line"
+        worker.reconnect([(check, "interrupted")])
+        wait_run(coordinator, run_id, lambda r: r["status"] == "HAND_BACK_TO_HUMAN", 15)
+        worker.reconnect([(check, "running")])
+        wait_run(coordinator, run_id, lambda r: r["status"] == "RUNNING", 15)
+        now = time.time()
+        worker.send(
+            receipt=worker_pb2.Receipt(
+                action_id=check.action_id, run_id=check.run_id, attempt_id=check.attempt_id,
+                epoch=check.epoch, status="succeeded", started_at=now, finished_at=now,
+                result_json=json.dumps({"name": LINE["name"], "present": False, "count": 0}),
+            )
+        )  # fmt: skip
+        again = worker.expect("dispatch", timeout=15).dispatch
+        assert (again.kind, again.epoch) == ("diag.append", check.epoch + 1)
+        kinds = [e["kind"] for e in journal(coordinator, run_id)]
+        assert "action.absent" in kinds and "action.observed" not in kinds, kinds
+        assert coordinator.cli_json("runs", "show", run_id)["actions"][0]["status"] != "SUCCEEDED"
+    finally:
+        worker.close()
