@@ -144,8 +144,28 @@ def check_postcondition(path: str, kind: str, args: dict[str, Any], expect: Any)
             f'{path}.expect: an object the check\'s result must hold, e.g. {{"present": true}},'
             f" not {_a(expect) if expect else 'an empty one'}"
         )
+    if _deeper_than(expect, MAX_EXPECT_DEPTH):
+        # Checked before any recursive walk (json.dumps would raise RecursionError first).
+        raise InvalidArgumentError(f"{path}.expect: nested at most {MAX_EXPECT_DEPTH} deep")
     if len(json.dumps(expect)) > MAX_EXPECT_CHARS:
         raise InvalidArgumentError(f"{path}.expect: at most {MAX_EXPECT_CHARS} characters of JSON")
+
+
+MAX_EXPECT_DEPTH = 32
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether objects and lists nest in `value` more than `depth` deep (iteratively)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            if level > depth:
+                return True
+            todo.extend(
+                (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return False
 
 
 def check_limits(limits: Mapping[str, float]) -> None:

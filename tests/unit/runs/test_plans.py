@@ -185,3 +185,24 @@ def test_a_postcondition_is_read_and_sent_as_its_check() -> None:
         "actions[0].postcondition.kind: 'browser.fetch' is not a read-only check; a postcondition"
         " runs one of diag.has_line, browser.check"
     )
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"present": True}
+    for _ in range(depth - 1):
+        doc = {"a": doc}
+    return doc
+
+
+def test_a_postcondition_nested_past_its_depth_is_refused_not_a_recursion_error() -> None:
+    """MCP's submit_plan reads plans here: 5,000 levels raised RecursionError from the size
+    check's json.dumps, where the CLI and the RPC answered INVALID_ARGUMENT."""
+    check = {"kind": "diag.has_line", "args": {"name": "x.txt", "line": "once"}}
+    deep = {**check, "expect": _nested(5000)}
+    assert _refusal(_with(postcondition=deep)) == (
+        f"actions[0].postcondition.expect: nested at most {plans.MAX_EXPECT_DEPTH} deep"
+    )
+    with pytest.raises(plans.InvalidArgumentError):
+        plan_request({"actions": [{"kind": "diag.append", "args": {}, "postcondition": deep}]})
+    fits = {**check, "expect": _nested(plans.MAX_EXPECT_DEPTH)}
+    plans.read_plan({"actions": [{**ECHO, "postcondition": fits}]})
