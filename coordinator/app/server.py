@@ -95,6 +95,9 @@ SERVER_OPTIONS = [
 ]
 
 
+IDLE_CONNECTION_MS = 10_000
+
+
 def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
     """The stream is the worker's presence: gRPC's core pings every worker each heartbeat
     interval and ends the stream of one that has not answered within the rest of the lease,
@@ -113,7 +116,12 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, int]]:
     }
     # Sockets that never finish a handshake, and more of them than descriptors to spare
     # (app/descriptors.py).
-    bounds = {"grpc.server_handshake_timeout_ms": int(config.handshake_timeout * 1000)}
+    bounds = {
+        "grpc.server_handshake_timeout_ms": int(config.handshake_timeout * 1000),
+        # A connection with no call open for this long is sent away (GOAWAY; a client of ours
+        # reconnects at its next call): one that only answers pings holds no slot for good.
+        "grpc.max_connection_idle_ms": IDLE_CONNECTION_MS,
+    }
     if config.max_connections:
         bounds["grpc.max_allowed_incoming_connections"] = config.max_connections
     fixed = [(k, v) for k, v in SERVER_OPTIONS if k not in keepalive]

@@ -567,3 +567,69 @@ def test_a_low_soft_limit_of_open_files_is_raised_to_the_hard_one(tmp_path: Path
         assert _open_files(coordinator.proc.pid) == (4096, 4096)
     finally:
         coordinator.kill()
+
+
+def _frame(kind: int, flags: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + bytes(4) + payload
+
+
+def test_connections_that_only_answer_pings_are_sent_away_and_free_their_slots(
+    tmp_path: Path,
+) -> None:
+    """200 sockets that finish the HTTP/2 handshake, then answer every ping and never call:
+    the handshake timeout does not apply and the keepalive is satisfied, so they held every
+    slot of the cap (128 at 256 open files) and `kill engage` stayed out for as long as they
+    were open (40 s tried). A connection with no call for 10 s is now sent away."""
+    import selectors
+    import threading
+
+    settings, ping, ack = 4, 6, 1
+    coordinator = CoordinatorProcess(tmp_path / "c", serve_args=("--handshake-timeout", "1"))
+    coordinator.start(open_files=(256, 256))
+    chosen = selectors.DefaultSelector()
+    stop = threading.Event()
+    sockets: list[socket.socket] = []
+
+    def answer() -> None:  # acknowledge the server's settings and pings, as a live peer does
+        pending: dict[socket.socket, bytes] = {}
+        while not stop.is_set():
+            for key, _ in chosen.select(0.1):
+                s: Any = key.fileobj
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    chosen.unregister(s)
+                    continue
+                buf = pending.get(s, b"") + data
+                while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                    size, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+                    payload, buf = buf[9 : 9 + size], buf[9 + size :]
+                    if kind in (settings, ping) and not flags & ack:
+                        s.sendall(_frame(kind, ack, payload if kind == ping else b""))
+                pending[s] = buf
+
+    pump = threading.Thread(target=answer, daemon=True)
+    try:
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", coordinator.port))
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(settings, 0))
+            sockets.append(s)
+            chosen.register(s, selectors.EVENT_READ)
+        pump.start()
+        started = time.monotonic()
+        while True:
+            done = coordinator.cli("kill", "engage", "--reason", "drill", check=False)
+            if done.returncode == 0 or time.monotonic() - started > 30:
+                break
+            time.sleep(0.5)
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started < 20  # the idle limit (10 s), not never
+    finally:
+        stop.set()
+        if pump.is_alive():
+            pump.join()
+        for s in sockets:
+            s.close()
+        coordinator.kill()

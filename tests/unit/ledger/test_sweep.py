@@ -4,7 +4,6 @@ after the coordinator started, and which it leaves to the reconnect grace."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, cast
 
 from sqlalchemy import update
