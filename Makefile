@@ -1,20 +1,25 @@
-.PHONY: setup test test-fast test-unit demo bench bench-quick proto lint
+.PHONY: setup test test-all test-slow test-unit demo bench bench-quick proto lint
 
 setup:
 	bash scripts/setup.sh
 
-# The whole suite, slow end-to-end tests included (what CI runs).
+# The suite but the modules marked slow: under 6 minutes on a fresh clone (two cores).
 test:
 	bash scripts/test.sh
 
-# Everything but the tests marked slow.
-test-fast:
-	bash scripts/test.sh -m "not slow"
+# Every test, the slow modules included (CI runs `test` and then `test-slow`).
+test-all:
+	bash scripts/test.sh --all
+
+# The modules marked slow alone: the browser leak check, the research and browser suites,
+# fuzzing, the installers, presence and TLS timing.
+test-slow:
+	bash scripts/test.sh --slow
 
 # The in-process tier only (tests/unit/): the ledger's rules, parsing, rendering; no program
 # is started (tests/unit/conftest.py refuses one), about 20 s.
 test-unit:
-	bash scripts/test.sh -m unit
+	bash scripts/test.sh --all -m unit
 
 demo:
 	bash scripts/demo.sh

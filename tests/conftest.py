@@ -262,8 +262,10 @@ def window(
 #   tests/unit/         in process: rules, parsing, rendering, a store in a temporary file
 #   tests/integration/  real coordinator, worker or database processes
 #   tests/e2e/          a real browser or display (Chromium, Xvfb) besides the processes
-# `slow` is set by modules whose tests take more than a few seconds each. A test that starts a
-# process belongs in integration/ or e2e/ (tests/unit/conftest.py refuses one in unit/).
+# `slow` is set by modules left out of `make test` (which stays under 6 minutes): those whose
+# tests take many seconds each and guard no ledger promise (the ledger's recovery, goals,
+# postconditions and replicas stay in). CI runs them too (`make test-slow`). A test that starts
+# a process belongs in integration/ or e2e/ (tests/unit/conftest.py refuses one in unit/).
 
 TIERS = ("unit", "integration", "e2e")
 TESTS = Path(__file__).resolve().parent

@@ -28,8 +28,6 @@ from tests.harness import (
 )
 from tests.harness.models import AnthropicStandIn, computer
 
-pytestmark = pytest.mark.slow
-
 TEXT = "Lit in 1868, says the journal"
 GUIDANCE = "use the field in the middle of the page"
 TYPE_CALL = "toolu_03_0"  # the third turn's call: the type

@@ -14,8 +14,6 @@ import pytest
 
 from tests.harness import STOPPED, CoordinatorProcess, WorkerProcess, Xvfb, wait_run, wait_until
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
 def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:

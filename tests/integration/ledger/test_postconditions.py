@@ -23,8 +23,6 @@ from tests.harness import (
     write_plan,
 )
 
-pytestmark = pytest.mark.slow
-
 LINE = {"name": "light.txt", "line": "lit in 1868"}
 
 

@@ -27,8 +27,6 @@ from tests.harness import (
 )
 from worker_agent.action_log import LOG_NAME, read_frames
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def worker_browser() -> bool:

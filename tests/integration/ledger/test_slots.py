@@ -25,8 +25,6 @@ from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import fleet_pb2, fleet_pb2_grpc, runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
 
-pytestmark = pytest.mark.slow
-
 SLOTS_PER_WORKER = 4  # coordinator/heart/context.py MAX_PER_WORKER
 SLOTS = 2 * SLOTS_PER_WORKER
 TERMINAL = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")

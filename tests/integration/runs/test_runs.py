@@ -24,8 +24,6 @@ from tests.harness import (
     write_plan,
 )
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def worker_browser() -> bool:
