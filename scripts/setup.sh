@@ -42,10 +42,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing the project and its dependencies into .venv"
   # uv installs the same pinned closure in about 14 s where pip takes about 60 (most of a fresh
   # clone's `make test` setup); pip stays the way when uv cannot be had. setuptools is named
-  # because pip's venv has it and the installers' no-build-isolation install uses it. Bytecode is
+  # because pip's venv has it and the installers' no-build-isolation install uses it, pip at its
+  # current release as pip's own path installs it (the installers' pip runs from here). Bytecode is
   # compiled at install, as pip does: a dependency's source compiled at import under the
   # suite's warnings-as-errors fails on its invalid escape sequences (pysbd's, for one).
   if .venv/bin/pip install -q --disable-pip-version-check uv >/dev/null 2>&1 \
+    && .venv/bin/uv pip install -q --python .venv/bin/python --upgrade pip \
     && .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -c constraints.txt \
       -e '.[dev]' setuptools; then
     :
