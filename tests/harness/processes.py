@@ -8,7 +8,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import resource
 import selectors
 import shutil
 import signal
@@ -134,8 +133,36 @@ def _template_store() -> Path:
         return _template[0]
 
 
-def _limit_open_files(limits: tuple[int, int]) -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+# Set in a small exec wrapper, never in a preexec_fn: this process holds gRPC channels, and a
+# preexec_fn makes subprocess fork with Python's fork handlers, which restarted gRPC's poller in
+# the child between fork and exec; the coordinator then died before its first line
+# ("epoll_wait error: Bad file descriptor").
+_EXEC_PREPARED = """
+import os, resource, signal, sys
+soft, hard, ignore_sigint = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+if soft >= 0:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+if ignore_sigint:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+os.execv(sys.argv[4], sys.argv[4:])
+"""
+
+
+def prepared(
+    argv: list[str], *, open_files: tuple[int, int] | None = None, ignore_sigint: bool = False
+) -> list[str]:
+    """`argv` run with the given limit of open files and SIGINT disposition, as a service
+    manager or a parent shell would set them."""
+    soft, hard = open_files or (-1, -1)
+    return [
+        sys.executable,
+        "-c",
+        _EXEC_PREPARED,
+        str(soft),
+        str(hard),
+        "1" if ignore_sigint else "0",
+        *argv,
+    ]
 
 
 class CoordinatorProcess:
@@ -243,30 +270,31 @@ class CoordinatorProcess:
             self.init()
         self._close_handles()
         self._log_file = self.log.open("a")
+        argv = [
+            str(BIN / "deskfleet-coordinator"),
+            "serve",
+            "--db",
+            self.db_url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--replica",
+            self.replica,
+            "--heartbeat-interval",
+            str(self.heartbeat),
+            "--lease-ttl",
+            str(self.lease),
+            "--sweep-interval",
+            str(self.sweep),
+            *(["--allow-private-networks"] if self.allow_private_networks else []),
+            *(["--policy", str(self.policy)] if self.policy else []),
+            "--scripted-models-dir",
+            str(self.scripts_dir),
+            "--secrets-key-file",
+            str(self.secrets_key_file),
+            *self.serve_args,
+        ]
         self.proc = subprocess.Popen(
-            [
-                BIN / "deskfleet-coordinator",
-                "serve",
-                "--db",
-                self.db_url,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--replica",
-                self.replica,
-                "--heartbeat-interval",
-                str(self.heartbeat),
-                "--lease-ttl",
-                str(self.lease),
-                "--sweep-interval",
-                str(self.sweep),
-                *(["--allow-private-networks"] if self.allow_private_networks else []),
-                *(["--policy", str(self.policy)] if self.policy else []),
-                "--scripted-models-dir",
-                str(self.scripts_dir),
-                "--secrets-key-file",
-                str(self.secrets_key_file),
-                *self.serve_args,
-            ],
+            prepared(argv, open_files=open_files) if open_files else argv,
             stdout=subprocess.PIPE,
             stderr=self._log_file,
             text=True,
@@ -275,7 +303,6 @@ class CoordinatorProcess:
                 **self.extra_env,
                 **({faults.ENV: fault} if fault else {}),
             },
-            preexec_fn=(lambda: _limit_open_files(open_files)) if open_files else None,
         )
         line = self._read_line(timeout=30)
         self.port = int(line.rsplit(":", 1)[1])

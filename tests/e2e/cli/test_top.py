@@ -23,6 +23,7 @@ from tests.harness import (
     WorkerProcess,
     Xvfb,
     base_env,
+    prepared,
     submit,
     wait_until,
     write_plan,
@@ -229,12 +230,14 @@ def test_in_a_terminal_top_refreshes_until_ctrl_c_and_exits_quietly(
     proc = subprocess.Popen(
         # A generous deadline per call: on a saturated machine the first answer can be slow,
         # and this test is about the live view, not latency.
-        [BIN / "deskfleet", "top", "--interval", "0.2", "--timeout", "30"],
+        prepared(
+            [str(BIN / "deskfleet"), "top", "--interval", "0.2", "--timeout", "30"],
+            ignore_sigint=True,
+        ),
         stdin=follower,
         stdout=follower,
         stderr=subprocess.PIPE,
         env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     os.close(follower)
     try:

@@ -116,19 +116,23 @@ def test_browser_check_looks_at_a_page_for_a_postcondition(
 
 
 def _browser_pids(worker: WorkerProcess) -> set[int]:
-    """The Chromium browser processes (not its renderers or helpers) below the worker."""
+    """The Chromium browser processes (not its renderers or helpers) below the worker.
+
+    A browser is a Chromium process whose parent is not one: while a browser forks a helper,
+    the child shows the browser's command line (no `--type=`) until it execs, and was once
+    counted as a second browser."""
     assert worker.proc is not None
-    found = set()
+    chromium: dict[int, tuple[int, list[str]]] = {}
     for proc in psutil.Process(worker.proc.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
             cmdline = proc.cmdline()
-            if (
-                cmdline
-                and "chrom" in cmdline[0]
-                and not any(a.startswith("--type=") for a in cmdline)
-            ):
-                found.add(proc.pid)
-    return found
+            if cmdline and "chrom" in cmdline[0]:
+                chromium[proc.pid] = (proc.ppid(), cmdline)
+    return {
+        pid
+        for pid, (parent, cmdline) in chromium.items()
+        if parent not in chromium and not any(a.startswith("--type=") for a in cmdline)
+    }
 
 
 def test_the_browser_launched_to_measure_the_worker_serves_its_fetches(
