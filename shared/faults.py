@@ -23,9 +23,12 @@ EXIT_AFTER_DISPATCH = "exit-after-dispatch"
 # worker dies before acting (nothing happened) or right after (it happened, with no receipt).
 WORKER_EXIT_BEFORE_EFFECT = "worker-exit-before-effect"
 WORKER_EXIT_AFTER_EFFECT = "worker-exit-after-effect"
+# A guidance message is committed, and the process dies before the sender has its answer.
+EXIT_AFTER_GUIDANCE_COMMIT = "exit-after-guidance-commit"
 KNOWN = frozenset(
     {
         EXIT_AFTER_RECEIPT_COMMIT,
+        EXIT_AFTER_GUIDANCE_COMMIT,
         EXIT_AFTER_DISPATCH,
         WORKER_EXIT_BEFORE_EFFECT,
         WORKER_EXIT_AFTER_EFFECT,

@@ -50,6 +50,12 @@ class ApprovalState(StrEnum):
     WITHDRAWN = "withdrawn"  # its run ended before an answer (cancelled with its parent)
 
 
+class GuidanceState(StrEnum):
+    QUEUED = "queued"  # waits for the run's next safe boundary
+    DELIVERED = "delivered"  # a model call or an action boundary took it
+    NOT_RECEIVED = "not_received"  # the run stopped or ended before any boundary took it
+
+
 # What a run is (`RunRow.kind`): a plan of actions, a research question, a desktop control
 # session, or a goal a model works towards (whose research, fetch and desktop runs are its
 # children).

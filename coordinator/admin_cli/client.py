@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -10,7 +11,7 @@ import grpc
 
 from shared.config import ClientConfig
 from shared.credentials import auth_metadata
-from shared.errors import from_rpc_error
+from shared.errors import StoreUnavailableError, UnavailableError, from_rpc_error
 from shared.gen.deskfleet.v1 import (
     admin_pb2_grpc,
     desktop_pb2_grpc,
@@ -23,6 +24,9 @@ from shared.transport import is_loopback, plaintext_warning
 
 Response = TypeVar("Response")
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+# A send whose answer was lost is repeated after each of these pauses (seconds): 15 s in all,
+# time for a coordinator to restart.
+REPEAT_PAUSES = (1.0, 2.0, 4.0, 8.0)
 
 
 def channel_credentials(config: ClientConfig) -> grpc.ChannelCredentials | None:
@@ -92,3 +96,17 @@ class CoordinatorClient:
             return method(request, metadata=metadata, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.config.coordinator) from exc
+
+    def call_repeatable(self, method: Callable[..., Response], request: Any) -> Response:
+        """`call` for a request that names itself (a message id): one whose answer was lost
+        (the coordinator unreachable, or silent past the deadline) is sent again, as the same
+        request, so that the coordinator answers the one it already took."""
+        for pause in REPEAT_PAUSES:
+            try:
+                return self.call(method, request)
+            except StoreUnavailableError:
+                raise  # the coordinator answered: its store is down, saying it again won't help
+            except UnavailableError as exc:
+                print(f"{exc}; sending the same request again in {pause:g} s", file=sys.stderr)
+                time.sleep(pause)
+        return self.call(method, request)

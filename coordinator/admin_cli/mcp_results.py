@@ -34,6 +34,17 @@ class RunSummary(TypedDict):
     report: NotRequired[dict[str, Any] | None]  # research runs, once stopped
 
 
+class GuideResult(TypedDict):
+    """A message queued by guide_run (or the one its message id queued before)."""
+
+    guidanceId: str
+    messageId: str
+    seq: int
+    queued: int
+    execution: int
+    repeatedSend: bool
+
+
 class RunResult(TypedDict):
     """A run as run_status (and the run resource) hands it back."""
 

@@ -31,6 +31,7 @@ from coordinator.admin_cli.mcp_results import (
     DesktopActResult,
     DesktopRequestResult,
     FleetStatusResult,
+    GuideResult,
     JournalEntryResult,
     JournalSearchResult,
     RunResult,
@@ -172,6 +173,30 @@ class FleetTools:
         c = self.client
         run = c.call(c.runs.CancelRun, runs_pb2.RunRef(id=run_id))
         return _result(self._run_summary(run, report=False))
+
+    def guide_run(
+        self, run_id: str, text: str, message_id: str, expected_execution: int
+    ) -> CallToolResult:
+        c = self.client
+        request = runs_pb2.GuideRunRequest(
+            id=run_id,
+            text=text,
+            message_id=message_id,
+            expected_execution=whole("expected_execution", expected_execution, 0),
+        )
+        reply = c.call_repeatable(c.runs.GuideRun, request) if message_id else None
+        if reply is None:  # no id: a lost answer cannot be told from a lost message
+            reply = c.call(c.runs.GuideRun, request)
+        return _result(
+            {
+                "guidanceId": reply.guidance_id,
+                "messageId": reply.message_id,
+                "seq": reply.seq,
+                "queued": reply.queued,
+                "execution": reply.execution,
+                "repeatedSend": reply.repeated_send,
+            }
+        )
 
     def _follow(self, run: runs_pb2.Run, wait: bool, progress: Progress) -> runs_pb2.Run:
         """With `wait`, follow `run` until it stops, telling `progress` where it is."""
@@ -378,6 +403,10 @@ STARTS = ToolAnnotations(
 ACTS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
 )
+# Not idempotent as such: only a repeat with the same message id is the same message.
+GUIDES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 STOPS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
@@ -438,6 +467,28 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
     async def cancel_run(run_id: RunId) -> Annotated[CallToolResult, RunSummary]:
         """Cancel a run: nothing more of it is dispatched (a stopped run stays as it is)."""
         return await _off_loop(lambda: tools.cancel_run(run_id))
+
+    @server.tool(annotations=GUIDES)
+    async def guide_run(
+        run_id: RunId,
+        text: Annotated[str, Field(description="the message, delivered at the next safe boundary")],
+        message_id: Annotated[
+            str,
+            Field(
+                description="your id for this message (A-Z a-z 0-9 _ . : -, at most 128): a call"
+                " repeated with it is the same message, never a second one",
+            ),
+        ] = "",
+        expected_execution: Annotated[
+            int,
+            _bounds("refuse it if the run has moved past this execution (0 = any)", 0, INT32_MAX),
+        ] = 0,
+    ) -> Annotated[CallToolResult, GuideResult]:
+        """Guide a run: a correction that grants nothing, read at its next safe boundary (a
+        goal's next model call, a plan's next action). run_status says where it stands."""
+        return await _off_loop(
+            lambda: tools.guide_run(run_id, text, message_id, expected_execution)
+        )
 
     @server.tool(annotations=STARTS)
     async def desktop_request(

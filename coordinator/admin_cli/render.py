@@ -254,9 +254,30 @@ def run_detail(r: dict[str, Any]) -> str:
         f" estimate {lim['estimateActions']} attempts / {lim['estimateSeconds']:g} s;"
         f" {r['extensions']} of 3 extensions used",
         f"journal:    {r['lastSeq']} events (trace {r['traceId']})",
+        f"execution:  {r.get('execution') or 1} (moves at each retry, adoption and restart)",
         f"created:    {_cell(r.get('createdAt'))}   updated: {_cell(r.get('updatedAt'))}",
     ]
-    if r.get("guidanceQueued"):
+    if r.get("guidance"):
+        lines.append(f"guidance:   {r.get('guidanceQueued') or 0} of {len(r['guidance'])} queued")
+        lines += _indented(
+            table(
+                ["MESSAGE", "STATUS", "EXECUTION", "SENT", "TO", "TEXT"],
+                [
+                    [
+                        g["messageId"],
+                        g["status"],
+                        g.get("execution") or 1,
+                        g.get("createdAt"),
+                        g.get("deliveredTo"),
+                        g.get("text"),
+                    ]
+                    for g in r["guidance"]
+                ],
+                cut=(4, 5),
+                margin=2,
+            )
+        )
+    elif r.get("guidanceQueued"):
         lines.append(f"guidance:   {r['guidanceQueued']} message(s) queued")
     if r.get("parent"):
         lines.append(f"parent:     {r['parent']} (tree of {r.get('root') or r['parent']})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -211,14 +212,28 @@ def control(rpc: str) -> Any:
 
 
 def guide(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    reply = client.call(client.runs.GuideRun, runs_pb2.GuideRunRequest(id=args.id, text=args.text))
+    request = runs_pb2.GuideRunRequest(
+        id=args.id,
+        text=args.text,
+        # One id per invocation: a send repeated after a lost answer is the same message.
+        message_id=args.message_id or f"cli-{uuid.uuid4().hex}",
+        expected_execution=args.expected_execution,
+    )
+    reply = client.call_repeatable(client.runs.GuideRun, request)
     doc = render.as_dict(reply)
     if args.json:
         render.print_json(doc)
+    elif reply.repeated_send:
+        print(
+            f"guidance {reply.guidance_id} (message {reply.message_id}) was already queued for"
+            f" run {args.id} (journal event {reply.seq}): nothing sent twice;"
+            f" `deskfleet runs show {args.id}` says where it stands"
+        )
     else:
         print(
-            f"guidance {doc['guidanceId']} queued for run {args.id} (journal event"
-            f" {doc['seq']}); it is delivered at the run's next safe boundary"
+            f"guidance {reply.guidance_id} queued for run {args.id} (message {reply.message_id},"
+            f" execution {reply.execution}, journal event {reply.seq}); it is delivered at the"
+            " run's next safe boundary"
         )
 
 
@@ -548,6 +563,21 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(runs, "guide", guide, "queue a message for the run's next safe boundary")
     p.add_argument("id", **RUN_ID)
     p.add_argument("text", metavar="TEXT", help="the message for the run")
+    p.add_argument(
+        "--message-id",
+        default="",
+        metavar="K",
+        help="this message's id (A-Z a-z 0-9 _ . : -, at most 128): sending it again with the"
+        " same id is the same message; by default one per invocation",
+    )
+    p.add_argument(
+        "--expected-execution",
+        type=int,
+        default=0,
+        metavar="N",
+        help="refuse the message if the run is no longer at this execution (runs show says"
+        " which it is at)",
+    )
 
     journal = sub.add_parser("journal", help="a run's journal").add_subparsers(
         dest="sub", required=True, metavar="ACTION"

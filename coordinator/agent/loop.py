@@ -278,7 +278,13 @@ class Goals:
             guidance=[g for g, _ in guidance],
         )
         for guidance_id, _ in guidance:
-            await self._journal(goal, "guidance.delivered", guidance=guidance_id, model_call=seq)
+            await self._journal(
+                goal,
+                "guidance.delivered",
+                guidance=guidance_id,
+                model_call=seq,
+                to=f"model call {goal.step} (journal #{seq})",
+            )
         earlier = [c.id for m in goal.messages for c in m.tool_calls]
         goal.messages.append(Message("assistant", turn.text, turn.tool_calls))
         problem = rebuild.call_id_problem(turn.tool_calls, earlier)
@@ -296,8 +302,41 @@ class Goals:
                     f" {turn.text[:300] or 'the model finished'}",
                 )
             raise _Stop(RunState.SUCCEEDED, f"completed: {turn.text[:500] or 'the model finished'}")
-        results = [await self._tool(goal, call) for call in turn.tool_calls]
+        results: list[ToolResult] = []
+        for call in turn.tool_calls:
+            if results and await self._guidance_waits(goal):
+                # A person's correction came in while an earlier call of this turn ran: the
+                # calls not started wait for a model call that has read it.
+                results.append(await self._not_started(goal, call))
+            else:
+                results.append(await self._tool(goal, call))
         goal.messages.append(Message("user", "", tool_results=tuple(results)))
+
+    async def _guidance_waits(self, goal: Goal) -> bool:
+        """Whether a message this loop has not seen waits for the goal."""
+
+        def unit(s: Session) -> bool:
+            return any(
+                m.id not in goal.seen_guidance
+                for m in run_queries.undelivered_guidance(s, goal.state.run_id)
+            )
+
+        return await self._db.read(unit)
+
+    async def _not_started(self, goal: Goal, call: ToolCall) -> ToolResult:
+        """A call left for the next model call: its result says so, in the journal, so that a
+        rebuild reads it as not run (it never ran) instead of guessing."""
+        result = ToolResult(
+            call.id,
+            (
+                TextPart(
+                    "not run: a person's guidance arrived before this call started; read it"
+                    " and call again if it still applies"
+                ),
+            ),
+        )
+        await self._journal_result(goal, call, result, skipped="guidance")
+        return result
 
     async def _fit(self, goal: Goal, tools: tuple[ToolSpec, ...]) -> None:
         """Keep the working set under its budget: archive big results, then checkpoint."""
@@ -390,10 +429,17 @@ class Goals:
         return result
 
     async def _journal_result(
-        self, goal: Goal, call: ToolCall, result: ToolResult, *, recovered: str = ""
+        self,
+        goal: Goal,
+        call: ToolCall,
+        result: ToolResult,
+        *,
+        recovered: str = "",
+        skipped: str = "",
     ) -> None:
         """The call's result in the journal: what a rebuild gives the model again. `recovered`
-        names the action or run it was read from after a restart (it did not run again)."""
+        names the action or run it was read from after a restart (it did not run again);
+        `skipped` why it was never started."""
         await self._journal(
             goal,
             "goal.tool_result",
@@ -414,6 +460,7 @@ class Goals:
                 else {}
             ),
             **({"recovered": recovered} if recovered else {}),
+            **({"skipped": skipped} if skipped else {}),
         )
 
     async def _ask(self, goal: Goal, call: ToolCall) -> ToolResult:
@@ -425,7 +472,7 @@ class Goals:
         answer: list[tuple[str, str]] = []
 
         async def answered() -> bool:
-            answer.extend(await self._take_guidance(goal, mark=True))
+            answer.extend(await self._take_guidance(goal, mark=f"the answer to question {call.id}"))
             return bool(answer)
 
         if required:
@@ -489,10 +536,10 @@ class Goals:
             raise _Stop(RunState.HAND_BACK_TO_HUMAN, f"kill_switch: {killed}; release it and retry")
         return run
 
-    async def _take_guidance(self, goal: Goal, *, mark: bool = False) -> list[tuple[str, str]]:
+    async def _take_guidance(self, goal: Goal, *, mark: str = "") -> list[tuple[str, str]]:
         """Guidance not yet seen by this loop. Without `mark` it joins the next model call and
-        is marked delivered once a call used it; with `mark` (an answer to ask_human) it is
-        delivered now, as the tool's result."""
+        is marked delivered once a call used it; with `mark` (an answer to ask_human: what
+        took it) it is delivered now, as the tool's result."""
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             taken.clear()
@@ -501,7 +548,7 @@ class Goals:
                     continue
                 taken.append((message.id, message.text))
                 if mark:
-                    message.delivered_at = ctx.now
+                    ledger.delivered(message, mark, ctx.now)
             return []
 
         taken: list[tuple[str, str]] = []
@@ -522,7 +569,7 @@ class Goals:
             if event == "guidance.delivered":
                 for message in run_queries.undelivered_guidance(s, run.id):
                     if message.id == data["guidance"]:
-                        message.delivered_at = ctx.now
+                        ledger.delivered(message, data["to"], ctx.now)
             run.spec = dict(run.spec, step=goal.step, desktop_run=goal.state.desktop_run)
             return []
 
@@ -580,6 +627,7 @@ class Goals:
             if run.kind == KIND and run.spec.get("driver", "") in ("", self._replica):
                 locked = run_queries.run_for_update(s, run.id)
                 if locked is not None and locked.status != RunState.RECOVERING:
+                    locked.execution += 1  # the loop that ran it died with the process
                     ledger.set_status(
                         s,
                         locked,
@@ -617,7 +665,16 @@ class Goals:
             if run is None or run.status not in ACTIVE or run.spec.get("driver") != driver:
                 return []
             run.spec = dict(run.spec, driver=self._replica)
-            ledger.record(s, run, ctx, "goal.adopted", replica=self._replica, previous=driver)
+            run.execution += 1
+            ledger.record(
+                s,
+                run,
+                ctx,
+                "goal.adopted",
+                replica=self._replica,
+                previous=driver,
+                execution=run.execution,
+            )
             adopted.append(True)
             return []
 

@@ -4,6 +4,7 @@ cancel, retry, abandon, guide and a run kill switch."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -15,7 +16,7 @@ from coordinator.console.sessions import (
     Session,
 )
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
-from shared.states import RUN_KINDS, RUN_STATES, STOPPED
+from shared.states import RUN_KINDS, RUN_STATES, STOPPED, RunState
 
 
 class RunPages(Pages):
@@ -84,6 +85,9 @@ class RunPages(Pages):
             search=search,
             matches=matches,
             stopped=run.status in STOPPED,
+            guidable=run.status not in (RunState.SUCCEEDED, RunState.CANCELLED),
+            # One id per form shown: the same form sent twice is one message.
+            message_id=f"console-{uuid.uuid4().hex}",
             csrf=session.csrf,
         )
 
@@ -128,10 +132,20 @@ class RunPages(Pages):
             text = str(form.get("text") or "")
             if not text.strip():
                 raise Refused(400, "guidance: write what the run should know")
-            done = await rpc.call(
-                session.token, rpc.runs.GuideRun, runs_pb2.GuideRunRequest(id=run_id, text=text)
+            message = runs_pb2.GuideRunRequest(
+                id=run_id,
+                text=text,
+                message_id=str(form.get("message_id") or ""),
+                # A page's own number, or anything a browser sends: 0 (current) if not one.
+                expected_execution=min(
+                    max(model.parse_int(form.get("expected_execution"), 0), 0), 2**31 - 1
+                ),
             )
-            session.flash("ok", f"guidance queued ({done.queued} waiting)")
+            done = await rpc.call(session.token, rpc.runs.GuideRun, message)
+            if done.repeated_send:
+                session.flash("ok", "that guidance was already sent: nothing sent twice")
+            else:
+                session.flash("ok", f"guidance queued ({done.queued} waiting)")
             return self.redirect(f"/runs/{run_id}")
         if op == "kill":
             form = await request.form()

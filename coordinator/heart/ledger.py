@@ -51,6 +51,7 @@ from coordinator.streams import worker_index
 from shared.action_kinds import APP_RESEARCH
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result, fingerprint
+from shared.states import GuidanceState
 
 
 def record(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> int:
@@ -85,6 +86,7 @@ def set_status(
     if status not in ACTIVE:
         run.queued_at = None  # a stopped run leaves the line
         ctx.stopped.add(run.id)
+        _not_received(s, run, ctx, status)
     run.status, run.stop_reason = status, stop_reason
     run.waiting_code, run.waiting_detail = waiting
     run.state_since = ctx.now
@@ -468,8 +470,26 @@ def _deliver_guidance(s: Session, run: RunRow, ctx: Context) -> None:
     """Queued guidance reaches the run at this boundary: before its next dispatch."""
     pending: Sequence[GuidanceRow] = run_queries.undelivered_guidance(s, run.id)
     for message in pending:
-        message.delivered_at = ctx.now
-        record(s, run, ctx, "guidance.delivered", guidance=message.id, text=message.text)
+        to = f"the action boundary after {run.actions_succeeded} of {run.actions_total} actions"
+        seq = record(
+            s, run, ctx, "guidance.delivered", guidance=message.id, text=message.text, to=to
+        )
+        delivered(message, f"{to} (journal #{seq})", ctx.now)
+
+
+def delivered(message: GuidanceRow, to: str, now: float) -> None:
+    """The message reached the run through `to` (what took it: a boundary, a model call)."""
+    message.status, message.delivered_at, message.delivered_to = GuidanceState.DELIVERED, now, to
+
+
+def _not_received(s: Session, run: RunRow, ctx: Context, status: str) -> None:
+    """The run stopped before any boundary took these messages: they say so, rather than
+    wait for a later execution written after them (a message sent to a stopped run waits
+    for its retry)."""
+    for message in run_queries.undelivered_guidance(s, run.id):
+        why = f"the run stopped {status} before a boundary took it"
+        message.status, message.delivered_to = GuidanceState.NOT_RECEIVED, why
+        record(s, run, ctx, "guidance.not_received", guidance=message.id, why=why)
 
 
 def _plain_route(

@@ -19,7 +19,7 @@ from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import CancelOrder, Order
-from coordinator.runs import timeline as timelines, tree
+from coordinator.runs import guidance, timeline as timelines, tree
 from coordinator.runs.plan import Plan, PlannedAction, validate, with_network_policy
 from coordinator.runs.timeline import Timeline
 from coordinator.store import (
@@ -40,22 +40,24 @@ from coordinator.store.models import (
 )
 from coordinator.streams.followers import RunFeed, RunFeeds
 from coordinator.streams.journal_bus import JournalBus, StopWait
-from shared import action_kinds, tracing
+from shared import action_kinds, faults, tracing
 from shared.errors import (
     DeskfleetError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
-    ResourceExhaustedError,
 )
 from shared.ids import new_id
-from shared.states import ACTIVE, IN_FLIGHT, STOPPED_FOR_A_PERSON, ActionState, RunState
-from shared.text import refuse_control
+from shared.states import (
+    ACTIVE,
+    IN_FLIGHT,
+    STOPPED_FOR_A_PERSON,
+    ActionState,
+    GuidanceState,
+    RunState,
+)
 
-GUIDANCE_CHARS = 4000
-GUIDANCE_MESSAGES = 16
-GUIDANCE_TOTAL_CHARS = 16000
 EVERY_OWNER = "*"  # a list of every owner's runs (admins)
 CHILDREN_SHOWN = 100  # children named in a run's view; `runs list --parent` pages the rest
 
@@ -65,6 +67,7 @@ class RunView:
     run: RunRow
     actions: tuple[ActionRow, ...] = ()
     guidance_queued: int = 0
+    guidance: tuple[GuidanceRow, ...] = ()  # every message, oldest first (GetRun)
     artifacts: tuple[ArtifactRow, ...] = ()
     timeline: Timeline | None = None
     receipt_traces: Mapping[str, str] = dataclasses.field(default_factory=dict)  # id -> W3C
@@ -367,7 +370,8 @@ class Runs:
                 if action.status in (ActionState.FAILED, ActionState.UNKNOWN):
                     action.status = ActionState.PENDING
             quotas.admit(s, run.owner_id)  # active again: it needs room under the limits
-            ledger.record(s, run, ctx, "run.retry", by=who.id)
+            run.execution += 1
+            ledger.record(s, run, ctx, "run.retry", by=who.id, execution=run.execution)
             ledger.set_status(s, run, ctx, RunState.RUNNING, cause=f"retry by {who.name}")
             return ledger.advance(s, run, ctx)
 
@@ -397,52 +401,30 @@ class Runs:
         await self._dispatcher.run_unit(unit)
         return await self.get(who, run_id)
 
-    async def guide(self, who: Principal, run_id: str, text: str) -> tuple[str, int, int]:
-        """Queue a person's message for the run's next safe boundary (SPEC §4.8)."""
-        if not text.strip():
-            raise InvalidArgumentError("text: guidance must not be empty")
-        refuse_control("text", text, multiline=True)
-        if len(text) > GUIDANCE_CHARS:
-            raise InvalidArgumentError(
-                f"text: guidance is at most {GUIDANCE_CHARS} characters (this is {len(text)})"
-            )
-        guidance_id = new_id("gdn")
-        result: dict[str, int] = {}
+    async def guide(
+        self,
+        who: Principal,
+        run_id: str,
+        text: str,
+        *,
+        message_id: str = "",
+        expected_execution: int = 0,
+    ) -> guidance.Queued:
+        """Queue a person's message for the run's next safe boundary (SPEC §4.8); a send
+        repeated with its message id is answered with the message it queued."""
+        guidance.check_text(text, message_id, expected_execution)
+        result: list[guidance.Queued] = []
 
         def unit(s: Session, ctx: Context) -> list[Order]:
+            result.clear()
             run = owned_run(s, who, run_id, lock=True)
-            if run.status in (RunState.SUCCEEDED, RunState.CANCELLED):
-                raise FailedPreconditionError(f"run {run_id} is {run.status}: nothing to guide")
-            count, chars = run_queries.guidance_totals(s, run_id)
-            if count >= GUIDANCE_MESSAGES:
-                raise ResourceExhaustedError(
-                    f"run {run_id} already has {count} guidance messages (at most"
-                    f" {GUIDANCE_MESSAGES} per run)"
-                )
-            if chars + len(text) > GUIDANCE_TOTAL_CHARS:
-                raise ResourceExhaustedError(
-                    f"run {run_id} would exceed {GUIDANCE_TOTAL_CHARS} characters of guidance"
-                    f" ({chars} used, {len(text)} more asked)"
-                )
-            quotas.charge_text(s, run.owner_id, text)  # the row; its journal event counts too
-            s.add(
-                GuidanceRow(
-                    id=guidance_id,
-                    run_id=run_id,
-                    author_id=who.id,
-                    text=text,
-                    created_at=ctx.now,
-                    delivered_at=None,
-                )
-            )
-            result["seq"] = ledger.record(
-                s, run, ctx, "guidance.queued", guidance=guidance_id, by=who.id, text=text
-            )
-            result["queued"] = len(run_queries.undelivered_guidance(s, run_id))  # incl. this one
-            return ledger.advance(s, run, ctx)
+            queued = guidance.queue(s, run, who, ctx, text, message_id, expected_execution)
+            result.append(queued)
+            return [] if queued.repeated_send else ledger.advance(s, run, ctx)
 
         await self._dispatcher.run_unit(unit)
-        return guidance_id, result["seq"], result["queued"]
+        faults.crash(faults.EXIT_AFTER_GUIDANCE_COMMIT)
+        return result[0]
 
     async def verify(self, who: Principal, run_id: str) -> journal.Verification:
         def unit(s: Session) -> journal.Verification:
@@ -612,12 +594,13 @@ def stopped_view(s: Session, run_id: str) -> RunView | None:
 
 def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:
     run_id = run.id
-    guidance = run_queries.undelivered_guidance(s, run_id)
+    messages = tuple(run_queries.guidance_of(s, run_id))
     children, total = run_queries.children_of(s, run_id, CHILDREN_SHOWN)
     return RunView(
         run,
         tuple(run_queries.actions_of(s, run_id)),
-        len(guidance),
+        sum(m.status == GuidanceState.QUEUED for m in messages),
+        messages,
         tuple(desktop_queries.artifacts_of_run(s, run_id)),
         # Read with the run, so its status and the timeline's agree.
         timelines.of_run(s, run_id, time.time()) if with_timeline else None,

@@ -13,6 +13,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
+from coordinator.runs import guidance
 from coordinator.runs.plan import Plan, RawAction, parse_plan_actions
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
@@ -73,6 +74,20 @@ def run_message(view: RunView) -> runs_pb2.Run:
         root=run.root_id or run.id,
         children=[runs_pb2.RunChild(id=c.id, kind=c.kind, status=c.status) for c in view.children],
         children_total=view.children_total,
+        execution=run.execution,
+        guidance=[
+            runs_pb2.GuidanceInfo(
+                id=m.id,
+                message_id=m.message_id or m.id,
+                status=m.status,
+                delivered_to=m.delivered_to,
+                author=m.author_id,
+                created_at=to_timestamp(m.created_at),
+                execution=m.execution,
+                text=m.text[: guidance.PREVIEW],
+            )
+            for m in view.guidance
+        ],
     )
     if run.waiting_code:
         msg.waiting.CopyFrom(
@@ -292,10 +307,21 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
     async def GuideRun(
         self, request: runs_pb2.GuideRunRequest, context: Context
     ) -> runs_pb2.GuideRunResponse:
-        guidance_id, seq, queued = await self._runs.guide(
-            current_principal(), _run_id(request.id), request.text
+        queued = await self._runs.guide(
+            current_principal(),
+            _run_id(request.id),
+            request.text,
+            message_id=request.message_id,
+            expected_execution=request.expected_execution,
         )
-        return runs_pb2.GuideRunResponse(guidance_id=guidance_id, seq=seq, queued=queued)
+        return runs_pb2.GuideRunResponse(
+            guidance_id=queued.guidance_id,
+            seq=queued.seq,
+            queued=queued.queued,
+            repeated_send=queued.repeated_send,
+            message_id=queued.message_id,
+            execution=queued.execution,
+        )
 
     async def WatchRun(self, request: runs_pb2.WatchRunRequest, context: Context) -> None:
         if request.after_seq < 0:

@@ -141,6 +141,9 @@ class RunRow(Base):
         String(64), nullable=True, index=True, default=None
     )
     root_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True, default=None)
+    # Moves at every retry, adoption and restart: a person's message can name the execution
+    # it was written for, and is refused if the run has moved on.
+    execution: Mapped[int] = mapped_column(Integer, server_default="1", default=1)
 
 
 class ActionRow(Base):
@@ -221,6 +224,8 @@ class GuidanceRow(Base):
     """A person's message to a run, queued until the run's next safe boundary."""
 
     __tablename__ = "guidance"
+    # A send retried with the same message id is the same message (`runs/guidance.py`).
+    __table_args__ = (Index("ux_guidance_message", "run_id", "message_id", unique=True),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)
@@ -228,6 +233,13 @@ class GuidanceRow(Base):
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
     delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    message_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # queued | delivered | not_received (shared/states.py GuidanceState)
+    status: Mapped[str] = mapped_column(String(16), server_default="queued", default="queued")
+    # What took it: a model call or an action boundary, with its journal event.
+    delivered_to: Mapped[str] = mapped_column(Text, server_default="", default="")
+    seq: Mapped[int] = mapped_column(Integer, server_default="0", default=0)  # guidance.queued
+    execution: Mapped[int] = mapped_column(Integer, server_default="1", default=1)
 
 
 class ApprovalRow(Base):

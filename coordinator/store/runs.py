@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, aliased
 
 from coordinator.store.models import ActionRow, GuidanceRow, JournalRow, ReceiptRow, RunRow
 from shared.errors import FailedPreconditionError
-from shared.states import ACTIVE, DONE, IN_FLIGHT, ActionState
+from shared.states import ACTIVE, DONE, IN_FLIGHT, ActionState, GuidanceState
 
 LOCKED_KEY = "deskfleet.locked_runs"
 
@@ -52,6 +52,11 @@ def hold_new_run(s: Session, run: RunRow) -> None:
     held.guidance_known.add(run.id)
 
 
+def note_guided(s: Session, run_id: str) -> None:
+    """This transaction queued guidance for the run: its undelivered guidance is read again."""
+    _held(s).guided.add(run_id)
+
+
 def run_for_update(s: Session, run_id: str) -> RunRow | None:
     """The run row, locked for this transaction: its journal head is about to move."""
     held = _held(s)
@@ -88,7 +93,7 @@ _GUIDED_RUNS = (
     select(GuidanceRow.run_id)
     .where(
         GuidanceRow.run_id.in_(bindparam("run_ids", expanding=True)),
-        GuidanceRow.delivered_at.is_(None),
+        GuidanceRow.status == GuidanceState.QUEUED,
     )
     .distinct()
 )
@@ -604,12 +609,33 @@ def undelivered_guidance(s: Session, run_id: str) -> Sequence[GuidanceRow]:
     return (
         s.execute(
             select(GuidanceRow)
-            .where(GuidanceRow.run_id == run_id, GuidanceRow.delivered_at.is_(None))
+            .where(GuidanceRow.run_id == run_id, GuidanceRow.status == GuidanceState.QUEUED)
             .order_by(GuidanceRow.created_at)
         )
         .scalars()
         .all()
     )
+
+
+def guidance_of(s: Session, run_id: str) -> Sequence[GuidanceRow]:
+    """Every message given to the run, oldest first (at most `GUIDANCE_MESSAGES`)."""
+    return (
+        s.execute(
+            select(GuidanceRow)
+            .where(GuidanceRow.run_id == run_id)
+            .order_by(GuidanceRow.created_at, GuidanceRow.id)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def guidance_by_message(s: Session, run_id: str, message_id: str) -> GuidanceRow | None:
+    return s.execute(
+        select(GuidanceRow).where(
+            GuidanceRow.run_id == run_id, GuidanceRow.message_id == message_id
+        )
+    ).scalar_one_or_none()
 
 
 def guidance_totals(s: Session, run_id: str) -> tuple[int, int]:

@@ -38,6 +38,7 @@ TOOLS = {
     "run_status",
     "submit_plan",
     "cancel_run",
+    "guide_run",
 }
 
 

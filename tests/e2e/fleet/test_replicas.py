@@ -283,7 +283,7 @@ def test_a_goal_of_a_replica_that_died_is_adopted_and_finishes_without_repeating
     assert done["status"] == "SUCCEEDED", done["stopReason"]
     events = journal(pair.b, goal["id"])
     [adopted] = [e["data"] for e in events if e["kind"] == "goal.adopted"]
-    assert adopted == {"replica": "b", "previous": "a"}
+    assert adopted == {"replica": "b", "previous": "a", "execution": 2}
     texts = [e["data"]["arguments"]["text"] for e in results()]
     assert len(texts) == len(set(texts)) == 20
 

@@ -12,22 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.advertisement import Capability, Display
-from shared.gen.deskfleet.v1 import worker_pb2
-from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run, wait_until
-from tests.harness.raw_worker import HEADLESS, RawWorker
-
-DESKTOP = replace(
-    HEADLESS,
-    displays=(Display(0, 0, 0, 1280, 800),),
-    capabilities=(Capability("headless", True), Capability("computer_use", True)),
-)
+from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run
+from tests.harness.desktop_goals import CURSOR, DESKTOP, approved_desktop_goal, new_owner
+from tests.harness.raw_worker import RawWorker
 
 
 @pytest.fixture
@@ -35,56 +26,15 @@ def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
     return module_coordinator
 
 
-def _receipt(d: Any, result: dict[str, Any]) -> worker_pb2.Receipt:
-    now = time.time()
-    return worker_pb2.Receipt(
-        action_id=d.action_id,
-        run_id=d.run_id,
-        attempt_id=d.attempt_id,
-        epoch=d.epoch,
-        status="succeeded",
-        result_json=json.dumps(result),
-        started_at=now,
-        finished_at=now,
-    )
-
-
-def _owner(coordinator: CoordinatorProcess, name: str) -> Path:
-    token = coordinator.workdir / f"{name}.token"
-    token.write_text(coordinator.cli_json("users", "create", name)["token"])
-    return token
-
-
-def _approved_desktop_goal(
-    coordinator: CoordinatorProcess, worker: RawWorker, owner: Path, steps: list[dict[str, Any]]
-) -> str:
-    """A goal on the raw worker's desktop, approved, its first call (a cursor read) answered."""
-    model = coordinator.script(f"goal-{time.monotonic_ns()}.json", steps)
-    goal = coordinator.cli_json(
-        "goal", "type it", "--desktop", worker.worker_id, "--model", model, token_file=owner
-    )["id"]
-    pending = wait_until(
-        lambda: coordinator.cli_json("approvals", "list")["approvals"], 30, 0.2, "an approval"
-    )
-    coordinator.cli("approvals", "approve", pending[0]["id"])
-    first = worker.expect("dispatch", timeout=20).dispatch
-    assert first.kind == "desktop.cursor_position"
-    worker.send(receipt=_receipt(first, {"x": 1, "y": 1}))
-    return str(goal)
-
-
-CURSOR = {"tool_calls": [{"name": "computer", "arguments": {"action": "cursor_position"}}]}
-
-
 def test_a_kill_switch_on_a_goal_covers_its_desktop_child(
     coordinator: CoordinatorProcess,
 ) -> None:
-    owner = _owner(coordinator, "alice")
+    owner = new_owner(coordinator, "alice")
     worker = RawWorker(coordinator, "desk")
     worker.connect(DESKTOP)
     try:
         typing = {"name": "computer", "arguments": {"action": "type", "text": "rm -rf"}}
-        goal = _approved_desktop_goal(
+        goal = approved_desktop_goal(
             coordinator, worker, owner, [CURSOR, {"sleep": 3, "tool_calls": [typing]}]
         )
         time.sleep(0.5)  # the model is thinking about its `type`
@@ -115,7 +65,7 @@ def test_a_kill_switch_on_a_goal_covers_its_desktop_child(
 def test_a_goal_cancelled_while_its_model_answers_starts_nothing(
     coordinator: CoordinatorProcess,
 ) -> None:
-    owner = _owner(coordinator, "bob")
+    owner = new_owner(coordinator, "bob")
     worker = RawWorker(coordinator, "w1")
     worker.connect()
     try:
@@ -141,7 +91,7 @@ def test_one_call_id_given_twice_in_a_turn_runs_none_of_them(
 ) -> None:
     """The results of a turn's calls are keyed by their ids: two calls with one id would get
     one result between them. Refused before anything runs, and the same after a restart."""
-    owner = _owner(coordinator, "carol")
+    owner = new_owner(coordinator, "carol")
     worker = RawWorker(coordinator, "desk")
     worker.connect(DESKTOP)
     try:
@@ -149,7 +99,7 @@ def test_one_call_id_given_twice_in_a_turn_runs_none_of_them(
         def typing(text: str) -> dict[str, Any]:
             return {"id": "dup", "name": "computer", "arguments": {"action": "type", "text": text}}
 
-        goal = _approved_desktop_goal(
+        goal = approved_desktop_goal(
             coordinator,
             worker,
             owner,

@@ -143,7 +143,7 @@ class WaitingReason(_message.Message):
     def __init__(self, code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind", "parent", "root", "children", "children_total")
+    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind", "parent", "root", "children", "children_total", "execution", "guidance")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,8 @@ class Run(_message.Message):
     ROOT_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    GUIDANCE_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     title: str
@@ -190,7 +192,9 @@ class Run(_message.Message):
     root: str
     children: _containers.RepeatedCompositeFieldContainer[RunChild]
     children_total: int
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ..., parent: _Optional[str] = ..., root: _Optional[str] = ..., children: _Optional[_Iterable[_Union[RunChild, _Mapping]]] = ..., children_total: _Optional[int] = ...) -> None: ...
+    execution: int
+    guidance: _containers.RepeatedCompositeFieldContainer[GuidanceInfo]
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ..., parent: _Optional[str] = ..., root: _Optional[str] = ..., children: _Optional[_Iterable[_Union[RunChild, _Mapping]]] = ..., children_total: _Optional[int] = ..., execution: _Optional[int] = ..., guidance: _Optional[_Iterable[_Union[GuidanceInfo, _Mapping]]] = ...) -> None: ...
 
 class RunChild(_message.Message):
     __slots__ = ("id", "kind", "status")
@@ -341,22 +345,52 @@ class WaitRunRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class GuideRunRequest(_message.Message):
-    __slots__ = ("id", "text")
+    __slots__ = ("id", "text", "message_id", "expected_execution")
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_EXECUTION_FIELD_NUMBER: _ClassVar[int]
     id: str
     text: str
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+    message_id: str
+    expected_execution: int
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., message_id: _Optional[str] = ..., expected_execution: _Optional[int] = ...) -> None: ...
 
 class GuideRunResponse(_message.Message):
-    __slots__ = ("guidance_id", "seq", "queued")
+    __slots__ = ("guidance_id", "seq", "queued", "repeated_send", "message_id", "execution")
     GUIDANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_SEND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
     guidance_id: str
     seq: int
     queued: int
-    def __init__(self, guidance_id: _Optional[str] = ..., seq: _Optional[int] = ..., queued: _Optional[int] = ...) -> None: ...
+    repeated_send: bool
+    message_id: str
+    execution: int
+    def __init__(self, guidance_id: _Optional[str] = ..., seq: _Optional[int] = ..., queued: _Optional[int] = ..., repeated_send: _Optional[bool] = ..., message_id: _Optional[str] = ..., execution: _Optional[int] = ...) -> None: ...
+
+class GuidanceInfo(_message.Message):
+    __slots__ = ("id", "message_id", "status", "delivered_to", "author", "created_at", "execution", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_TO_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    message_id: str
+    status: str
+    delivered_to: str
+    author: str
+    created_at: _timestamp_pb2.Timestamp
+    execution: int
+    text: str
+    def __init__(self, id: _Optional[str] = ..., message_id: _Optional[str] = ..., status: _Optional[str] = ..., delivered_to: _Optional[str] = ..., author: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., execution: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class JournalEvent(_message.Message):
     __slots__ = ("run_id", "seq", "kind", "at", "data_json", "hash", "prev_hash", "trace_id")
