@@ -56,6 +56,12 @@ class GuidanceState(StrEnum):
     NOT_RECEIVED = "not_received"  # the run stopped or ended before any boundary took it
 
 
+class QuestionState(StrEnum):
+    OPEN = "open"
+    ANSWERED = "answered"
+    EXPIRED = "expired"  # optional and unanswered in its time, or its goal stopped first
+
+
 # What a run is (`RunRow.kind`): a plan of actions, a research question, a desktop control
 # session, or a goal a model works towards (whose research, fetch and desktop runs are its
 # children).

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from coordinator.admin_cli import desktop_commands, render, runs_commands, top
+from coordinator.admin_cli import desktop_commands, question_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.completion import SHELLS, completion_help, completion_script
 from shared import __version__, tracing
@@ -444,6 +444,7 @@ def _parser() -> argparse.ArgumentParser:
 
     runs_commands.add_parsers(sub, leaf)
     desktop_commands.add_parsers(sub, leaf)
+    question_commands.add_parsers(sub, leaf)
     top.add_parser(sub, leaf)
 
     workers = sub.add_parser("workers", help="enrolled workers").add_subparsers(

@@ -45,6 +45,22 @@ class GuideResult(TypedDict):
     repeatedSend: bool
 
 
+class QuestionsResult(TypedDict):
+    """Questions goals asked, as list_questions hands them back (newest first)."""
+
+    questions: list[dict[str, Any]]
+
+
+class QuestionResult(TypedDict):
+    """A question as answer_question leaves it."""
+
+    id: str
+    runId: str
+    status: str
+    answer: NotRequired[str]
+    guidanceId: NotRequired[str]
+
+
 class RunResult(TypedDict):
     """A run as run_status (and the run resource) hands it back."""
 

@@ -34,6 +34,8 @@ from coordinator.admin_cli.mcp_results import (
     GuideResult,
     JournalEntryResult,
     JournalSearchResult,
+    QuestionResult,
+    QuestionsResult,
     RunResult,
     RunSummary,
 )
@@ -195,6 +197,30 @@ class FleetTools:
                 "queued": reply.queued,
                 "execution": reply.execution,
                 "repeatedSend": reply.repeated_send,
+            }
+        )
+
+    def list_questions(self, run_id: str, include_closed: bool) -> CallToolResult:
+        c = self.client
+        reply = c.call(
+            c.runs.ListQuestions,
+            runs_pb2.ListQuestionsRequest(run_id=run_id, include_closed=include_closed),
+        )
+        return _result({"questions": render.as_dict(reply).get("questions", [])})
+
+    def answer_question(self, question_id: str, text: str) -> CallToolResult:
+        c = self.client
+        question = c.call_repeatable(
+            c.runs.AnswerQuestion, runs_pb2.AnswerQuestionRequest(id=question_id, text=text)
+        )
+        doc = render.as_dict(question)
+        return _result(
+            {
+                "id": question.id,
+                "runId": question.run_id,
+                "status": question.status,
+                **({"answer": doc["answer"]} if doc.get("answer") else {}),
+                **({"guidanceId": question.guidance_id} if question.guidance_id else {}),
             }
         )
 
@@ -403,6 +429,10 @@ STARTS = ToolAnnotations(
 ACTS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
 )
+# The same answer again is the same answer.
+ANSWERS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 # Not idempotent as such: only a repeat with the same message id is the same message.
 GUIDES = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
@@ -489,6 +519,24 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         return await _off_loop(
             lambda: tools.guide_run(run_id, text, message_id, expected_execution)
         )
+
+    @server.tool(annotations=READS)
+    async def list_questions(
+        run_id: Annotated[str, Field(description="one run's questions (empty: all yours)")] = "",
+        include_closed: Annotated[bool, Field(description="answered and expired ones too")] = False,
+    ) -> Annotated[CallToolResult, QuestionsResult]:
+        """Questions goals asked a person (their ask_human calls), newest first; open ones by
+        default. A required one holds its goal until it is answered."""
+        return await _off_loop(lambda: tools.list_questions(run_id, include_closed))
+
+    @server.tool(annotations=ANSWERS)
+    async def answer_question(
+        question_id: Annotated[str, Field(description="the question's id (list_questions)")],
+        text: Annotated[str, Field(description="the answer")],
+    ) -> Annotated[CallToolResult, QuestionResult]:
+        """Answer a goal's question. The same answer again changes nothing; an optional one
+        that expired while its goal went on takes the answer into its next model call."""
+        return await _off_loop(lambda: tools.answer_question(question_id, text))
 
     @server.tool(annotations=STARTS)
     async def desktop_request(

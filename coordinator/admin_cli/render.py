@@ -230,6 +230,25 @@ def run_rows(runs: list[dict[str, Any]]) -> str:
     )
 
 
+def question_rows(questions: Sequence[dict[str, Any]]) -> str:
+    return table(
+        ["QUESTION", "RUN", "STATUS", "REQUIRED", "ASKED", "QUESTION TEXT", "ANSWER"],
+        [
+            [
+                q["id"],
+                q["runId"],
+                q["status"],
+                bool(q.get("required")),
+                q.get("askedAt"),
+                q.get("text"),
+                q.get("answer"),
+            ]
+            for q in questions
+        ],
+        cut=(5, 6),
+    )
+
+
 def _reason(run: dict[str, Any]) -> str:
     waiting = run.get("waiting")
     if waiting:
@@ -279,6 +298,10 @@ def run_detail(r: dict[str, Any]) -> str:
         )
     elif r.get("guidanceQueued"):
         lines.append(f"guidance:   {r['guidanceQueued']} message(s) queued")
+    if r.get("questions"):
+        waiting = sum(q["status"] == "open" for q in r["questions"])
+        lines.append(f"questions:  {waiting} of {len(r['questions'])} open")
+        lines += _indented(question_rows(r["questions"]))
     if r.get("parent"):
         lines.append(f"parent:     {r['parent']} (tree of {r.get('root') or r['parent']})")
     if r.get("children"):

@@ -47,20 +47,21 @@ from coordinator.heart.context import Context, RunKind
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import Order
-from coordinator.runs import tree
+from coordinator.runs import questions, tree
 from coordinator.runs.service import RunView, new_run, owned_run
 from coordinator.store import (
     Database,
     desktop as desktop_queries,
     journal,
+    questions as question_queries,
     quotas,
     runs as run_queries,
 )
-from coordinator.store.models import JournalRow, PrincipalRow, RunRow
+from coordinator.store.models import JournalRow, PrincipalRow, QuestionRow, RunRow
 from shared.errors import DataIntegrityError, FailedPreconditionError, InvalidArgumentError
 from shared.ids import new_id
 from shared.receipts import content_sha256, encode_result
-from shared.states import ACTIVE, STOPPED_FOR_A_PERSON, RunState
+from shared.states import ACTIVE, STOPPED_FOR_A_PERSON, QuestionState, RunState
 from shared.text import refuse_control
 
 log = logging.getLogger(__name__)
@@ -464,36 +465,69 @@ class Goals:
         )
 
     async def _ask(self, goal: Goal, call: ToolCall) -> ToolResult:
-        question = str(call.arguments.get("question", "")).strip()
+        """The call's question, as a row: asked once per call, so that a goal rebuilt after a
+        restart (or adopted) finds it, answered or still open, instead of asking again."""
+        text = str(call.arguments.get("question", "")).strip()
         required = bool(call.arguments.get("required"))
-        await self._journal(
-            goal, "goal.question", call=call.id, question=question, required=required
-        )
-        answer: list[tuple[str, str]] = []
+        asked: list[QuestionRow] = []
 
-        async def answered() -> bool:
-            answer.extend(await self._take_guidance(goal, mark=f"the answer to question {call.id}"))
-            return bool(answer)
+        def ask(s: Session, ctx: Context) -> list[Order]:
+            asked.clear()
+            run = run_queries.run_for_update(s, goal.state.run_id)
+            assert run is not None
+            asked.append(
+                questions.ask(
+                    s, run, ctx, call.id, text, required=required, wait=self._question_wait
+                )
+            )
+            return []
 
-        if required:
+        await self._dispatcher.run_unit(ask)
+        question = asked[0]
+        found: list[QuestionRow | None] = []
+
+        def take(s: Session, ctx: Context) -> list[Order]:
+            found.clear()
+            run = run_queries.run_for_update(s, goal.state.run_id)
+            assert run is not None
+            found.append(
+                questions.take_answer(s, run, ctx, question.id, sorted(goal.seen_guidance))
+            )
+            return []
+
+        async def settled() -> bool:
+            await self._dispatcher.run_unit(take)
+            return found[0] is not None and found[0].status != QuestionState.OPEN
+
+        if question.required:
             await self._waiter(goal)(
                 "question",
-                f"the goal asks: {question} (answer with deskfleet runs guide)",
-                answered,
+                f"the goal asks: {question.text} (answer with deskfleet questions answer"
+                f" {question.id} TEXT)",
+                settled,
             )
         else:
-            deadline = time.monotonic() + self._question_wait
-            # Polled: guidance arrives through the store, possibly from another replica.
-            while time.monotonic() < deadline and not await answered():  # noqa: ASYNC110
+            # Polled: the answer arrives through the store, possibly from another replica.
+            while not await settled() and time.time() < (question.expires_at or 0):  # noqa: ASYNC110
                 await asyncio.sleep(POLL)
-        if answer:
-            text = "\n".join(t for _, t in answer)
-            return ToolResult(call.id, (TextPart(f"the person answered: {text}"),))
+        final = found[0] if found else None
+        if final is not None and final.status == QuestionState.ANSWERED:
+            return ToolResult(call.id, (TextPart(f"the person answered: {final.answer}"),))
+
+        def expire(s: Session, ctx: Context) -> list[Order]:
+            run = run_queries.run_for_update(s, goal.state.run_id)
+            row = question_queries.question_for_update(s, question.id)
+            if run is not None and row is not None:
+                ledger.expire_question(s, run, ctx, row, "no answer in its time")
+            return []
+
+        await self._dispatcher.run_unit(expire)
         return ToolResult(
             call.id,
             (
                 TextPart(
-                    f"no answer within {self._question_wait:g} s; go on, a later answer will arrive"
+                    f"no answer within {self._question_wait:g} s; go on, a later answer will"
+                    f" arrive (question {question.id})"
                 ),
             ),
         )
@@ -536,26 +570,20 @@ class Goals:
             raise _Stop(RunState.HAND_BACK_TO_HUMAN, f"kill_switch: {killed}; release it and retry")
         return run
 
-    async def _take_guidance(self, goal: Goal, *, mark: str = "") -> list[tuple[str, str]]:
-        """Guidance not yet seen by this loop. Without `mark` it joins the next model call and
-        is marked delivered once a call used it; with `mark` (an answer to ask_human: what
-        took it) it is delivered now, as the tool's result."""
+    async def _take_guidance(self, goal: Goal) -> list[tuple[str, str]]:
+        """Guidance not yet seen by this loop: it joins the next model call, and is marked
+        delivered once a call used it (an answer to a question is taken by `_ask`)."""
 
-        def unit(s: Session, ctx: Context) -> list[Order]:
-            taken.clear()
-            for message in run_queries.undelivered_guidance(s, goal.state.run_id):
-                if message.id in goal.seen_guidance:
-                    continue
-                taken.append((message.id, message.text))
-                if mark:
-                    ledger.delivered(message, mark, ctx.now)
-            return []
+        def unit(s: Session) -> list[tuple[str, str]]:
+            return [
+                (message.id, message.text)
+                for message in run_queries.undelivered_guidance(s, goal.state.run_id)
+                if message.id not in goal.seen_guidance
+            ]
 
-        taken: list[tuple[str, str]] = []
-        await self._dispatcher.run_unit(unit)
+        taken = await self._db.read(unit)
         goal.seen_guidance.update(g for g, _ in taken)
-        if not mark:
-            goal.messages.extend(Message("user", text, kind="guidance") for _, text in taken)
+        goal.messages.extend(Message("user", text, kind="guidance") for _, text in taken)
         return taken
 
     async def _journal(self, goal: Goal, event: str, **data: Any) -> int:

@@ -23,6 +23,7 @@ from coordinator.runs.desktop.peeks import Peeks
 from coordinator.runs.desktop.runs import DESKTOP_RUNS, Desktop
 from coordinator.runs.indexer import JournalIndexer
 from coordinator.runs.killswitch import KillSwitches
+from coordinator.runs.questions import Questions
 from coordinator.runs.quota import OwnerLimits, Quotas
 from coordinator.runs.recall import Recall
 from coordinator.runs.research import routing
@@ -265,7 +266,14 @@ def create_server(
         live_replicas=relay.live_replicas,
     )
     runs_pb2_grpc.add_RunServiceServicer_to_server(
-        RunServicer(runs, policy, goals, OpenStreams(config.max_watch_streams)), server
+        RunServicer(
+            runs,
+            policy,
+            goals,
+            OpenStreams(config.max_watch_streams),
+            Questions(db, dispatcher),
+        ),
+        server,
     )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
     desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)

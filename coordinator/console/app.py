@@ -63,6 +63,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/approvals/{id}", s(console.approval)),
         Route("/approvals/{id}/screen", s(console.approval_screen), methods=["GET"]),
         Route("/approvals/{id}/{op}", s(console.approval_change, change=True), methods=["POST"]),
+        Route("/questions/{id}/answer", s(console.question_answer, change=True), methods=["POST"]),
         Route("/kill", s(console.kill)),
         Route("/kill/engage", s(console.kill_engage, change=True), methods=["POST"]),
         Route("/kill/{id}/release", s(console.kill_confirm), methods=["GET"]),

@@ -17,7 +17,7 @@ from coordinator.console.sessions import (
 from shared.errors import (
     NotFoundError,
 )
-from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2
+from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 from shared.states import APPROVAL_STATES
 
 
@@ -33,14 +33,42 @@ class ApprovalPages(Pages):
             self.rpc.approvals.ListApprovals,
             desktop_pb2.ListApprovalsRequest(status=status, limit=200),
         )
+        asked = await self.rpc.call(
+            session.token,
+            self.rpc.runs.ListQuestions,
+            runs_pb2.ListQuestionsRequest(limit=100),
+        )
         return await self.page(
             request,
             session,
             "approvals.html",
             approvals=listed.approvals,
+            questions=asked.questions,
             status=status,
             statuses=APPROVAL_STATUSES,
+            csrf=session.csrf,
         )
+
+    async def question_answer(self, request: Request, session: Session) -> Response:
+        question_id = request.path_params["id"]
+        form = await request.form()
+        text = str(form.get("text") or "")
+        if not text.strip():
+            raise Refused(400, "answer: write what the goal asked for")
+        question = await self.rpc.call(
+            session.token,
+            self.rpc.runs.AnswerQuestion,
+            runs_pb2.AnswerQuestionRequest(id=question_id, text=text),
+        )
+        if question.guidance_id:
+            session.flash("ok", "the question had expired: the answer joins the goal's next step")
+        else:
+            session.flash("ok", f"question {question.id} answered")
+        back = str(form.get("back") or "")
+        # Only the pages the forms come from: a posted address is never followed elsewhere.
+        if back != f"/runs/{question.run_id}":
+            back = "/approvals"
+        return self.redirect(back)
 
     async def approval(self, request: Request, session: Session) -> Response:
         approval_id = request.path_params["id"]

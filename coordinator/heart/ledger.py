@@ -45,13 +45,18 @@ from coordinator.model.orders import (
     Order,
 )
 from coordinator.model.workers import WorkerView, view_of
-from coordinator.store import journal, runs as run_queries, workers as worker_queries
-from coordinator.store.models import ActionRow, GuidanceRow, RunRow
+from coordinator.store import (
+    journal,
+    questions as question_queries,
+    runs as run_queries,
+    workers as worker_queries,
+)
+from coordinator.store.models import ActionRow, GuidanceRow, QuestionRow, RunRow
 from coordinator.streams import worker_index
 from shared.action_kinds import APP_RESEARCH
 from shared.ids import new_id
 from shared.receipts import decode_result, encode_result, fingerprint
-from shared.states import GuidanceState
+from shared.states import GuidanceState, QuestionState
 
 
 def record(s: Session, run: RunRow, ctx: Context, event: str, **data: Any) -> int:
@@ -87,6 +92,9 @@ def set_status(
         run.queued_at = None  # a stopped run leaves the line
         ctx.stopped.add(run.id)
         _not_received(s, run, ctx, status)
+        if run.kind == "goal":
+            for question in question_queries.open_of_run(s, run.id):
+                expire_question(s, run, ctx, question, f"the goal stopped {status}")
     run.status, run.stop_reason = status, stop_reason
     run.waiting_code, run.waiting_detail = waiting
     run.state_since = ctx.now
@@ -480,6 +488,14 @@ def _deliver_guidance(s: Session, run: RunRow, ctx: Context) -> None:
 def delivered(message: GuidanceRow, to: str, now: float) -> None:
     """The message reached the run through `to` (what took it: a boundary, a model call)."""
     message.status, message.delivered_at, message.delivered_to = GuidanceState.DELIVERED, now, to
+
+
+def expire_question(s: Session, run: RunRow, ctx: Context, question: QuestionRow, why: str) -> None:
+    """An open question no answer can reach any more: its time passed, or its goal stopped."""
+    if question.status != QuestionState.OPEN:
+        return
+    question.status = QuestionState.EXPIRED
+    record(s, run, ctx, "question.expired", question=question.id, why=why)
 
 
 def _not_received(s: Session, run: RunRow, ctx: Context, status: str) -> None:

@@ -27,6 +27,7 @@ from coordinator.store import (
     desktop as desktop_queries,
     journal,
     principals as principal_queries,
+    questions as question_queries,
     quotas,
     runs as run_queries,
 )
@@ -36,6 +37,7 @@ from coordinator.store.models import (
     GuidanceRow,
     JournalRow,
     PrincipalRow,
+    QuestionRow,
     RunRow,
 )
 from coordinator.streams.followers import RunFeed, RunFeeds
@@ -60,6 +62,7 @@ from shared.states import (
 
 EVERY_OWNER = "*"  # a list of every owner's runs (admins)
 CHILDREN_SHOWN = 100  # children named in a run's view; `runs list --parent` pages the rest
+QUESTIONS_SHOWN = 50  # a goal's questions in its view; `questions list --run` has them all
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class RunView:
     actions: tuple[ActionRow, ...] = ()
     guidance_queued: int = 0
     guidance: tuple[GuidanceRow, ...] = ()  # every message, oldest first (GetRun)
+    questions: tuple[QuestionRow, ...] = ()  # a goal's, oldest first (GetRun)
     artifacts: tuple[ArtifactRow, ...] = ()
     timeline: Timeline | None = None
     receipt_traces: Mapping[str, str] = dataclasses.field(default_factory=dict)  # id -> W3C
@@ -601,6 +605,7 @@ def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:
         tuple(run_queries.actions_of(s, run_id)),
         sum(m.status == GuidanceState.QUEUED for m in messages),
         messages,
+        tuple(question_queries.of_run(s, run_id, QUESTIONS_SHOWN)) if run.kind == "goal" else (),
         tuple(desktop_queries.artifacts_of_run(s, run_id)),
         # Read with the run, so its status and the timeline's agree.
         timelines.of_run(s, run_id, time.time()) if with_timeline else None,

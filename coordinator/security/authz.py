@@ -42,6 +42,8 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.RunService/RetryRun": PEOPLE,
     "/deskfleet.v1.RunService/AbandonRun": PEOPLE,
     "/deskfleet.v1.RunService/GuideRun": PEOPLE,
+    "/deskfleet.v1.RunService/ListQuestions": PEOPLE,
+    "/deskfleet.v1.RunService/AnswerQuestion": PEOPLE,
     "/deskfleet.v1.RunService/WatchRun": PEOPLE,
     "/deskfleet.v1.JournalService/ReadEntry": PEOPLE,
     "/deskfleet.v1.JournalService/SearchJournal": PEOPLE,

@@ -13,14 +13,16 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator.agent.loop import Goals
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
-from coordinator.runs import guidance
+from coordinator.runs import guidance, questions
 from coordinator.runs.plan import Plan, RawAction, parse_plan_actions
+from coordinator.runs.questions import Questions
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
 from coordinator.runs.research.runs import ResearchRequest, research_plan
 from coordinator.runs.service import Runs, RunView
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.timeline import timeline_message
+from coordinator.store.models import QuestionRow
 from coordinator.streams.followers import OpenStreams
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
@@ -89,6 +91,7 @@ def run_message(view: RunView) -> runs_pb2.Run:
             for m in view.guidance
         ],
     )
+    msg.questions.extend(question_message(q) for q in view.questions)
     if run.waiting_code:
         msg.waiting.CopyFrom(
             runs_pb2.WaitingReason(code=run.waiting_code, detail=run.waiting_detail)
@@ -162,6 +165,23 @@ def _route(msg: runs_pb2.RouteConstraint) -> dict[str, Any]:
     return route
 
 
+def question_message(q: QuestionRow) -> runs_pb2.Question:
+    return runs_pb2.Question(
+        id=q.id,
+        run_id=q.run_id,
+        call_id=q.call_id,
+        text=q.text,
+        required=q.required,
+        status=q.status,
+        asked_at=to_timestamp(q.asked_at),
+        expires_at=to_timestamp(q.expires_at),
+        answer=q.answer,
+        answered_by=q.answered_by,
+        answered_at=to_timestamp(q.answered_at),
+        guidance_id=q.guidance_id,
+    )
+
+
 class RunServicer(runs_pb2_grpc.RunServiceServicer):
     def __init__(
         self,
@@ -169,8 +189,10 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         routing: RoutingPolicy,
         goals: Goals | None = None,
         streams: OpenStreams | None = None,
+        questions: Questions | None = None,
     ) -> None:
         self._runs = runs
+        self._questions = questions
         self._routing = routing
         self._goals = goals
         # WatchRun and WaitRun calls each principal holds open (30.7); 0: no limit.
@@ -322,6 +344,30 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             message_id=queued.message_id,
             execution=queued.execution,
         )
+
+    async def ListQuestions(
+        self, request: runs_pb2.ListQuestionsRequest, context: Context
+    ) -> runs_pb2.ListQuestionsResponse:
+        found = await self._questioned().list(
+            current_principal(),
+            _run_id(request.run_id) if request.run_id else "",
+            include_closed=request.include_closed,
+            limit=request.limit,
+        )
+        return runs_pb2.ListQuestionsResponse(questions=[question_message(q) for q in found])
+
+    async def AnswerQuestion(
+        self, request: runs_pb2.AnswerQuestionRequest, context: Context
+    ) -> runs_pb2.Question:
+        question = await self._questioned().answer(
+            current_principal(), questions.check_question_id(request.id), request.text
+        )
+        return question_message(question)
+
+    def _questioned(self) -> Questions:
+        if self._questions is None:
+            raise FailedPreconditionError("this coordinator runs no goals: it has no questions")
+        return self._questions
 
     async def WatchRun(self, request: runs_pb2.WatchRunRequest, context: Context) -> None:
         if request.after_seq < 0:

@@ -242,6 +242,31 @@ class GuidanceRow(Base):
     execution: Mapped[int] = mapped_column(Integer, server_default="1", default=1)
 
 
+class QuestionRow(Base):
+    """A question a goal asked a person (its `ask_human` call), and its answer. A required one
+    holds the goal until it is answered, across restarts and replicas; silence never answers."""
+
+    __tablename__ = "questions"
+    __table_args__ = (Index("ux_questions_call", "run_id", "call_id", unique=True),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), index=True)
+    owner_id: Mapped[str] = mapped_column(String(64), index=True)
+    call_id: Mapped[str] = mapped_column(String(128))
+    text: Mapped[str] = mapped_column(Text)
+    required: Mapped[bool] = mapped_column(Boolean)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # open | answered | expired
+    asked_at: Mapped[float] = mapped_column(Float)
+    # An optional question's end of waiting; the work goes on after it (NULL: required).
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    answer: Mapped[str] = mapped_column(Text, default="")
+    answered_by: Mapped[str] = mapped_column(String(64), default="")
+    answered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # How the answer reached the goal: "" (as the call's result), or the guidance message a
+    # late answer became (it joins the next model call).
+    guidance_id: Mapped[str] = mapped_column(String(64), default="")
+
+
 class ApprovalRow(Base):
     """A typed permission request and its answer. Silence never becomes approval."""
 

@@ -39,6 +39,8 @@ TOOLS = {
     "submit_plan",
     "cancel_run",
     "guide_run",
+    "list_questions",
+    "answer_question",
 }
 
 

@@ -423,3 +423,23 @@ def test_a_second_replica_with_a_taken_name_is_refused(pair: Pair, tmp_path: Pat
     # A replica that crashed leaves a row that stops moving: its successor starts at once.
     pair.b.kill()
     CoordinatorProcess(tmp_path / "b2", pair.a.db_url, replica="b").start().stop()
+
+
+def test_a_required_question_of_a_goal_driven_on_a_is_answered_on_b(
+    pair: Pair, tmp_path: Path
+) -> None:
+    ask = {"name": "ask_human", "arguments": {"question": "which door?", "required": True}}
+    model = pair.a.script("ask.json", [{"tool_calls": [ask]}, {"text": "ok", "tool_calls": []}])
+    goal = pair.a.cli_json("goal", "ask on a", "--model", model)
+
+    def asked() -> dict[str, Any] | None:
+        listed = pair.b.cli_json("questions", "list", "--run", goal["id"])
+        return listed["questions"][0] if listed.get("questions") else None
+
+    question = wait_until(asked, 30, 0.2, "the goal's question, seen from replica b")
+    pair.b.cli("questions", "answer", question["id"], "the blue one")
+    done = wait_run(pair.a, goal["id"], lambda r: r["status"] in STOPPED, 60)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    [result] = [e["data"] for e in journal(pair.a, goal["id"]) if e["kind"] == "goal.tool_result"]
+    assert result["text"] == "the person answered: the blue one"
+    assert [e for e in journal(pair.a, goal["id"]) if e["kind"] == "goal.adopted"] == []

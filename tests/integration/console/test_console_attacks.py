@@ -26,7 +26,14 @@ import pytest
 
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
-from tests.harness import ConsoleProcess, CoordinatorProcess, submit, wait_run, write_plan
+from tests.harness import (
+    ConsoleProcess,
+    CoordinatorProcess,
+    submit,
+    wait_run,
+    wait_until,
+    write_plan,
+)
 
 
 @dataclass
@@ -503,6 +510,7 @@ def test_every_change_needs_the_sessions_csrf_token_and_the_consoles_origin(stac
         ("/kill/engage", {"target": "fleet", "reason": "csrf"}),
         (f"/runs/{run_id}/cancel", {}),
         (f"/runs/{run_id}/guide", {"text": "x"}),
+        ("/questions/qst_x/answer", {"text": "x"}),
         ("/workers/wrk_x/revoke", {}),
         ("/approvals/apr_x/approve", {}),
         ("/kill/kill_x/release", {"reason": "x"}),
@@ -610,3 +618,79 @@ def test_security_headers_static_traversal_and_oversized_bodies(stack: Stack) ->
 
 
 # --- in-process: the pure parts ------------------------------------------------------------
+
+
+# --- 33: questions and guidance from the console ---------------------------------------------
+
+
+def test_a_question_is_answered_from_the_console_by_its_owner_only(stack: Stack) -> None:
+    coordinator = stack.coordinator
+    ask = {"name": "ask_human", "arguments": {"question": "<b>door</b>?", "required": True}}
+    model = coordinator.script("console-ask.json", [{"tool_calls": [ask]}])
+    goal = coordinator.cli_json(
+        "goal", "ask", "--model", model, token_file=stack.token_files["alice"]
+    )["id"]
+    listed = wait_until(
+        lambda: coordinator.cli_json(
+            "questions", "list", token_file=stack.token_files["alice"]
+        ).get("questions"),
+        30,
+        0.2,
+        "alice's question",
+    )
+    question = listed[0]["id"]
+    alice, bob = stack.browser(), stack.browser()
+    assert alice.signin(stack.tokens["alice"]).status == 303
+    assert bob.signin(stack.tokens["bob"]).status == 303
+    page = alice.get("/approvals").body
+    assert question in page and "&lt;b&gt;door&lt;/b&gt;?" in page and "<b>door" not in page
+    assert question not in bob.get("/approvals").body
+    theirs = bob.post(f"/questions/{question}/answer", {"text": "x", "csrf": bob.csrf()})
+    assert theirs.status == 404
+    answered = alice.post(
+        f"/questions/{question}/answer",
+        {"text": "the left one", "csrf": alice.csrf(), "back": "https://evil.example/"},
+    )
+    assert answered.status == 303 and answered.location.endswith("/approvals")
+    done = wait_run(
+        coordinator,
+        goal,
+        lambda r: r["status"] in ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED"),
+        30,
+        token_file=stack.token_files["alice"],
+    )
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    (q,) = (
+        done.get("questions")
+        or coordinator.cli_json("runs", "show", goal, token_file=stack.token_files["alice"])[
+            "questions"
+        ]
+    )
+    assert q["answer"] == "the left one"
+
+
+def test_the_same_guidance_form_sent_twice_is_one_message(stack: Stack) -> None:
+    coordinator = stack.coordinator
+    route = {"capability": "computer_use"}
+    plan = write_plan(
+        coordinator.workdir / "guided.json",
+        [{"kind": "diag.echo", "args": {}, "idempotent": True, "route": route}],
+    )
+    run_id = submit(coordinator, plan, token_file=stack.token_files["alice"])["id"]
+    alice = stack.browser()
+    assert alice.signin(stack.tokens["alice"]).status == 303
+    page = alice.get(f"/runs/{run_id}").body
+    message_id = re.search(r'name="message_id" value="([^"]+)"', page)
+    assert message_id is not None
+    form = {"text": "once", "csrf": alice.csrf(), "message_id": message_id.group(1)}
+    assert alice.post(f"/runs/{run_id}/guide", form).status == 303
+    assert alice.post(f"/runs/{run_id}/guide", form).status == 303
+    assert "already sent: nothing sent twice" in alice.get(f"/runs/{run_id}").body
+    shown = coordinator.cli_json("runs", "show", run_id, token_file=stack.token_files["alice"])
+    assert [g["messageId"] for g in shown["guidance"]] == [message_id.group(1)]
+    stale = {"text": "late", "csrf": alice.csrf(), "expected_execution": "2"}
+    refused = alice.post(f"/runs/{run_id}/guide", stale)
+    assert refused.status == 409 and "is at execution 1, not 2" in refused.body
+    huge = {"text": "big number", "csrf": alice.csrf(), "expected_execution": "9" * 30}
+    assert alice.post(f"/runs/{run_id}/guide", huge).status == 409  # a number, not a crash
+    coordinator.cli("runs", "cancel", run_id, token_file=stack.token_files["alice"])

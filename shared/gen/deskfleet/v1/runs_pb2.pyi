@@ -143,7 +143,7 @@ class WaitingReason(_message.Message):
     def __init__(self, code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind", "parent", "root", "children", "children_total", "execution", "guidance")
+    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind", "parent", "root", "children", "children_total", "execution", "guidance", "questions")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class Run(_message.Message):
     CHILDREN_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     GUIDANCE_FIELD_NUMBER: _ClassVar[int]
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     title: str
@@ -194,7 +195,8 @@ class Run(_message.Message):
     children_total: int
     execution: int
     guidance: _containers.RepeatedCompositeFieldContainer[GuidanceInfo]
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ..., parent: _Optional[str] = ..., root: _Optional[str] = ..., children: _Optional[_Iterable[_Union[RunChild, _Mapping]]] = ..., children_total: _Optional[int] = ..., execution: _Optional[int] = ..., guidance: _Optional[_Iterable[_Union[GuidanceInfo, _Mapping]]] = ...) -> None: ...
+    questions: _containers.RepeatedCompositeFieldContainer[Question]
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ..., parent: _Optional[str] = ..., root: _Optional[str] = ..., children: _Optional[_Iterable[_Union[RunChild, _Mapping]]] = ..., children_total: _Optional[int] = ..., execution: _Optional[int] = ..., guidance: _Optional[_Iterable[_Union[GuidanceInfo, _Mapping]]] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ...) -> None: ...
 
 class RunChild(_message.Message):
     __slots__ = ("id", "kind", "status")
@@ -371,6 +373,58 @@ class GuideRunResponse(_message.Message):
     message_id: str
     execution: int
     def __init__(self, guidance_id: _Optional[str] = ..., seq: _Optional[int] = ..., queued: _Optional[int] = ..., repeated_send: _Optional[bool] = ..., message_id: _Optional[str] = ..., execution: _Optional[int] = ...) -> None: ...
+
+class Question(_message.Message):
+    __slots__ = ("id", "run_id", "call_id", "text", "required", "status", "asked_at", "expires_at", "answer", "answered_by", "answered_at", "guidance_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ASKED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_AT_FIELD_NUMBER: _ClassVar[int]
+    GUIDANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    run_id: str
+    call_id: str
+    text: str
+    required: bool
+    status: str
+    asked_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    answer: str
+    answered_by: str
+    answered_at: _timestamp_pb2.Timestamp
+    guidance_id: str
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., call_id: _Optional[str] = ..., text: _Optional[str] = ..., required: _Optional[bool] = ..., status: _Optional[str] = ..., asked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., answer: _Optional[str] = ..., answered_by: _Optional[str] = ..., answered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., guidance_id: _Optional[str] = ...) -> None: ...
+
+class ListQuestionsRequest(_message.Message):
+    __slots__ = ("run_id", "include_closed", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_CLOSED_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    include_closed: bool
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., include_closed: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListQuestionsResponse(_message.Message):
+    __slots__ = ("questions",)
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    questions: _containers.RepeatedCompositeFieldContainer[Question]
+    def __init__(self, questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ...) -> None: ...
+
+class AnswerQuestionRequest(_message.Message):
+    __slots__ = ("id", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    text: str
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class GuidanceInfo(_message.Message):
     __slots__ = ("id", "message_id", "status", "delivered_to", "author", "created_at", "execution", "text")

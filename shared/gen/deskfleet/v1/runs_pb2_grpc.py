@@ -85,6 +85,16 @@ class RunServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.GuideRunRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_runs__pb2.GuideRunResponse.FromString,
                 _registered_method=True)
+        self.ListQuestions = channel.unary_unary(
+                '/deskfleet.v1.RunService/ListQuestions',
+                request_serializer=deskfleet_dot_v1_dot_runs__pb2.ListQuestionsRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_runs__pb2.ListQuestionsResponse.FromString,
+                _registered_method=True)
+        self.AnswerQuestion = channel.unary_unary(
+                '/deskfleet.v1.RunService/AnswerQuestion',
+                request_serializer=deskfleet_dot_v1_dot_runs__pb2.AnswerQuestionRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_runs__pb2.Question.FromString,
+                _registered_method=True)
         self.WatchRun = channel.unary_stream(
                 '/deskfleet.v1.RunService/WatchRun',
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.WatchRunRequest.SerializeToString,
@@ -162,6 +172,22 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQuestions(self, request, context):
+        """The questions goals asked (newest first): the caller's, or every owner's for an admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AnswerQuestion(self, request, context):
+        """Answer an open question (or, late, an optional one that expired while its goal goes on:
+        the answer joins its next model call). The same answer again is answered with the
+        question as it is; another is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchRun(self, request, context):
         """Durable history after `after_seq`, then live events: no gaps, no duplicates.
         """
@@ -221,6 +247,16 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.GuideRun,
                     request_deserializer=deskfleet_dot_v1_dot_runs__pb2.GuideRunRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_runs__pb2.GuideRunResponse.SerializeToString,
+            ),
+            'ListQuestions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuestions,
+                    request_deserializer=deskfleet_dot_v1_dot_runs__pb2.ListQuestionsRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_runs__pb2.ListQuestionsResponse.SerializeToString,
+            ),
+            'AnswerQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnswerQuestion,
+                    request_deserializer=deskfleet_dot_v1_dot_runs__pb2.AnswerQuestionRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_runs__pb2.Question.SerializeToString,
             ),
             'WatchRun': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchRun,
@@ -499,6 +535,60 @@ class RunService:
             '/deskfleet.v1.RunService/GuideRun',
             deskfleet_dot_v1_dot_runs__pb2.GuideRunRequest.SerializeToString,
             deskfleet_dot_v1_dot_runs__pb2.GuideRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuestions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.RunService/ListQuestions',
+            deskfleet_dot_v1_dot_runs__pb2.ListQuestionsRequest.SerializeToString,
+            deskfleet_dot_v1_dot_runs__pb2.ListQuestionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnswerQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.RunService/AnswerQuestion',
+            deskfleet_dot_v1_dot_runs__pb2.AnswerQuestionRequest.SerializeToString,
+            deskfleet_dot_v1_dot_runs__pb2.Question.FromString,
             options,
             channel_credentials,
             insecure,
