@@ -48,6 +48,7 @@ class ApprovalState(StrEnum):
     SUSPENDED = "suspended"  # taken back (a kill switch, a person at the machine)
     EXPIRED = "expired"
     WITHDRAWN = "withdrawn"  # its run ended before an answer (cancelled with its parent)
+    GUIDED = "guided"  # answered with guidance, not approved: a corrected request is asked anew
 
 
 class GuidanceState(StrEnum):

@@ -203,6 +203,21 @@ def deny(client: CoordinatorClient, args: argparse.Namespace) -> None:
         print(f"approval {doc['id']} denied; run {doc['runId']} is cancelled")
 
 
+def guide_approval(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    # The same guidance again is the saved answer: a send whose answer was lost is repeated.
+    row = client.call_repeatable(
+        client.approvals.GuideApproval, desktop_pb2.GuideApprovalRequest(id=args.id, text=args.text)
+    )
+    doc = render.as_dict(row)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(
+            f"approval {doc['id']} answered with guidance, not approved: run {doc['runId']}"
+            " reads it at its next step and asks anew (deskfleet approvals list)"
+        )
+
+
 def kill_engage(client: CoordinatorClient, args: argparse.Namespace) -> None:
     view = client.call(
         client.kills.Engage,
@@ -394,6 +409,14 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     )
     p.add_argument("id", **APPROVAL_ID)
     p.add_argument("--out", required=True, metavar="FILE", help="write the image to this file")
+    p = leaf(
+        approvals,
+        "guide",
+        guide_approval,
+        "answer with a correction, not a grant: the run reads it and asks anew",
+    )
+    p.add_argument("id", **APPROVAL_ID)
+    p.add_argument("text", metavar="TEXT", help="the correction (e.g. use the left window)")
     p = leaf(approvals, "deny", deny, "deny: the waiting run is cancelled")
     p.add_argument("id", **APPROVAL_ID)
     p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")

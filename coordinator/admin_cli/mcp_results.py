@@ -45,6 +45,15 @@ class GuideResult(TypedDict):
     repeatedSend: bool
 
 
+class ApprovalAnswer(TypedDict):
+    """An approval as guide_approval leaves it."""
+
+    id: str
+    runId: str
+    status: str
+    answer: str
+
+
 class QuestionsResult(TypedDict):
     """Questions goals asked, as list_questions hands them back (newest first)."""
 

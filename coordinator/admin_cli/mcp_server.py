@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.mcp_results import (
+    ApprovalAnswer,
     DesktopActResult,
     DesktopRequestResult,
     FleetStatusResult,
@@ -198,6 +199,15 @@ class FleetTools:
                 "execution": reply.execution,
                 "repeatedSend": reply.repeated_send,
             }
+        )
+
+    def guide_approval(self, approval_id: str, text: str) -> CallToolResult:
+        c = self.client
+        row = c.call_repeatable(
+            c.approvals.GuideApproval, desktop_pb2.GuideApprovalRequest(id=approval_id, text=text)
+        )
+        return _result(
+            {"id": row.id, "runId": row.run_id, "status": row.status, "answer": row.answer}
         )
 
     def list_questions(self, run_id: str, include_closed: bool) -> CallToolResult:
@@ -519,6 +529,16 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         return await _off_loop(
             lambda: tools.guide_run(run_id, text, message_id, expected_execution)
         )
+
+    @server.tool(annotations=ANSWERS)
+    async def guide_approval(
+        approval_id: Annotated[str, Field(description="a pending approval's id")],
+        text: Annotated[str, Field(description="the correction, e.g. use the left window")],
+    ) -> Annotated[CallToolResult, ApprovalAnswer]:
+        """Admins: answer a pending desktop request with guidance instead of approving it. It
+        grants nothing; the run reads it and asks anew. The same guidance again is that
+        answer."""
+        return await _off_loop(lambda: tools.guide_approval(approval_id, text))
 
     @server.tool(annotations=READS)
     async def list_questions(

@@ -41,13 +41,21 @@ from coordinator.agent.conversation import (
     ToolResult,
     ToolSpec,
 )
-from coordinator.agent.tools import DELEGATED, FleetTools, GoalState, intent, specs
+from coordinator.agent.tools import (
+    APPROVAL,
+    DELEGATED,
+    FleetTools,
+    GoalState,
+    GuidedInstead,
+    intent,
+    specs,
+)
 from coordinator.heart import ledger
 from coordinator.heart.context import Context, RunKind
 from coordinator.heart.dispatch import Dispatcher
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import Order
-from coordinator.runs import questions, tree
+from coordinator.runs import guidance, questions, tree
 from coordinator.runs.service import RunView, new_run, owned_run
 from coordinator.store import (
     Database,
@@ -258,7 +266,7 @@ class Goals:
                 RunState.FAILED,
                 f"budget_exhausted: {goal.max_steps} model steps; results are saved",
             )
-        guidance = await self._take_guidance(goal)
+        given = await self._take_guidance(goal)
         tools = specs(bool(goal.state.desktop_worker), goal.state.space)
         await self._fit(goal, tools)
         turn = await self._call_model(goal, tools)
@@ -276,9 +284,9 @@ class Goals:
             ],
             intents=[intent(c) for c in turn.tool_calls],
             usage={"input": turn.usage.input_tokens, "output": turn.usage.output_tokens},
-            guidance=[g for g, _ in guidance],
+            guidance=[g for g, _ in given],
         )
-        for guidance_id, _ in guidance:
+        for guidance_id, _ in given:
             await self._journal(
                 goal,
                 "guidance.delivered",
@@ -313,12 +321,13 @@ class Goals:
                 results.append(await self._tool(goal, call))
         goal.messages.append(Message("user", "", tool_results=tuple(results)))
 
-    async def _guidance_waits(self, goal: Goal) -> bool:
-        """Whether a message this loop has not seen waits for the goal."""
+    async def _guidance_waits(self, goal: Goal, prefix: str = "") -> bool:
+        """Whether a message this loop has not seen waits for the goal (one whose message id
+        starts with `prefix`: an approver's answer, say)."""
 
         def unit(s: Session) -> bool:
             return any(
-                m.id not in goal.seen_guidance
+                m.id not in goal.seen_guidance and (m.message_id or "").startswith(prefix)
                 for m in run_queries.undelivered_guidance(s, goal.state.run_id)
             )
 
@@ -539,10 +548,14 @@ class Goals:
             if await done():
                 return
             # Waiting on a child run of its own is DELEGATED; on a person, waiting for authority.
-            status = RunState.DELEGATED if code == DELEGATED else RunState.WAITING_FOR_AUTHORITY
-            await self._status(goal, status, waiting=(code, detail))
+            delegated = code in (DELEGATED, APPROVAL)
+            status = RunState.DELEGATED if delegated else RunState.WAITING_FOR_AUTHORITY
+            await self._status(goal, status, waiting=(DELEGATED if delegated else code, detail))
             while not await done():
                 await self._check(goal)
+                if code == APPROVAL and await self._guidance_waits(goal, guidance.APPROVAL_PREFIX):
+                    await self._status(goal, RunState.RUNNING)
+                    raise GuidedInstead
                 await asyncio.sleep(POLL)
             await self._status(goal, RunState.RUNNING)
 

@@ -143,6 +143,15 @@ class GoalState:
 # goal is DELEGATED meanwhile when it waits on a child, WAITING_FOR_AUTHORITY otherwise.
 Waiter = Callable[[str, str, Callable[[], Awaitable[bool]]], Awaitable[None]]
 DELEGATED = "delegated"  # the waiting code of a goal waiting on a child run
+# A call waiting for its desktop run's approval (DELEGATED too): it has not run, so a person's
+# guidance ends the wait (`GuidedInstead`) and the model reads it before anything runs.
+APPROVAL = "approval"
+
+
+class GuidedInstead(Exception):
+    """Guidance came while a call waited for an approval: the call did not run."""
+
+
 # Refusals a person answers by approving the desktop run again: the call waits, then runs.
 ASK_AGAIN = (ledger.NEEDS_APPROVAL, desktop_scope.REAPPROVAL_NEEDED)
 ASK_AGAIN_LIMIT = 3
@@ -272,12 +281,18 @@ class FleetTools:
         if action == "screenshot":
             sent["space"] = {"width": state.space.width, "height": state.space.height}
         for _ in range(ASK_AGAIN_LIMIT):
-            await wait_for(
-                DELEGATED,
-                f"waits for its desktop run {state.desktop_run}, which waits for approval"
-                " (deskfleet approvals list)",
-                lambda: self._approved(state),
-            )
+            try:
+                await wait_for(
+                    APPROVAL,
+                    f"waits for its desktop run {state.desktop_run}, which waits for approval"
+                    " (deskfleet approvals list)",
+                    lambda: self._approved(state),
+                )
+            except GuidedInstead:
+                return _error(
+                    "not run: a person answered with guidance while this call waited for"
+                    " approval (it follows); a request made again needs its own approval"
+                )
             result = await self._desktop.act(
                 state.owner,
                 state.desktop_run,

@@ -127,6 +127,17 @@ class ApprovalPages(Pages):
             )
             session.flash("ok", f"approval {answer.id} denied")
             return self.redirect("/approvals")
+        if op == "guide":
+            text = str(form.get("text") or "")
+            if not text.strip():
+                raise Refused(400, "guidance: write what the run should do instead")
+            answer = await self.rpc.call(
+                session.token,
+                self.rpc.approvals.GuideApproval,
+                desktop_pb2.GuideApprovalRequest(id=approval_id, text=text),
+            )
+            session.flash("ok", f"approval {answer.id} answered with guidance; not approved")
+            return self.redirect("/approvals")
         if op == "peek":
             peek = await self.rpc.call(
                 session.token,

@@ -36,6 +36,9 @@ GUIDANCE_MESSAGES = 16
 GUIDANCE_TOTAL_CHARS = 16000
 MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 PREVIEW = 200  # characters of each message in a run's view; the journal holds the rest
+# Message ids the coordinator gives the guidance it queues itself: an approval answered with
+# guidance, a question answered late. A sender's own id never starts with one.
+APPROVAL_PREFIX, ANSWER_PREFIX = "approval-", "answer-"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,11 @@ def check_text(text: str, message_id: str, expected_execution: int) -> None:
         raise InvalidArgumentError(
             "message_id: 1 to 128 of the characters A-Z a-z 0-9 _ . : - (got"
             f" {message_id[:40]!r}{'…' if len(message_id) > 40 else ''})"
+        )
+    if message_id.startswith((APPROVAL_PREFIX, ANSWER_PREFIX)):
+        raise InvalidArgumentError(
+            f"message_id: ids starting {APPROVAL_PREFIX!r} or {ANSWER_PREFIX!r} are the"
+            " coordinator's own"
         )
     if expected_execution < 0:
         raise InvalidArgumentError(

@@ -203,7 +203,7 @@ class Questions:
                 who,
                 ctx,
                 f"The answer to your question {question.text!r}: {text}",
-                f"answer-{question.id}",
+                guidance.ANSWER_PREFIX + question.id,
                 0,
             )
             question.guidance_id = queued.guidance_id

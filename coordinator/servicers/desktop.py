@@ -210,6 +210,14 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
         )
         return approval_message(row)
 
+    async def GuideApproval(
+        self, request: desktop_pb2.GuideApprovalRequest, context: Context
+    ) -> desktop_pb2.Approval:
+        row = await self._desktop.guide_approval(
+            current_principal(), _id(request.id, "id"), request.text
+        )
+        return approval_message(row)
+
     async def PeekScreen(
         self, request: desktop_pb2.PeekScreenRequest, context: Context
     ) -> desktop_pb2.ScreenPeek:

@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session
 
 from coordinator.heart import ledger
 from coordinator.heart.context import Context
+from coordinator.model.identity import Principal
+from coordinator.runs import guidance
 from coordinator.runs.desktop import scope
 from coordinator.runs.desktop.scope import Scope
 from coordinator.store.models import ApprovalRow, RunRow
@@ -85,6 +87,34 @@ def ask_again(
     )
     ledger.set_status(s, run, ctx, RunState.WAITING_FOR_AUTHORITY, waiting=approval_waiting(fresh))
     return fresh
+
+
+def guided(
+    s: Session,
+    run: RunRow,
+    parent: RunRow | None,
+    approval: ApprovalRow,
+    who: Principal,
+    text: str,
+    ctx: Context,
+) -> None:
+    """Answer a pending approval with guidance: it grants nothing. The correction goes to the
+    run that asked (a goal's desktop run asks for its goal: `parent`), whose next model call
+    reads it; the request is asked anew, for its own approval, as it stood."""
+    approval.status = ApprovalState.GUIDED
+    approval.answer, approval.answered_by, approval.answered_at = text, who.id, ctx.now
+    ledger.record(s, run, ctx, "approval.guided", approval=approval.id, by=who.id, text=text)
+    target = parent if parent is not None and parent.status in ACTIVE else run
+    guidance.queue(
+        s,
+        target,
+        who,
+        ctx,
+        "The person answered the desktop request with guidance instead of approving it: " + text,
+        guidance.APPROVAL_PREFIX + approval.id,
+        0,
+    )
+    ask_again(s, run, approval, "answered with guidance: a corrected request is asked anew", ctx)
 
 
 def new_approval(

@@ -24,7 +24,8 @@ from coordinator.heart.dispatch import Dispatcher
 from coordinator.model import capabilities
 from coordinator.model.identity import Principal, Role
 from coordinator.model.orders import DispatchOrder, Order
-from coordinator.runs.desktop import scope
+from coordinator.runs import guidance
+from coordinator.runs.desktop import approvals, scope
 from coordinator.runs.desktop.admission import (
     DEFAULT_ACT_TIMEOUT,
     checked_args,
@@ -80,7 +81,7 @@ from shared.errors import (
 )
 from shared.ids import new_id
 from shared.receipts import artifact_refs, encode_result
-from shared.states import ACTIVE, FINISHED, ActionState, RunState
+from shared.states import ACTIVE, FINISHED, ActionState, ApprovalState, RunState
 from shared.text import refuse_control
 
 
@@ -286,6 +287,8 @@ class Desktop:
                 raise NotFoundError(f"no approval {approval_id!r}")
             run = run_queries.run_for_update(s, approval.run_id)
             assert run is not None
+            # Read again under the run's lock: another answer may have committed meanwhile.
+            s.refresh(approval)
             if approval.status != PENDING:
                 raise FailedPreconditionError(
                     f"approval {approval_id} is already {approval.status}; a new request is needed"
@@ -345,6 +348,46 @@ class Desktop:
             s.flush()
             answered.append(approval)
             return orders
+
+        await self._dispatcher.run_unit(unit)
+        return answered[0]
+
+    async def guide_approval(self, who: Principal, approval_id: str, text: str) -> ApprovalRow:
+        """Answer a pending approval with guidance, not a grant; the same guidance again from
+        the same person is that answer, never a second one."""
+        guidance.check_text(text, "", 0)
+        answered: list[ApprovalRow] = []
+        by = audit.actor(who)
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            answered.clear()
+            approval = queries.approval(s, approval_id)
+            if approval is None:
+                raise NotFoundError(f"no approval {approval_id!r}")
+            asking = s.get(RunRow, approval.run_id)
+            # The tree's locks are taken root first, as ending a goal takes them.
+            parent_id = asking.parent_id if asking is not None else None
+            parent = run_queries.run_for_update(s, parent_id) if parent_id else None
+            run = run_queries.run_for_update(s, approval.run_id)
+            assert run is not None
+            s.refresh(approval)  # under the run's lock: another answer may have committed
+            answered.append(approval)
+            if (approval.status, approval.answer, approval.answered_by) == (
+                ApprovalState.GUIDED,
+                text,
+                who.id,
+            ):
+                return []  # sent again: the saved answer stands
+            if approval.status != PENDING:
+                raise FailedPreconditionError(
+                    f"approval {approval_id} is already {approval.status}; a new request is needed"
+                )
+            if run.status not in ACTIVE:
+                raise FailedPreconditionError(f"run {run.id} is {run.status}: nothing to guide")
+            audit.record(s, by, "approval.guide", approval.id, run=run.id, text=text)
+            approvals.guided(s, run, parent, approval, who, text, ctx)
+            s.flush()
+            return []
 
         await self._dispatcher.run_unit(unit)
         return answered[0]

@@ -41,6 +41,7 @@ TOOLS = {
     "guide_run",
     "list_questions",
     "answer_question",
+    "guide_approval",
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run
+from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run, wait_until
 from tests.harness.desktop_goals import (
     CURSOR,
     DESKTOP,
@@ -91,5 +91,56 @@ def test_guidance_no_model_call_took_is_not_received_when_the_goal_is_cancelled(
         assert message["deliveredTo"] == "the run stopped CANCELLED before a boundary took it"
         kinds = [e["kind"] for e in journal(coordinator, goal, token_file=owner)]
         assert "guidance.not_received" in kinds and "guidance.delivered" not in kinds
+    finally:
+        worker.close()
+
+
+def test_guidance_on_a_desktop_approval_grants_nothing_and_reaches_the_goals_next_call(
+    coordinator: CoordinatorProcess,
+) -> None:
+    owner = new_owner(coordinator, "fern")
+    worker = RawWorker(coordinator, "desk")
+    worker.connect(DESKTOP)
+    try:
+        recall = {"tool_calls": [{"name": "recall", "arguments": {"text": "window"}}]}
+        model = coordinator.script(
+            "approval-guided.json", [CURSOR, recall, {"text": "will ask again", "tool_calls": []}]
+        )
+        goal = coordinator.cli_json(
+            "goal", "click it", "--desktop", worker.worker_id, "--model", model, token_file=owner
+        )["id"]
+        (approval,) = wait_until(
+            lambda: coordinator.cli_json("approvals", "list")["approvals"], 30, 0.2, "an approval"
+        )
+        text = "not that window: use the left one"
+        guided = coordinator.cli_json("approvals", "guide", approval["id"], text)
+        assert guided["status"] == "guided" and guided["answer"] == text
+        again = coordinator.cli_json("approvals", "guide", approval["id"], text)  # sent again
+        assert again["status"] == "guided"
+        done = wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 30, token_file=owner)
+        assert done["status"] == "SUCCEEDED", done["stopReason"]
+        with pytest.raises(TimeoutError):
+            dispatch = worker.expect("dispatch", timeout=1).dispatch
+            pytest.fail(f"{dispatch.kind} ran though nothing was approved")
+
+        events = journal(coordinator, goal, token_file=owner)
+        (held,) = [e["data"] for e in events if e["kind"] == "goal.tool_result"][:1]
+        assert held["is_error"] and held["text"].startswith("not run: a person answered")
+        (message,) = coordinator.cli_json("runs", "show", goal, token_file=owner)["guidance"]
+        assert message["messageId"] == f"approval-{approval['id']}"
+        assert message["text"].endswith(text) and message["status"] == "delivered"
+        calls = [e["data"] for e in events if e["kind"] == "goal.model_call"]
+        assert calls[1]["guidance"] == [message["id"]]
+        # The request was asked anew for its own approval, never approved (and withdrawn when
+        # the goal ended).
+        (child,) = coordinator.cli_json("runs", "list", "--parent", goal, token_file=owner)["runs"]
+        kinds = [e["kind"] for e in journal(coordinator, child["id"], token_file=owner)]
+        assert "approval.guided" in kinds and "approval.granted" not in kinds
+        asked = [
+            e["data"]
+            for e in journal(coordinator, child["id"], token_file=owner)
+            if e["kind"] == "approval.requested"
+        ]
+        assert len(asked) == 2 and asked[1]["again"] is True
     finally:
         worker.close()

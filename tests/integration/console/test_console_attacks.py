@@ -513,6 +513,7 @@ def test_every_change_needs_the_sessions_csrf_token_and_the_consoles_origin(stac
         ("/questions/qst_x/answer", {"text": "x"}),
         ("/workers/wrk_x/revoke", {}),
         ("/approvals/apr_x/approve", {}),
+        ("/approvals/apr_x/guide", {"text": "x"}),
         ("/kill/kill_x/release", {"reason": "x"}),
         ("/signout", {}),
     ]

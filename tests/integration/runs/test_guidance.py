@@ -98,6 +98,11 @@ def test_one_message_id_sent_twice_is_one_message(
     assert "message_id 'k1' of run" in other.stderr and "already used for another" in other.stderr
     bad = coordinator.cli("runs", "guide", run["id"], "x", "--message-id", "a b", check=False)
     assert bad.returncode == 2 and "message_id: 1 to 128 of the characters" in bad.stderr
+    # An approver's answer ends a goal's wait for approval: a sender cannot pose as one.
+    posed = coordinator.cli(
+        "runs", "guide", run["id"], "x", "--message-id", "approval-apr_1", check=False
+    )
+    assert posed.returncode == 2 and "are the coordinator's own" in posed.stderr
     # Without an id, each invocation is its own message.
     coordinator.cli("runs", "guide", run["id"], "left window")
     assert len(coordinator.cli_json("runs", "show", run["id"])["guidance"]) == 2

@@ -141,6 +141,14 @@ class DenyRequest(_message.Message):
     reason: str
     def __init__(self, id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class GuideApprovalRequest(_message.Message):
+    __slots__ = ("id", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    text: str
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
 class DesktopActRequest(_message.Message):
     __slots__ = ("run_id", "action", "args_json", "timeout_seconds")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -301,6 +301,11 @@ class ApprovalServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_desktop__pb2.DenyRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
                 _registered_method=True)
+        self.GuideApproval = channel.unary_unary(
+                '/deskfleet.v1.ApprovalService/GuideApproval',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.GuideApprovalRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
+                _registered_method=True)
         self.PeekScreen = channel.unary_unary(
                 '/deskfleet.v1.ApprovalService/PeekScreen',
                 request_serializer=deskfleet_dot_v1_dot_desktop__pb2.PeekScreenRequest.SerializeToString,
@@ -330,6 +335,15 @@ class ApprovalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GuideApproval(self, request, context):
+        """Answered with guidance, not approved: the correction goes to the run that asked (a
+        goal's next model call reads it) and the request is asked anew, for its own approval.
+        The same guidance again from the same person is that answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PeekScreen(self, request, context):
         """One screenshot of the display a pending desktop request targets, taken now by the worker
         that holds it; no input. Admins only, written to the audit log.
@@ -354,6 +368,11 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
             'Deny': grpc.unary_unary_rpc_method_handler(
                     servicer.Deny,
                     request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.DenyRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.SerializeToString,
+            ),
+            'GuideApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.GuideApproval,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.GuideApprovalRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.SerializeToString,
             ),
             'PeekScreen': grpc.unary_unary_rpc_method_handler(
@@ -442,6 +461,33 @@ class ApprovalService:
             target,
             '/deskfleet.v1.ApprovalService/Deny',
             deskfleet_dot_v1_dot_desktop__pb2.DenyRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GuideApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.ApprovalService/GuideApproval',
+            deskfleet_dot_v1_dot_desktop__pb2.GuideApprovalRequest.SerializeToString,
             deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
             options,
             channel_credentials,
