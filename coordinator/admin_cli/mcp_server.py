@@ -210,6 +210,16 @@ class FleetTools:
             {"id": row.id, "runId": row.run_id, "status": row.status, "answer": row.answer}
         )
 
+    def revise_run(self, run_id: str, plan: dict[str, Any]) -> CallToolResult:
+        c = self.client
+        request = plan_request(plan)
+        if request.limits.ByteSize():
+            raise InvalidArgumentError("plan.limits: limits carry over from the run; set none")
+        run = c.call(
+            c.runs.ReviseRun, runs_pb2.ReviseRunRequest(id=run_id, actions=request.actions)
+        )
+        return _result(self._run_summary(run, report=False))
+
     def list_questions(self, run_id: str, include_closed: bool) -> CallToolResult:
         c = self.client
         reply = c.call(
@@ -539,6 +549,21 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         grants nothing; the run reads it and asks anew. The same guidance again is that
         answer."""
         return await _off_loop(lambda: tools.guide_approval(approval_id, text))
+
+    @server.tool(annotations=ACTS)
+    async def revise_run(
+        run_id: RunId,
+        plan: Annotated[
+            dict[str, Any],
+            Field(
+                description='the new unfinished part, as for submit_plan: {"actions": [...]}'
+                " (no limits: they carry over)"
+            ),
+        ],
+    ) -> Annotated[CallToolResult, RunSummary]:
+        """Once, for a plan run stopped for a person (FAILED or HAND_BACK_TO_HUMAN): replace
+        what it has not finished with these actions; what succeeded stays, with its receipts."""
+        return await _off_loop(lambda: tools.revise_run(run_id, plan))
 
     @server.tool(annotations=READS)
     async def list_questions(

@@ -129,6 +129,17 @@ def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
         raise RunNotSucceeded(run.status)
 
 
+def revise(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    plan = load_plan(args.plan)
+    if plan.HasField("limits") and plan.limits.ByteSize():
+        raise InvalidArgumentError(
+            f"plan file {args.plan}: limits carry over from the run; a revise sets none"
+            ' (remove "limits")'
+        )
+    request = runs_pb2.ReviseRunRequest(id=args.id, actions=plan.actions)
+    _print_run(render.as_dict(client.call(client.runs.ReviseRun, request)), args.json)
+
+
 def show(client: CoordinatorClient, args: argparse.Namespace) -> None:
     doc = render.as_dict(client.call(client.runs.GetRun, runs_pb2.RunRef(id=args.id)))
     _timeline_nulls(doc.get("timeline"))
@@ -558,8 +569,23 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         ("cancel", "CancelRun", "stop a run now"),
         ("retry", "RetryRun", "continue a stopped run from its checkpoint"),
         ("abandon", "AbandonRun", "end a stopped run, keeping its results"),
+        # As the source documents name the answers to a spent estimate.
+        ("continue", "RetryRun", "keep working (retry): the same as runs retry"),
+        ("stop", "AbandonRun", "stop here (abandon): the same as runs abandon"),
     ):
         leaf(runs, name, control(rpc), text).add_argument("id", **RUN_ID)
+    p = leaf(
+        runs,
+        "revise",
+        revise,
+        "once, after recovery is spent: replace what a plan run has not finished",
+    )
+    p.add_argument("id", **RUN_ID)
+    p.add_argument(
+        "plan",
+        metavar="PLAN.json",
+        help="the new unfinished part, in the plan file's shape (no limits: they carry over)",
+    )
     p = leaf(runs, "guide", guide, "queue a message for the run's next safe boundary")
     p.add_argument("id", **RUN_ID)
     p.add_argument("text", metavar="TEXT", help="the message for the run")

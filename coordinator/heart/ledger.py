@@ -467,8 +467,9 @@ def _budget_stop(s: Session, run: RunRow, ctx: Context) -> bool:
         stop_reason=f"estimate_exhausted: the estimate is spent and {why}",
         waiting=(
             "estimate_exhausted",
-            "retry to keep working within the original limits,"
-            " or abandon to stop here; results are saved",
+            "continue (runs continue) to keep working within the original limits, guide it"
+            " (runs guide) to change direction and go on, or stop (runs stop) here;"
+            " results are saved",
         ),
     )
     return True

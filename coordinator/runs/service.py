@@ -53,6 +53,7 @@ from shared.errors import (
 from shared.ids import new_id
 from shared.states import (
     ACTIVE,
+    DONE,
     IN_FLIGHT,
     STOPPED_FOR_A_PERSON,
     ActionState,
@@ -366,17 +367,102 @@ class Runs:
                     f"run {run_id} reached a hard limit ({run.stop_reason.split(';')[0]}); a retry"
                     " grants no budget: abandon it, or submit a new run"
                 )
+            return _continue(s, run, who, ctx, "retry")
+
+        await self._dispatcher.run_unit(unit)
+        return await self.get(who, run_id)
+
+    async def revise(self, who: Principal, run_id: str, plan: Plan) -> RunView:
+        """Replace what a stopped plan run has not finished with `plan`, once: the actions that
+        succeeded and their receipts stay as they are (a completed action is never edited),
+        and the run goes on with its usage, attempts and limits as they were."""
+        plan = replace(
+            plan,
+            actions=tuple(
+                with_network_policy(a, self._allow_private, f"actions[{i}].args")
+                for i, a in enumerate(plan.actions)
+            ),
+        )
+        _, size = validate(plan)
+
+        def unit(s: Session, ctx: Context) -> list[Order]:
+            run = owned_run(s, who, run_id, lock=True)
+            if run.kind != "plan":
+                raise FailedPreconditionError(
+                    f"run {run_id} is a {run.kind} run: only a plan can be revised (a goal"
+                    " changes direction through guidance: deskfleet runs guide)"
+                )
+            if run.spec.get("revised_by"):
+                raise FailedPreconditionError(
+                    f"run {run_id} was revised already (by {run.spec['revised_by']}): a run is"
+                    " revised once; submit a new run"
+                )
+            if run.status not in STOPPED_FOR_A_PERSON:
+                raise FailedPreconditionError(
+                    f"run {run_id} is {run.status}; only a FAILED or HAND_BACK_TO_HUMAN run,"
+                    " whose automatic recovery is spent, can be revised"
+                )
+            if run.stop_reason.startswith("budget_exhausted"):
+                raise FailedPreconditionError(
+                    f"run {run_id} reached a hard limit ({run.stop_reason.split(';')[0]}); a"
+                    " revise grants no budget: abandon it, or submit a new run"
+                )
+            actions = list(run_queries.actions_of(s, run_id))
+            replaced = [a for a in actions if a.status not in DONE]
+            for action in replaced:
+                was = action.status
+                # Counted as done, so that the run goes on past it; its error says what it was.
+                action.status = ActionState.SKIPPED
+                action.error = (
+                    f"replaced by the revised plan of {who.name} (it was {was}"
+                    + (
+                        "; its outcome is unknown: it may have taken effect"
+                        if was == "UNKNOWN"
+                        else ""
+                    )
+                    + ")"
+                )
+            next_idx = max((a.idx for a in actions), default=-1) + 1
+            next_stage = max((a.stage for a in actions), default=-1) + 1
+            stages = plan.stages or tuple(range(len(plan.actions)))
+            rows = [
+                ledger.new_action(
+                    run_id,
+                    next_idx + i,
+                    next_stage + stages[i],
+                    p.kind,
+                    p.args,
+                    idempotent=p.idempotent,
+                    route=p.route,
+                    intent=p.intent,
+                    timeout=run.limits["action_timeout_seconds"],
+                    postcondition=p.postcondition,
+                )
+                for i, p in enumerate(plan.actions)
+            ]
+            s.add_all(rows)
+            quotas.admit(s, run.owner_id)
+            quotas.charge(s, run.owner_id, size)
+            run.actions_total = len(actions) - len(replaced) + len(rows)
+            run.execution += 1
+            run.spec = dict(run.spec, revised_by=who.id)
             if run.stop_reason.startswith("estimate_exhausted"):
-                # A person's "keep working": the run may go on up to its original limits only.
                 run.estimate_actions = run.limits["max_actions"]
                 run.estimate_seconds = run.limits["max_seconds"]
-            for action in run_queries.actions_of(s, run_id):
-                if action.status in (ActionState.FAILED, ActionState.UNKNOWN):
-                    action.status = ActionState.PENDING
-            quotas.admit(s, run.owner_id)  # active again: it needs room under the limits
-            run.execution += 1
-            ledger.record(s, run, ctx, "run.retry", by=who.id, execution=run.execution)
-            ledger.set_status(s, run, ctx, RunState.RUNNING, cause=f"retry by {who.name}")
+            s.flush()
+            ledger.record(
+                s,
+                run,
+                ctx,
+                "run.revised",
+                by=who.id,
+                replaced=[{"id": a.id, "index": a.idx, "kind": a.kind} for a in replaced],
+                actions=[
+                    {"id": r.id, "index": r.idx, "kind": r.kind, "intent": r.intent} for r in rows
+                ],
+                execution=run.execution,
+            )
+            ledger.set_status(s, run, ctx, RunState.RUNNING, cause=f"revised by {who.name}")
             return ledger.advance(s, run, ctx)
 
         await self._dispatcher.run_unit(unit)
@@ -424,7 +510,14 @@ class Runs:
             run = owned_run(s, who, run_id, lock=True)
             queued = guidance.queue(s, run, who, ctx, text, message_id, expected_execution)
             result.append(queued)
-            return [] if queued.repeated_send else ledger.advance(s, run, ctx)
+            if queued.repeated_send:
+                return []
+            if run.status == RunState.HAND_BACK_TO_HUMAN and run.stop_reason.startswith(
+                "estimate_exhausted"
+            ):
+                # The third answer to a spent estimate: change direction and go on.
+                return _continue(s, run, who, ctx, "guidance")
+            return ledger.advance(s, run, ctx)
 
         await self._dispatcher.run_unit(unit)
         faults.crash(faults.EXIT_AFTER_GUIDANCE_COMMIT)
@@ -585,6 +678,22 @@ def new_run(
         parent_id=parent.id if parent is not None else None,
         root_id=(parent.root_id or parent.id) if parent is not None else run_id,
     )
+
+
+def _continue(s: Session, run: RunRow, who: Principal, ctx: Context, how: str) -> list[Order]:
+    """A stopped run goes on from its checkpoint: its unfinished action runs again."""
+    if run.stop_reason.startswith("estimate_exhausted"):
+        # A person's "keep working": the run may go on up to its original limits only.
+        run.estimate_actions = run.limits["max_actions"]
+        run.estimate_seconds = run.limits["max_seconds"]
+    for action in run_queries.actions_of(s, run.id):
+        if action.status in (ActionState.FAILED, ActionState.UNKNOWN):
+            action.status = ActionState.PENDING
+    quotas.admit(s, run.owner_id)  # active again: it needs room under the limits
+    run.execution += 1
+    ledger.record(s, run, ctx, "run.retry", by=who.id, execution=run.execution, how=how)
+    ledger.set_status(s, run, ctx, RunState.RUNNING, cause=f"{how} by {who.name}")
+    return ledger.advance(s, run, ctx)
 
 
 def stopped_view(s: Session, run_id: str) -> RunView | None:

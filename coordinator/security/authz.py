@@ -41,6 +41,7 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.RunService/CancelRun": PEOPLE,
     "/deskfleet.v1.RunService/RetryRun": PEOPLE,
     "/deskfleet.v1.RunService/AbandonRun": PEOPLE,
+    "/deskfleet.v1.RunService/ReviseRun": PEOPLE,
     "/deskfleet.v1.RunService/GuideRun": PEOPLE,
     "/deskfleet.v1.RunService/ListQuestions": PEOPLE,
     "/deskfleet.v1.RunService/AnswerQuestion": PEOPLE,

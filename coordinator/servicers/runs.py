@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
@@ -14,7 +15,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from coordinator.agent.loop import Goals
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
 from coordinator.runs import guidance, questions
-from coordinator.runs.plan import Plan, RawAction, parse_plan_actions
+from coordinator.runs.plan import Plan, PlannedAction, RawAction, parse_plan_actions
 from coordinator.runs.questions import Questions
 from coordinator.runs.recall import Recall
 from coordinator.runs.research.routing import RoutingPolicy
@@ -182,6 +183,26 @@ def question_message(q: QuestionRow) -> runs_pb2.Question:
     )
 
 
+def _planned(actions: Iterable[runs_pb2.PlannedAction]) -> list[PlannedAction]:
+    return parse_plan_actions(
+        [
+            RawAction(
+                a.kind,
+                a.args_json,
+                a.idempotent,
+                _route(a.route),
+                a.intent,
+                (
+                    (a.postcondition.kind, a.postcondition.args_json, a.postcondition.expect_json)
+                    if a.HasField("postcondition")
+                    else None
+                ),
+            )
+            for a in actions
+        ]
+    )
+
+
 class RunServicer(runs_pb2_grpc.RunServiceServicer):
     def __init__(
         self,
@@ -212,27 +233,7 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
 
     async def SubmitRun(self, request: runs_pb2.SubmitRunRequest, context: Context) -> runs_pb2.Run:
         refuse_unknown_fields(request)
-        actions = parse_plan_actions(
-            [
-                RawAction(
-                    a.kind,
-                    a.args_json,
-                    a.idempotent,
-                    _route(a.route),
-                    a.intent,
-                    (
-                        (
-                            a.postcondition.kind,
-                            a.postcondition.args_json,
-                            a.postcondition.expect_json,
-                        )
-                        if a.HasField("postcondition")
-                        else None
-                    ),
-                )
-                for a in request.actions
-            ]
-        )
+        actions = _planned(request.actions)
         lim = request.limits
         plan = Plan(
             tuple(actions),
@@ -249,6 +250,11 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         me = current_principal()
         view = await self._runs.submit(me, plan, wait=wait)
         return run_message(view)
+
+    async def ReviseRun(self, request: runs_pb2.ReviseRunRequest, context: Context) -> runs_pb2.Run:
+        refuse_unknown_fields(request)
+        plan = Plan(tuple(_planned(request.actions)))
+        return run_message(await self._runs.revise(current_principal(), _run_id(request.id), plan))
 
     async def StartResearch(
         self, request: runs_pb2.ResearchRequest, context: Context

@@ -3,9 +3,11 @@ workers (headless, and one on Xvfb) and the local web site."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -42,6 +44,7 @@ TOOLS = {
     "list_questions",
     "answer_question",
     "guide_approval",
+    "revise_run",
 }
 
 
@@ -350,3 +353,41 @@ async def test_an_owners_session_reaches_that_owners_runs_only(
     assert coordinator.cli_json("runs", "show", theirs)["status"] == "WAITING_FOR_ENVIRONMENT"
     coordinator.cli("runs", "cancel", theirs)
     coordinator.cli("runs", "cancel", mine, token_file=token)
+
+
+async def test_an_agent_guides_a_run_and_answers_its_goals_question_over_mcp(
+    coordinator: CoordinatorProcess,
+) -> None:
+    ask = {"name": "ask_human", "arguments": {"question": "which one?", "required": True}}
+    model = coordinator.script("mcp-ask.json", [{"tool_calls": [ask]}])
+    goal = coordinator.cli_json("goal", "ask over mcp", "--model", model)["id"]
+    async with mcp_session(coordinator) as session:
+
+        async def open_questions() -> list[dict[str, Any]]:
+            listed = await call_json(session, "list_questions", run_id=goal)
+            return list(listed["questions"])
+
+        deadline = time.monotonic() + 30
+        while not (asked := await open_questions()):
+            assert time.monotonic() < deadline, "no question"
+            await asyncio.sleep(0.2)
+        answered = await call_json(
+            session, "answer_question", question_id=asked[0]["id"], text="the first"
+        )
+        assert answered["status"] == "answered" and answered["answer"] == "the first"
+        stuck = {"actions": [{"kind": "diag.echo", "route": {"worker": "nobody"}}]}
+        waiting = await call_json(session, "submit_plan", plan=stuck, wait=False)
+        first = await call_json(
+            session, "guide_run", run_id=waiting["runId"], text="hold on", message_id="m1"
+        )
+        again = await call_json(
+            session, "guide_run", run_id=waiting["runId"], text="hold on", message_id="m1"
+        )
+        assert again["repeatedSend"] and again["guidanceId"] == first["guidanceId"]
+        posed = await session.call_tool(
+            "guide_run", {"run_id": waiting["runId"], "text": "x", "message_id": "answer-q"}
+        )
+        assert posed.is_error and "the coordinator's own" in text_of(posed)
+        await call_json(session, "cancel_run", run_id=waiting["runId"])
+        revised = await session.call_tool("revise_run", {"run_id": waiting["runId"], "plan": stuck})
+        assert revised.is_error and "only a FAILED or HAND_BACK_TO_HUMAN" in text_of(revised)

@@ -78,6 +78,14 @@ class SubmitRunRequest(_message.Message):
     wait_seconds: float
     def __init__(self, actions: _Optional[_Iterable[_Union[PlannedAction, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., title: _Optional[str] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
 
+class ReviseRunRequest(_message.Message):
+    __slots__ = ("id", "actions")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    actions: _containers.RepeatedCompositeFieldContainer[PlannedAction]
+    def __init__(self, id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[PlannedAction, _Mapping]]] = ...) -> None: ...
+
 class ActionInfo(_message.Message):
     __slots__ = ("id", "index", "kind", "intent", "fingerprint", "idempotent", "status", "worker_id", "attempt_id", "epoch", "attempts", "dispatched_at", "finished_at", "error", "receipt_id", "route_json", "artifacts", "receipt_traceparent", "postcondition_json", "settled_by")
     ID_FIELD_NUMBER: _ClassVar[int]

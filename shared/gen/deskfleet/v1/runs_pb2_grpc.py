@@ -80,6 +80,11 @@ class RunServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.RunRef.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
                 _registered_method=True)
+        self.ReviseRun = channel.unary_unary(
+                '/deskfleet.v1.RunService/ReviseRun',
+                request_serializer=deskfleet_dot_v1_dot_runs__pb2.ReviseRunRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
+                _registered_method=True)
         self.GuideRun = channel.unary_unary(
                 '/deskfleet.v1.RunService/GuideRun',
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.GuideRunRequest.SerializeToString,
@@ -166,6 +171,15 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReviseRun(self, request, context):
+        """Once per plan run, after its automatic recovery is spent (FAILED or HAND_BACK_TO_HUMAN):
+        what it has not finished is replaced by these actions; what succeeded stays, with its
+        receipts; usage, attempts and limits carry over. A second revise is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GuideRun(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -241,6 +255,11 @@ def add_RunServiceServicer_to_server(servicer, server):
             'AbandonRun': grpc.unary_unary_rpc_method_handler(
                     servicer.AbandonRun,
                     request_deserializer=deskfleet_dot_v1_dot_runs__pb2.RunRef.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_runs__pb2.Run.SerializeToString,
+            ),
+            'ReviseRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReviseRun,
+                    request_deserializer=deskfleet_dot_v1_dot_runs__pb2.ReviseRunRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_runs__pb2.Run.SerializeToString,
             ),
             'GuideRun': grpc.unary_unary_rpc_method_handler(
@@ -507,6 +526,33 @@ class RunService:
             target,
             '/deskfleet.v1.RunService/AbandonRun',
             deskfleet_dot_v1_dot_runs__pb2.RunRef.SerializeToString,
+            deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReviseRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.RunService/ReviseRun',
+            deskfleet_dot_v1_dot_runs__pb2.ReviseRunRequest.SerializeToString,
             deskfleet_dot_v1_dot_runs__pb2.Run.FromString,
             options,
             channel_credentials,
