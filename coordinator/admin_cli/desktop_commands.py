@@ -218,6 +218,33 @@ def guide_approval(client: CoordinatorClient, args: argparse.Namespace) -> None:
         )
 
 
+def discuss_approval(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    found = client.call(
+        client.approvals.DiscussApproval,
+        desktop_pb2.DiscussApprovalRequest(id=args.id, text=args.text or ""),
+    )
+    doc = render.as_dict(found)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(render.discussion(doc))
+
+
+def advise_approval(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    # A model call can take up to its 2 minutes.
+    note = client.call(
+        client.approvals.AdviseApproval,
+        desktop_pb2.AdviseApprovalRequest(id=args.id, model=args.model or ""),
+        timeout=150,
+    )
+    doc = render.as_dict(note)
+    if args.json:
+        render.print_json(doc)
+    else:
+        print(f"advice ({note.author}; it approves nothing):")
+        print(render.safe_text(note.text))
+
+
 def kill_engage(client: CoordinatorClient, args: argparse.Namespace) -> None:
     view = client.call(
         client.kills.Engage,
@@ -417,6 +444,27 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     )
     p.add_argument("id", **APPROVAL_ID)
     p.add_argument("text", metavar="TEXT", help="the correction (e.g. use the left window)")
+    p = leaf(
+        approvals,
+        "discuss",
+        discuss_approval,
+        "with TEXT, add a message to the approval's discussion (it answers nothing); without,"
+        " print the discussion",
+    )
+    p.add_argument("id", **APPROVAL_ID)
+    p.add_argument("text", metavar="TEXT", nargs="?", default="", help="your message")
+    p = leaf(
+        approvals,
+        "advise",
+        advise_approval,
+        "admins: a model's read-only advice on the request (it approves nothing)",
+    )
+    p.add_argument("id", **APPROVAL_ID)
+    p.add_argument(
+        "--model",
+        metavar="PROVIDER:MODEL",
+        help="the model to ask (default: the goal's own, or the coordinator's --advice-model)",
+    )
     p = leaf(approvals, "deny", deny, "deny: the waiting run is cancelled")
     p.add_argument("id", **APPROVAL_ID)
     p.add_argument("--reason", metavar="TEXT", help="why, kept with the answer")

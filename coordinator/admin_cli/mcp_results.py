@@ -54,6 +54,24 @@ class ApprovalAnswer(TypedDict):
     answer: str
 
 
+class NoteResult(TypedDict):
+    """A note of an approval's discussion (advise_approval: the advice)."""
+
+    id: str
+    kind: str
+    author: str
+    text: str
+    at: NotRequired[str]
+
+
+class DiscussionResult(TypedDict):
+    """An approval's discussion, oldest note first."""
+
+    approval: dict[str, Any]
+    goalRequest: NotRequired[str]
+    notes: NotRequired[list[dict[str, Any]]]
+
+
 class QuestionsResult(TypedDict):
     """Questions goals asked, as list_questions hands them back (newest first)."""
 

@@ -31,10 +31,12 @@ from coordinator.admin_cli.mcp_results import (
     ApprovalAnswer,
     DesktopActResult,
     DesktopRequestResult,
+    DiscussionResult,
     FleetStatusResult,
     GuideResult,
     JournalEntryResult,
     JournalSearchResult,
+    NoteResult,
     QuestionResult,
     QuestionsResult,
     RunResult,
@@ -209,6 +211,23 @@ class FleetTools:
         return _result(
             {"id": row.id, "runId": row.run_id, "status": row.status, "answer": row.answer}
         )
+
+    def discuss_approval(self, approval_id: str, text: str) -> CallToolResult:
+        c = self.client
+        found = c.call(
+            c.approvals.DiscussApproval,
+            desktop_pb2.DiscussApprovalRequest(id=approval_id, text=text),
+        )
+        return _result(render.as_dict(found))
+
+    def advise_approval(self, approval_id: str, model: str) -> CallToolResult:
+        c = self.client
+        note = c.call(
+            c.approvals.AdviseApproval,
+            desktop_pb2.AdviseApprovalRequest(id=approval_id, model=model),
+            timeout=150,
+        )
+        return _result(render.as_dict(note))
 
     def revise_run(self, run_id: str, plan: dict[str, Any]) -> CallToolResult:
         c = self.client
@@ -549,6 +568,28 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         grants nothing; the run reads it and asks anew. The same guidance again is that
         answer."""
         return await _off_loop(lambda: tools.guide_approval(approval_id, text))
+
+    @server.tool(annotations=GUIDES)
+    async def discuss_approval(
+        approval_id: Annotated[str, Field(description="the approval's id")],
+        text: Annotated[
+            str, Field(description="a message to add (empty: read the discussion)")
+        ] = "",
+    ) -> Annotated[CallToolResult, DiscussionResult]:
+        """An approval's discussion: the request, its goal's request, people's messages, advice
+        and the decision. A message added answers nothing."""
+        return await _off_loop(lambda: tools.discuss_approval(approval_id, text))
+
+    @server.tool(annotations=GUIDES)
+    async def advise_approval(
+        approval_id: Annotated[str, Field(description="the approval's id")],
+        model: Annotated[
+            str, Field(description="PROVIDER:MODEL (empty: the goal's own or the default)")
+        ] = "",
+    ) -> Annotated[CallToolResult, NoteResult]:
+        """Admins: a model's read-only advice on a request (no tools, at most 2 minutes),
+        labelled advice; it approves nothing."""
+        return await _off_loop(lambda: tools.advise_approval(approval_id, model))
 
     @server.tool(annotations=ACTS)
     async def revise_run(

@@ -230,6 +230,29 @@ def run_rows(runs: list[dict[str, Any]]) -> str:
     )
 
 
+def safe_text(text: str) -> str:
+    """Free text from people or models, printed as text: no terminal controls get through."""
+    return visible(text, multiline=True)
+
+
+def discussion(doc: dict[str, Any]) -> str:
+    """An approval's discussion: the request, the goal's request, messages, advice, decision."""
+    a = doc["approval"]
+    lines = [
+        f"approval:   {a['id']} ({a['status']}) for run {a['runId']} on worker {a['workerId']}",
+        f"reason:     {visible(a.get('reason') or '-')}",
+    ]
+    if doc.get("goalRequest"):
+        lines.append(f"goal:       {visible(doc['goalRequest'])}")
+    for note in doc.get("notes", []):
+        label = "advice" if note["kind"] == "advice" else "message"
+        lines.append(f"{_cell(note.get('at'))}  {label} from {visible(note['author'])}:")
+        lines += ["  " + line for line in safe_text(note["text"]).splitlines()]
+    if a["status"] != "pending":
+        lines.append(f"decision:   {a['status']} {visible(a.get('answer') or '')}".rstrip())
+    return "\n".join(lines)
+
+
 def question_rows(questions: Sequence[dict[str, Any]]) -> str:
     return table(
         ["QUESTION", "RUN", "STATUS", "REQUIRED", "ASKED", "QUESTION TEXT", "ANSWER"],

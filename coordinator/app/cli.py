@@ -135,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
         help="how long an optional ask_human question holds the goal before it goes on",
     )
     serve.add_argument(
+        "--advice-model",
+        default="",
+        metavar="PROVIDER:MODEL",
+        help="the model `approvals advise` asks about an approval outside a goal (a goal's"
+        " approval asks the goal's own model)",
+    )
+    serve.add_argument(
         "--policy",
         type=Path,
         default=None,
@@ -609,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,
+            advice_model=args.advice_model,
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,
             scripted_models_dir=args.scripted_models_dir,

@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.agent import providers
+from coordinator.agent.advice import Discussions
 from coordinator.agent.loop import GOAL_RUNS, Goals
 from coordinator.agent.tools import FleetTools
 from coordinator.fleet.service import Fleet
@@ -277,7 +278,15 @@ def create_server(
     )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
     desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)
-    desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(ApprovalServicer(desktop, peeks), server)
+    discussions = Discussions(
+        db,
+        dispatcher,
+        functools.partial(providers.open_model, scripts_dir=config.scripted_models_dir),
+        config.advice_model,
+    )
+    desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(
+        ApprovalServicer(desktop, peeks, discussions), server
+    )
     desktop_pb2_grpc.add_KillSwitchServiceServicer_to_server(KillSwitchServicer(kills), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -89,10 +89,16 @@ class ApprovalPages(Pages):
         peek = await self._shown_peek(session, approval)
         if peek is not None:  # the screen as it was captured: its real size is the surface's
             display = fleet_pb2.Display(index=peek.display, width=peek.width, height=peek.height)
+        discussion = await self.rpc.call(
+            session.token,
+            self.rpc.approvals.DiscussApproval,
+            desktop_pb2.DiscussApprovalRequest(id=approval_id),
+        )
         return await self.page(
             request,
             session,
             "approval.html",
+            discussion=discussion,
             approval=approval,
             worker=worker,
             display=display,
@@ -127,6 +133,17 @@ class ApprovalPages(Pages):
             )
             session.flash("ok", f"approval {answer.id} denied")
             return self.redirect("/approvals")
+        if op == "discuss":
+            text = str(form.get("text") or "")
+            if not text.strip():
+                raise Refused(400, "message: write something to add")
+            await self.rpc.call(
+                session.token,
+                self.rpc.approvals.DiscussApproval,
+                desktop_pb2.DiscussApprovalRequest(id=approval_id, text=text),
+            )
+            session.flash("ok", "message added to the discussion (it answers nothing)")
+            return self.redirect(f"/approvals/{approval_id}#discussion")
         if op == "guide":
             text = str(form.get("text") or "")
             if not text.strip():

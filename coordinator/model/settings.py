@@ -79,6 +79,7 @@ class CoordinatorConfig:
     goal_context_budget: int = 20_000
     goal_model_timeout: float = 120.0  # a whole model call; past it, one retry
     goal_question_wait: float = 60.0  # an optional ask_human question holds the work this long
+    advice_model: str = ""  # asked about approvals outside a goal (`approvals advise`)
     # Transport security (coordinator/security/tls.py). With a certificate the listener speaks
     # TLS; with a CA directory as well, worker certificates are signed and a second listener
     # takes worker streams that must present one (gRPC Python cannot ask for a client

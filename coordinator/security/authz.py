@@ -59,6 +59,8 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.ApprovalService/Approve": ADMIN,
     "/deskfleet.v1.ApprovalService/Deny": ADMIN,
     "/deskfleet.v1.ApprovalService/GuideApproval": ADMIN,
+    "/deskfleet.v1.ApprovalService/DiscussApproval": PEOPLE,
+    "/deskfleet.v1.ApprovalService/AdviseApproval": ADMIN,
     # Reading a person's screen before any scope is granted: an admin's, audited.
     "/deskfleet.v1.ApprovalService/PeekScreen": ADMIN,
     # Owners may stop their own runs; the fleet and single workers are an admin's to stop.

@@ -7,6 +7,7 @@ from typing import Any
 
 import grpc
 
+from coordinator.agent.advice import Discussions
 from coordinator.runs.desktop import scope
 from coordinator.runs.desktop.peeks import Peeks
 from coordinator.runs.desktop.runs import ActResult, Desktop
@@ -15,9 +16,9 @@ from coordinator.runs.killswitch import KillSwitches, KillView
 from coordinator.security import audit
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.runs import ID, run_message
-from coordinator.store.models import ApprovalRow
+from coordinator.store.models import ApprovalNoteRow, ApprovalRow
 from shared.desktop_scope import Region
-from shared.errors import InvalidArgumentError
+from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2
 from shared.receipts import encode_result
 from shared.states import APPROVAL_STATES
@@ -172,10 +173,46 @@ class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
         )
 
 
+def note_message(note: ApprovalNoteRow) -> desktop_pb2.ApprovalNote:
+    return desktop_pb2.ApprovalNote(
+        id=note.id, kind=note.kind, author=note.author, text=note.text, at=to_timestamp(note.at)
+    )
+
+
 class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
-    def __init__(self, desktop: Desktop, peeks: Peeks) -> None:
+    def __init__(
+        self, desktop: Desktop, peeks: Peeks, discussions: Discussions | None = None
+    ) -> None:
         self._desktop = desktop
         self._peeks = peeks
+        self._discussions = discussions
+
+    def _discussed(self) -> Discussions:
+        if self._discussions is None:
+            raise FailedPreconditionError("this coordinator keeps no approval discussions")
+        return self._discussions
+
+    async def DiscussApproval(
+        self, request: desktop_pb2.DiscussApprovalRequest, context: Context
+    ) -> desktop_pb2.ApprovalDiscussion:
+        found = await self._discussed().discuss(
+            current_principal(), _id(request.id, "id"), request.text
+        )
+        return desktop_pb2.ApprovalDiscussion(
+            approval=approval_message(found.approval),
+            goal_request=found.goal_request,
+            notes=[note_message(n) for n in found.notes],
+        )
+
+    async def AdviseApproval(
+        self, request: desktop_pb2.AdviseApprovalRequest, context: Context
+    ) -> desktop_pb2.ApprovalNote:
+        if len(request.model) > 300:
+            raise InvalidArgumentError("model: PROVIDER:MODEL, at most 300 characters")
+        note = await self._discussed().advise(
+            current_principal(), _id(request.id, "id"), request.model
+        )
+        return note_message(note)
 
     async def ListApprovals(
         self, request: desktop_pb2.ListApprovalsRequest, context: Context

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from coordinator.store import runs as run_queries
 from coordinator.store.models import (
     ActionRow,
+    ApprovalNoteRow,
     ApprovalRow,
     ArtifactRow,
     InputLeaseRow,
@@ -43,6 +44,19 @@ def latest_approval(s: Session, run_id: str) -> ApprovalRow | None:
 
 def approval(s: Session, approval_id: str) -> ApprovalRow | None:
     return s.get(ApprovalRow, approval_id)
+
+
+def notes_of(s: Session, approval_id: str) -> Sequence[ApprovalNoteRow]:
+    """An approval's discussion, oldest first (bounded where it is written)."""
+    return (
+        s.execute(
+            select(ApprovalNoteRow)
+            .where(ApprovalNoteRow.approval_id == approval_id)
+            .order_by(ApprovalNoteRow.at, ApprovalNoteRow.id)
+        )
+        .scalars()
+        .all()
+    )
 
 
 def approvals(s: Session, status: str, limit: int) -> Sequence[ApprovalRow]:

@@ -292,6 +292,20 @@ class ApprovalRow(Base):
     session_id: Mapped[str] = mapped_column(String(64))
 
 
+class ApprovalNoteRow(Base):
+    """One entry of an approval's discussion: a person's message or a model's advice. It
+    changes nothing: the approval is answered only by approve, deny or guide."""
+
+    __tablename__ = "approval_notes"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    approval_id: Mapped[str] = mapped_column(String(64), ForeignKey("approvals.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # message | advice
+    author: Mapped[str] = mapped_column(String(300))  # a principal id, or the advising model
+    text: Mapped[str] = mapped_column(Text)
+    at: Mapped[float] = mapped_column(Float)
+
+
 class KillSwitchRow(Base):
     """A kill switch for the fleet, one worker or one run; engaged until released."""
 

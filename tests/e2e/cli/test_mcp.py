@@ -45,6 +45,8 @@ TOOLS = {
     "answer_question",
     "guide_approval",
     "revise_run",
+    "discuss_approval",
+    "advise_approval",
 }
 
 

@@ -144,3 +144,56 @@ def test_guidance_on_a_desktop_approval_grants_nothing_and_reaches_the_goals_nex
         assert len(asked) == 2 and asked[1]["again"] is True
     finally:
         worker.close()
+
+
+def test_an_approval_is_discussed_and_advised_and_neither_answers_it(
+    coordinator: CoordinatorProcess,
+) -> None:
+    owner = new_owner(coordinator, "gale")
+    stranger = new_owner(coordinator, "hugo")
+    worker = RawWorker(coordinator, "desk")
+    worker.connect(DESKTOP)
+    try:
+        model = coordinator.script("discussed.json", [CURSOR])
+        goal = coordinator.cli_json(
+            "goal", "press the key", "--desktop", worker.worker_id, "--model", model,
+            token_file=owner,
+        )["id"]  # fmt: skip
+        (approval,) = wait_until(
+            lambda: coordinator.cli_json("approvals", "list")["approvals"], 30, 0.2, "an approval"
+        )
+        coordinator.cli("approvals", "discuss", approval["id"], "is this the lab machine?")
+        coordinator.cli(
+            "approvals", "discuss", approval["id"], "yes, the left screen", token_file=owner
+        )
+        theirs = coordinator.cli(
+            "approvals", "discuss", approval["id"], token_file=stranger, check=False
+        )
+        assert theirs.returncode == 4 and "no approval" in theirs.stderr
+
+        advisor = coordinator.script("advisor.json", [{"text": "Narrow it to one display."}])
+        advice = coordinator.cli_json("approvals", "advise", approval["id"], "--model", advisor)
+        assert advice["kind"] == "advice" and advice["text"] == "Narrow it to one display."
+        broken = coordinator.script("broken.json", [{"error": "overloaded"}])
+        failed = coordinator.cli(
+            "approvals", "advise", approval["id"], "--model", broken, check=False
+        )
+        assert failed.returncode == 5 and "overloaded" in failed.stderr
+
+        found = coordinator.cli_json("approvals", "discuss", approval["id"])
+        assert found["goalRequest"] == "press the key"
+        assert [(n["kind"], n["text"]) for n in found["notes"]] == [
+            ("message", "is this the lab machine?"),
+            ("message", "yes, the left screen"),
+            ("advice", "Narrow it to one display."),
+        ]
+        assert found["approval"]["status"] == "pending"  # advice and talk answered nothing
+        shown = coordinator.cli("approvals", "discuss", approval["id"]).stdout
+        assert "advice from model scripted:advisor.json" in shown
+        (child,) = coordinator.cli_json("runs", "list", "--parent", goal, token_file=owner)["runs"]
+        kinds = [e["kind"] for e in journal(coordinator, child["id"], token_file=owner)]
+        assert kinds.count("approval.advice") == 1 and kinds.count("approval.advice_failed") == 1
+        assert "approval.granted" not in kinds
+        coordinator.cli("runs", "cancel", goal, token_file=owner)
+    finally:
+        worker.close()

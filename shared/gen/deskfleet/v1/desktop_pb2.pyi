@@ -141,6 +141,46 @@ class DenyRequest(_message.Message):
     reason: str
     def __init__(self, id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class DiscussApprovalRequest(_message.Message):
+    __slots__ = ("id", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    text: str
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class AdviseApprovalRequest(_message.Message):
+    __slots__ = ("id", "model")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    model: str
+    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class ApprovalNote(_message.Message):
+    __slots__ = ("id", "kind", "author", "text", "at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: str
+    author: str
+    text: str
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., author: _Optional[str] = ..., text: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ApprovalDiscussion(_message.Message):
+    __slots__ = ("approval", "goal_request", "notes")
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    GOAL_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    approval: Approval
+    goal_request: str
+    notes: _containers.RepeatedCompositeFieldContainer[ApprovalNote]
+    def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ..., goal_request: _Optional[str] = ..., notes: _Optional[_Iterable[_Union[ApprovalNote, _Mapping]]] = ...) -> None: ...
+
 class GuideApprovalRequest(_message.Message):
     __slots__ = ("id", "text")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -306,6 +306,16 @@ class ApprovalServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_desktop__pb2.GuideApprovalRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
                 _registered_method=True)
+        self.DiscussApproval = channel.unary_unary(
+                '/deskfleet.v1.ApprovalService/DiscussApproval',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.DiscussApprovalRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.ApprovalDiscussion.FromString,
+                _registered_method=True)
+        self.AdviseApproval = channel.unary_unary(
+                '/deskfleet.v1.ApprovalService/AdviseApproval',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.AdviseApprovalRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.ApprovalNote.FromString,
+                _registered_method=True)
         self.PeekScreen = channel.unary_unary(
                 '/deskfleet.v1.ApprovalService/PeekScreen',
                 request_serializer=deskfleet_dot_v1_dot_desktop__pb2.PeekScreenRequest.SerializeToString,
@@ -344,6 +354,22 @@ class ApprovalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DiscussApproval(self, request, context):
+        """An approval's discussion: with text, add a person's message (a note: nothing goes on);
+        without, read it. The request, its goal's request, messages, advice and the decision.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdviseApproval(self, request, context):
+        """Admins: one bounded, read-only model call (no tools, at most 2 minutes) over the request
+        and its discussion, journaled on the approval's run. It changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PeekScreen(self, request, context):
         """One screenshot of the display a pending desktop request targets, taken now by the worker
         that holds it; no input. Admins only, written to the audit log.
@@ -374,6 +400,16 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     servicer.GuideApproval,
                     request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.GuideApprovalRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_desktop__pb2.Approval.SerializeToString,
+            ),
+            'DiscussApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscussApproval,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.DiscussApprovalRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.ApprovalDiscussion.SerializeToString,
+            ),
+            'AdviseApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdviseApproval,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.AdviseApprovalRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.ApprovalNote.SerializeToString,
             ),
             'PeekScreen': grpc.unary_unary_rpc_method_handler(
                     servicer.PeekScreen,
@@ -489,6 +525,60 @@ class ApprovalService:
             '/deskfleet.v1.ApprovalService/GuideApproval',
             deskfleet_dot_v1_dot_desktop__pb2.GuideApprovalRequest.SerializeToString,
             deskfleet_dot_v1_dot_desktop__pb2.Approval.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiscussApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.ApprovalService/DiscussApproval',
+            deskfleet_dot_v1_dot_desktop__pb2.DiscussApprovalRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.ApprovalDiscussion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdviseApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.ApprovalService/AdviseApproval',
+            deskfleet_dot_v1_dot_desktop__pb2.AdviseApprovalRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.ApprovalNote.FromString,
             options,
             channel_credentials,
             insecure,
