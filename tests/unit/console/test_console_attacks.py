@@ -40,6 +40,7 @@ def test_a_displays_grid_has_a_bounded_number_of_lines_whatever_its_size() -> No
     approval = desktop_pb2.Approval(id="apr_1", run_id="run_1", kind="desktop", status="pending")
     text = env.get_template("approval.html").render(
         approval=approval,
+        discussion=desktop_pb2.ApprovalDiscussion(),
         worker=None,
         display=fleet_pb2.Display(index=0, width=16_000_000, height=16_000_000),
         peek=None,
