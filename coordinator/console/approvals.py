@@ -144,6 +144,15 @@ class ApprovalPages(Pages):
             )
             session.flash("ok", "message added to the discussion (it answers nothing)")
             return self.redirect(f"/approvals/{approval_id}#discussion")
+        if op == "advise":
+            note = await self.rpc.call(
+                session.token,
+                self.rpc.approvals.AdviseApproval,
+                desktop_pb2.AdviseApprovalRequest(id=approval_id),
+                timeout=150,
+            )
+            session.flash("ok", f"advice from {note.author} added (it approves nothing)")
+            return self.redirect(f"/approvals/{approval_id}#discussion")
         if op == "guide":
             text = str(form.get("text") or "")
             if not text.strip():

@@ -66,9 +66,13 @@ class ConsoleClient:
         token: str,
         method: Callable[..., Awaitable[Response]],
         request: Any,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the gRPC deadline of this call)
     ) -> Response:
         try:
-            return await method(request, metadata=self.metadata(token), timeout=self.timeout)
+            return await method(
+                request, metadata=self.metadata(token), timeout=timeout or self.timeout
+            )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.config.coordinator) from exc
 

@@ -10,13 +10,18 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from coordinator.admin_cli.runs_commands import plan_request
 from coordinator.console import model
 from coordinator.console.pages import JOURNAL_PAGE, Pages, Refused, form_reason, query_without_page
 from coordinator.console.sessions import (
     Session,
 )
+from shared.errors import DeskfleetError
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
-from shared.states import RUN_KINDS, RUN_STATES, STOPPED, RunState
+from shared.receipts import decode_result
+from shared.states import RUN_KINDS, RUN_STATES, STOPPED, STOPPED_FOR_A_PERSON, RunState
+
+MAX_REVISE_CHARS = 256 * 1024  # a plan's text; the coordinator bounds the plan itself
 
 
 class RunPages(Pages):
@@ -86,6 +91,9 @@ class RunPages(Pages):
             matches=matches,
             stopped=run.status in STOPPED,
             guidable=run.status not in (RunState.SUCCEEDED, RunState.CANCELLED),
+            revisable=run.kind == "plan"
+            and run.status in STOPPED_FOR_A_PERSON
+            and not run.stop_reason.startswith("budget_exhausted"),
             # One id per form shown: the same form sent twice is one message.
             message_id=f"console-{uuid.uuid4().hex}",
             csrf=session.csrf,
@@ -146,6 +154,25 @@ class RunPages(Pages):
                 session.flash("ok", "that guidance was already sent: nothing sent twice")
             else:
                 session.flash("ok", f"guidance queued ({done.queued} waiting)")
+            return self.redirect(f"/runs/{run_id}")
+        if op == "revise":
+            form = await request.form()
+            text = str(form.get("plan") or "")
+            if len(text) > MAX_REVISE_CHARS:
+                raise Refused(400, f"plan: at most {MAX_REVISE_CHARS} characters")
+            try:
+                parsed = decode_result(text)
+                request_plan = plan_request(parsed)
+            except DeskfleetError as exc:
+                raise Refused(400, f"plan: {exc.message}") from exc
+            if request_plan.limits.ByteSize():
+                raise Refused(400, "plan: limits carry over from the run; a revise sets none")
+            await rpc.call(
+                session.token,
+                rpc.runs.ReviseRun,
+                runs_pb2.ReviseRunRequest(id=run_id, actions=request_plan.actions),
+            )
+            session.flash("ok", f"run {run_id} revised: it goes on with the new part")
             return self.redirect(f"/runs/{run_id}")
         if op == "kill":
             form = await request.form()

@@ -197,3 +197,32 @@ def test_an_approval_is_discussed_and_advised_and_neither_answers_it(
         coordinator.cli("runs", "cancel", goal, token_file=owner)
     finally:
         worker.close()
+
+
+def test_a_desktop_run_answered_with_guidance_still_refuses_its_acts(
+    coordinator: CoordinatorProcess,
+) -> None:
+    owner = new_owner(coordinator, "iris")
+    worker = RawWorker(coordinator, "desk")
+    worker.connect(DESKTOP)
+    try:
+        run = coordinator.cli_json(
+            "desktop", "request", "--worker", worker.worker_id, "--action", "key", token_file=owner
+        )
+        (approval,) = coordinator.cli_json("approvals", "list")["approvals"]
+        coordinator.cli("approvals", "guide", approval["id"], "wait for the backup first")
+        act = coordinator.cli(
+            "desktop", "act", run["id"], "key", "--key", "Return", "--json",
+            token_file=owner, check=False,
+        )  # fmt: skip
+        assert '"code": "not_approved"' in act.stdout, act.stdout
+        with pytest.raises(TimeoutError):
+            worker.expect("dispatch", timeout=1)
+        shown = coordinator.cli_json("runs", "show", run["id"], token_file=owner)
+        (message,) = shown["guidance"]
+        assert message["text"].endswith("wait for the backup first")
+        (asked_again,) = coordinator.cli_json("approvals", "list")["approvals"]
+        assert asked_again["id"] != approval["id"] and asked_again["status"] == "pending"
+        coordinator.cli("runs", "cancel", run["id"], token_file=owner)
+    finally:
+        worker.close()

@@ -511,6 +511,9 @@ def test_every_change_needs_the_sessions_csrf_token_and_the_consoles_origin(stac
         (f"/runs/{run_id}/cancel", {}),
         (f"/runs/{run_id}/guide", {"text": "x"}),
         ("/questions/qst_x/answer", {"text": "x"}),
+        (f"/runs/{run_id}/revise", {"plan": '{"actions": []}'}),
+        ("/approvals/apr_x/discuss", {"text": "x"}),
+        ("/approvals/apr_x/advise", {}),
         ("/workers/wrk_x/revoke", {}),
         ("/approvals/apr_x/approve", {}),
         ("/approvals/apr_x/guide", {"text": "x"}),
@@ -695,3 +698,27 @@ def test_the_same_guidance_form_sent_twice_is_one_message(stack: Stack) -> None:
     huge = {"text": "big number", "csrf": alice.csrf(), "expected_execution": "9" * 30}
     assert alice.post(f"/runs/{run_id}/guide", huge).status == 409  # a number, not a crash
     coordinator.cli("runs", "cancel", run_id, token_file=stack.token_files["alice"])
+
+
+def test_a_stopped_plan_is_revised_from_its_page(stack: Stack) -> None:
+    coordinator = stack.coordinator
+    route = {"worker": "nobody-here"}
+    plan = write_plan(
+        coordinator.workdir / "to-revise.json",
+        [{"kind": "diag.echo", "args": {}, "idempotent": True, "route": route}],
+    )
+    run_id = submit(coordinator, plan, token_file=stack.token_files["alice"])["id"]
+    coordinator.cli("runs", "cancel", run_id, token_file=stack.token_files["alice"])
+    alice = stack.browser()
+    assert alice.signin(stack.tokens["alice"]).status == 303
+    assert 'id="revise"' not in alice.get(f"/runs/{run_id}").body  # cancelled: nothing to revise
+    refused = alice.post(
+        f"/runs/{run_id}/revise",
+        {"plan": '{"actions": [{"kind": "diag.echo"}]}', "csrf": alice.csrf()},
+    )
+    assert refused.status == 409 and "only a FAILED or HAND_BACK_TO_HUMAN run" in refused.body
+    broken = alice.post(f"/runs/{run_id}/revise", {"plan": "{not json", "csrf": alice.csrf()})
+    assert broken.status == 400 and broken.body.count("plan:") >= 1
+    limited = '{"actions": [{"kind": "diag.echo"}], "limits": {"max_actions": 5}}'
+    capped = alice.post(f"/runs/{run_id}/revise", {"plan": limited, "csrf": alice.csrf()})
+    assert capped.status == 400 and "limits carry over" in capped.body
