@@ -1,0 +1,1 @@
+"""deskfleet: the Python client of a deskfleet coordinator, for agent developers."""
