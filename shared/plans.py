@@ -35,6 +35,7 @@ from typing import Any
 
 from shared import action_kinds
 from shared.errors import InvalidArgumentError
+from shared.gen.deskfleet.v1 import runs_pb2
 from shared.text import refuse_control
 
 MAX_TITLE_CHARS = 1000
@@ -293,3 +294,44 @@ def _a(value: Any) -> str:
     if isinstance(value, int | float):
         return f"the number {value!r}"
     return "a list" if isinstance(value, list) else "an object"
+
+
+def submit_request(plan: Any, where: str = "plan") -> runs_pb2.SubmitRunRequest:
+    """A plan document (`{"actions": [...], "limits": {...}}`) as a request, read strictly
+    (`shared/plans.py`); `where` names the document in errors about its shape as a whole."""
+    doc = read_plan(plan, where)
+    limits = doc.limits
+    request = runs_pb2.SubmitRunRequest(
+        title=doc.title,
+        limits=runs_pb2.Limits(
+            max_actions=int(limits.get("max_actions", 0)),
+            max_seconds=limits.get("max_seconds", 0.0),
+            estimate_actions=int(limits.get("estimate_actions", 0)),
+            estimate_seconds=limits.get("estimate_seconds", 0.0),
+            action_timeout_seconds=limits.get("action_timeout_seconds", 0.0),
+        ),
+    )
+    for action in doc.actions:
+        request.actions.append(
+            runs_pb2.PlannedAction(
+                kind=action.kind,
+                args_json=json.dumps(action.args, ensure_ascii=True),
+                idempotent=action.idempotent,
+                intent=action.intent,
+                route=runs_pb2.RouteConstraint(
+                    worker=action.route.worker,
+                    labels=action.route.labels,
+                    capability=action.route.capability,
+                ),
+                postcondition=(
+                    runs_pb2.Postcondition(
+                        kind=action.postcondition.kind,
+                        args_json=json.dumps(action.postcondition.args, ensure_ascii=True),
+                        expect_json=json.dumps(action.postcondition.expect, ensure_ascii=True),
+                    )
+                    if action.postcondition is not None
+                    else None
+                ),
+            )
+        )
+    return request

@@ -14,9 +14,9 @@ import grpc
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.out_files import write_private
-from shared import plans
 from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
 from shared.gen.deskfleet.v1 import runs_pb2
+from shared.plans import submit_request as plan_request
 from shared.receipts import GivenTwiceError, decode_result
 from shared.states import ACTIVE, DONE, RUN_KINDS, RUN_STATES, RunState
 
@@ -49,47 +49,6 @@ def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"plan file {path}: {exc.message}") from exc
     return plan_request(plan, f"plan file {path}")
-
-
-def plan_request(plan: Any, where: str = "plan") -> runs_pb2.SubmitRunRequest:
-    """A plan document (`{"actions": [...], "limits": {...}}`) as a request, read strictly
-    (`shared/plans.py`); `where` names the document in errors about its shape as a whole."""
-    doc = plans.read_plan(plan, where)
-    limits = doc.limits
-    request = runs_pb2.SubmitRunRequest(
-        title=doc.title,
-        limits=runs_pb2.Limits(
-            max_actions=int(limits.get("max_actions", 0)),
-            max_seconds=limits.get("max_seconds", 0.0),
-            estimate_actions=int(limits.get("estimate_actions", 0)),
-            estimate_seconds=limits.get("estimate_seconds", 0.0),
-            action_timeout_seconds=limits.get("action_timeout_seconds", 0.0),
-        ),
-    )
-    for action in doc.actions:
-        request.actions.append(
-            runs_pb2.PlannedAction(
-                kind=action.kind,
-                args_json=json.dumps(action.args, ensure_ascii=True),
-                idempotent=action.idempotent,
-                intent=action.intent,
-                route=runs_pb2.RouteConstraint(
-                    worker=action.route.worker,
-                    labels=action.route.labels,
-                    capability=action.route.capability,
-                ),
-                postcondition=(
-                    runs_pb2.Postcondition(
-                        kind=action.postcondition.kind,
-                        args_json=json.dumps(action.postcondition.args, ensure_ascii=True),
-                        expect_json=json.dumps(action.postcondition.expect, ensure_ascii=True),
-                    )
-                    if action.postcondition is not None
-                    else None
-                ),
-            )
-        )
-    return request
 
 
 def _print_run(doc: dict[str, Any], as_json: bool) -> None:

@@ -1,0 +1,1 @@
+"""Adapters that let agent frameworks drive a fleet desktop through `deskfleet`."""
