@@ -48,8 +48,16 @@ class Connection:
     """The channel, the stubs and the metadata every call carries (the credential and one
     trace per client, so a program's calls show as one trace at the coordinator)."""
 
-    def __init__(self, config: ClientConfig, token: str) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        token: str,
+        *,
+        timeout: float = CALL_TIMEOUT,
+        traceparent: TraceParent | None = None,
+    ) -> None:
         self.target = config.coordinator
+        self.timeout = timeout
         ca = config.read_ca()
         if ca is not None:
             self.channel = grpc.aio.secure_channel(
@@ -59,7 +67,8 @@ class Connection:
             if not is_loopback(config.coordinator):
                 log.warning(plaintext_warning(config.coordinator))
             self.channel = grpc.aio.insecure_channel(config.coordinator, options=CHANNEL_OPTIONS)
-        self.metadata = (*auth_metadata(token), (METADATA_KEY, TraceParent.new().header()))
+        trace = (traceparent or TraceParent.new()).header()
+        self.metadata = (*auth_metadata(token), (METADATA_KEY, trace))
         self.fleet = fleet_pb2_grpc.FleetServiceStub(self.channel)
         self.runs = runs_pb2_grpc.RunServiceStub(self.channel)
         self.journal = runs_pb2_grpc.JournalServiceStub(self.channel)
@@ -79,10 +88,10 @@ class Connection:
         method: Callable[..., Any],
         request: Any,
         *,
-        timeout: float = CALL_TIMEOUT,  # noqa: ASYNC109
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> Any:
         try:
-            return await method(request, metadata=self.metadata, timeout=timeout)
+            return await method(request, metadata=self.metadata, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, self.target) from exc
 

@@ -19,13 +19,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from deskfleet._connection import REPEAT_PAUSES, Connection, log, resolve
+from deskfleet._connection import CALL_TIMEOUT, REPEAT_PAUSES, Connection, log, resolve
 from deskfleet.desktop import DesktopSession, resolve_worker, scope_message
 from deskfleet.types import Event, FleetStatus, GuidanceReceipt, ResearchReport, Run
+from shared.config import ClientConfig
 from shared.errors import InvalidArgumentError, StoreUnavailableError, UnavailableError
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 from shared.plans import submit_request
-from shared.states import ACTIVE
+from shared.tracing import TraceParent
 
 # WaitRun holds a call open at most this long; a longer wait is several calls.
 WAIT_SLICE = 30.0
@@ -34,9 +35,10 @@ WAIT_SLICE = 30.0
 class RunHandle:
     """A run that was started: its id, and ways to follow, steer and stop it."""
 
-    def __init__(self, connection: Connection, run_id: str) -> None:
+    def __init__(self, connection: Connection, run_id: str, run: Run | None = None) -> None:
         self._c = connection
         self.id = run_id
+        self.started = run  # the run as the call that started it answered, if it did
 
     def __repr__(self) -> str:
         return f"RunHandle({self.id!r})"
@@ -56,11 +58,7 @@ class RunHandle:
             if left <= 0:
                 raise TimeoutError(f"run {self.id} is still active after {timeout:g} s")
             try:
-                reply = await self._c.unary(
-                    self._c.runs.WaitRun,
-                    runs_pb2.WaitRunRequest(id=self.id, timeout_seconds=max(left, 0.05)),
-                    timeout=left + 15,
-                )
+                run = await self.wait(left)
             except StoreUnavailableError:
                 raise
             except UnavailableError as exc:
@@ -69,8 +67,19 @@ class RunHandle:
                 log.warning("%s; waiting for run %s goes on", exc, self.id)
                 await asyncio.sleep(1.0)
                 continue
-            if reply.status not in ACTIVE:
-                return Run.from_proto(reply)
+            if not run.active:
+                return run
+
+    async def wait(self, seconds: float) -> Run:
+        """The run once it stops or after `seconds` (at most 3600), whichever is first: one
+        call, for a caller that shows progress between waits."""
+        seconds = min(max(seconds, 0.05), 3600.0)
+        reply = await self._c.unary(
+            self._c.runs.WaitRun,
+            runs_pb2.WaitRunRequest(id=self.id, timeout_seconds=seconds),
+            timeout=seconds + 15,
+        )
+        return Run.from_proto(reply)
 
     async def watch(self, after_seq: int = 0, *, follow: bool = True) -> AsyncIterator[Event]:
         """The run's journal events after `after_seq`, in order; with `follow`, live ones
@@ -169,16 +178,33 @@ class AsyncClient:
             self._closed = True
             await self._c.close()
 
+    @classmethod
+    def from_config(
+        cls,
+        config: ClientConfig,
+        *,
+        token: str | None = None,
+        timeout: float = CALL_TIMEOUT,
+        traceparent: TraceParent | None = None,
+    ) -> AsyncClient:
+        """A client of a resolved configuration (`shared.config.ClientConfig`), without the
+        connection check of `connect`: the first call reports an unreachable coordinator.
+        `timeout` is each call's deadline; `traceparent` the trace its calls carry."""
+        secret = token if token is not None else config.read_token()
+        return cls(Connection(config, secret, timeout=timeout, traceparent=traceparent))
+
     @property
     def address(self) -> str:
         return self._c.target
 
     # ------------------------------------------------------------------------- the fleet
 
-    async def status(self, *, limit: int = 100) -> FleetStatus:
-        """Online counts of the whole fleet (every replica's workers) and up to `limit` rows."""
+    async def status(self, *, limit: int = 100, page_token: str = "") -> FleetStatus:
+        """Online counts of the whole fleet (every replica's workers) and up to `limit` rows
+        (the next ones with `page_token=status.next_page_token`)."""
         reply = await self._c.unary(
-            self._c.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest(limit=limit)
+            self._c.fleet.GetWorkerStatus,
+            fleet_pb2.GetWorkerStatusRequest(limit=limit, page_token=page_token),
         )
         return FleetStatus.from_proto(reply)
 
@@ -194,17 +220,20 @@ class AsyncClient:
         thorough: bool = False,
     ) -> RunHandle:
         """Start a research run and return at once (`research` waits for its report)."""
-        reply = await self._c.unary(
-            self._c.runs.StartResearch,
-            runs_pb2.ResearchRequest(
-                query=query,
-                urls=list(urls),
-                search_url=search_url or "",
-                max_sources=max_sources or 0,
-                thorough=thorough,
-            ),
+        request = runs_pb2.ResearchRequest(
+            query=query,
+            urls=list(urls),
+            search_url=search_url or "",
+            max_sources=max_sources or 0,
+            thorough=thorough,
         )
-        return RunHandle(self._c, reply.id)
+        return await self.start_research_request(request)
+
+    async def start_research_request(self, request: runs_pb2.ResearchRequest) -> RunHandle:
+        """`start_research` with every option of the RPC (selectors, profiles, page and
+        byte budgets), for callers that build the message themselves (the CLI)."""
+        reply = await self._c.unary(self._c.runs.StartResearch, request)
+        return RunHandle(self._c, reply.id, Run.from_proto(reply))
 
     async def research(
         self,
@@ -223,24 +252,31 @@ class AsyncClient:
             query, urls=urls, search_url=search_url, max_sources=max_sources, thorough=thorough
         )
         run = await handle.result(timeout)
-        return ResearchReport.from_report(run, await self._report(handle), query)
+        return await self.research_report(run)
 
-    async def _report(self, handle: RunHandle) -> dict[str, Any] | None:
+    async def research_report(self, run: Run | str) -> ResearchReport:
+        """The evidence report of a research run (empty while it has none)."""
+        if isinstance(run, str):
+            run = await self.get_run(run)
         found: dict[str, Any] | None = None
-        async for event in handle.watch(follow=False):
+        async for event in RunHandle(self._c, run.id).watch(follow=False):
             if event.kind == "research.report":
                 found = event.data
-        return found
+        return ResearchReport.from_report(run, found, "")
 
     # ----------------------------------------------------------------------------- plans
 
-    async def submit_plan(self, plan: Mapping[str, Any]) -> RunHandle:
+    async def submit_plan(self, plan: Mapping[str, Any], *, wait: float = 0) -> RunHandle:
         """Submit a plan document (`{"actions": [...], "limits": {...}, "title": ...}`, the
-        `runs submit` file format, read as strictly) and return its handle."""
+        `runs submit` file format, read as strictly) and return its handle. `wait`: let the
+        submission itself wait up to that many seconds (at most 60) for a short run to stop,
+        so that `handle.started` is often already its end."""
         if not isinstance(plan, Mapping):
             raise InvalidArgumentError("plan: a JSON object with an actions list")
-        reply = await self._c.unary(self._c.runs.SubmitRun, submit_request(dict(plan)))
-        return RunHandle(self._c, reply.id)
+        request = submit_request(dict(plan))
+        request.wait_seconds = wait
+        reply = await self._c.unary(self._c.runs.SubmitRun, request, timeout=wait + 30)
+        return RunHandle(self._c, reply.id, Run.from_proto(reply))
 
     async def get_run(self, run_id: str) -> Run:
         """Any run the credential may see, as it stands now."""
@@ -283,3 +319,10 @@ class AsyncClient:
             ),
         )
         return DesktopSession(self._c, Run.from_proto(reply), worker_id, space=space)
+
+    async def desktop(self, run_id: str, *, space: tuple[int, int] | None = None) -> DesktopSession:
+        """A session on an existing desktop run (one requested earlier, or elsewhere)."""
+        run = await self.get_run(run_id)
+        if run.kind != "desktop":
+            raise InvalidArgumentError(f"run {run_id} is a {run.kind} run, not a desktop run")
+        return DesktopSession(self._c, run, "", space=space)

@@ -240,9 +240,13 @@ class DesktopSession:
                 action_id=done.action_id,
             )
         art = next((a for a in done.artifacts if a.role in roles), done.artifacts[-1])
+        return await self.artifact(art.sha256)
+
+    async def artifact(self, sha256: str) -> bytes:
+        """The bytes of an image a receipt of this run names (by its sha256)."""
         reply = await self._c.unary(
             self._c.desktop.GetArtifact,
-            desktop_pb2.GetArtifactRequest(run_id=self.run_id, sha256=art.sha256),
+            desktop_pb2.GetArtifactRequest(run_id=self.run_id, sha256=sha256),
             timeout=60,
         )
         data: bytes = reply.data

@@ -13,15 +13,26 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterator, Mappi
 from types import TracebackType
 from typing import Any, TypeVar
 
+from deskfleet._connection import CALL_TIMEOUT
 from deskfleet.client import AsyncClient, RunHandle as AsyncRunHandle
 from deskfleet.desktop import DesktopSession as AsyncDesktopSession
 from deskfleet.types import ActResult, Event, FleetStatus, GuidanceReceipt, ResearchReport, Run
+from shared.config import ClientConfig
+from shared.gen.deskfleet.v1 import runs_pb2
+from shared.tracing import TraceParent
 
 T = TypeVar("T")
 
 
 async def _coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
+
+
+async def _made(
+    config: ClientConfig, token: str | None, deadline: float, traceparent: TraceParent | None
+) -> AsyncClient:
+    # On the client's loop: grpc.aio binds a channel to the loop it is made on.
+    return AsyncClient.from_config(config, token=token, timeout=deadline, traceparent=traceparent)
 
 
 class _Loop:
@@ -69,6 +80,7 @@ class RunHandle:
         self._loop = loop
         self._handle = handle
         self.id = handle.id
+        self.started = handle.started
 
     def __repr__(self) -> str:
         return f"RunHandle({self.id!r})"
@@ -78,6 +90,9 @@ class RunHandle:
 
     def result(self, timeout: float | None = None) -> Run:
         return self._loop.run(self._handle.result(timeout))
+
+    def wait(self, seconds: float) -> Run:
+        return self._loop.run(self._handle.wait(seconds))
 
     def watch(self, after_seq: int = 0, *, follow: bool = True) -> Iterator[Event]:
         return self._loop.iterate(self._handle.watch(after_seq, follow=follow))
@@ -132,6 +147,9 @@ class DesktopSession:
 
     def act(self, action: str, *, timeout: float = 60.0, **args: Any) -> ActResult:
         return self._loop.run(self._session.act(action, timeout=timeout, **args))
+
+    def artifact(self, sha256: str) -> bytes:
+        return self._loop.run(self._session.artifact(sha256))
 
     def screenshot(self, *, display: int | None = None, format: str = "png") -> bytes:
         return self._loop.run(self._session.screenshot(display=display, format=format))
@@ -215,6 +233,24 @@ class Client:
             raise
         return cls(loop, client)
 
+    @classmethod
+    def from_config(
+        cls,
+        config: ClientConfig,
+        *,
+        token: str | None = None,
+        timeout: float = CALL_TIMEOUT,
+        traceparent: TraceParent | None = None,
+    ) -> Client:
+        """As `AsyncClient.from_config`."""
+        loop = _Loop()
+        try:
+            client = loop.run(_made(config, token, timeout, traceparent))
+        except BaseException:
+            loop.stop()
+            raise
+        return cls(loop, client)
+
     def __enter__(self) -> Client:
         return self
 
@@ -236,8 +272,14 @@ class Client:
     def address(self) -> str:
         return self._client.address
 
-    def status(self, *, limit: int = 100) -> FleetStatus:
-        return self._loop.run(self._client.status(limit=limit))
+    def status(self, *, limit: int = 100, page_token: str = "") -> FleetStatus:
+        return self._loop.run(self._client.status(limit=limit, page_token=page_token))
+
+    def start_research_request(self, request: runs_pb2.ResearchRequest) -> RunHandle:
+        return RunHandle(self._loop, self._loop.run(self._client.start_research_request(request)))
+
+    def research_report(self, run: Run | str) -> ResearchReport:
+        return self._loop.run(self._client.research_report(run))
 
     def start_research(
         self,
@@ -280,8 +322,8 @@ class Client:
             )
         )
 
-    def submit_plan(self, plan: Mapping[str, Any]) -> RunHandle:
-        return RunHandle(self._loop, self._loop.run(self._client.submit_plan(plan)))
+    def submit_plan(self, plan: Mapping[str, Any], *, wait: float = 0) -> RunHandle:
+        return RunHandle(self._loop, self._loop.run(self._client.submit_plan(plan, wait=wait)))
 
     def get_run(self, run_id: str) -> Run:
         return self._loop.run(self._client.get_run(run_id))
@@ -316,3 +358,6 @@ class Client:
             )
         )
         return DesktopSession(self._loop, session)
+
+    def desktop(self, run_id: str, *, space: tuple[int, int] | None = None) -> DesktopSession:
+        return DesktopSession(self._loop, self._loop.run(self._client.desktop(run_id, space=space)))

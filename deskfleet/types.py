@@ -73,6 +73,7 @@ class FleetStatus:
     computer_use_online: int
     online: int
     workers: tuple[Worker, ...]
+    next_page_token: str  # the next rows' page; empty on the last page
     _doc: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -82,6 +83,7 @@ class FleetStatus:
             computer_use_online=status.computer_use_online,
             online=status.online,
             workers=tuple(Worker.from_proto(w) for w in status.workers),
+            next_page_token=status.next_page_token,
             _doc=message_dict(status),
         )
 
@@ -166,6 +168,7 @@ class Event:
     at: datetime | None
     data: dict[str, Any]
     hash: str
+    _doc: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, event: runs_pb2.JournalEvent) -> Event:
@@ -180,7 +183,12 @@ class Event:
             at=_time(event.at),
             data=data if isinstance(data, dict) else {"value": data},
             hash=event.hash,
+            _doc=message_dict(event),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `deskfleet runs watch --json` prints it (`dataJson` the body as sent)."""
+        return dict(self._doc)
 
 
 @dataclass(frozen=True)
@@ -287,6 +295,7 @@ class GuidanceReceipt:
     queued: int
     execution: int
     repeated_send: bool
+    _doc: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, reply: runs_pb2.GuideRunResponse) -> GuidanceReceipt:
@@ -297,7 +306,11 @@ class GuidanceReceipt:
             reply.queued,
             reply.execution,
             reply.repeated_send,
+            message_dict(reply),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._doc)
 
 
 @dataclass(frozen=True)

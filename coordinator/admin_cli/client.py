@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+import deskfleet
 from shared.config import ClientConfig
 from shared.credentials import auth_metadata
 from shared.errors import StoreUnavailableError, UnavailableError, from_rpc_error
@@ -54,7 +55,9 @@ class CoordinatorClient:
         self.config = config
         self.timeout = timeout
         # One trace per command: every call of it carries the same parent span.
-        self._trace = ((METADATA_KEY, (traceparent or TraceParent.new()).header()),)
+        self.traceparent = traceparent or TraceParent.new()
+        self._trace = ((METADATA_KEY, self.traceparent.header()),)
+        self._fleet_client: deskfleet.Client | None = None
         credentials = channel_credentials(config)
         if credentials is not None:
             self._channel = grpc.secure_channel(
@@ -76,7 +79,23 @@ class CoordinatorClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._fleet_client is not None:
+            self._fleet_client.close()
         self._channel.close()
+
+    @property
+    def fleet_client(self) -> deskfleet.Client:
+        """The `deskfleet` client library on the same coordinator, credential and trace: the
+        commands it covers (status, research, plans, watch, guidance, desktop sessions) go
+        through it, so the CLI and a program using the library behave alike."""
+        if self._fleet_client is None:
+            self._fleet_client = deskfleet.Client.from_config(
+                self.config,
+                token=self.config.read_token(),
+                timeout=self.timeout,
+                traceparent=self.traceparent,
+            )
+        return self._fleet_client
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         if self._metadata is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -198,12 +199,7 @@ def _audit(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 
 def _status(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    doc = render.as_dict(
-        client.call(
-            client.fleet.GetWorkerStatus,
-            fleet_pb2.GetWorkerStatusRequest(limit=args.limit, page_token=args.page_token),
-        )
-    )
+    doc = client.fleet_client.status(limit=args.limit, page_token=args.page_token).to_dict()
     doc.setdefault("nextPageToken", "")
     if args.json:
         render.print_json(doc)
@@ -538,7 +534,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = streams
 
 
+class _StderrNotes(logging.Handler):
+    """The client library's notes (a request sent again, a watch resumed) on the stderr of
+    the moment: in-process callers swap sys.stderr between commands."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr)
+
+
+def _notes_to_stderr() -> None:
+    log = logging.getLogger("deskfleet")
+    if not any(isinstance(h, _StderrNotes) for h in log.handlers):
+        log.addHandler(_StderrNotes())
+        log.propagate = False
+
+
 def _run(args: argparse.Namespace) -> int:
+    _notes_to_stderr()
     try:
         config = ClientConfig.resolve(args.coordinator, args.token_file, args.ca_file)
         if args.timeout <= 0:

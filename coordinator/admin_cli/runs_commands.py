@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.out_files import write_private
-from shared.errors import DeskfleetError, InvalidArgumentError, from_rpc_error
+from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import runs_pb2
-from shared.plans import submit_request as plan_request
+from shared.plans import submit_request
 from shared.receipts import GivenTwiceError, decode_result
 from shared.states import ACTIVE, DONE, RUN_KINDS, RUN_STATES, RunState
+
+# The plan reading the console and the MCP server share with `runs submit`.
+plan_request = submit_request
 
 EXIT_RUN_NOT_SUCCEEDED = 6
 EXIT_NO_EVIDENCE = 8  # `research --wait`: the run ended without evidence (its stop reason says why)
@@ -32,8 +32,8 @@ class NoEvidence(Exception):
     """`research --wait` saw the run end with no evidence (the report is printed all the same)."""
 
 
-def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
-    """Read PLAN.json into a request, naming the field at fault on any mistake."""
+def read_plan_file(path: str) -> Any:
+    """PLAN.json as a document, checked as a plan (naming the field at fault on any mistake)."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError as exc:
@@ -48,7 +48,13 @@ def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
         raise
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"plan file {path}: {exc.message}") from exc
-    return plan_request(plan, f"plan file {path}")
+    plan_request(plan, f"plan file {path}")  # its mistakes named as the file's
+    return plan
+
+
+def load_plan(path: str) -> runs_pb2.SubmitRunRequest:
+    """Read PLAN.json into a request, naming the field at fault on any mistake."""
+    return plan_request(read_plan_file(path), f"plan file {path}")
 
 
 def _print_run(doc: dict[str, Any], as_json: bool) -> None:
@@ -58,32 +64,21 @@ def _print_run(doc: dict[str, Any], as_json: bool) -> None:
         print(render.run_detail(doc))
 
 
-def _wait(client: CoordinatorClient, run_id: str) -> runs_pb2.Run:
-    while True:
-        run: runs_pb2.Run = client.call(
-            client.runs.WaitRun, runs_pb2.WaitRunRequest(id=run_id, timeout_seconds=30), timeout=45
-        )
-        if run.status not in ACTIVE:
-            return run
-
-
 # With --wait, SubmitRun itself waits this long: a short run is submitted and answered in one
 # round trip; a longer one is announced, then followed with WaitRun.
 SUBMIT_WAIT = 5.0
 
 
 def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    request = load_plan(args.plan)
-    if args.wait:
-        request.wait_seconds = SUBMIT_WAIT
-    run = client.call(
-        client.runs.SubmitRun, request, timeout=SUBMIT_WAIT + 30 if args.wait else None
-    )
-    if args.wait and run.status in ACTIVE:
+    plan = read_plan_file(args.plan)
+    handle = client.fleet_client.submit_plan(plan, wait=SUBMIT_WAIT if args.wait else 0)
+    run = handle.started
+    assert run is not None
+    if args.wait and run.active:
         if not args.json:
             print(f"run {run.id} submitted; waiting for it to stop...", file=sys.stderr)
-        run = _wait(client, run.id)
-    _print_run(render.as_dict(run), args.json)
+        run = handle.result()
+    _print_run(run.to_dict(), args.json)
     if args.wait and run.status != RunState.SUCCEEDED:
         raise RunNotSucceeded(run.status)
 
@@ -175,6 +170,9 @@ def list_runs(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 def control(rpc: str) -> Any:
     def run(client: CoordinatorClient, args: argparse.Namespace) -> None:
+        if rpc == "CancelRun":
+            _print_run(client.fleet_client.run(args.id).cancel().to_dict(), args.json)
+            return
         result = client.call(getattr(client.runs, rpc), runs_pb2.RunRef(id=args.id))
         _print_run(render.as_dict(result), args.json)
 
@@ -182,17 +180,14 @@ def control(rpc: str) -> Any:
 
 
 def guide(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    request = runs_pb2.GuideRunRequest(
-        id=args.id,
-        text=args.text,
-        # One id per invocation: a send repeated after a lost answer is the same message.
-        message_id=args.message_id or f"cli-{uuid.uuid4().hex}",
+    # One id per invocation: a send repeated after a lost answer is the same message.
+    reply = client.fleet_client.run(args.id).guide(
+        args.text,
+        args.message_id or f"cli-{uuid.uuid4().hex}",
         expected_execution=args.expected_execution,
     )
-    reply = client.call_repeatable(client.runs.GuideRun, request)
-    doc = render.as_dict(reply)
     if args.json:
-        render.print_json(doc)
+        render.print_json(reply.to_dict())
     elif reply.repeated_send:
         print(
             f"guidance {reply.guidance_id} (message {reply.message_id}) was already queued for"
@@ -209,20 +204,14 @@ def guide(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 def watch(client: CoordinatorClient, args: argparse.Namespace) -> None:
     """Stream the journal; after a disconnect, resume from the last sequence seen."""
-    request = runs_pb2.WatchRunRequest(
-        id=args.id, after_seq=args.after_seq, follow=not args.no_follow
-    )
     events: list[dict[str, Any]] = []
-    metadata = client.metadata()
-    try:
-        for event in client.runs.WatchRun(request, metadata=metadata):
-            doc = render.as_dict(event)
-            if args.json:
-                events.append(doc)
-            else:
-                print(render.event_line(doc), flush=True)
-    except grpc.RpcError as exc:
-        raise from_rpc_error(exc, client.config.coordinator) from exc
+    handle = client.fleet_client.run(args.id)
+    for event in handle.watch(args.after_seq, follow=not args.no_follow):
+        doc = event.to_dict()
+        if args.json:
+            events.append(doc)
+        else:
+            print(render.event_line(doc), flush=True)
     if args.json:
         render.print_json({"runId": args.id, "events": events})
 
@@ -287,20 +276,13 @@ def journal_verify(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 
 def _report(client: CoordinatorClient, run_id: str) -> dict[str, Any] | None:
-    request = runs_pb2.WatchRunRequest(id=run_id, follow=False)
-    found: dict[str, Any] | None = None
-    try:
-        for event in client.runs.WatchRun(request, metadata=client.metadata(), timeout=60):
-            if event.kind == "research.report":
-                found = json.loads(event.data_json)
-    except grpc.RpcError as exc:
-        raise from_rpc_error(exc, client.config.coordinator) from exc
-    return found
+    report = client.fleet_client.research_report(run_id)
+    return report.to_dict() or None
 
 
 def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    run = client.call(
-        client.runs.StartResearch,
+    fleet = client.fleet_client
+    handle = fleet.start_research_request(
         runs_pb2.ResearchRequest(
             query=args.query,
             urls=args.url or [],
@@ -314,25 +296,25 @@ def research(client: CoordinatorClient, args: argparse.Namespace) -> None:
             link_selector=args.link_selector or "",
             snippet_selector=args.snippet_selector or "",
             search_profile=args.search_profile or "",
-        ),
+        )
     )
+    run = handle.started
+    assert run is not None
     if not args.wait:
-        _print_run(render.as_dict(run), args.json or args.format == "json")
+        _print_run(run.to_dict(), args.json or args.format == "json")
         return
     shown = ""
-    while run.status in ACTIVE:
+    while run.active:
         done = sum(a.status in DONE for a in run.actions)
         line = f"research {run.id}: {done}/{len(run.actions)} work units done, {run.status}"
-        if run.waiting.code:
-            line += f" ({run.waiting.code}: {run.waiting.detail})"
+        if run.waiting:
+            line += f" ({run.waiting})"
         if line != shown and not args.json and args.format != "json":
             print(line, file=sys.stderr, flush=True)
             shown = line
-        run = client.call(
-            client.runs.WaitRun, runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=1), timeout=30
-        )
-    doc = render.as_dict(run)
-    report = _report(client, run.id)
+        run = handle.wait(1)
+    doc = run.to_dict()
+    report = fleet.research_report(run).to_dict() or None
     if args.json or args.format == "json":
         render.print_json({**doc, "report": report})
     elif args.format == "md":

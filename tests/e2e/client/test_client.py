@@ -264,3 +264,38 @@ def test_a_denied_request_ends_the_wait(
         coordinator.cli_json("approvals", "deny", pending[0]["id"], "--reason", "not today")
         with pytest.raises(ApprovalDeniedError, match="not today"):
             session.wait_approved(timeout=30)
+
+
+async def test_the_quickstart_example_runs_as_written(
+    coordinator: CoordinatorProcess,
+    desk: WorkerProcess,
+    site: str,
+    owner: Path,
+    form: DesktopSite,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/examples/client_quickstart.py, the README's example, against the real parts; a
+    person (the admin's CLI, on a thread) approves its desktop request."""
+    from docs.examples.client_quickstart import main
+
+    monkeypatch.setenv("DESKFLEET_COORDINATOR", coordinator.address)
+    monkeypatch.setenv("DESKFLEET_TOKEN_FILE", str(owner))
+
+    def approve_when_asked() -> None:
+        def mine() -> list[dict[str, str]]:
+            listed = coordinator.cli_json("approvals", "list")["approvals"]
+            return [a for a in listed if a["workerId"] == desk.worker_id]
+
+        [pending] = wait_until(mine, timeout=60)
+        coordinator.cli_json("approvals", "approve", pending["id"])
+
+    approver = asyncio.get_running_loop().run_in_executor(None, approve_when_asked)
+    code = await main(
+        "when was the north light first lit", f"{site}/varn/north-light.html", "client-desk"
+    )
+    await approver
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "north-light.html" in out and "SUCCEEDED completed" in out
+    assert "screenshot: " in out
