@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-PACKAGES = ("coordinator", "worker_agent", "shared")
+PACKAGES = ("coordinator", "worker_agent", "shared", "deskfleet")
 
 # Each room of the coordinator, and the rooms it may import (besides itself). `shared` is
 # below them all; `worker_agent` imports only `shared`. A folder not named here is refused:
@@ -23,6 +23,8 @@ PACKAGES = ("coordinator", "worker_agent", "shared")
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "shared": frozenset(),
     "worker_agent": frozenset({"shared"}),
+    # The client library agent developers install: the services are not its to import.
+    "deskfleet": frozenset({"shared"}),
     "store": frozenset({"shared"}),
     "model": frozenset({"shared", "store"}),
     "security": frozenset({"shared", "store", "model"}),
@@ -38,13 +40,14 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         {"shared", "store", "model", "security", "streams", "observe", "heart"}
         | {"fleet", "runs", "agent"}
     ),
-    # The front ends reach the coordinator over gRPC only; the console shares the CLI's
-    # client side and the failure counter.
-    "admin_cli": frozenset({"shared"}),
-    "console": frozenset({"shared", "admin_cli", "security"}),
+    # The front ends reach the coordinator over gRPC only (the CLI through the client
+    # library where they overlap); the console shares the CLI's client side and the
+    # failure counter.
+    "admin_cli": frozenset({"shared", "deskfleet"}),
+    "console": frozenset({"shared", "deskfleet", "admin_cli", "security"}),
     "app": frozenset(
         {"shared", "store", "model", "security", "streams", "observe", "heart"}
-        | {"fleet", "runs", "agent", "servicers", "console", "admin_cli"}
+        | {"fleet", "runs", "agent", "servicers", "console", "admin_cli", "deskfleet"}
     ),
 }
 
