@@ -18,7 +18,6 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any
 
-import grpc
 from anyio import from_thread, to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -44,9 +43,11 @@ from coordinator.admin_cli.mcp_results import (
 )
 from coordinator.admin_cli.mcp_wire import serve_stdio
 from coordinator.admin_cli.runs_commands import _report, plan_request, searxng_template
+from deskfleet import Run
+from deskfleet.sync import RunHandle
 from shared import __version__, desktop_scope
-from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError, from_rpc_error
-from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError
+from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
 from shared.states import ACTIVE, RunState
 
 
@@ -120,10 +121,10 @@ def _error(text: str) -> CallToolResult:
 
 # A tool that follows a run asks WaitRun this often, so an agent hears how it moves.
 PROGRESS_EVERY = 5
-Progress = Callable[[runs_pb2.Run], None]
+Progress = Callable[[Run], None]
 
 
-def _no_progress(run: runs_pb2.Run) -> None:
+def _no_progress(run: Run) -> None:
     return None
 
 
@@ -134,9 +135,7 @@ class FleetTools:
         self.client = client
 
     def fleet_status(self) -> CallToolResult:
-        c = self.client
-        status = c.call(c.fleet.GetWorkerStatus, fleet_pb2.GetWorkerStatusRequest())
-        return _result(render.as_dict(status))
+        return _result(self.client.fleet_client.status().to_dict())
 
     def research(
         self,
@@ -147,11 +146,9 @@ class FleetTools:
         progress: Progress = _no_progress,
         search: SearchOptions | None = None,
     ) -> CallToolResult:
-        c = self.client
         max_sources = whole("max_sources", max_sources, 0)
         options = search or SearchOptions()
-        run = c.call(
-            c.runs.StartResearch,
+        handle = self.client.fleet_client.start_research_request(
             runs_pb2.ResearchRequest(
                 query=query,
                 urls=urls or [],
@@ -163,35 +160,30 @@ class FleetTools:
                 result_selector=options.result_selector,
                 link_selector=options.link_selector,
                 snippet_selector=options.snippet_selector,
-            ),
+            )
         )
-        run = self._follow(run, wait, progress)
+        run = self._follow(handle, wait, progress)
         # The same report as `deskfleet research --format json`, as text and as structure.
         return _result(self._run_summary(run, report=True))
 
     def submit_plan(self, plan: dict[str, Any], wait: bool, progress: Progress) -> CallToolResult:
-        c = self.client
-        run = c.call(c.runs.SubmitRun, plan_request(plan))
-        return _result(self._run_summary(self._follow(run, wait, progress), report=False))
+        handle = self.client.fleet_client.submit_plan(plan)
+        return _result(self._run_summary(self._follow(handle, wait, progress), report=False))
 
     def cancel_run(self, run_id: str) -> CallToolResult:
-        c = self.client
-        run = c.call(c.runs.CancelRun, runs_pb2.RunRef(id=run_id))
+        run = self.client.fleet_client.run(run_id).cancel()
         return _result(self._run_summary(run, report=False))
 
     def guide_run(
         self, run_id: str, text: str, message_id: str, expected_execution: int
     ) -> CallToolResult:
-        c = self.client
-        request = runs_pb2.GuideRunRequest(
-            id=run_id,
-            text=text,
-            message_id=message_id,
+        # No id given: one is made for this call, so a send repeated after a lost answer is
+        # still the same message.
+        reply = self.client.fleet_client.run(run_id).guide(
+            text,
+            message_id or None,
             expected_execution=whole("expected_execution", expected_execution, 0),
         )
-        reply = c.call_repeatable(c.runs.GuideRun, request) if message_id else None
-        if reply is None:  # no id: a lost answer cannot be told from a lost message
-            reply = c.call(c.runs.GuideRun, request)
         return _result(
             {
                 "guidanceId": reply.guidance_id,
@@ -263,27 +255,26 @@ class FleetTools:
             }
         )
 
-    def _follow(self, run: runs_pb2.Run, wait: bool, progress: Progress) -> runs_pb2.Run:
-        """With `wait`, follow `run` until it stops, telling `progress` where it is."""
+    def _follow(self, handle: RunHandle, wait: bool, progress: Progress) -> Run:
+        """With `wait`, follow the run until it stops, telling `progress` where it is."""
+        run = handle.started
+        assert run is not None
         progress(run)
         # A run waiting for a person's approval may wait for hours: hand that back instead.
-        while wait and run.status in ACTIVE and run.status != RunState.WAITING_FOR_AUTHORITY:
-            run = self.client.call(
-                self.client.runs.WaitRun,
-                runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=PROGRESS_EVERY),
-                timeout=PROGRESS_EVERY + 15,
-            )
+        while wait and run.active and run.status != RunState.WAITING_FOR_AUTHORITY:
+            run = handle.wait(PROGRESS_EVERY)
             progress(run)
         return run
 
-    def _run_summary(self, run: runs_pb2.Run, *, report: bool) -> dict[str, Any]:
+    def _run_summary(self, run: Run, *, report: bool) -> dict[str, Any]:
         doc: dict[str, Any] = {"runId": run.id, "status": run.status}
         if run.stop_reason:
             doc["stopReason"] = run.stop_reason
-        if run.waiting.code:
-            doc["waiting"] = {"code": run.waiting.code, "detail": run.waiting.detail}
-        if report and run.status not in ACTIVE:
-            doc["report"] = _report(self.client, run.id)
+        waiting = run.to_dict().get("waiting") or {}
+        if waiting.get("code"):
+            doc["waiting"] = {"code": waiting["code"], "detail": waiting.get("detail", "")}
+        if report and not run.active:
+            doc["report"] = self.client.fleet_client.research_report(run).to_dict() or None
         return doc
 
     def desktop_request(
@@ -386,15 +377,8 @@ class FleetTools:
 
     def journal_events(self, run_id: str) -> dict[str, Any]:
         """The run's journal so far, as `deskfleet runs watch --no-follow --json` prints it."""
-        c = self.client
-        request = runs_pb2.WatchRunRequest(id=run_id, follow=False)
-        try:
-            events = [
-                render.as_dict(event)
-                for event in c.runs.WatchRun(request, metadata=c.metadata(), timeout=60)
-            ]
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc, c.config.coordinator) from exc
+        handle = self.client.fleet_client.run(run_id)
+        events = [event.to_dict() for event in handle.watch(follow=False)]
         return {"runId": run_id, "events": events}
 
 
@@ -419,7 +403,7 @@ def _progress(ctx: Context) -> Progress:
     its journal); a no-op unless the caller asked for progress."""
     seen: list[tuple[str, int]] = []
 
-    def report(run: runs_pb2.Run) -> None:
+    def report(run: Run) -> None:
         if seen and seen[-1] == (run.status, run.last_seq):
             return
         seen.append((run.status, run.last_seq))
