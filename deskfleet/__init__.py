@@ -35,6 +35,7 @@ from deskfleet.errors import (
 from deskfleet.sync import Client, DesktopSession, RunHandle
 from deskfleet.types import (
     ActResult,
+    DesktopGrant,
     Event,
     FleetStatus,
     GuidanceReceipt,
@@ -60,6 +61,7 @@ __all__ = [
     "AuthenticationError",
     "Client",
     "DeskfleetError",
+    "DesktopGrant",
     "DesktopSession",
     "Event",
     "FailedPreconditionError",

@@ -22,7 +22,7 @@ from deskfleet.errors import (
     ApprovalDeniedError,
     ApprovalGuidedError,
 )
-from deskfleet.types import ActResult, Run
+from deskfleet.types import ActResult, DesktopGrant, Run
 from shared import desktop_scope as contract
 from shared.errors import InvalidArgumentError, NotFoundError
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
@@ -109,6 +109,8 @@ class DesktopSession:
         self.worker_id = worker_id
         self.space = space
         self._seen = 0  # journal events already read by wait_approved
+        self._grant: DesktopGrant | None = None
+        self._granted_by = ""  # the approval whose grant wait_approved saw in the journal
 
     def __repr__(self) -> str:
         return f"DesktopSession(run={self.run_id!r}, worker={self.worker_id!r})"
@@ -140,6 +142,8 @@ class DesktopSession:
             request = runs_pb2.WatchRunRequest(id=self.run_id, after_seq=self._seen, follow=True)
             async for event in self._c.stream(self._c.runs.WatchRun, request):
                 self._seen = max(self._seen, event.seq)
+                if event.kind == "approval.granted":
+                    self._granted_by = str(json.loads(event.data_json or "{}").get("approval", ""))
                 if event.kind == "approval.guided":
                     data = json.loads(event.data_json or "{}")
                     raise ApprovalGuidedError(
@@ -164,15 +168,51 @@ class DesktopSession:
                 status=run.status,
             )
 
+        async def approved_with_grant() -> Run:
+            run = await until_approved()
+            self._grant = await self._read_grant()
+            return run
+
         if timeout is None:
-            return await until_approved()
+            return await approved_with_grant()
         try:
-            return await asyncio.wait_for(until_approved(), timeout)
+            return await asyncio.wait_for(approved_with_grant(), timeout)
         except TimeoutError:
             raise TimeoutError(
                 f"desktop request {self.run_id} is not approved after {timeout:g} s"
                 f" (deskfleet approvals list shows it)"
             ) from None
+
+    @property
+    def grant(self) -> DesktopGrant | None:
+        """The scope the person approved, as `wait_approved` last read it (None before)."""
+        return self._grant
+
+    @property
+    def approved_actions(self) -> tuple[str, ...]:
+        """The actions the person approved (which may be fewer than were asked for); empty
+        until `wait_approved` has returned."""
+        return () if self._grant is None else self._grant.actions
+
+    async def _read_grant(self) -> DesktopGrant:
+        # The run's journal names the approval that granted it (the last one: a kill switch
+        # or a lost connection asks anew); the approval itself holds the typed scope.
+        request = runs_pb2.WatchRunRequest(id=self.run_id, after_seq=self._seen, follow=False)
+        async for event in self._c.stream(self._c.runs.WatchRun, request):
+            self._seen = max(self._seen, event.seq)
+            if event.kind == "approval.granted":
+                self._granted_by = str(json.loads(event.data_json or "{}").get("approval", ""))
+        approval_id = self._granted_by
+        if not approval_id:
+            raise ApprovalDeniedError(
+                f"desktop run {self.run_id} is running but its journal names no granted approval",
+                run_id=self.run_id,
+                status=self.run.status,
+            )
+        reply = await self._c.unary(
+            self._c.approvals.DiscussApproval, desktop_pb2.DiscussApprovalRequest(id=approval_id)
+        )
+        return DesktopGrant.from_proto(reply.approval)
 
     async def _run(self) -> Run:
         reply = await self._c.unary(self._c.runs.GetRun, runs_pb2.RunRef(id=self.run_id))

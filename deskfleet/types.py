@@ -314,6 +314,33 @@ class GuidanceReceipt:
 
 
 @dataclass(frozen=True)
+class DesktopGrant:
+    """What a person approved for a desktop run: the granted scope, which may be narrower than
+    what was asked. `region` is (x, y, width, height) in the display's real pixels, None for
+    the whole display; `expires_at` is when the approval ends."""
+
+    approval_id: str
+    actions: tuple[str, ...]
+    displays: tuple[int, ...]
+    region: tuple[int, int, int, int] | None
+    max_actions: int
+    expires_at: datetime | None
+
+    @classmethod
+    def from_proto(cls, approval: desktop_pb2.Approval) -> DesktopGrant:
+        granted = approval.granted
+        r = granted.region
+        return cls(
+            approval_id=approval.id,
+            actions=tuple(granted.actions),
+            displays=tuple(granted.displays) or (0,),
+            region=(r.x, r.y, r.width, r.height) if granted.HasField("region") else None,
+            max_actions=granted.max_actions,
+            expires_at=_time(approval.expires_at),
+        )
+
+
+@dataclass(frozen=True)
 class Artifact:
     sha256: str
     media_type: str
