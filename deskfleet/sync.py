@@ -16,7 +16,15 @@ from typing import Any, TypeVar
 from deskfleet._connection import CALL_TIMEOUT
 from deskfleet.client import AsyncClient, RunHandle as AsyncRunHandle
 from deskfleet.desktop import DesktopSession as AsyncDesktopSession
-from deskfleet.types import ActResult, Event, FleetStatus, GuidanceReceipt, ResearchReport, Run
+from deskfleet.types import (
+    ActResult,
+    DesktopGrant,
+    Event,
+    FleetStatus,
+    GuidanceReceipt,
+    ResearchReport,
+    Run,
+)
 from shared.config import ClientConfig
 from shared.gen.deskfleet.v1 import runs_pb2
 from shared.tracing import TraceParent
@@ -138,6 +146,14 @@ class DesktopSession:
     @property
     def space(self) -> tuple[int, int] | None:
         return self._session.space
+
+    @property
+    def grant(self) -> DesktopGrant | None:
+        return self._session.grant
+
+    @property
+    def approved_actions(self) -> tuple[str, ...]:
+        return self._session.approved_actions
 
     def wait_approved(self, timeout: float | None = None) -> Run:
         return self._loop.run(self._session.wait_approved(timeout))
