@@ -48,6 +48,20 @@ def round_trip_and_ingest(quick: bool) -> list[dict[str, Any]]:
                     },
                 )
             )
+    library = doc["figures"]["round_trip_client_library"]
+    out.append(
+        figure(
+            "round_trip",
+            "no-op action round trip p50 through the client library, simulated worker",
+            library["library"]["p50_ms"],
+            "ms",
+            baseline=("the same round trip on the bare gRPC stub p50", library["stub"]["p50_ms"]),
+            params={
+                "samples": library["library"]["n"],
+                "path": "deskfleet.Client.submit_plan(wait=10), alternated with the stub's",
+            },
+        )
+    )
     store = doc["baselines"]["raw_round_trip_store"]
     floor = echo["p50_ms"] + store["p50_ms"]
     out.append(

@@ -168,6 +168,35 @@ def round_trips(
     return metered(meter, work, n)
 
 
+def library_round_trips(client: Client, coordinator: CoordinatorProcess, n: int) -> dict[str, Any]:
+    """The same no-op round trip through the client library (`deskfleet.Client.submit_plan`
+    with a wait, as `runs submit --wait` does) and through the bare stub, alternated so that
+    both meet the same machine: what the library adds to a call."""
+    import deskfleet
+
+    plan = {"actions": [{"kind": "diag.echo", "args": {}, "idempotent": True}]}
+    with deskfleet.Client.connect(
+        coordinator.address, token_file=str(coordinator.admin_token_file)
+    ) as fleet:
+
+        def through_library() -> float:
+            start = time.perf_counter()
+            handle = fleet.submit_plan(plan, wait=10)
+            elapsed = (time.perf_counter() - start) * 1000
+            if handle.started is None or handle.started.status != "SUCCEEDED":
+                raise RuntimeError(f"library round trip {handle.id} did not succeed")
+            return elapsed
+
+        for _ in range(10):
+            through_library()
+            client.round_trip()
+        library, stub = [], []
+        for _ in range(n):
+            library.append(through_library())
+            stub.append(client.round_trip())
+    return {"library": summary(library), "stub": summary(stub)}
+
+
 def ingest(
     client: Client,
     runs: int,
@@ -642,6 +671,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sim.wait_ready(60)
             wait_until(lambda: client.online() >= 50, 30, 0.05, "50 simulated workers online")
             simulated = round_trips(client, n, pid, meter)
+            library = library_round_trips(client, coordinator, n)
             flow = ingest(client, ingest_runs, ingest_actions, pid, meter)
             events_per_receipt = journal_per_receipt(coordinator.db_url, ingest_actions)
             submit_events, stop_events = round_trip_events(coordinator.db_url)
@@ -669,6 +699,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "figures": {
             "round_trip_real_worker": real,
             "round_trip_simulated_worker": simulated,
+            "round_trip_client_library": library,
             "ingest_50_workers": {**flow, "journal_events_per_receipt": events_per_receipt},
         },
     }
