@@ -16,6 +16,7 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from shared.advertisement import Display as Display
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 from shared.states import ACTIVE
 
@@ -27,15 +28,6 @@ def message_dict(message: Message) -> dict[str, Any]:
 
 def _time(message: Any) -> datetime | None:
     return message.ToDatetime() if message.seconds or message.nanos else None
-
-
-@dataclass(frozen=True)
-class Display:
-    index: int
-    left: int
-    top: int
-    width: int
-    height: int
 
 
 @dataclass(frozen=True)
@@ -58,9 +50,7 @@ class Worker:
             online=info.online,
             state=info.state,
             capabilities=tuple(c.name for c in info.capabilities if c.available),
-            displays=tuple(
-                Display(d.index, d.left, d.top, d.width, d.height) for d in info.displays
-            ),
+            displays=tuple(Display.from_proto(d) for d in info.displays),
             labels=dict(info.labels),
         )
 
