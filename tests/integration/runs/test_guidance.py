@@ -11,11 +11,9 @@ for ever.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from shared import faults
 from tests.harness import (
@@ -29,21 +27,7 @@ from tests.harness import (
     wait_run,
     write_plan,
 )
-
-
-@pytest.fixture(scope="module")
-def worker_browser() -> bool:
-    """These tests' workers never browse: they start without Chromium (--no-headless)."""
-    return False
-
-
-@pytest.fixture
-def coordinator(module_coordinator: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
-    yield module_coordinator
-    listed = module_coordinator.cli_json("runs", "list", "--owner", "*", "--limit", "500")
-    for run in listed["runs"]:
-        if run["status"] not in STOPPED:
-            module_coordinator.cli("runs", "cancel", run["id"], check=False)
+from tests.harness.plan_workers import no_browsers, shared_coordinator  # noqa: F401 (fixtures)
 
 
 def _waiting_run(coordinator: CoordinatorProcess, path: Path) -> dict[str, Any]:

@@ -6,10 +6,8 @@ Before, a run stopped for a person could only be retried as it was or abandoned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from tests.harness import (
     STOPPED,
@@ -20,17 +18,7 @@ from tests.harness import (
     wait_run,
     write_plan,
 )
-
-
-@pytest.fixture(scope="module")
-def worker_browser() -> bool:
-    """These tests' workers never browse: they start without Chromium (--no-headless)."""
-    return False
-
-
-@pytest.fixture
-def coordinator(module_coordinator: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
-    yield module_coordinator
+from tests.harness.plan_workers import no_browsers, shared_coordinator  # noqa: F401 (fixtures)
 
 
 def test_revise_keeps_what_ran_replaces_the_rest_once_and_counts_on(

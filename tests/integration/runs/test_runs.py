@@ -6,10 +6,8 @@ import json
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import (
@@ -23,24 +21,7 @@ from tests.harness import (
     wait_run,
     write_plan,
 )
-
-
-@pytest.fixture(scope="module")
-def worker_browser() -> bool:
-    """These tests' workers never browse: they start without Chromium (--no-headless)."""
-    return False
-
-
-@pytest.fixture
-def coordinator(module_coordinator: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
-    """One coordinator for the module (conftest.py): each test has its own workers and runs,
-    and runs a test leaves waiting are cancelled after it, so that none takes a later test's
-    worker."""
-    yield module_coordinator
-    listed = module_coordinator.cli_json("runs", "list", "--owner", "*", "--limit", "500")
-    for run in listed["runs"]:
-        if run["status"] not in STOPPED:
-            module_coordinator.cli("runs", "cancel", run["id"], check=False)
+from tests.harness.plan_workers import no_browsers, shared_coordinator  # noqa: F401 (fixtures)
 
 
 def _kinds(events: list[dict]) -> list[str]:
