@@ -221,14 +221,10 @@ def lineage(s: Session, run: RunRow) -> list[str]:
     return ids
 
 
-def descendant_ids(s: Session, run_id: str) -> list[str]:
-    """The ids of the runs below `run_id` in its tree, any status, unlocked (for reads)."""
-    run = s.get(RunRow, run_id)
-    if run is None:
-        return []
-    tree = s.execute(
-        select(RunRow.id, RunRow.parent_id).where(RunRow.root_id == (run.root_id or run.id))
-    ).all()
+def _below(s: Session, run_id: str, root_id: str) -> list[str]:
+    """The ids below `run_id` in the tree of `root_id`, parents before their children: the
+    tree is read once by its root (rows from before trees have no root and no children)."""
+    tree = s.execute(select(RunRow.id, RunRow.parent_id).where(RunRow.root_id == root_id)).all()
     below: dict[str, list[str]] = {}
     for child, parent in tree:
         if parent:
@@ -242,24 +238,17 @@ def descendant_ids(s: Session, run_id: str) -> list[str]:
     return out
 
 
+def descendant_ids(s: Session, run_id: str) -> list[str]:
+    """The ids of the runs below `run_id` in its tree, any status, unlocked (for reads)."""
+    run = s.get(RunRow, run_id)
+    return [] if run is None else _below(s, run_id, run.root_id or run.id)
+
+
 def open_descendants(s: Session, run: RunRow, statuses: Sequence[str]) -> list[RunRow]:
     """The runs below `run` in its tree (children, theirs, ...) whose status is one of
-    `statuses`, locked for writing, parents before their children. A tree is read once by its
-    root; rows from before the tree have no root and no children."""
-    root = run.root_id or run.id
-    tree = s.execute(select(RunRow.id, RunRow.parent_id).where(RunRow.root_id == root)).all()
-    below: dict[str, list[str]] = {}
-    for child, parent in tree:
-        if parent:
-            below.setdefault(parent, []).append(child)
-    order: list[str] = []
-    todo = list(below.get(run.id, ()))
-    while todo:
-        child = todo.pop(0)
-        order.append(child)
-        todo.extend(below.get(child, ()))
+    `statuses`, locked for writing, parents before their children."""
     out = []
-    for child_id in order:
+    for child_id in _below(s, run.id, run.root_id or run.id):
         row = run_for_update(s, child_id)
         if row is not None and row.status in statuses:
             out.append(row)
