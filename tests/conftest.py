@@ -163,7 +163,7 @@ def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = Path(__file__).resolve().parent.parent
     src = tmp_path_factory.mktemp("wheel-src")
     with tarfile.open(src / "src.tar", "w") as archive:
-        for part in ("pyproject.toml", "coordinator", "worker_agent", "shared"):
+        for part in ("pyproject.toml", "coordinator", "worker_agent", "shared", "deskfleet"):
             archive.add(root / part, part, filter=lambda t: None if "__pycache__" in t.name else t)
     with tarfile.open(src / "src.tar") as archive:
         archive.extractall(src / "tree", filter="data")
