@@ -5,6 +5,9 @@ installer's default path (no `--deps-from`) makes that environment: it is `pytho
 and `pip install` of the wheel, what a user's own install does, so one install proves both
 (resolving and unpacking the dependencies is most of this module's time).
 
+The framework adapters' extras (`[anthropic]`, `[openai-agents]`) are installed too, both into
+one more new environment: the wheelhouse holds their dependencies as well.
+
 The project's own environment holds the dev extras and more, which can hide a dependency the
 wheel does not declare; these tests do not use it for anything the wheel must bring.
 
@@ -42,6 +45,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = "/usr/bin/chromium"
 WHEELHOUSE_MAX_AGE = 7 * 86400
+# The extras an agent developer installs for the framework adapters (deskfleet.integrations).
+EXTRAS = ("anthropic", "openai-agents")
+MISSING_AGENTS_SDK = (
+    "deskfleet.integrations.openai_agents needs the OpenAI Agents SDK:"
+    " pip install 'deskfleet[openai-agents]'"
+)
 
 
 def run(
@@ -79,14 +88,20 @@ def clean_env(workdir: Path, wheelhouse: Path | None = None) -> dict[str, str]:
     return env
 
 
-def requirements_of(wheel: Path) -> list[str]:
+def metadata_of(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = archive.read(name).decode()
+        return archive.read(name).decode().splitlines()
+
+
+def requirements_of(wheel: Path, *, extras: tuple[str, ...] = ()) -> list[str]:
+    """The wheel's requirements: those with no extra, and those of `extras`."""
+    wanted = {f'extra == "{extra}"' for extra in extras}
     return sorted(
         line.split(":", 1)[1].strip()
-        for line in metadata.splitlines()
-        if line.startswith("Requires-Dist:") and "extra ==" not in line
+        for line in metadata_of(wheel)
+        if line.startswith("Requires-Dist:")
+        and ("extra ==" not in line or any(w in line for w in wanted))
     )
 
 
@@ -99,7 +114,7 @@ def wheelhouse(project_wheel: Path) -> Path:
     key = hashlib.sha256(
         json.dumps(
             [
-                requirements_of(project_wheel),
+                requirements_of(project_wheel, extras=EXTRAS),
                 platform.python_version_tuple()[:2],
                 platform.machine(),
             ]
@@ -112,10 +127,13 @@ def wheelhouse(project_wheel: Path) -> Path:
     fresh = base / f".{key}.{os.getpid()}"
     shutil.rmtree(fresh, ignore_errors=True)
     # `pip wheel` resolves as `pip install` does and also builds the sdists (pyautogui's
-    # family) into wheels, so that the installs below need nothing but this folder.
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", fresh, project_wheel])
+    # family) into wheels, so that the installs below need nothing but this folder. With the
+    # adapters' extras: the install with no extras takes only what it needs from here.
+    wanted = f"{project_wheel}[{','.join(EXTRAS)}]"
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", fresh, wanted])
     (fresh / project_wheel.name).unlink(missing_ok=True)  # the one under test comes from `wheel`
-    (fresh / ".complete").write_text(" ".join(requirements_of(project_wheel)) + "\n")
+    requirements = requirements_of(project_wheel, extras=EXTRAS)
+    (fresh / ".complete").write_text(" ".join(requirements) + "\n")
     shutil.rmtree(house, ignore_errors=True)
     fresh.rename(house)
     return house
@@ -322,3 +340,60 @@ def test_the_wheel_in_a_clean_venv_runs_and_fetches_a_page(
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
+
+
+@pytest.mark.integration
+def test_the_framework_adapters_install_with_their_extras(
+    project_wheel: Path,
+    wheelhouse: Path,
+    installed: Installed,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """An agent developer's installs. With no extra (the installer's environment above) the
+    Anthropic adapter imports, its SDK being a dependency, and the Agents SDK's adapter names
+    the extra it needs in one line. The wheel with both extras goes into one new environment
+    (each install is about a minute of the two cores, and the extras do not conflict), where
+    both adapters import against their SDKs."""
+    metadata = metadata_of(project_wheel)
+    for extra in EXTRAS:
+        assert f"Provides-Extra: {extra}" in metadata, extra
+    assert [r for r in requirements_of(project_wheel, extras=("openai-agents",)) if "agents" in r]
+
+    without = (
+        "import deskfleet.integrations.anthropic as adapter\n"
+        "assert adapter.FleetComputer.toolset_name == 'computer'\n"
+        "try:\n"
+        "    import deskfleet.integrations.openai_agents\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    raise SystemExit('the Agents SDK adapter imported without its SDK')\n"
+    )
+    ran = run(
+        [installed.venv / "bin/python", "-c", without],
+        env=installed.env,
+        timeout=120,
+        cwd=installed.workdir,
+    )
+    assert ran.stdout.strip() == MISSING_AGENTS_SDK
+
+    workdir = tmp_path_factory.mktemp("extras")
+    env = clean_env(workdir, wheelhouse)
+    venv = workdir / "venv"
+    run(["python3", "-m", "venv", venv], env=env, cwd=workdir)
+    wanted = f"{project_wheel}[{','.join(EXTRAS)}]"
+    done = run([venv / "bin/python", "-m", "pip", "install", "-q", wanted], env=env, cwd=workdir)
+    # (A dependency's own missing extra may be warned about: lxml's html_clean, for one.)
+    assert not re.search(r"deskfleet \S+ does not provide the extra", done.stderr), done.stderr
+    with_both = (
+        "import sys, agents\n"
+        "from agents.computer import AsyncComputer\n"
+        "from anthropic.tools import BetaAsyncAbstractComputerToolset20260801 as Toolset\n"
+        "from deskfleet.integrations import anthropic, openai_agents\n"
+        "assert issubclass(anthropic.FleetComputer, Toolset)\n"
+        "assert issubclass(openai_agents.FleetComputer, AsyncComputer)\n"
+        "assert agents.__file__.startswith(sys.prefix), agents.__file__\n"
+        "print('both adapters')\n"
+    )
+    ran = run([venv / "bin/python", "-c", with_both], env=env, timeout=120, cwd=workdir)
+    assert ran.stdout.strip() == "both adapters"
