@@ -60,12 +60,14 @@ def resized(data: bytes, size: tuple[int, int]) -> bytes:
         return out.getvalue()
 
 
-def for_model(data: bytes, media_type: str = "image/png") -> tuple[str, MediaType]:
-    """Base64 of the image and its media type, re-encoded as JPEG when the PNG of a busy
-    screen would pass the API's per-image bound."""
+def for_model(data: bytes) -> tuple[str, MediaType]:
+    """Base64 of the image and its media type, re-encoded as JPEG when it is neither PNG nor
+    JPEG, or when the PNG of a busy screen would pass the API's per-image bound."""
+    with Image.open(io.BytesIO(data)) as image:
+        kind = image.format
     encoded = base64.b64encode(data).decode("ascii")
-    if len(encoded) <= MAX_BASE64_BYTES and media_type in ("image/png", "image/jpeg"):
-        return encoded, "image/png" if media_type == "image/png" else "image/jpeg"
+    if kind in ("PNG", "JPEG") and len(encoded) <= MAX_BASE64_BYTES:
+        return encoded, "image/png" if kind == "PNG" else "image/jpeg"
     for quality in (85, 70, 50):
         out = io.BytesIO()
         with Image.open(io.BytesIO(data)) as image:
