@@ -37,7 +37,11 @@ def fitted_size(
         scale = min(scale, 1.0)
     if scale == 1.0:
         return width, height
-    return max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
+    # A side the limit binds comes out exact (3000 * 1568/3000 is 1567.99... in floats).
+    fitted = max(1, math.floor(width * scale + 1e-6)), max(1, math.floor(height * scale + 1e-6))
+    if not within(fitted, max_long_edge, max_pixels):
+        fitted = max(1, fitted[0] - 1), max(1, fitted[1] - 1)
+    return fitted
 
 
 def within(size: tuple[int, int], max_long_edge: int, max_pixels: int) -> bool:
