@@ -47,3 +47,9 @@ def modifiers_refused(action: str, keys: str) -> str:
         " hold keys during a mouse action. Do it without keys held, or press a shortcut"
         " with the key action."
     )
+
+
+def no_answer(action: str, error: Exception) -> str:
+    """The fleet did not answer (the coordinator unreachable, a deadline passed): the action
+    may not have been sent, or may have run without its receipt arriving."""
+    return f"{action}: no answer from the fleet, so it is not known to have happened: {error}"

@@ -59,7 +59,7 @@ from deskfleet.desktop import DesktopSession
 from deskfleet.errors import ApprovalError, DeskfleetError
 from deskfleet.integrations import _images
 from deskfleet.integrations._desktop import FittedDesktop
-from deskfleet.integrations._outcomes import explain, modifiers_refused
+from deskfleet.integrations._outcomes import explain, modifiers_refused, no_answer
 from deskfleet.types import ActResult
 from shared.desktop_scope import MAX_COMBOS
 
@@ -119,9 +119,7 @@ class FleetComputer(BetaAsyncAbstractComputerToolset20260801):
         try:
             done = await self._desktop.act(action, **args)
         except DeskfleetError as exc:
-            raise ToolError(
-                f"{action} did not reach the desktop, nothing is known done: {exc}"
-            ) from exc
+            raise ToolError(no_answer(action, exc)) from exc
         if not done.succeeded:
             raise ToolError(explain(done))
         return done
@@ -130,7 +128,7 @@ class FleetComputer(BetaAsyncAbstractComputerToolset20260801):
         try:
             png = await self._desktop.image(done, grow=grow)
             data, media_type = _images.for_model(png)
-        except (DeskfleetError, ValueError) as exc:
+        except (DeskfleetError, OSError, ValueError) as exc:
             raise ToolError(f"{done.action}: the image could not be read: {exc}") from exc
         return BetaScreenshotResult(data=data, media_type=media_type)
 

@@ -41,7 +41,7 @@ from deskfleet.desktop import DesktopSession
 from deskfleet.errors import ApprovalError, DeskfleetError
 from deskfleet.integrations import _images
 from deskfleet.integrations._desktop import FittedDesktop
-from deskfleet.integrations._outcomes import explain, modifiers_refused
+from deskfleet.integrations._outcomes import explain, modifiers_refused, no_answer
 from shared.desktop_scope import MAX_SCROLL
 
 __all__ = ["FleetComputer"]
@@ -138,7 +138,9 @@ class FleetComputer(AsyncComputer):
             else:
                 notices.append(self._refused(explain(done)))
         except DeskfleetError as exc:
-            notices.append(self._refused(f"screenshot did not reach the desktop: {exc}"))
+            notices.append(self._refused(no_answer("screenshot", exc)))
+        except (OSError, ValueError) as exc:  # an image that cannot be read
+            notices.append(self._refused(f"screenshot: the image could not be read: {exc}"))
         if png is None:
             png = _images.blank(self._desktop.size or (1024, 768))
         if notices:
@@ -227,7 +229,7 @@ class FleetComputer(AsyncComputer):
         try:
             done = await self._desktop.act(action, **args)
         except DeskfleetError as exc:
-            self._skip(f"{action} did not reach the desktop, nothing is known done: {exc}")
+            self._skip(no_answer(action, exc))
             return
         if not done.succeeded:
             self._skip(explain(done))
