@@ -2,9 +2,12 @@
 
 `open_model("PROVIDER:MODEL")` picks one:
 
-    anthropic:MODEL    the Anthropic Messages API, with its computer-use tool
+    anthropic:MODEL    the Anthropic Messages API, with its computer tool: the toolset
+                       computer_toolset_20260801, or computer_20251124 / computer_20250124
+                       (serve --anthropic-computer-tool)
                        ANTHROPIC_API_KEY (required), ANTHROPIC_BASE_URL (https://api.anthropic.com)
-    openai:MODEL       the OpenAI Responses API, with its computer_use_preview tool
+    openai:MODEL       the OpenAI Responses API, with its computer tool: computer, or
+                       computer_use_preview (serve --openai-computer-tool)
                        OPENAI_API_KEY (required), OPENAI_BASE_URL (https://api.openai.com/v1)
     openai-chat:MODEL  any OpenAI-compatible chat-completions server, computer as a function
                        OPENAI_BASE_URL, OPENAI_API_KEY — the key is optional when the base URL
@@ -17,6 +20,8 @@ ModelConfigError at submit time, never a surprise on the first step; a model the
 that is not offered (malformed, unknown provider, no such script) is a ModelSpecError. Keys,
 base URLs and the scripts directory are the operator's: nothing a caller sends picks an
 endpoint or a file. Opening a scripted model reads a file: call open_model off the event loop.
+Every remote provider goes through its official SDK (`anthropic`, `openai`), with the SDK's
+retries, under the loop's whole-call time limit (providers/calls.py).
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from coordinator.agent.conversation import Model, ModelConfigError, ModelSpecError
+from coordinator.agent.providers import anthropic, openai_responses
 from coordinator.agent.providers.anthropic import AnthropicModel
 from coordinator.agent.providers.openai_chat import OpenAIChatModel
 from coordinator.agent.providers.openai_responses import OpenAIResponsesModel
@@ -34,9 +41,20 @@ from coordinator.agent.providers.scripted import ScriptedModel
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+T = TypeVar("T", bound=str)
+
 PROVIDERS = ("anthropic", "openai", "openai-chat", "scripted")
+# The built-in computer tools each provider can be told to use (serve --*-computer-tool).
+ANTHROPIC_COMPUTER_TOOLS = anthropic.COMPUTER_TOOLS
+OPENAI_COMPUTER_TOOLS = openai_responses.COMPUTER_TOOLS
+DEFAULT_ANTHROPIC_COMPUTER_TOOL = anthropic.DEFAULT_COMPUTER_TOOL
+DEFAULT_OPENAI_COMPUTER_TOOL = openai_responses.DEFAULT_COMPUTER_TOOL
 
 __all__ = [
+    "ANTHROPIC_COMPUTER_TOOLS",
+    "DEFAULT_ANTHROPIC_COMPUTER_TOOL",
+    "DEFAULT_OPENAI_COMPUTER_TOOL",
+    "OPENAI_COMPUTER_TOOLS",
     "PROVIDERS",
     "AnthropicModel",
     "OpenAIChatModel",
@@ -47,10 +65,16 @@ __all__ = [
 
 
 def open_model(
-    spec: str, env: Mapping[str, str] = os.environ, *, scripts_dir: Path | None = None
+    spec: str,
+    env: Mapping[str, str] = os.environ,
+    *,
+    scripts_dir: Path | None = None,
+    anthropic_computer_tool: str = DEFAULT_ANTHROPIC_COMPUTER_TOOL,
+    openai_computer_tool: str = DEFAULT_OPENAI_COMPUTER_TOOL,
 ) -> Model:
     """The model named by `PROVIDER:MODEL`, configured from `env` (and `scripts_dir` for
-    scripted models); nothing is called yet."""
+    scripted models, the computer tools for the providers that have one built in); nothing
+    is called yet."""
     provider, sep, model = spec.partition(":")
     provider, model = provider.strip(), model.strip()
     if not sep or not model or len(spec) > 300 or not spec.isprintable():
@@ -62,12 +86,14 @@ def open_model(
             model,
             api_key=_key(env, "ANTHROPIC_API_KEY", provider),
             base_url=_base_url(env, "ANTHROPIC_BASE_URL", ANTHROPIC_BASE_URL),
+            computer_tool=_choice(anthropic_computer_tool, anthropic.COMPUTER_TOOLS),
         )
     if provider == "openai":
         return OpenAIResponsesModel(
             model,
             api_key=_key(env, "OPENAI_API_KEY", provider),
             base_url=_base_url(env, "OPENAI_BASE_URL", OPENAI_BASE_URL),
+            computer_tool=_choice(openai_computer_tool, openai_responses.COMPUTER_TOOLS),
         )
     if provider == "openai-chat":
         base_url = _base_url(env, "OPENAI_BASE_URL", OPENAI_BASE_URL)
@@ -84,6 +110,15 @@ def open_model(
         f"{spec[:80]!r}: unknown provider {provider[:40]!r}"
         f" (expected one of {', '.join(PROVIDERS)})"
     )
+
+
+def _choice(tool: str, choices: tuple[T, ...]) -> T:
+    """`tool` as one of `choices`: the operator's setting, checked again here so that a bad
+    one is a configuration error, not a crash mid-run."""
+    for choice in choices:
+        if tool == choice:
+            return choice
+    raise ModelConfigError(f"computer tool {tool!r}: expected one of {', '.join(choices)}")
 
 
 def _key(env: Mapping[str, str], variable: str, provider: str) -> str:

@@ -1,14 +1,19 @@
-"""An OpenAI-compatible chat-completions API (`POST {base}/chat/completions`) with function tools.
+"""An OpenAI-compatible chat-completions API (`client.chat.completions.create` on the official
+`openai` SDK) with function tools.
 
 Meant for local model servers (llama.cpp, vLLM, Ollama, LM Studio all speak it), so it assumes
 nothing beyond plain function calling: the computer tool is an ordinary function whose
 arguments are the neutral ones (providers/computer.py), and the model is told the display size
-in its description. The key is optional: local servers usually take none.
+in its description. The key is optional: local servers usually take none, and a request without
+one carries no Authorization header at all.
+
+The response is read in its JSON form (`to_dict()`): local servers leave out fields the SDK's
+types call required (a tool call's id, say), and the adapter fills those in itself.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from coordinator.agent.conversation import (
     ImagePart,
@@ -19,8 +24,13 @@ from coordinator.agent.conversation import (
     ToolCall,
     ToolSpec,
 )
-from coordinator.agent.providers import computer, wire
-from coordinator.agent.providers.http import post_json
+from coordinator.agent.providers import calls, computer, wire
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
+
+# The SDK will not make a client without a key; this one is never sent (see `complete`).
+NO_KEY = "no-key"
 
 _STOPS = {
     "tool_calls": "tool_use",
@@ -35,12 +45,19 @@ class OpenAIChatModel:
     """One model behind a chat-completions endpoint."""
 
     def __init__(
-        self, model: str, *, base_url: str, api_key: str = "", max_tokens: int | None = None
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str = "",
+        max_tokens: int | None = None,
+        max_retries: int = calls.MAX_RETRIES,
     ) -> None:
         self._model = model
         self._key = api_key
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._base_url = base_url.rstrip("/")
         self._max_tokens = max_tokens
+        self._max_retries = max_retries
 
     @property
     def name(self) -> str:
@@ -54,17 +71,42 @@ class OpenAIChatModel:
         *,
         timeout: float,
     ) -> ModelTurn:
+        # Imported on first use: most coordinators never call it (see providers/anthropic.py).
+        import openai
+
         body = self.request(system, messages, tools)
-        headers = {"authorization": f"Bearer {self._key}"} if self._key else {}
-        doc = post_json(
-            self._url, body, headers, timeout=timeout, provider="openai-chat", secrets=(self._key,)
+        endpoint = calls.Endpoint(
+            "openai-chat",
+            self._base_url,
+            calls.SDKErrors(
+                openai.APIStatusError,
+                openai.APITimeoutError,
+                openai.APIConnectionError,
+                openai.OpenAIError,
+            ),
+            (self._key,),
         )
-        return parse_response(doc)
+        # Without a key the header is left out (an explicit Omit), not sent with a placeholder.
+        headers: dict[str, Any] = {} if self._key else {"Authorization": openai.omit}
+
+        async def call() -> ChatCompletion:
+            async with openai.AsyncOpenAI(
+                api_key=self._key or NO_KEY,
+                base_url=self._base_url,
+                max_retries=self._max_retries,
+                timeout=timeout,
+            ) as client:
+                # JSON built here, not the SDK's TypedDicts (see providers/anthropic.py).
+                completion = await client.chat.completions.create(**body, extra_headers=headers)
+                return cast("ChatCompletion", completion)
+
+        completion = calls.run(endpoint, call, timeout=timeout)
+        return parse_response(completion.to_dict())
 
     def request(
         self, system: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]
     ) -> dict[str, Any]:
-        """The body one call sends."""
+        """The keyword arguments of `chat.completions.create` for one call."""
         wire_messages: list[dict[str, Any]] = []
         if system:
             wire_messages.append({"role": "system", "content": system})

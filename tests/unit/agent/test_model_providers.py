@@ -1,40 +1,29 @@
-"""Model provider adapters against local servers that speak each provider's wire format.
-
-The real model services cannot be reached from here, so each adapter talks to a stdlib HTTP
-server in a thread that records the request it got and answers with a recorded-style response
-body written out below. The tests check what goes over the wire (tool definitions, the
-built-in computer tools, image blocks, tool results and their ids, the system prompt, auth
-headers) and what comes back (text, tool calls, neutral computer arguments, stop, usage),
-plus configuration errors, HTTP errors, a stalled server and the scripted provider.
+"""Opening models, the chat-completions adapter, and what every remote adapter does alike on
+its official SDK: errors as one line with the provider's message and never the key, the SDK's
+retries (a 429 then a 200 is one successful call), the whole-call time limit, and the scripted
+provider. The remote services are stood in for by a local server
+(tests/unit/agent/conversations.py, tests/harness/models.py): only the service is fake.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from coordinator.agent.conversation import (
-    ComputerSpec,
     ImagePart,
     Message,
     ModelConfigError,
     ModelError,
     ModelSpecError,
     ModelTimeout,
-    TextPart,
     ToolCall,
     ToolResult,
-    ToolSpec,
 )
 from coordinator.agent.providers import (
     AnthropicModel,
@@ -43,112 +32,19 @@ from coordinator.agent.providers import (
     ScriptedModel,
     open_model,
 )
-from coordinator.agent.providers.anthropic import from_anthropic_action, to_anthropic_action
-from coordinator.agent.providers.openai_responses import from_openai_action
 from coordinator.agent.providers.scripted import NO_SUCH_SCRIPT, parse_script
 from coordinator.agent.providers.wire import UNPARSED
 from coordinator.agent.tokens import IMAGE_TOKENS, estimate_tokens
-
-KEY = "sk-test-0123456789abcdef"
-PNG = b"\x89PNG\r\n\x1a\n" + b"screenshot-bytes" * 4
-PNG_B64 = base64.b64encode(PNG).decode()
-SYSTEM = "You operate a fleet of machines."
-
-RESEARCH = ToolSpec(
-    "research",
-    "Research a question on the web.",
-    {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+from tests.harness.models import AnthropicStandIn, OpenAIResponsesStandIn
+from tests.unit.agent.conversations import (
+    CONVERSATION,
+    KEY,
+    PNG,
+    PNG_B64,
+    SYSTEM,
+    TOOLS,
+    FakeProvider,
 )
-COMPUTER = ToolSpec("computer", "Act on the approved desktop.", {}, ComputerSpec(1280, 800))
-TOOLS = (RESEARCH, COMPUTER)
-
-# A conversation with every kind of content: text, a function call and its text result, a
-# computer call and its screenshot result.
-CONVERSATION = (
-    Message("user", "Find the form and fill it in.", kind="request"),
-    Message(
-        "assistant",
-        "Let me look that up.",
-        tool_calls=(ToolCall("toolu_01", "research", {"query": "form url"}),),
-    ),
-    Message(
-        "user",
-        tool_results=(ToolResult("toolu_01", (TextPart("http://site.test/form"),)),),
-    ),
-    Message(
-        "assistant",
-        tool_calls=(ToolCall("toolu_02", "computer", {"action": "left_click", "x": 10, "y": 20}),),
-    ),
-    Message(
-        "user",
-        "Guidance: use the work email.",
-        tool_results=(ToolResult("toolu_02", (ImagePart("image/png", PNG),)),),
-        kind="guidance",
-    ),
-)
-
-
-@dataclass
-class Recorded:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-@dataclass
-class FakeProvider:
-    """A local stand-in for a model service: records requests, answers from a queue."""
-
-    url: str
-    requests: list[Recorded] = field(default_factory=list)
-    replies: list[tuple[int, bytes, float]] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-
-    def reply(self, body: Any, status: int = 200, delay: float = 0.0) -> None:
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.replies.append((status, raw, delay))
-
-    @property
-    def last(self) -> Recorded:
-        return self.requests[-1]
-
-
-@pytest.fixture
-def provider() -> Iterator[FakeProvider]:
-    fake = FakeProvider(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length", 0))
-            body = json.loads(self.rfile.read(length))
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            fake.requests.append(Recorded(self.path, headers, body))
-            status, raw, delay = fake.replies.pop(0) if fake.replies else (500, b"{}", 0.0)
-            if delay:
-                fake.release.wait(delay)  # a stalled server, released at teardown
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(raw)))
-            self.end_headers()
-            try:
-                self.wfile.write(raw)
-            except OSError:
-                pass
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield fake
-    fake.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
-
 
 # --- open_model ---------------------------------------------------------------------------
 
@@ -254,355 +150,15 @@ def test_a_malformed_or_unknown_spec_is_the_callers_mistake() -> None:
             open_model(spec, env={}, scripts_dir=Path("/nonexistent"))
 
 
-# --- Anthropic ------------------------------------------------------------------------------
-
-ANTHROPIC_RESPONSE = {
-    "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-sonnet-4-5-20250929",
-    "content": [
-        {"type": "text", "text": "I'll click the email field."},
-        {
-            "type": "tool_use",
-            "id": "toolu_01A09q90qw90lq917835lq9",
-            "name": "computer",
-            "input": {"action": "left_click", "coordinate": [640, 412]},
-        },
-        {
-            "type": "tool_use",
-            "id": "toolu_01B",
-            "name": "research",
-            "input": {"query": "deskfleet"},
-        },
-    ],
-    "stop_reason": "tool_use",
-    "stop_sequence": None,
-    "usage": {"input_tokens": 2095, "output_tokens": 503},
-}
-
-
-def test_anthropic_request_and_response(provider: FakeProvider) -> None:
-    provider.reply(ANTHROPIC_RESPONSE)
-    model = AnthropicModel("claude-sonnet-4-5", api_key=KEY, base_url=provider.url)
-    turn = model.complete(SYSTEM, CONVERSATION, TOOLS, timeout=5)
-
-    sent = provider.last
-    assert sent.path == "/v1/messages"
-    assert sent.headers["x-api-key"] == KEY
-    assert sent.headers["anthropic-version"] == "2023-06-01"
-    assert sent.headers["anthropic-beta"] == "computer-use-2025-01-24"
-    body = sent.body
-    assert body["model"] == "claude-sonnet-4-5"
-    assert body["system"] == SYSTEM
-    assert body["tools"] == [
-        {
-            "name": "research",
-            "description": "Research a question on the web.",
-            "input_schema": RESEARCH.parameters,
-        },
-        {
-            "type": "computer_20250124",
-            "name": "computer",
-            "display_width_px": 1280,
-            "display_height_px": 800,
-        },
-    ]
-    messages = body["messages"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
-    assert messages[0]["content"] == [{"type": "text", "text": "Find the form and fill it in."}]
-    assert messages[1]["content"][1] == {
-        "type": "tool_use",
-        "id": "toolu_01",
-        "name": "research",
-        "input": {"query": "form url"},
-    }
-    assert messages[2]["content"] == [
-        {
-            "type": "tool_result",
-            "tool_use_id": "toolu_01",
-            "content": [{"type": "text", "text": "http://site.test/form"}],
-        }
-    ]
-    # The computer call goes back in Anthropic's own shape, under the same id.
-    assert messages[3]["content"] == [
-        {
-            "type": "tool_use",
-            "id": "toolu_02",
-            "name": "computer",
-            "input": {"action": "left_click", "coordinate": [10, 20]},
-        }
-    ]
-    # Tool results come first in their user turn, then the text.
-    result, guidance = messages[4]["content"]
-    assert result == {
-        "type": "tool_result",
-        "tool_use_id": "toolu_02",
-        "content": [
-            {
-                "type": "image",
-                "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64},
-            }
-        ],
-    }
-    assert guidance == {"type": "text", "text": "Guidance: use the work email."}
-
-    assert turn.text == "I'll click the email field."
-    assert turn.tool_calls == (
-        ToolCall(
-            "toolu_01A09q90qw90lq917835lq9",
-            "computer",
-            {"action": "left_click", "x": 640, "y": 412},
-        ),
-        ToolCall("toolu_01B", "research", {"query": "deskfleet"}),
-    )
-    assert turn.stop == "tool_use"
-    assert (turn.usage.input_tokens, turn.usage.output_tokens) == (2095, 503)
-
-
-def test_anthropic_without_computer_has_no_beta_and_maps_stops(provider: FakeProvider) -> None:
-    provider.reply(
-        {
-            "content": [{"type": "text", "text": "Done."}],
-            "stop_reason": "end_turn",
-            "usage": {"input_tokens": 10, "output_tokens": 2},
-        }
-    )
-    provider.reply({"content": [], "stop_reason": "max_tokens", "usage": {}})
-    provider.reply({"content": [], "stop_reason": "refusal"})
-    error = ToolResult("toolu_9", (TextPart("no such page"),), is_error=True)
-    messages = (
-        Message("user", "go"),
-        Message("assistant", tool_calls=(ToolCall("toolu_9", "research", {"query": "x"}),)),
-        Message("user", tool_results=(error,)),
-    )
-    model = AnthropicModel("claude-haiku-4-5", api_key=KEY, base_url=provider.url)
-    turn = model.complete("", messages, (RESEARCH,), timeout=5)
-    assert "anthropic-beta" not in provider.last.headers
-    assert "system" not in provider.last.body
-    assert provider.last.body["messages"][2]["content"][0]["is_error"] is True
-    assert (turn.text, turn.stop, turn.tool_calls) == ("Done.", "end", ())
-    assert model.complete("", messages, (), timeout=5).stop == "max_tokens"
-    assert model.complete("", messages, (), timeout=5).stop == "refusal"
-
-
-@pytest.mark.parametrize(
-    ("raw", "neutral"),
-    [
-        ({"action": "screenshot"}, {"action": "screenshot"}),
-        ({"action": "mouse_move", "coordinate": [5, 6]}, {"action": "mouse_move", "x": 5, "y": 6}),
-        ({"action": "left_click", "coordinate": [1, 2]}, {"action": "left_click", "x": 1, "y": 2}),
-        ({"action": "type", "text": "a@b.test"}, {"action": "type", "text": "a@b.test"}),
-        ({"action": "key", "text": "ctrl+a"}, {"action": "key", "key": "ctrl+a"}),
-        (
-            {"action": "left_click_drag", "start_coordinate": [1, 2], "coordinate": [30, 40]},
-            {"action": "left_click_drag", "x": 1, "y": 2, "to_x": 30, "to_y": 40},
-        ),
-        (
-            {"action": "scroll", "coordinate": [100, 200], "scroll_direction": "up",
-             "scroll_amount": 3},
-            {"action": "scroll", "x": 100, "y": 200, "dx": 0, "dy": -3},
-        ),
-        (
-            {"action": "scroll", "coordinate": [1, 1], "scroll_direction": "right",
-             "scroll_amount": 2},
-            {"action": "scroll", "x": 1, "y": 1, "dx": 2, "dy": 0},
-        ),
-        ({"action": "wait", "duration": 1.5}, {"action": "wait", "seconds": 1.5}),
-        ({"action": "cursor_position"}, {"action": "cursor_position"}),
-        # Not in our vocabulary: kept as sent, for the worker to refuse by name.
-        ({"action": "triple_click", "coordinate": [3, 4]},
-         {"action": "triple_click", "x": 3, "y": 4}),
-    ],
-)  # fmt: skip
-def test_anthropic_computer_actions_round_trip(
-    raw: dict[str, Any], neutral: dict[str, Any]
-) -> None:
-    assert from_anthropic_action(raw) == neutral
-    back = to_anthropic_action(neutral)
-    assert from_anthropic_action(back) == neutral
-
-
-# --- OpenAI Responses -----------------------------------------------------------------------
-
-REASONING_ITEM = {"type": "reasoning", "id": "rs_67cc", "summary": []}
-CLICK_CALL = {
-    "type": "computer_call",
-    "id": "cu_67cc",
-    "call_id": "call_zw3",
-    "action": {"type": "click", "button": "left", "x": 156, "y": 50},
-    "pending_safety_checks": [],
-    "status": "completed",
-}
-RESPONSES_RESPONSE = {
-    "id": "resp_67cc",
-    "object": "response",
-    "status": "completed",
-    "model": "computer-use-preview-2025-03-11",
-    "output": [
-        REASONING_ITEM,
-        {
-            "type": "message",
-            "id": "msg_1",
-            "role": "assistant",
-            "content": [
-                {"type": "output_text", "text": "Clicking the search box.", "annotations": []}
-            ],
-        },
-        CLICK_CALL,
-        {
-            "type": "function_call",
-            "id": "fc_1",
-            "call_id": "call_fn1",
-            "name": "research",
-            "arguments": '{"query":"opening hours"}',
-            "status": "completed",
-        },
-    ],
-    "usage": {"input_tokens": 819, "output_tokens": 37, "total_tokens": 856},
-}  # fmt: skip
-
-
-def test_openai_responses_request_and_response(provider: FakeProvider) -> None:
-    provider.reply(RESPONSES_RESPONSE)
-    provider.reply({"output": [], "status": "completed", "usage": {}})
-    model = OpenAIResponsesModel("computer-use-preview", api_key=KEY, base_url=provider.url + "/v1")
-    start = (Message("user", "Find the opening hours.", kind="request"),)
-    turn = model.complete(SYSTEM, start, TOOLS, timeout=5)
-
-    sent = provider.last
-    assert sent.path == "/v1/responses"
-    assert sent.headers["authorization"] == f"Bearer {KEY}"
-    assert sent.body["instructions"] == SYSTEM
-    assert sent.body["truncation"] == "auto"
-    assert sent.body["tools"] == [
-        {
-            "type": "function",
-            "name": "research",
-            "description": "Research a question on the web.",
-            "parameters": RESEARCH.parameters,
-            "strict": False,
-        },
-        {
-            "type": "computer_use_preview",
-            "display_width": 1280,
-            "display_height": 800,
-            "environment": "linux",
-        },
-    ]
-    assert sent.body["input"] == [
-        {"role": "user", "content": [{"type": "input_text", "text": "Find the opening hours."}]}
-    ]
-    assert turn.text == "Clicking the search box."
-    assert turn.tool_calls == (
-        ToolCall("call_zw3", "computer", {"action": "left_click", "x": 156, "y": 50}),
-        ToolCall("call_fn1", "research", {"query": "opening hours"}),
-    )
-    assert turn.stop == "tool_use"
-    assert (turn.usage.input_tokens, turn.usage.output_tokens) == (819, 37)
-
-    # The next call echoes the reasoning and computer_call items and answers both calls.
-    follow = (
-        *start,
-        Message("assistant", turn.text, tool_calls=turn.tool_calls),
-        Message(
-            "user",
-            tool_results=(
-                ToolResult("call_zw3", (ImagePart("image/png", PNG),)),
-                ToolResult("call_fn1", (TextPart("9 to 5"), ImagePart("image/jpeg", b"jpg"))),
-            ),
-        ),
-    )
-    assert model.complete(SYSTEM, follow, TOOLS, timeout=5).stop == "end"
-    items = provider.last.body["input"]
-    assert items[1] == {
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": "Clicking the search box."}],
-    }
-    assert items[2:4] == [REASONING_ITEM, CLICK_CALL]
-    assert items[4] == {
-        "type": "function_call",
-        "call_id": "call_fn1",
-        "name": "research",
-        "arguments": '{"query":"opening hours"}',
-    }
-    assert items[5] == {
-        "type": "computer_call_output",
-        "call_id": "call_zw3",
-        "output": {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_B64}"},
-    }
-    assert items[6]["type"] == "function_call_output"
-    assert items[6]["call_id"] == "call_fn1"
-    assert items[6]["output"].startswith("9 to 5")
-    # The function result's image cannot ride in its output item: it follows as user content.
-    assert items[7]["role"] == "user"
-    assert items[7]["content"][-1] == {
-        "type": "input_image",
-        "image_url": "data:image/jpeg;base64," + base64.b64encode(b"jpg").decode(),
-    }
-
-
-def test_openai_unseen_computer_call_is_replayed_as_text(provider: FakeProvider) -> None:
-    provider.reply({"output": [], "usage": {}})
-    model = OpenAIResponsesModel("computer-use-preview", api_key=KEY, base_url=provider.url)
-    model.complete(SYSTEM, CONVERSATION, TOOLS, timeout=5)
-    items = provider.last.body["input"]
-    assert not any(item.get("type", "").startswith("computer_call") for item in items)
-    text = json.dumps(items)
-    assert "[computer call toolu_02: " in text
-    assert f"data:image/png;base64,{PNG_B64}" in text
-
-
-def test_openai_safety_checks_are_not_acknowledged_for_anyone(provider: FakeProvider) -> None:
-    checked = {
-        **CLICK_CALL,
-        "pending_safety_checks": [
-            {"id": "cu_sc_1", "code": "malicious_instructions", "message": "Suspicious text."}
-        ],
-    }
-    provider.reply({"output": [checked], "usage": {}})
-    model = OpenAIResponsesModel("computer-use-preview", api_key=KEY, base_url=provider.url)
-    turn = model.complete(SYSTEM, CONVERSATION[:1], TOOLS, timeout=5)
-    assert turn.stop == "refusal"
-    assert turn.tool_calls == ()
-    assert "malicious_instructions: Suspicious text." in turn.text
-
-
-@pytest.mark.parametrize(
-    ("action", "neutral"),
-    [
-        ({"type": "click", "button": "left", "x": 1, "y": 2},
-         {"action": "left_click", "x": 1, "y": 2}),
-        ({"type": "click", "button": "right", "x": 1, "y": 2},
-         {"action": "right_click", "x": 1, "y": 2}),
-        ({"type": "click", "button": "wheel", "x": 1, "y": 2},
-         {"action": "middle_click", "x": 1, "y": 2}),
-        ({"type": "double_click", "x": 3, "y": 4}, {"action": "double_click", "x": 3, "y": 4}),
-        ({"type": "move", "x": 7, "y": 8}, {"action": "mouse_move", "x": 7, "y": 8}),
-        ({"type": "keypress", "keys": ["CTRL", "A"]}, {"action": "key", "key": "ctrl+a"}),
-        ({"type": "keypress", "keys": ["ENTER"]}, {"action": "key", "key": "Return"}),
-        ({"type": "keypress", "keys": ["SHIFT", "TAB"]}, {"action": "key", "key": "shift+Tab"}),
-        ({"type": "type", "text": "hello"}, {"action": "type", "text": "hello"}),
-        (
-            {"type": "scroll", "x": 640, "y": 400, "scroll_x": 0, "scroll_y": 300},
-            {"action": "scroll", "x": 640, "y": 400, "dx": 0, "dy": 3},
-        ),
-        (
-            {"type": "scroll", "x": 1, "y": 1, "scroll_x": -40, "scroll_y": 0},
-            {"action": "scroll", "x": 1, "y": 1, "dx": -1, "dy": 0},
-        ),
-        (
-            {"type": "drag", "path": [{"x": 10, "y": 20}, {"x": 15, "y": 25}, {"x": 30, "y": 40}]},
-            {"action": "left_click_drag", "x": 10, "y": 20, "to_x": 30, "to_y": 40},
-        ),
-        ({"type": "wait"}, {"action": "wait", "seconds": 2.0}),
-        ({"type": "screenshot"}, {"action": "screenshot"}),
-    ],
-)  # fmt: skip
-def test_openai_computer_actions_become_neutral(
-    action: dict[str, Any], neutral: dict[str, Any]
-) -> None:
-    assert from_openai_action(action) == neutral
+def test_a_computer_tool_the_provider_has_not_is_a_configuration_error() -> None:
+    env = {"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY}
+    with pytest.raises(ModelConfigError, match="computer_toolset_20260801"):
+        open_model("anthropic:c", env, anthropic_computer_tool="computer_use_preview")
+    with pytest.raises(ModelConfigError, match="computer_use_preview"):
+        open_model("openai:g", env, openai_computer_tool="computer_20250124")
+    assert isinstance(open_model("openai:g", env), OpenAIResponsesModel)
+    assert open_model("openai:g", env).computer_tool == "computer"  # type: ignore[attr-defined]
+    assert open_model("anthropic:c", env).computer_tool == "computer_toolset_20260801"  # type: ignore[attr-defined]
 
 
 # --- chat completions -----------------------------------------------------------------------
@@ -610,6 +166,7 @@ def test_openai_computer_actions_become_neutral(
 CHAT_RESPONSE = {
     "id": "chatcmpl-abc123",
     "object": "chat.completion",
+    "created": 1741000000,
     "model": "qwen2.5-vl-7b-instruct",
     "choices": [
         {
@@ -627,7 +184,7 @@ CHAT_RESPONSE = {
                         },
                     },
                     {
-                        "id": "call_Ab2",
+                        # Some local servers leave the id out.
                         "type": "function",
                         "function": {"name": "research", "arguments": "{not json"},
                     },
@@ -647,7 +204,7 @@ def test_openai_chat_request_and_response(provider: FakeProvider) -> None:
 
     sent = provider.last
     assert sent.path == "/v1/chat/completions"
-    assert "authorization" not in sent.headers
+    assert "authorization" not in sent.headers  # no key: no header, not a placeholder
     tools = sent.body["tools"]
     assert tools[0]["function"]["name"] == "research"
     computer_fn = tools[1]["function"]
@@ -691,6 +248,7 @@ def test_openai_chat_request_and_response(provider: FakeProvider) -> None:
     assert turn.tool_calls[0] == ToolCall(
         "call_Ab1", "computer", {"action": "type", "text": "a@b.test"}
     )
+    assert turn.tool_calls[1].id == "call_2"
     assert turn.tool_calls[1].arguments == {UNPARSED: "{not json"}
     assert turn.stop == "tool_use"
     assert (turn.usage.input_tokens, turn.usage.output_tokens) == (1200, 40)
@@ -711,25 +269,21 @@ def test_openai_chat_sends_a_key_when_it_has_one(provider: FakeProvider) -> None
     assert (turn.text, turn.stop) == ("ok", "max_tokens")
 
 
-# --- errors and time limits -----------------------------------------------------------------
+# --- errors, retries and time limits ----------------------------------------------------------
+
+
+def _no_retries(provider: FakeProvider) -> tuple[AnthropicModel, OpenAIResponsesModel]:
+    return (
+        AnthropicModel("claude", api_key=KEY, base_url=provider.url, max_retries=0),
+        OpenAIResponsesModel("gpt", api_key=KEY, base_url=provider.url, max_retries=0),
+    )
 
 
 def test_http_errors_carry_the_providers_message_and_never_the_key(
     provider: FakeProvider,
 ) -> None:
-    anthropic = AnthropicModel("claude", api_key=KEY, base_url=provider.url)
-    openai = OpenAIResponsesModel("gpt", api_key=KEY, base_url=provider.url)
+    anthropic, openai = _no_retries(provider)
     ask = (Message("user", "hi"),)
-
-    provider.reply(
-        {"type": "error", "error": {"type": "authentication_error", "message": f"bad key {KEY}"}},
-        status=401,
-    )
-    with pytest.raises(ModelError) as caught:
-        anthropic.complete("", ask, (), timeout=5)
-    message = str(caught.value)
-    assert "HTTP 401" in message and "authentication_error" in message
-    assert KEY not in message and "[key]" in message
 
     provider.reply({"error": {"message": "Rate limit reached for gpt", "code": None}}, status=429)
     with pytest.raises(ModelError, match=r"429.*Rate limit reached for gpt") as caught:
@@ -750,22 +304,66 @@ def test_http_errors_carry_the_providers_message_and_never_the_key(
     provider.reply(b"not json at all", status=200)
     with pytest.raises(ModelError, match="not JSON"):
         openai.complete("", ask, (), timeout=5)
+    provider.reply(b"not json at all", status=200)
+    with pytest.raises(ModelError, match="not JSON"):
+        anthropic.complete("", ask, (), timeout=5)
+
+
+@pytest.mark.parametrize("stand_in_type", [AnthropicStandIn, OpenAIResponsesStandIn])
+def test_a_429_is_retried_by_the_sdk_and_a_401_is_one_clear_line(stand_in_type: Any) -> None:
+    stand_in = stand_in_type([{"text": "after the wait"}]).start()
+    try:
+        key = next(v for k, v in stand_in.env.items() if k.endswith("_API_KEY"))
+        provider = "anthropic" if stand_in_type is AnthropicStandIn else "openai"
+        model = open_model(f"{provider}:model-test", stand_in.env)
+        limited = {"error": {"type": "rate_limit_error", "message": "Slow down"}}
+        stand_in.failures.append((429, limited, {"retry-after": "0", "retry-after-ms": "20"}))
+        turn = model.complete("", (Message("user", "hi"),), (), timeout=10)
+        assert turn.text == "after the wait"
+        assert [r.path for r in stand_in.recorded][:2] == [stand_in.recorded[0].path] * 2
+        assert len(stand_in.recorded) == 2  # the 429, then the retry that got the 200
+
+        refused = {"error": {"type": "authentication_error", "message": f"invalid x-api-key {key}"}}
+        stand_in.failures.append((401, refused, {}))
+        with pytest.raises(ModelError) as caught:
+            model.complete("", (Message("user", "hi"),), (), timeout=10)
+        message = str(caught.value)
+        assert len(stand_in.recorded) == 3  # a 401 is not retried
+        assert message.startswith(f"{provider}: HTTP 401 authentication failed (check the API key)")
+        assert "authentication_error" in message and "\n" not in message
+        assert key not in message and "[key]" in message
+        assert caught.value.__cause__ is None and caught.value.__context__ is None
+    finally:
+        stand_in.stop()
 
 
 def test_unreachable_server_is_a_model_error() -> None:
-    model = AnthropicModel("claude", api_key=KEY, base_url="http://127.0.0.1:9")
+    model = AnthropicModel("claude", api_key=KEY, base_url="http://127.0.0.1:9", max_retries=0)
     with pytest.raises(ModelError, match=r"cannot reach 127.0.0.1:9") as caught:
         model.complete("", (Message("user", "hi"),), (), timeout=5)
     assert not isinstance(caught.value, ModelTimeout)
 
 
 def test_a_stalled_server_times_out_on_time(provider: FakeProvider) -> None:
-    provider.reply(ANTHROPIC_RESPONSE, delay=30)
+    provider.reply({"content": []}, delay=30)
     model = AnthropicModel("claude", api_key=KEY, base_url=provider.url)
     started = time.monotonic()
     with pytest.raises(ModelTimeout, match=r"within 0.5 s"):
         model.complete("", (Message("user", "hi"),), (), timeout=0.5)
     assert time.monotonic() - started < 1.5
+
+
+def test_retries_stay_within_the_whole_call_limit(provider: FakeProvider) -> None:
+    """A server that keeps answering 503 with a long retry-after: the SDK would wait, the
+    call's limit ends it."""
+    for _ in range(3):
+        provider.reply({"error": {"message": "busy"}}, status=503, headers={"retry-after": "30"})
+    model = OpenAIResponsesModel("gpt", api_key=KEY, base_url=provider.url)
+    started = time.monotonic()
+    with pytest.raises(ModelTimeout, match=r"within 1 s"):
+        model.complete("", (Message("user", "hi"),), (), timeout=1)
+    assert time.monotonic() - started < 2
+    assert len(provider.requests) == 1
 
 
 # --- scripted ---------------------------------------------------------------------------------
