@@ -40,6 +40,10 @@ from shared.states import ACTIVE, FINISHED, RunState
 MAX_TEXT = 20_000  # characters of a page or report handed back; the rest stays in the journal
 RUN_TIMEOUT = 300.0
 COMPUTER_ACTIONS = desktop_scope.ACTIONS
+# The neutral computer arguments (providers/computer.py); the worker checks each action's own.
+COMPUTER_FIELDS = (
+    "action", "x", "y", "to_x", "to_y", "text", "key", "dx", "dy", "seconds", "region",
+)  # fmt: skip
 DEFAULT_SPACE = ComputerSpec(1280, 800)
 
 
@@ -108,6 +112,7 @@ def specs(desktop: bool, space: ComputerSpec = DEFAULT_SPACE) -> tuple[ToolSpec,
                         "dx": {"type": "integer"},
                         "dy": {"type": "integer"},
                         "seconds": {"type": "number"},
+                        "region": {"type": "array", "items": {"type": "integer"}},
                     },
                     "required": ["action"],
                 },
@@ -258,6 +263,14 @@ class FleetTools:
             return _error(
                 f"computer: unknown action {action!r} (known: {', '.join(COMPUTER_ACTIONS)})"
             )
+        unknown = sorted(k for k, v in args.items() if k not in COMPUTER_FIELDS and v is not None)
+        if unknown:
+            # Refused, not dropped: a ctrl+click whose held keys were dropped would land as a
+            # plain click, and the model would never learn it cannot hold them.
+            return _error(
+                f"computer: {action} takes no {unknown[0]!r}"
+                f" (the fields are: {', '.join(COMPUTER_FIELDS)})"
+            )
         if not state.desktop_run:
             asked = Scope(COMPUTER_ACTIONS, (0,), None, 1800.0, 500)
             view = await self._desktop.request(
@@ -270,13 +283,9 @@ class FleetTools:
                 origin=call.id,
             )
             state.desktop_run = view.run.id
-        sent = {
-            k: v
-            for k, v in args.items()
-            if k in ("x", "y", "to_x", "to_y", "text", "key", "dx", "dy", "seconds")
-            and v is not None
-        }
-        if any(k in sent for k in ("x", "y", "to_x", "to_y")):
+        sent = {k: v for k, v in args.items() if k in COMPUTER_FIELDS and v is not None}
+        sent.pop("action", None)
+        if any(k in sent for k in ("x", "y", "to_x", "to_y", "region")):
             sent["space"] = {"width": state.space.width, "height": state.space.height}
         if action == "screenshot":
             sent["space"] = {"width": state.space.width, "height": state.space.height}

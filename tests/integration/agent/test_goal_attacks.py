@@ -1,4 +1,5 @@
-"""A goal's tree under a kill switch, a cancel and a model that names its calls badly, on a
+"""A goal's tree under a kill switch, a cancel and a model that names its calls or their fields
+badly (and a zoom's region, which must reach the worker in the goal's space), on a
 real coordinator with a hand-driven desktop worker (`tests/harness/raw_worker.py`) and the
 scripted provider (a replayed model: no model service is reachable here).
 
@@ -16,8 +17,15 @@ from typing import Any
 
 import pytest
 
+from shared import desktop_scope
 from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run
-from tests.harness.desktop_goals import CURSOR, DESKTOP, approved_desktop_goal, new_owner
+from tests.harness.desktop_goals import (
+    CURSOR,
+    DESKTOP,
+    approved_desktop_goal,
+    new_owner,
+    receipt,
+)
 from tests.harness.raw_worker import RawWorker
 
 
@@ -112,5 +120,62 @@ def test_one_call_id_given_twice_in_a_turn_runs_none_of_them(
         )
         with pytest.raises(TimeoutError):
             worker.expect("dispatch", timeout=1)
+    finally:
+        worker.close()
+
+
+def test_a_computer_field_the_desktop_does_not_take_is_refused_not_dropped(
+    coordinator: CoordinatorProcess,
+) -> None:
+    """A provider's field with no neutral counterpart (the keys a model holds during a click)
+    reaches the model as a refusal: dropped, a ctrl+click would have landed as a plain click."""
+    owner = new_owner(coordinator, "dave")
+    worker = RawWorker(coordinator, "desk")
+    worker.connect(DESKTOP)
+    try:
+        ctrl_click = {
+            "name": "computer",
+            "arguments": {"action": "left_click", "x": 5, "y": 6, "keys": ["CTRL"]},
+        }
+        goal = approved_desktop_goal(
+            coordinator, worker, owner, [CURSOR, {"tool_calls": [ctrl_click]}, {"text": "done"}]
+        )
+        done = wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 30, token_file=owner)
+        assert done["status"] == "HAND_BACK_TO_HUMAN", done  # it stopped after a failed call
+        with pytest.raises(TimeoutError):
+            worker.expect("dispatch", timeout=0.5)
+        results = [
+            e["data"]
+            for e in journal(coordinator, goal, token_file=owner)
+            if e["kind"] == "goal.tool_result"
+        ]
+        assert results[-1]["is_error"], results[-1]
+        assert "computer: left_click takes no 'keys'" in results[-1]["text"]
+    finally:
+        worker.close()
+
+
+@pytest.mark.skipif(
+    "zoom" not in desktop_scope.ACTIONS, reason="the desktop contract does not list zoom yet"
+)
+def test_a_zoom_goes_to_the_worker_with_its_region_in_the_goals_space(
+    coordinator: CoordinatorProcess,
+) -> None:
+    owner = new_owner(coordinator, "erin")
+    worker = RawWorker(coordinator, "desk")
+    worker.connect(DESKTOP)
+    try:
+        zoom = {"name": "computer", "arguments": {"action": "zoom", "region": [0, 0, 320, 200]}}
+        goal = approved_desktop_goal(
+            coordinator, worker, owner, [CURSOR, {"tool_calls": [zoom]}, {"text": "seen"}]
+        )
+        dispatch = worker.expect("dispatch", timeout=20).dispatch
+        assert dispatch.kind == "desktop.zoom"
+        args = json.loads(dispatch.args_json)
+        assert args["region"] == [0, 0, 320, 200]
+        assert args["space"] == {"width": 1280, "height": 800}  # the region's coordinate space
+        worker.send(receipt=receipt(dispatch, {}))
+        done = wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 30, token_file=owner)
+        assert done["status"] == "SUCCEEDED", done
     finally:
         worker.close()
