@@ -19,25 +19,31 @@ from shared.gen.deskfleet.v1 import desktop_pb2, worker_pb2
 
 PREFIX = "desktop."  # a worker registers each action as the kind PREFIX + name
 
-# The Computer Use vocabulary (SPEC §5); as a type for schemas that name the choices.
+# The Computer Use vocabulary (SPEC §5: the members of Anthropic's computer_toolset_20260801);
+# as a type for schemas that name the choices.
 Action = Literal[
     "screenshot",
+    "zoom",
     "cursor_position",
     "mouse_move",
     "left_click",
     "right_click",
     "middle_click",
     "double_click",
+    "triple_click",
     "left_click_drag",
+    "left_mouse_down",
+    "left_mouse_up",
     "scroll",
     "type",
     "key",
+    "hold_key",
     "wait",
 ]
 ACTIONS: tuple[str, ...] = get_args(Action)
 # Reading the screen (or waiting) changes nothing: repeating one after an unknown outcome is
 # harmless. Every other action touches input: it stops under a kill switch and yields to a person.
-IDEMPOTENT = frozenset({"screenshot", "cursor_position", "wait"})
+IDEMPOTENT = frozenset({"screenshot", "zoom", "cursor_position", "wait"})
 INPUT = frozenset(ACTIONS) - IDEMPOTENT
 
 # ------------------------------------------------------------------------------ limits
@@ -53,6 +59,12 @@ MAX_KEY_CHARS = 200  # characters of one `key` argument
 MAX_COMBOS = 16  # key combos in one `key` argument ("ctrl+a Delete" is two)
 MAX_TEXT = 10_000  # characters of `type` text, and of a secret's value
 MAX_WAIT = 60.0  # seconds of one `wait`
+MAX_HOLD = 10.0  # seconds of one `hold_key`
+# A left button pressed by `left_mouse_down` is let go by the worker when no input action of
+# its run came for this long (a run that stopped sends none), besides the kill switch, a lost
+# coordinator, a person at the desk, the scope's end and another run's input, which let it go
+# at once.
+HELD_BUTTON_IDLE = 30.0
 MAX_SCROLL = 100  # clicks of one `scroll`, either way
 MAX_INTERVAL = 0.5  # seconds between typed characters
 

@@ -15,12 +15,17 @@ taken; never screenshot bytes (they go to `ctx.artifacts`) and never a secret's 
 Besides those, by kind (points in the caller's space):
 
     screenshot       {"screenshot": ref, "format": "png" | "jpeg" | "webp"}
+    zoom             {"zoom": ref, "region": [x0, y0, x1, y1] in real pixels, "format": ...}
     mouse_move       {"at": {x, y}}
-    *_click          {"at": {x, y}, "button": "left" | "right" | "middle", "clicks": 1 | 2}
+    *_click          {"at": {x, y}, "button": "left" | "right" | "middle", "clicks": 1 | 2 | 3}
+    left_mouse_down  {"at": {x, y}, "button": "left", "down": true} (let go by left_mouse_up,
+                     or by the worker: kill switch, lost link, scope end, a person, idle run)
+    left_mouse_up    {"at": {x, y}, "button": "left", "down": false, "was_down": bool}
     left_click_drag  {"from": {x, y}, "to": {x, y}}
     scroll           {"at": {x, y}, "dx": n, "dy": n}
     type             {"text": the text as sent, references and all, "typed_chars": n}
     key              {"key": the combos as keysym names, e.g. "Control_L+a Return"}
+    hold_key         {"key": the combo, "seconds": as asked, "held_seconds": how long it was}
     wait             {"seconds": s}
 """
 
@@ -64,16 +69,21 @@ _POINT = {"x", "y"}
 # not become "click here".
 FIELDS: dict[str, set[str]] = {
     "screenshot": {"format", "quality"},
+    "zoom": {"region", "format", "quality"},
     "cursor_position": set(),
     "mouse_move": _POINT | _SHOTS,
     "left_click": _POINT | _SHOTS,
     "right_click": _POINT | _SHOTS,
     "middle_click": _POINT | _SHOTS,
     "double_click": _POINT | _SHOTS,
+    "triple_click": _POINT | _SHOTS,
+    "left_mouse_down": _POINT | _SHOTS,
+    "left_mouse_up": _POINT | _SHOTS,
     "left_click_drag": _POINT | {"to_x", "to_y"} | _SHOTS,
     "scroll": _POINT | {"dx", "dy"} | _SHOTS,
     "type": {"text", "interval"} | _SHOTS,
     "key": {"key"} | _SHOTS,
+    "hold_key": {"key", "seconds"} | _SHOTS,
     "wait": {"seconds"} | _SHOTS,
 }
 INPUT_KINDS = contract.INPUT
@@ -82,6 +92,7 @@ _CLICKS = {
     "right_click": ("right", 1),
     "middle_click": ("middle", 1),
     "double_click": ("left", 2),
+    "triple_click": ("left", 3),
 }
 
 
@@ -215,7 +226,7 @@ class DesktopActions:
         resume = a.flag("resume")
         plan = self._plan(kind, a)
         started = time.monotonic()
-        captures = kind == "screenshot" or before or after
+        captures = kind in ("screenshot", "zoom") or before or after
         needs_scope = kind in INPUT_KINDS or captures
         scope = DesktopScope.received(ctx.scope, started) if needs_scope else None
         geometry = self.screen.display(index)
@@ -224,6 +235,9 @@ class DesktopActions:
             check_scope(scope, kind, index, real, now=started)
         if kind == "type":
             check_text_keys(scope, a.get("text"))
+        if kind == "zoom":
+            check_scope(scope, "zoom", index, real, now=started)
+            captures = before or after
         if captures:
             check_scope(scope, "screenshot", index, now=started)
         call = _Call(kind, ctx, geometry, space, scope, self.session, plan.at_pointer)
@@ -243,6 +257,10 @@ class DesktopActions:
         if kind in INPUT_KINDS:
             with self.session.turn(ctx.cancelled):
                 position = self._may_act(call, resume)
+                held = self.session.held
+                if held is not None and held.run_id != ctx.run_id:
+                    self.session.let_go(f"input of another run ({ctx.run_id})")
+                self.session.touch(ctx.run_id)
                 if before:
                     shot("screenshot_before")
                 clock = time.perf_counter()
@@ -267,6 +285,14 @@ class DesktopActions:
             if kind == "screenshot":
                 shot("screenshot")
                 result["format"] = fmt
+            if kind == "zoom":
+                (x0, y0), (x1, y1) = real
+                box = (x0, y0, x1 + 1, y1 + 1)
+                capture = self.screen.capture_box(geometry, box, fmt, quality)
+                ctx.artifacts.append(capture.artifact)
+                timings.capture_ms += capture.capture_ms
+                timings.encode_ms += capture.encode_ms
+                result |= {"zoom": capture.artifact.ref(), "region": list(box), "format": fmt}
         result["cursor"] = call.in_space(call.pointer.position())
         result["timings"] = timings.describe()
         return result
@@ -303,6 +329,20 @@ class DesktopActions:
         if kind in _CLICKS:
             point = a.optional_point("x", "y")
             return _Plan(_click(*_CLICKS[kind]), [point] if point else [], point is None)
+        if kind in ("left_mouse_down", "left_mouse_up"):
+            point = a.optional_point("x", "y")
+            act = _press if kind == "left_mouse_down" else _release
+            return _Plan(act, [point] if point else [], point is None)
+        if kind == "zoom":
+            return _Plan(_nothing, _zoom_corners(a))
+        if kind == "hold_key":
+            combos = parse_keys(a.get("key"))
+            if len(combos) != 1:
+                raise _invalid("key", "holds one combo, e.g. 'shift' or 'ctrl+a'")
+            seconds = a.get("seconds")
+            if not _is_number(seconds) or not 0 < seconds <= contract.MAX_HOLD:
+                raise _invalid("seconds", f"must be a number in 0..{contract.MAX_HOLD:g}")
+            return _Plan(_hold(combos[0], float(seconds)))
         if kind == "left_click_drag":
             start, end = a.optional_point("x", "y"), a.point("to_x", "to_y")
             return _Plan(_drag(start is not None), [p for p in (start, end) if p], start is None)
@@ -365,6 +405,64 @@ def _drag(has_start: bool) -> _Act:
         end = call.root(points[-1])
         call.pointer.drag(start, end)
         return {"from": call.in_space(start), "to": call.in_space(end)}
+
+    return act
+
+
+def _press(call: _Call, points: list[tuple[int, int]]) -> dict[str, Any]:
+    assert call.pointer is not None
+    at = call.root(points[0]) if points else None
+    call.pointer.press(at)
+    seconds_left = call.scope.seconds_left(time.monotonic()) if call.scope else 0.0
+    call.session.hold(call.ctx.run_id, call.ctx.input_blocked, seconds_left)
+    return {"button": "left", "down": True, "at": call.in_space(at or _here(call))}
+
+
+def _release(call: _Call, points: list[tuple[int, int]]) -> dict[str, Any]:
+    assert call.pointer is not None
+    at = call.root(points[0]) if points else None
+    was_down = call.session.held is not None
+    call.session.held = None  # let go here, by this action: the watchdog has nothing to do
+    call.pointer.release(at)
+    return {
+        "button": "left",
+        "down": False,
+        "was_down": was_down,
+        "at": call.in_space(at or _here(call)),
+    }
+
+
+def _zoom_corners(a: _Args) -> list[tuple[str, str, int, int]]:
+    """A zoom's region as its first and last pixel, checked as points are."""
+    region = a.get("region")
+    shape = "must be [x0, y0, x1, y1]: integers with x0 < x1 and y0 < y1"
+    if not isinstance(region, list) or len(region) != 4 or not all(map(_is_int, region)):
+        raise _invalid("region", shape)
+    x0, y0, x1, y1 = region
+    if not (x0 < x1 and y0 < y1):
+        raise _invalid("region", shape)
+    return [("region[0]", "region[1]", x0, y0), ("region[2]", "region[3]", x1 - 1, y1 - 1)]
+
+
+def _hold(combo: KeyCombo, seconds: float) -> _Act:
+    def act(call: _Call, points: list[tuple[int, int]]) -> dict[str, Any]:
+        keyboard = call.session.keyboard()
+
+        def stop() -> bool:
+            return call.ctx.input_blocked() is not None or call.ctx.cancelled.is_set()
+
+        start = time.monotonic()
+        keyboard.hold(combo, stop, seconds)
+        held = round(time.monotonic() - start, 3)
+        if call.ctx.cancelled.is_set():
+            raise ActionCancelled(f"cancelled after holding {combo} {held} of {seconds} s")
+        reason = call.ctx.input_blocked()
+        if reason is not None:
+            raise ActionFailed(
+                f"desktop input is blocked: {reason}: held {combo} {held} of {seconds} s,"
+                " then let it go"
+            )
+        return {"key": str(combo), "seconds": seconds, "held_seconds": held}
 
     return act
 

@@ -18,12 +18,13 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Protocol
 
-from shared.desktop_scope import HUMAN_ACTIVE, INVALID_ARGUMENT, NO_DISPLAY
+from shared.desktop_scope import HELD_BUTTON_IDLE, HUMAN_ACTIVE, INVALID_ARGUMENT, NO_DISPLAY
 from worker_agent.actions import ActionCancelled, ActionFailed, ActionRefused
 from worker_agent.desktop.keys import KeyCombo
 from worker_agent.desktop.screen import display_problem
@@ -130,6 +131,14 @@ class Pointer:
         finally:
             self._gui.mouseUp(*end, button="left")
 
+    def press(self, at: tuple[int, int] | None) -> None:
+        x, y = at if at else (None, None)
+        self._gui.mouseDown(x, y, button="left")
+
+    def release(self, at: tuple[int, int] | None) -> None:
+        x, y = at if at else (None, None)
+        self._gui.mouseUp(x, y, button="left")
+
     def scroll(self, at: tuple[int, int] | None, dx: int, dy: int) -> None:
         x, y = at if at else (None, None)
         if dy:
@@ -141,6 +150,7 @@ class Pointer:
 class Keyboard(Protocol):
     def type(self, text: str) -> None: ...
     def press(self, combo: KeyCombo) -> None: ...
+    def hold(self, combo: KeyCombo, until: Callable[[], bool], seconds: float) -> None: ...
     def close(self) -> None: ...
 
 
@@ -194,6 +204,24 @@ class XTestKeyboard:
         self._bind([*mods, key])
         self._tap(key, mods)
         self._display.sync()
+
+    def hold(self, combo: KeyCombo, until: Callable[[], bool], seconds: float) -> None:
+        """Press the combo, keep it down for `seconds` or until `until()` says stop (asked
+        every HOLD_POLL), then release it: released whatever happens meanwhile."""
+        press, release, fake = self._x.KeyPress, self._x.KeyRelease, self._xtest.fake_input
+        mods = tuple(self._keysym(name) for name in combo.modifiers)
+        key = self._keysym(combo.key)
+        self._bind([*mods, key])
+        codes = [self._keymap[m][0] for m in mods] + [self._keymap[key][0]]
+        try:
+            for code in codes:
+                fake(self._display, press, code)
+            self._display.sync()
+            _held_for(seconds, until)
+        finally:
+            for code in reversed(codes):
+                fake(self._display, release, code)
+            self._display.sync()
 
     def close(self) -> None:
         """Give the borrowed keycodes back to the keymap."""
@@ -303,8 +331,39 @@ class GuiKeyboard:
         names = [GUI_KEY_NAMES.get(n, n.lower()) for n in (*combo.modifiers, combo.key)]
         self._gui.hotkey(*names, interval=0.0)
 
+    def hold(self, combo: KeyCombo, until: Callable[[], bool], seconds: float) -> None:
+        names = [GUI_KEY_NAMES.get(n, n.lower()) for n in (*combo.modifiers, combo.key)]
+        try:
+            for name in names:
+                self._gui.keyDown(name)
+            _held_for(seconds, until)
+        finally:
+            for name in reversed(names):
+                self._gui.keyUp(name)
+
     def close(self) -> None:
         pass
+
+
+HOLD_POLL = 0.02  # seconds between the checks of a held key or button
+
+
+def _held_for(seconds: float, until: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if until():
+            return
+        time.sleep(min(HOLD_POLL, left))
+
+
+@dataclass
+class HeldButton:
+    """The left button `left_mouse_down` pressed and no `left_mouse_up` has let go yet."""
+
+    run_id: str
+    blocked: Callable[[], str | None]  # the run's kill switches and link, as its actions ask
+    expires: float  # monotonic: the end of the approved scope it was pressed under
+    touched: float  # monotonic: the holding run's last input action
 
 
 class DesktopSession:
@@ -322,6 +381,9 @@ class DesktopSession:
         self._keyboard: Keyboard | None = None
         self.last_position: tuple[int, int] | None = None
         self.paused: str | None = None  # why input is paused, or None
+        self.held: HeldButton | None = None
+        self.let_go_because: list[str] = []  # why held buttons were let go, newest last
+        self._watchdog: threading.Thread | None = None
 
     def pointer(self) -> Pointer:
         with self._state:
@@ -372,7 +434,75 @@ class DesktopSession:
     def record(self, position: tuple[int, int]) -> None:
         self.last_position = position
 
+    # A pressed button outlives the action that pressed it, so the session, not an action,
+    # makes sure it is let go: a watchdog thread asks what the run's actions would ask (kill
+    # switches, the link, the scope's end, a person, the run gone quiet) while it is down.
+
+    def hold(self, run_id: str, blocked: Callable[[], str | None], seconds_left: float) -> None:
+        """Note the left button as pressed by `run_id`; call while holding the turn."""
+        now = time.monotonic()
+        self.held = HeldButton(run_id, blocked, now + seconds_left, now)
+        if self._watchdog is None or not self._watchdog.is_alive():
+            self._watchdog = threading.Thread(
+                target=self._watch_held, name="held-button", daemon=True
+            )
+            self._watchdog.start()
+
+    def touch(self, run_id: str) -> None:
+        """An input action of `run_id` ran: the button it holds is not forgotten."""
+        held = self.held
+        if held is not None and held.run_id == run_id:
+            held.touched = time.monotonic()
+
+    def let_go(self, reason: str) -> bool:
+        """Release a held button (call while holding the turn); False if none was held."""
+        held, self.held = self.held, None
+        if held is None:
+            return False
+        self.let_go_because.append(reason)
+        del self.let_go_because[:-20]
+        try:
+            self.pointer().release(None)
+        except Exception:
+            pass  # the display is gone: so is the press
+        return True
+
+    def _held_reason(self, held: HeldButton) -> str | None:
+        why = held.blocked()
+        if why is not None:
+            return why
+        now = time.monotonic()
+        if now >= held.expires:
+            return "the approved scope ended"
+        if now - held.touched >= HELD_BUTTON_IDLE:
+            return f"no input from run {held.run_id} for {HELD_BUTTON_IDLE:g} s"
+        gui = self._gui
+        if gui is not None and self.last_position not in (None, Pointer(gui).position()):
+            return "a person moved the pointer"
+        return None
+
+    def _watch_held(self) -> None:
+        while self.held is not None:
+            time.sleep(HOLD_POLL)
+            # Checked while holding the turn, so X calls stay on one thread at a time; an
+            # input action that has the turn is short or stops on its own at the same checks
+            # (typing, holding a key), and is asked again right after.
+            if not self._lock.acquire(timeout=0.2):
+                continue
+            try:
+                held = self.held
+                reason = None if held is None else self._held_reason(held)
+                if reason is not None:
+                    self.let_go(reason)
+            finally:
+                self._lock.release()
+
     def close(self) -> None:
+        if self._lock.acquire(timeout=5.0):
+            try:
+                self.let_go("the worker stops")
+            finally:
+                self._lock.release()
         with self._state:
             keyboard, self._keyboard = self._keyboard, None
         if keyboard is not None:

@@ -152,6 +152,8 @@ def checked_args(action: str, args_json: str) -> dict[str, Any]:
     scope.space_checked(args.get("space"))
     if action == "key":
         scope.check_keys(args.get("key"), "args.key")  # before an approval is even looked at
+    if action == "hold_key":
+        scope.check_hold(args)
     return args
 
 

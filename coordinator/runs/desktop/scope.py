@@ -17,6 +17,7 @@ from shared.desktop_scope import (
     MAX_ACTIONS,
     MAX_COMBOS,
     MAX_DISPLAYS,
+    MAX_HOLD,
     MAX_KEY_CHARS,
     MAX_PIXELS,
     MAX_TTL,
@@ -173,8 +174,12 @@ def _ttl_checked(ttl: float, most: float) -> None:
 
 
 def points_of(args: dict[str, Any]) -> list[tuple[int, int]]:
-    """The coordinates an action's arguments name, as given (possibly in a scaled space)."""
+    """The coordinates an action's arguments name, as given (possibly in a scaled space): a
+    zoom's region by its first and last pixel."""
     points = []
+    if "region" in args:
+        x0, y0, x1, y1 = region_of(args["region"])
+        points += [(x0, y0), (x1 - 1, y1 - 1)]
     for xk, yk in (("x", "y"), ("to_x", "to_y")):
         x, y = args.get(xk), args.get(yk)
         if x is None and y is None:
@@ -186,6 +191,33 @@ def points_of(args: dict[str, Any]) -> list[tuple[int, int]]:
                 raise InvalidArgumentError(f"{name}: {value} is not a pixel (0..{MAX_PIXELS - 1})")
         points.append((x, y))
     return points
+
+
+REGION_ARG = "region: [x0, y0, x1, y1], integer pixels with x0 < x1 and y0 < y1"
+
+
+def region_of(value: object) -> tuple[int, int, int, int]:
+    """A zoom's region argument, (x0, y0, x1, y1) with the far corner exclusive."""
+    if not isinstance(value, list) or len(value) != 4 or any(type(v) is not int for v in value):
+        raise InvalidArgumentError(REGION_ARG)
+    x0, y0, x1, y1 = value
+    if not (0 <= x0 < x1 <= MAX_PIXELS and 0 <= y0 < y1 <= MAX_PIXELS):
+        raise InvalidArgumentError(REGION_ARG)
+    return x0, y0, x1, y1
+
+
+def check_hold(args: dict[str, Any]) -> None:
+    """`hold_key`'s arguments: one combo (several would be a sequence, which is `key`'s) and
+    a time in (0, MAX_HOLD]."""
+    if len(check_keys(args.get("key"), "args.key").split()) != 1:
+        raise InvalidArgumentError("args.key: hold_key holds one combo, e.g. 'shift' or 'ctrl+a'")
+    value = args.get("seconds")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and 0 < value <= MAX_HOLD)
+    ):
+        raise InvalidArgumentError(f"args.seconds: how long to hold the key, 0 to {MAX_HOLD:g}")
 
 
 def check_keys(value: object, field: str = "key") -> str:

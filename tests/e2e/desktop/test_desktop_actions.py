@@ -54,6 +54,14 @@ ALL_ACTIONS = [
     "key",
 ]
 SCOPE = Grant(tuple(ALL_ACTIONS), (0,), None, 300.0, 50).to_proto()
+# The actions today's computer tools added, with the rest.
+TODAYS = Grant(
+    (*ALL_ACTIONS, "triple_click", "left_mouse_down", "left_mouse_up", "hold_key", "zoom"),
+    (0,),
+    None,
+    300.0,
+    50,
+).to_proto()
 SPACE = {"width": 1024, "height": 640}  # the 1280x800 screen, scaled by 0.8
 SENTENCE = "Grüße, Zoë! 3 \u00d7 4 = 12; naïve café \u2014 ok?"  # times sign, em dash
 
@@ -96,9 +104,10 @@ class Desk:
         input_blocked: Callable[[], str | None] | None = None,
         cancelled: threading.Event | None = None,
         scope: worker_pb2.ScopeGrant | None = None,
+        run_id: str = "run-1",
         **args: Any,
     ) -> tuple[Outcome, dict[str, Any], ActionContext]:
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"run_id": run_id}
         if input_blocked is not None:
             extra["input_blocked"] = input_blocked
         ctx = ActionContext(
@@ -181,6 +190,8 @@ def desk(desk_module: Desk) -> Desk:
     desk_module.site.reset()
     desk_module.actions.session.paused = None
     desk_module.actions.session.last_position = None
+    if desk_module.actions.session.held is not None:
+        desk_module.ok("left_mouse_up", scope=TODAYS)
     return desk_module
 
 
@@ -543,3 +554,111 @@ def test_without_a_display_actions_are_refused_no_display(
 
 
 # ------------------------------------------------ the coordinator's side of the same checks
+
+
+# The actions of today's computer tools ------------------------------------------------------
+
+
+@display
+def test_triple_click_is_three_clicks_the_page_counts_as_one_triple(desk: Desk) -> None:
+    mx, my = MARKER_CENTER
+    result, _ = desk.ok("triple_click", x=mx, y=my, scope=TODAYS)
+    assert result["clicks"] == 3 and result["button"] == "left"
+    clicks = desk.events("click", 3)
+    assert [c["detail"] for c in clicks] == [1, 2, 3]
+
+
+@display
+def test_mouse_down_move_up_is_a_drag_the_page_sees(desk: Desk) -> None:
+    # A click on nothing first: pressing on a selection an earlier test made would start
+    # drag-and-drop, which ends without a mouseup.
+    desk.ok("left_click", x=50, y=750, scope=TODAYS)
+    desk.events("mouseup")
+    desk.site.reset()
+    desk.ok("left_mouse_down", x=700, y=600, scope=TODAYS)
+    assert desk.actions.session.held is not None
+    for x in range(720, 901, 60):  # applications see a drag from motion with the button down
+        desk.ok("mouse_move", x=x, y=640, scope=TODAYS)
+    result, _ = desk.ok("left_mouse_up", x=900, y=650, scope=TODAYS)
+    assert result["was_down"] is True and desk.actions.session.held is None
+    down, up = desk.events("mousedown")[0], desk.events("mouseup")[0]
+    assert (down["x"], down["y"], up["x"], up["y"]) == (700, 600, 900, 650)
+    # Letting go of nothing is harmless.
+    result, _ = desk.ok("left_mouse_up", scope=TODAYS)
+    assert result["was_down"] is False
+
+
+@display
+def test_a_held_button_is_let_go_when_the_kill_switch_engages(desk: Desk) -> None:
+    engaged = threading.Event()
+
+    def blocked() -> str | None:
+        return "kill switch k1 (run) is engaged: stop" if engaged.is_set() else None
+
+    desk.ok("left_mouse_down", x=700, y=600, scope=TODAYS, input_blocked=blocked)
+    time.sleep(0.2)
+    assert not desk.site.snapshot()[1] or not [
+        e for e in desk.site.snapshot()[1] if e["type"] == "mouseup"
+    ]
+    engaged.set()
+    up = desk.events("mouseup")[0]  # no left_mouse_up was sent: the worker let go
+    assert (up["x"], up["y"]) == (700, 600)
+    assert desk.actions.session.held is None
+    assert "kill switch k1" in desk.actions.session.let_go_because[-1]
+
+
+@display
+def test_a_held_button_is_let_go_before_another_runs_input(desk: Desk) -> None:
+    desk.ok("left_mouse_down", x=700, y=600, scope=TODAYS, run_id="run-a")
+    desk.ok("left_click", x=FIELD_CENTER[0], y=FIELD_CENTER[1], scope=TODAYS, run_id="run-b")
+    ups = desk.events("mouseup", 2)
+    assert (ups[0]["x"], ups[0]["y"]) == (700, 600)  # run-a's press ended where it was
+    assert desk.actions.session.let_go_because[-1] == "input of another run (run-b)"
+
+
+@display
+def test_hold_key_holds_then_lets_go_and_stops_at_the_kill_switch(desk: Desk) -> None:
+    desk.ok("left_click", x=FIELD_CENTER[0], y=FIELD_CENTER[1], scope=TODAYS)
+    result, _ = desk.ok("hold_key", key="shift", seconds=0.3, scope=TODAYS)
+    assert result["key"] == "Shift_L" and 0.28 <= result["held_seconds"] < 1.5
+    desk.ok("type", text="a", scope=TODAYS)  # shift is up again: a small a
+    desk.ok("key", key="Return", scope=TODAYS)
+    assert desk.submitted() == ["a"]
+
+    engaged = threading.Event()
+    threading.Timer(0.2, engaged.set).start()
+    outcome, _, _ = desk.act(
+        "hold_key",
+        key="shift",
+        seconds=5,
+        scope=TODAYS,
+        input_blocked=lambda: "kill switch k2 (worker) is engaged" if engaged.is_set() else None,
+    )
+    assert outcome.status == FAILED and "then let it go" in outcome.error, outcome
+    held = float(outcome.error.split("Shift_L ")[1].split(" of")[0])
+    assert held < 2
+    outcome, _, _ = desk.act("hold_key", key="shift Return", seconds=1, scope=TODAYS)
+    assert outcome.status == REFUSED and "one combo" in outcome.error
+    outcome, _, _ = desk.act("hold_key", key="shift", seconds=60, scope=TODAYS)
+    assert outcome.status == REFUSED and outcome.error.startswith("invalid_argument:")
+
+
+@display
+def test_zoom_is_the_region_at_full_resolution_and_keeps_to_the_scope(desk: Desk) -> None:
+    x, y, w, h = MARKER
+    result, ctx = desk.ok("zoom", region=[x, y, x + w, y + h], scope=TODAYS)
+    image = decode(ctx)
+    assert image.size == (w, h) and result["region"] == [x, y, x + w, y + h]
+    assert all(red(image.getpixel(p)) for p in ((0, 0), (w - 1, h - 1), (w // 2, h // 2)))
+    # In a scaled space the region is the space's; the image is still the real pixels.
+    sx, sy = in_space(x, y)
+    _, ctx = desk.ok("zoom", region=[sx, sy, sx + 160, sy + 160], space=SPACE, scope=TODAYS)
+    assert decode(ctx).size == (200, 200)
+    inside = scope_with(actions=("screenshot", "zoom"), region=Region(0, 0, 700, 800))
+    outcome, _, _ = desk.act("zoom", region=[x, y, x + w, y + h], scope=inside)
+    assert outcome.status == REFUSED and outcome.error.startswith("outside_region:")
+    outcome, _, _ = desk.act("zoom", region=[x, y, x + w, y + h], scope=SCOPE)
+    assert outcome.status == REFUSED and outcome.error.startswith("out_of_scope:")
+    for bad in ([x, y, x, y + 5], [0, 0, 10], "0,0,10,10", [0, 0, 99999, 10]):
+        outcome, _, _ = desk.act("zoom", region=bad, scope=TODAYS)
+        assert outcome.status == REFUSED and outcome.error.startswith("invalid_argument:"), bad

@@ -466,3 +466,69 @@ def test_any_scope_a_coordinator_sends_is_within_the_contract_or_refused(
     assert grant.region is None or grant.region.fits()
     assert math.isfinite(grant.expires_in) and grant.expires_in <= contract.MAX_TTL
     assert 0 <= grant.remaining <= contract.MAX_ACTIONS
+
+
+# ------------------------------------------------------ the actions today's tools added
+
+
+def worker_hold(key: str, seconds: object) -> Any:
+    return lambda: DesktopActions(DesktopSession())._plan(
+        "hold_key", worker_desktop._Args("hold_key", {"key": key, "seconds": seconds})
+    )
+
+
+def worker_zoom(region: object) -> Any:
+    return lambda: worker_desktop._zoom_corners(worker_desktop._Args("zoom", {"region": region}))
+
+
+@pytest.mark.parametrize(
+    ("what", "args", "worker", "accepted"),
+    [
+        ("a hold at the limit", {"key": "shift", "seconds": contract.MAX_HOLD},
+         worker_hold("shift", contract.MAX_HOLD), True),
+        ("a hold past it", {"key": "shift", "seconds": contract.MAX_HOLD + 0.5},
+         worker_hold("shift", contract.MAX_HOLD + 0.5), False),
+        ("a hold of no time", {"key": "shift", "seconds": 0}, worker_hold("shift", 0), False),
+        ("a hold of true seconds", {"key": "shift", "seconds": True},
+         worker_hold("shift", True), False),
+        ("two combos held", {"key": "shift Return", "seconds": 1},
+         worker_hold("shift Return", 1), False),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else "",
+)  # fmt: skip
+def test_hold_key_is_bounded_alike_on_both_ends(
+    what: str, args: dict[str, Any], worker: Any, accepted: bool
+) -> None:
+    assert coordinator_accepts("hold_key", args) is accepted, what
+    assert worker_accepts(worker) is accepted, what
+
+
+@pytest.mark.parametrize(
+    ("region", "accepted"),
+    [
+        ([0, 0, 1, 1], True),
+        ([0, 0, contract.MAX_PIXELS, contract.MAX_PIXELS], True),
+        ([5, 5, 5, 10], False),  # empty
+        ([10, 0, 5, 10], False),  # reversed
+        ([0, 0, 10], False),
+        ([0, 0, 10.0, 10], False),
+        ("0,0,10,10", False),
+    ],
+)
+def test_a_zoom_region_is_read_alike_on_both_ends(region: object, accepted: bool) -> None:
+    assert coordinator_accepts("zoom", {"region": region}) is accepted, region
+    if isinstance(region, list) and len(region) == 4 and region[2] > contract.MAX_PIXELS:
+        return
+    assert worker_accepts(worker_zoom(region)) is accepted, region
+
+
+def test_a_zoom_is_checked_against_the_approved_region_by_its_corners() -> None:
+    granted = Scope(("zoom",), (0,), Region(0, 0, 700, 800))
+    inside = coordinator_scope.check(granted, "zoom", {"region": [0, 0, 700, 800]}, DISPLAY)
+    assert inside is None
+    across = coordinator_scope.check(granted, "zoom", {"region": [600, 0, 701, 10]}, DISPLAY)
+    assert across is not None and across.code == contract.OUTSIDE_REGION
+    not_asked = coordinator_scope.check(
+        Scope(("screenshot",), (0,)), "zoom", {"region": [0, 0, 10, 10]}, DISPLAY
+    )
+    assert not_asked is not None and not_asked.code == contract.OUT_OF_SCOPE
