@@ -11,7 +11,7 @@ from typing import Any
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
-from coordinator.admin_cli.out_files import write_private
+from coordinator.admin_cli.out_files import check_writable, write_private
 from shared import desktop_scope
 from shared.config import parse_duration
 from shared.errors import InvalidArgumentError
@@ -52,13 +52,18 @@ def _scope(args: argparse.Namespace) -> desktop_pb2.DesktopScope:
 
 
 def request(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    run = client.call(
-        client.desktop.RequestDesktop,
-        desktop_pb2.RequestDesktopRequest(
-            worker=args.worker, scope=_scope(args), title=args.title or "", reason=args.reason or ""
-        ),
+    region = _region(args.region)
+    session = client.fleet_client.request_desktop(
+        args.worker,  # an id or a worker's unique name
+        actions=args.action or [],
+        ttl=parse_duration(args.ttl) if args.ttl else desktop_scope.DEFAULT_TTL,
+        max_actions=args.max_actions or None,
+        displays=args.display or (0,),
+        region=None if region is None else (region.x, region.y, region.width, region.height),
+        reason=args.reason or "",
+        title=args.title or "",
     )
-    doc = render.as_dict(run)
+    doc = session.run.to_dict()
     if args.json:
         render.print_json(doc)
         return
@@ -86,6 +91,13 @@ def _act_args(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, name)
         if value is not None:
             out[name] = value
+    if args.zoom_region:
+        try:
+            out["region"] = [int(v) for v in args.zoom_region.split(",")]
+        except ValueError as exc:
+            raise InvalidArgumentError(
+                f"--region {args.zoom_region!r}: expected X0,Y0,X1,Y1 (integers)"
+            ) from exc
     if args.seconds is not None:
         out["seconds"] = args.seconds
     if args.space:
@@ -96,35 +108,27 @@ def _act_args(args: argparse.Namespace) -> dict[str, Any]:
             raise InvalidArgumentError(f"--space {args.space!r}: expected WIDTHxHEIGHT") from exc
     if args.screenshot_after:
         out["screenshot_after"] = True
-    if args.action == "screenshot" and args.out and "format" not in out:
+    if args.action in ("screenshot", "zoom") and args.out and "format" not in out:
         suffix = Path(args.out).suffix.lower().lstrip(".")
         out["format"] = {"jpg": "jpeg"}.get(suffix, suffix) if suffix else "png"
     return out
 
 
 def act(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    reply = client.call(
-        client.desktop.Act,
-        desktop_pb2.DesktopActRequest(
-            run_id=args.run_id,
-            action=args.action,
-            args_json=json.dumps(_act_args(args), ensure_ascii=True),
-            timeout_seconds=args.wait_seconds,
-        ),
-        timeout=args.wait_seconds + 15,
-    )
-    doc = render.as_dict(reply)
+    act_args = _act_args(args)
+    if args.out:
+        check_writable(Path(args.out))  # before the action runs, not after
+    session = client.fleet_client.desktop(args.run_id)
+    done = session.act(args.action, timeout=args.wait_seconds, **act_args)
+    doc = done.to_dict()
     result_json = doc.pop("resultJson", "")
     doc["result"] = json.loads(result_json) if result_json else None
     written = ""
-    if args.out and reply.artifacts:
-        art = next((a for a in reply.artifacts if a.role == "screenshot"), reply.artifacts[-1])
-        data = client.call(
-            client.desktop.GetArtifact,
-            desktop_pb2.GetArtifactRequest(run_id=args.run_id, sha256=art.sha256),
-            timeout=60,
-        ).data
-        write_private(Path(args.out), data)
+    if args.out and done.artifacts:
+        art = next(
+            (a for a in done.artifacts if a.role in ("screenshot", "zoom")), done.artifacts[-1]
+        )
+        write_private(Path(args.out), session.artifact(art.sha256))
         written = args.out
         doc["out"] = written
     if args.json:
@@ -133,8 +137,8 @@ def act(client: CoordinatorClient, args: argparse.Namespace) -> None:
         print(render.act_line(doc))
         if written:
             print(f"  wrote {written}")
-    if reply.status != "succeeded":
-        raise ActionNotDone(reply.status)
+    if not done.succeeded:
+        raise ActionNotDone(done.status)
 
 
 def resume(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -330,7 +334,7 @@ def secrets_set(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 # Positional and option ids read the same in every usage line and help.
 RUN_ID: dict[str, str] = {"metavar": "RUN_ID", "help": "the run's id"}
-WORKER_ID: dict[str, str] = {"metavar": "WORKER_ID", "help": "the worker's id"}
+WORKER_ID: dict[str, str] = {"metavar": "WORKER", "help": "the worker's id or unique name"}
 APPROVAL_ID: dict[str, str] = {"metavar": "APPROVAL_ID", "help": "the approval's id"}
 _INT_ARGS = (
     ("x", "X", "click, move, drag: the horizontal pixel"),
@@ -391,7 +395,15 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         "--text", metavar="TEXT", help="text to type; {{secret:NAME}} types a stored secret"
     )
     p.add_argument("--key", metavar="KEY", help="a key or combo, e.g. Return, ctrl+a, shift+Tab")
-    p.add_argument("--seconds", type=float, metavar="SECONDS", help="for wait: how long")
+    p.add_argument(
+        "--seconds", type=float, metavar="SECONDS", help="for wait and hold_key: how long"
+    )
+    p.add_argument(
+        "--region",
+        dest="zoom_region",
+        metavar="X0,Y0,X1,Y1",
+        help="for zoom: the rectangle to see at full resolution (the far corner exclusive)",
+    )
     p.add_argument(
         "--space",
         metavar="WxH",
@@ -400,7 +412,7 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p.add_argument("--format", choices=("png", "webp", "jpeg"), help="screenshot encoding")
     p.add_argument("--screenshot-after", action="store_true", help="attach a screenshot after")
     p.add_argument("--args", metavar="JSON", help="more arguments as a JSON object")
-    p.add_argument("--out", metavar="FILE", help="write the screenshot to this file")
+    p.add_argument("--out", metavar="FILE", help="write the screenshot (or zoom) to this file")
     p.add_argument(
         "--wait-seconds",
         type=float,

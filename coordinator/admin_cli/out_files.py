@@ -30,3 +30,15 @@ def write_private(path: Path, data: bytes, option: str = "--out") -> None:
             os.close(fd)
     except OSError as exc:
         raise DeskfleetError(f"{option} {path}: {exc.strerror or exc}") from exc
+
+
+def check_writable(path: Path, option: str = "--out") -> None:
+    """Refuse, before anything runs, an output path that cannot be written: an action whose
+    result has nowhere to go should not run at all."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise DeskfleetError(f"{option} {path}: is a directory")
+    if not parent.is_dir():
+        raise DeskfleetError(f"{option} {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK) and not (path.exists() and os.access(path, os.W_OK)):
+        raise DeskfleetError(f"{option} {path}: the directory {parent} is not writable")

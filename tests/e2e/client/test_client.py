@@ -299,3 +299,36 @@ async def test_the_quickstart_example_runs_as_written(
     assert code == 0, out
     assert "north-light.html" in out and "SUCCEEDED completed" in out
     assert "screenshot: " in out
+
+
+def test_the_cli_requests_by_name_zooms_and_checks_out_before_acting(
+    coordinator: CoordinatorProcess, desk: WorkerProcess, form: DesktopSite, tmp_path: Path
+) -> None:
+    """`desktop request` and `desktop act` go through the client library: a worker's name
+    is enough, zoom writes its region, and an --out that cannot be written is refused before
+    the action runs (nothing happens on the desktop, nothing is journaled)."""
+    run = coordinator.cli_json(
+        "desktop", "request", "--worker", "client-desk", "--action", "zoom", "--action", "type"
+    )
+    _approve(coordinator, run["id"])
+    out = tmp_path / "zoom.png"
+    x, y, w, h = MARKER
+    done = coordinator.cli(
+        "desktop", "act", run["id"], "zoom", "--region", f"{x},{y},{x + w},{y + h}",
+        "--out", str(out), json_out=True,
+    )  # fmt: skip
+    assert '"succeeded"' in done.stdout
+    image = Image.open(io.BytesIO(out.read_bytes()))
+    assert image.size == (w, h) and image.convert("RGB").getpixel((5, 5)) == (255, 0, 0)
+
+    before = len(coordinator.cli_json("runs", "show", run["id"])["actions"])
+    missing = coordinator.cli(
+        "desktop", "act", run["id"], "zoom", "--region", "0,0,10,10",
+        "--out", str(tmp_path / "no" / "such" / "x.png"), check=False,
+    )  # fmt: skip
+    assert missing.returncode != 0
+    assert missing.stderr.strip().startswith("deskfleet: --out ")
+    assert "no directory" in missing.stderr and "Traceback" not in missing.stderr
+    assert len(coordinator.cli_json("runs", "show", run["id"])["actions"]) == before
+    bad = coordinator.cli("desktop", "act", run["id"], "zoom", "--region", "a,b", check=False)
+    assert "expected X0,Y0,X1,Y1" in bad.stderr
