@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coordinator.agent import providers
 from coordinator.app import descriptors
 from coordinator.app.server import Coordinator
 from coordinator.console.limits import (
@@ -155,6 +156,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="offer `scripted:NAME` models: replayed JSON scripts, plain file names in DIR"
         " (tests, demos; default: none)",
+    )
+    serve.add_argument(
+        "--anthropic-computer-tool",
+        choices=providers.ANTHROPIC_COMPUTER_TOOLS,
+        default=providers.DEFAULT_ANTHROPIC_COMPUTER_TOOL,
+        help="the computer tool `anthropic:` goals are sent: the generally available toolset"
+        " (default %(default)s), or one of the older single tools with their beta headers",
+    )
+    serve.add_argument(
+        "--openai-computer-tool",
+        choices=providers.OPENAI_COMPUTER_TOOLS,
+        default=providers.DEFAULT_OPENAI_COMPUTER_TOOL,
+        help="the computer tool `openai:` goals are sent: the generally available one, whose"
+        " calls batch actions (default %(default)s), or the older computer_use_preview",
     )
     serve.add_argument(
         "--allow-private-networks",
@@ -620,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,
             scripted_models_dir=args.scripted_models_dir,
+            anthropic_computer_tool=args.anthropic_computer_tool,
+            openai_computer_tool=args.openai_computer_tool,
             secrets_key_file=_key_file(args),
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,

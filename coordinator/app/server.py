@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.agent import providers
 from coordinator.agent.advice import Discussions
+from coordinator.agent.conversation import Model
 from coordinator.agent.loop import GOAL_RUNS, Goals
 from coordinator.agent.tools import FleetTools
 from coordinator.fleet.service import Fleet
@@ -259,7 +261,7 @@ def create_server(
         db,
         dispatcher,
         FleetTools(db, runs, desktop, recall, policy),
-        functools.partial(providers.open_model, scripts_dir=config.scripted_models_dir),
+        _model_opener(config),
         context_budget=config.goal_context_budget,
         model_timeout=config.goal_model_timeout,
         question_wait=config.goal_question_wait,
@@ -281,7 +283,7 @@ def create_server(
     discussions = Discussions(
         db,
         dispatcher,
-        functools.partial(providers.open_model, scripts_dir=config.scripted_models_dir),
+        _model_opener(config),
         config.advice_model,
     )
     desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(
@@ -418,3 +420,14 @@ class Coordinator:
         if self._db is not None:
             await self._db.close()
             self._db = None
+
+
+def _model_opener(config: CoordinatorConfig) -> Callable[[str], Model]:
+    """`open_model` with the operator's model settings: the scripts directory and the
+    computer tool each provider is sent."""
+    return functools.partial(
+        providers.open_model,
+        scripts_dir=config.scripted_models_dir,
+        anthropic_computer_tool=config.anthropic_computer_tool,
+        openai_computer_tool=config.openai_computer_tool,
+    )

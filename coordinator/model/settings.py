@@ -73,6 +73,10 @@ class CoordinatorConfig:
     policy_file: Path | None = None  # the routing policy; None: the documented default
     # Where `scripted:NAME` models come from (plain names only); None: no scripted models.
     scripted_models_dir: Path | None = None
+    # The built-in computer tool each provider is sent (serve --anthropic-computer-tool,
+    # --openai-computer-tool; coordinator/agent/providers): the generally available ones.
+    anthropic_computer_tool: str = "computer_toolset_20260801"
+    openai_computer_tool: str = "computer"
     # Seals secret values at rest (coordinator/security/secret_box.py); None or missing: no secrets.
     secrets_key_file: Path | None = None
     # Estimated tokens a goal's working set may reach before results are archived (seed 000).

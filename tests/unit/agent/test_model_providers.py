@@ -26,6 +26,8 @@ from coordinator.agent.conversation import (
     ToolResult,
 )
 from coordinator.agent.providers import (
+    DEFAULT_ANTHROPIC_COMPUTER_TOOL,
+    DEFAULT_OPENAI_COMPUTER_TOOL,
     AnthropicModel,
     OpenAIChatModel,
     OpenAIResponsesModel,
@@ -35,6 +37,8 @@ from coordinator.agent.providers import (
 from coordinator.agent.providers.scripted import NO_SUCH_SCRIPT, parse_script
 from coordinator.agent.providers.wire import UNPARSED
 from coordinator.agent.tokens import IMAGE_TOKENS, estimate_tokens
+from coordinator.app.server import _model_opener
+from coordinator.model.settings import CoordinatorConfig
 from tests.harness.models import AnthropicStandIn, OpenAIResponsesStandIn
 from tests.unit.agent.conversations import (
     CONVERSATION,
@@ -159,6 +163,26 @@ def test_a_computer_tool_the_provider_has_not_is_a_configuration_error() -> None
     assert isinstance(open_model("openai:g", env), OpenAIResponsesModel)
     assert open_model("openai:g", env).computer_tool == "computer"  # type: ignore[attr-defined]
     assert open_model("anthropic:c", env).computer_tool == "computer_toolset_20260801"  # type: ignore[attr-defined]
+
+
+def test_serve_settings_pick_the_computer_tool_of_every_model_it_opens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    config = CoordinatorConfig(
+        "sqlite:///unused.db",
+        anthropic_computer_tool="computer_20251124",
+        openai_computer_tool="computer_use_preview",
+    )
+    opened = _model_opener(config)
+    assert opened("anthropic:c").computer_tool == "computer_20251124"  # type: ignore[attr-defined]
+    assert opened("openai:g").computer_tool == "computer_use_preview"  # type: ignore[attr-defined]
+    defaults = CoordinatorConfig("sqlite:///unused.db")
+    assert (defaults.anthropic_computer_tool, defaults.openai_computer_tool) == (
+        DEFAULT_ANTHROPIC_COMPUTER_TOOL,
+        DEFAULT_OPENAI_COMPUTER_TOOL,
+    )
 
 
 # --- chat completions -----------------------------------------------------------------------
