@@ -24,7 +24,7 @@ from deskfleet.errors import (
 )
 from deskfleet.types import ActResult, DesktopGrant, Run
 from shared import desktop_scope as contract
-from shared.errors import InvalidArgumentError, NotFoundError
+from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError
 from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
 from shared.states import ACTIVE, RunState
 
@@ -109,6 +109,7 @@ class DesktopSession:
         self.worker_id = worker_id
         self.space = space
         self._seen = 0  # journal events already read by wait_approved
+        self._button_down = False  # left_mouse_down sent and no left_mouse_up since
         self._grant: DesktopGrant | None = None
         self._granted_by = ""  # the approval whose grant wait_approved saw in the journal
 
@@ -220,7 +221,14 @@ class DesktopSession:
         return self.run
 
     async def close(self) -> Run:
-        """End the desktop run (its approval with it); safe to call twice."""
+        """End the desktop run (its approval with it), letting go of a button this session
+        pressed first; safe to call twice."""
+        if self._button_down and self.run.active:
+            try:
+                await self.act("left_mouse_up")
+            except DeskfleetError:
+                pass  # the worker lets go by itself once the run is silent
+            self._button_down = False
         if self.run.active:
             try:
                 reply = await self._c.unary(self._c.runs.CancelRun, runs_pb2.RunRef(id=self.run_id))
@@ -330,12 +338,17 @@ class DesktopSession:
         return await self._do("left_click_drag", x=x, y=y, to_x=to_x, to_y=to_y)
 
     async def left_mouse_down(self, x: int | None = None, y: int | None = None) -> ActResult:
-        """Press the left button (and keep it down: the worker releases it if the run stops
-        or the kill switch engages first)."""
-        return await self._do("left_mouse_down", **_point(x, y))
+        """Press the left button and keep it down until `left_mouse_up` (or `close`). The
+        worker lets it go by itself at a kill switch, a lost coordinator, the scope's end, a
+        person at the desk, or after 30 s without input from this run."""
+        done = await self._do("left_mouse_down", **_point(x, y))
+        self._button_down = True
+        return done
 
     async def left_mouse_up(self, x: int | None = None, y: int | None = None) -> ActResult:
-        return await self._do("left_mouse_up", **_point(x, y))
+        done = await self._do("left_mouse_up", **_point(x, y))
+        self._button_down = False
+        return done
 
     async def scroll(
         self, x: int | None = None, y: int | None = None, *, dx: int = 0, dy: int = 0
