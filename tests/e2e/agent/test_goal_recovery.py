@@ -1,9 +1,10 @@
 """A goal killed at the worst moments types its text once: the coordinator dies right after a
 desktop `type` ran (its receipt committed, the goal's result not yet journaled), or while it
 is in flight; restarted, it rebuilds the goal from its journal and the ledger, never from a
-guess. The model is the coordinator's real Anthropic provider talking to a stand-in of the
-Messages API on loopback (tests/harness/models.py), so the test reads exactly what the model
-was sent after the restart; the form is a real Chromium window on Xvfb.
+guess. The model is the coordinator's real Anthropic provider (on its default computer
+toolset) talking to a stand-in of the Messages API on loopback (tests/harness/models.py), so
+the test reads exactly what the model was sent after the restart; the form is a real Chromium
+window on Xvfb.
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ def test_a_goal_killed_right_after_its_type_ran_is_given_the_real_result_and_typ
     result = stand_in.tool_results(3)[TYPE_CALL]
     assert "succeeded" in json.dumps(result) and "not run" not in json.dumps(after)
     assert not result.get("is_error")
+    # The provider's default: the toolset, whose member results name their family.
+    assert {"type": "computer_toolset_20260801"} in after["tools"]
+    assert result["toolset_name"] == "computer"
     assert GUIDANCE in json.dumps(after)
     events = journal(coordinator, goal_id)
     results = [e["data"] for e in events if e["kind"] == "goal.tool_result"]
