@@ -334,7 +334,7 @@ def secrets_set(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 # Positional and option ids read the same in every usage line and help.
 RUN_ID: dict[str, str] = {"metavar": "RUN_ID", "help": "the run's id"}
-WORKER_ID: dict[str, str] = {"metavar": "WORKER", "help": "the worker's id or unique name"}
+WORKER_ID: dict[str, str] = {"metavar": "WORKER_ID", "help": "the worker's id or unique name"}
 APPROVAL_ID: dict[str, str] = {"metavar": "APPROVAL_ID", "help": "the approval's id"}
 _INT_ARGS = (
     ("x", "X", "click, move, drag: the horizontal pixel"),

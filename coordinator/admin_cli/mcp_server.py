@@ -290,13 +290,14 @@ class FleetTools:
             ttl_seconds = seconds("ttl_seconds", ttl_seconds)
         if max_actions is not None:
             max_actions = whole("max_actions", max_actions, 1)
-        scope = desktop_pb2.DesktopScope(
-            actions=actions, ttl_seconds=ttl_seconds or 0, max_actions=max_actions or 0
+        session = c.fleet_client.request_desktop(
+            worker,  # an id or a worker's unique name
+            actions=actions,
+            ttl=ttl_seconds or desktop_scope.DEFAULT_TTL,
+            max_actions=max_actions,
+            reason=reason or "",
         )
-        run = c.call(
-            c.desktop.RequestDesktop,
-            desktop_pb2.RequestDesktopRequest(worker=worker, scope=scope, reason=reason or ""),
-        )
+        run = session.run
         pending = c.call(
             c.approvals.ListApprovals,
             desktop_pb2.ListApprovalsRequest(status="pending", limit=1000),
@@ -305,7 +306,7 @@ class FleetTools:
         doc = {
             "runId": run.id,
             "status": run.status,
-            "waiting": render.as_dict(run.waiting),
+            "waiting": run.to_dict().get("waiting", {}),
             "approval": render.as_dict(approval) if approval is not None else None,
         }
         return _result(doc)
@@ -610,7 +611,7 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
 
     @server.tool(annotations=STARTS)
     async def desktop_request(
-        worker: Annotated[str, Field(description="the worker id of the desktop")],
+        worker: Annotated[str, Field(description="the desktop worker: its id or its unique name")],
         actions: Annotated[list[DesktopAction], Field(description="the actions to ask for")],
         ttl_seconds: Annotated[
             float | None, _bounds("how long, once approved (default 600)", 0, SECONDS_MAX)
@@ -639,7 +640,11 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
         key: Annotated[str | None, Field(description="for key: Return, ctrl+a, shift+Tab")] = None,
         dx: int | None = None,
         dy: int | None = None,
-        seconds: Annotated[float | None, Field(description="for wait")] = None,
+        seconds: Annotated[float | None, Field(description="for wait and hold_key")] = None,
+        region: Annotated[
+            list[int] | None,
+            Field(description="for zoom: [x0, y0, x1, y1], the far corner exclusive"),
+        ] = None,
         space_width: Annotated[
             int | None, _bounds("coordinates and screenshots in this space", 1, INT32_MAX)
         ] = None,
@@ -653,6 +658,8 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
                     whole(name, number, -COORDINATE_MAX, COORDINATE_MAX)
             if seconds is not None:
                 _wait_checked(seconds)
+            for number in region or ():
+                whole("region", number, -COORDINATE_MAX, COORDINATE_MAX)
             for name, size in (("space_width", space_width), ("space_height", space_height)):
                 if size is not None:
                     whole(name, size, 1)
@@ -670,6 +677,7 @@ def build_server(client: CoordinatorClient) -> MCPServer[Any]:
                 ("dx", dx),
                 ("dy", dy),
                 ("seconds", seconds),
+                ("region", region),
             )
             if value is not None
         }

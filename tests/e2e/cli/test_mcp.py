@@ -101,7 +101,9 @@ async def test_tools_fleet_status_and_errors(
         assert set(tools) == TOOLS
         act = tools["desktop_act"].input_schema
         assert act["required"] == ["run_id", "action"]
-        assert {"x", "y", "text", "key", "space_width", "space_height"} <= set(act["properties"])
+        assert {"x", "y", "text", "key", "region", "space_width", "space_height"} <= set(
+            act["properties"]
+        )
         assert "screenshot" in json.dumps(act["properties"]["action"])
         assert tools["research"].input_schema["required"] == ["query"]
         assert set(tools["research"].input_schema["properties"]) == {
@@ -192,18 +194,20 @@ async def test_desktop_request_approve_act_and_recall(
         asked = await call_json(
             session,
             "desktop_request",
-            worker=desk.worker_id,
-            actions=["screenshot", "left_click"],
+            worker="desk",  # by name
+            actions=["screenshot", "left_click", "zoom"],
             reason="look at the screen",
         )
         run_id, approval = asked["runId"], asked["approval"]
         assert approval["status"] == "pending" and approval["runId"] == run_id
-        assert approval["requested"]["actions"] == ["screenshot", "left_click"]
+        assert approval["requested"]["actions"] == ["screenshot", "left_click", "zoom"]
 
         early = await session.call_tool("desktop_act", {"run_id": run_id, "action": "screenshot"})
         assert early.is_error and text_of(early).startswith("not_approved"), text_of(early)
 
-        coordinator.cli("approvals", "approve", approval["id"], "--action", "screenshot")
+        coordinator.cli(
+            "approvals", "approve", approval["id"], "--action", "screenshot", "--action", "zoom"
+        )
         shot = await session.call_tool("desktop_act", {"run_id": run_id, "action": "screenshot"})
         assert not shot.is_error, text_of(shot)
         receipt = json.loads(text_of(shot))
@@ -212,6 +216,13 @@ async def test_desktop_request_approve_act_and_recall(
         assert image.mime_type == "image/png"
         picture = Image.open(io.BytesIO(base64.b64decode(image.data)))
         assert (picture.format, picture.size) == ("PNG", xvfb.size)
+
+        zoomed = await session.call_tool(
+            "desktop_act", {"run_id": run_id, "action": "zoom", "region": [10, 20, 30, 30]}
+        )
+        assert not zoomed.is_error, text_of(zoomed)
+        [part] = [c for c in zoomed.content if isinstance(c, ImageContent)]
+        assert Image.open(io.BytesIO(base64.b64decode(part.data))).size == (20, 10)
 
         narrowed = await session.call_tool(
             "desktop_act", {"run_id": run_id, "action": "left_click", "x": 5, "y": 5}
