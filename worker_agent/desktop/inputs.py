@@ -442,6 +442,8 @@ class DesktopSession:
         """Note the left button as pressed by `run_id`; call while holding the turn."""
         now = time.monotonic()
         self.held = HeldButton(run_id, blocked, now + seconds_left, now)
+        # `_watchdog` is cleared by the watchdog itself, under the turn, when it stops
+        # watching: a thread that is merely still alive may already have decided to end.
         if self._watchdog is None or not self._watchdog.is_alive():
             self._watchdog = threading.Thread(
                 target=self._watch_held, name="held-button", daemon=True
@@ -482,7 +484,7 @@ class DesktopSession:
         return None
 
     def _watch_held(self) -> None:
-        while self.held is not None:
+        while True:
             time.sleep(HOLD_POLL)
             # Checked while holding the turn, so X calls stay on one thread at a time; an
             # input action that has the turn is short or stops on its own at the same checks
@@ -491,7 +493,14 @@ class DesktopSession:
                 continue
             try:
                 held = self.held
-                reason = None if held is None else self._held_reason(held)
+                if held is None:
+                    # Decided under the turn, so a press that comes next starts a new watchdog.
+                    self._watchdog = None
+                    return
+                try:
+                    reason = self._held_reason(held)
+                except Exception as exc:  # fail closed: a check not made is a reason to let go
+                    reason = f"the watchdog could not check the held button: {_short(exc)}"
                 if reason is not None:
                     self.let_go(reason)
             finally:
