@@ -37,6 +37,9 @@ from shared.ids import new_id
 NOTES_PER_APPROVAL = 50
 ADVICE_TIMEOUT = 120.0
 ADVICE_CHARS = 4000  # of the model's reply kept
+# Of a failure's text, which is the model service's, sent back in the RPC's status: a client
+# refuses status metadata past 16 KiB, and then reads no reason at all. The journal keeps 2000.
+ADVICE_ERROR_CHARS = 500
 ADVICE_SYSTEM = (
     "You advise a person who must decide whether to approve a request from an automated agent"
     " to control a computer. You cannot act and nothing you say is carried out. Say in a few"
@@ -152,8 +155,12 @@ class Discussions:
 
         await self._dispatcher.run_unit(record)
         if error:
-            raise UnavailableError(f"advice from {spec} failed: {error}")
+            raise UnavailableError(f"advice from {spec} failed: {_cut(error, ADVICE_ERROR_CHARS)}")
         return written[0]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _visible(

@@ -1,0 +1,82 @@
+"""The ways people answer running work, attacked on a real coordinator: guidance, a goal's
+questions, an approval answered with guidance, discussed or advised, and a revised plan.
+
+The attackers are a hostile owner (odd and huge text, many questions, a revise racing the
+replaced work's late receipt) and a hostile model service (its advice huge, slow, failing with
+a huge message, or holding characters the store cannot keep). Models are the scripted provider
+(a replayed model: no model service is reachable here); desktops are hand-driven worker
+streams (`raw_worker.py`), so no display is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
+from tests.harness import CoordinatorProcess
+from tests.harness.desktop_goals import DESKTOP, new_owner
+from tests.harness.raw_worker import RawWorker
+
+
+@pytest.fixture(scope="module")
+def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:
+    """The module's coordinator: an optional question waits 0.2 s, so that a goal can ask many
+    and a late answer comes quickly."""
+    proc = CoordinatorProcess(
+        tmp_path_factory.mktemp("answers"), serve_args=("--goal-question-wait", "0.2")
+    ).start()
+    yield proc
+    proc.stop()
+
+
+def _approvals(coordinator: CoordinatorProcess) -> desktop_pb2_grpc.ApprovalServiceStub:
+    channel = coordinator.channel()
+    assert channel is not None
+    return desktop_pb2_grpc.ApprovalServiceStub(channel)
+
+
+def _desktop_request(coordinator: CoordinatorProcess, owner: Path, name: str) -> dict[str, Any]:
+    """A pending desktop approval of `owner`'s, on a hand-driven desktop worker of its own."""
+    worker = RawWorker(coordinator, name)
+    worker.connect(DESKTOP)
+    run = coordinator.cli_json(
+        "desktop", "request", "--worker", worker.worker_id, "--action", "key", token_file=owner
+    )
+    listed = coordinator.cli_json("approvals", "list")["approvals"]
+    (approval,) = [a for a in listed if a["runId"] == run["id"]]
+    return dict(approval)
+
+
+def _advise(
+    coordinator: CoordinatorProcess, approval_id: str, model: str, timeout: float = 60
+) -> desktop_pb2.ApprovalNote:
+    return _approvals(coordinator).AdviseApproval(
+        desktop_pb2.AdviseApprovalRequest(id=approval_id, model=model),
+        metadata=coordinator.admin_metadata(),
+        timeout=timeout,
+    )
+
+
+# --- a hostile model service ------------------------------------------------------------------
+
+
+def test_a_model_failing_with_a_huge_message_is_reported_in_one_bounded_line(
+    coordinator: CoordinatorProcess,
+) -> None:
+    """A failure's text is the model service's: 50,000 characters of it once overflowed the
+    status the RPC could carry, and the admin read "received metadata size exceeds hard
+    limit" instead of why the advice failed."""
+    owner = new_owner(coordinator, "huge-error")
+    approval = _desktop_request(coordinator, owner, "huge-error-desk")
+    model = coordinator.script("huge-error.json", [{"error": "overloaded " + "E" * 50_000}])
+    with pytest.raises(grpc.RpcError) as failed:
+        _advise(coordinator, approval["id"], model)
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
+    details = failed.value.details() or ""
+    assert "advice from scripted:huge-error.json failed: scripted: overloaded EEE" in details
+    assert len(details) < 1000
