@@ -78,10 +78,7 @@ class Discussions:
 
             def write(s: Session, ctx: Context) -> list[Order]:
                 approval, run, _ = _visible(s, who, approval_id, lock=True)
-                if len(desktop_queries.notes_of(s, approval.id)) >= NOTES_PER_APPROVAL:
-                    raise ResourceExhaustedError(
-                        f"approval {approval.id} has {NOTES_PER_APPROVAL} messages already"
-                    )
+                _room_for_a_note(s, approval)
                 quotas.charge_text(s, run.owner_id, text)
                 note = _note(approval, "message", who.id, text, ctx.now)
                 s.add(note)
@@ -105,6 +102,11 @@ class Discussions:
     async def advise(self, who: Principal, approval_id: str, model_spec: str) -> ApprovalNoteRow:
         found = await self.discuss(who, approval_id, "")
         approval = found.approval
+        # Advice is a note too: without the bound, asking again and again grew the discussion,
+        # and every later prompt with it (the whole discussion is sent). Checked before the
+        # model is asked, and again as the note is written.
+        if len(found.notes) >= NOTES_PER_APPROVAL:
+            raise _full(approval)
 
         def parent_model(s: Session) -> str:
             run = s.get(RunRow, approval.run_id)
@@ -141,6 +143,7 @@ class Discussions:
                     error=error[:2000],
                 )  # fmt: skip
                 return []
+            _room_for_a_note(s, approval)
             text = (turn.text or "(the model gave no text)")[:ADVICE_CHARS]
             quotas.charge_text(s, run.owner_id, text)
             note = _note(approval, "advice", f"model {spec}", text, ctx.now)
@@ -157,6 +160,17 @@ class Discussions:
         if error:
             raise UnavailableError(f"advice from {spec} failed: {_cut(error, ADVICE_ERROR_CHARS)}")
         return written[0]
+
+
+def _room_for_a_note(s: Session, approval: ApprovalRow) -> None:
+    if len(desktop_queries.notes_of(s, approval.id)) >= NOTES_PER_APPROVAL:
+        raise _full(approval)
+
+
+def _full(approval: ApprovalRow) -> ResourceExhaustedError:
+    return ResourceExhaustedError(
+        f"approval {approval.id} has {NOTES_PER_APPROVAL} messages already"
+    )
 
 
 def _cut(text: str, limit: int) -> str:

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
-from tests.harness import CoordinatorProcess
+from tests.harness import CoordinatorProcess, journal
 from tests.harness.desktop_goals import DESKTOP, new_owner
 from tests.harness.raw_worker import RawWorker
 
@@ -80,3 +80,33 @@ def test_a_model_failing_with_a_huge_message_is_reported_in_one_bounded_line(
     details = failed.value.details() or ""
     assert "advice from scripted:huge-error.json failed: scripted: overloaded EEE" in details
     assert len(details) < 1000
+
+
+def test_advice_counts_against_an_approvals_fifty_notes(coordinator: CoordinatorProcess) -> None:
+    """Messages stopped at 50, but advice did not: an admin asking again and again grew the
+    discussion without end, and with it every later prompt (the whole discussion is sent)."""
+    owner = new_owner(coordinator, "many-notes")
+    approval = _desktop_request(coordinator, owner, "many-notes-desk")
+    stub = _approvals(coordinator)
+    for i in range(49):
+        stub.DiscussApproval(
+            desktop_pb2.DiscussApprovalRequest(id=approval["id"], text=f"note {i}"),
+            metadata=coordinator.admin_metadata(),
+            timeout=30,
+        )
+    model = coordinator.script("fiftieth.json", [{"text": "narrow it"}])
+    assert _advise(coordinator, approval["id"], model).kind == "advice"  # the 50th note
+    asked = coordinator.script("fifty-first.json", [{"error": "this model must not be asked"}])
+    with pytest.raises(grpc.RpcError) as refused:
+        _advise(coordinator, approval["id"], asked)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "has 50 messages already" in (refused.value.details() or "")
+    found = stub.DiscussApproval(
+        desktop_pb2.DiscussApprovalRequest(id=approval["id"]),
+        metadata=coordinator.admin_metadata(),
+        timeout=30,
+    )
+    assert len(found.notes) == 50
+    events = journal(coordinator, approval["runId"], token_file=owner)
+    assert [e["kind"] for e in events].count("approval.advice") == 1
+    assert "approval.advice_failed" not in [e["kind"] for e in events]  # never asked
