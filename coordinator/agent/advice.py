@@ -11,12 +11,19 @@ error, journaled too.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coordinator.agent.conversation import Message, Model, ModelConfigError, ModelError
+from coordinator.agent.conversation import (
+    Message,
+    Model,
+    ModelConfigError,
+    ModelError,
+    ModelTurn,
+)
 from coordinator.heart import ledger
 from coordinator.heart.context import Context
 from coordinator.heart.dispatch import Dispatcher
@@ -40,6 +47,10 @@ ADVICE_CHARS = 4000  # of the model's reply kept
 # Of a failure's text, which is the model service's, sent back in the RPC's status: a client
 # refuses status metadata past 16 KiB, and then reads no reason at all. The journal keeps 2000.
 ADVICE_ERROR_CHARS = 500
+# Advice calls running at once in this coordinator. Each holds a thread of the pool that every
+# goal's model calls run on (asyncio's default executor: 6 threads on two cores) for up to
+# ADVICE_TIMEOUT: without a bound, a burst of slow advice held every goal's next model call.
+ADVICE_AT_ONCE = 2
 ADVICE_SYSTEM = (
     "You advise a person who must decide whether to approve a request from an automated agent"
     " to control a computer. You cannot act and nothing you say is carried out. Say in a few"
@@ -70,6 +81,10 @@ class Discussions:
         self._open_model = open_model
         self._advice_model = advice_model
         self._timeout = timeout
+        # Taken on the event loop, given back by the thread that made the call when it ends:
+        # a caller that goes away (a cancelled RPC) leaves its thread running, and that thread
+        # keeps its place until it is done.
+        self._calls = threading.BoundedSemaphore(ADVICE_AT_ONCE)
 
     async def discuss(self, who: Principal, approval_id: str, text: str) -> Discussion:
         """Add a person's message (when `text` is given), then read the discussion."""
@@ -124,10 +139,26 @@ class Discussions:
         except ModelConfigError as exc:
             raise FailedPreconditionError(f"model {spec!r}: {exc}") from exc
         prompt = _prompt(found)
-        try:
-            turn = await asyncio.to_thread(
-                model.complete, ADVICE_SYSTEM, (Message("user", prompt),), (), timeout=self._timeout
+        if not self._calls.acquire(blocking=False):
+            raise ResourceExhaustedError(
+                f"at most {ADVICE_AT_ONCE} advice calls at once on this coordinator: ask again"
+                " when one has answered"
             )
+
+        def call() -> ModelTurn:
+            try:
+                return model.complete(
+                    ADVICE_SYSTEM, (Message("user", prompt),), (), timeout=self._timeout
+                )
+            finally:
+                self._calls.release()
+
+        # Shielded: a cancelled caller leaves the call to run to its end (a thread cannot be
+        # stopped), and so to give its place back; unshielded, a call cancelled before its
+        # thread started would never run, nor give it back.
+        running = asyncio.get_running_loop().run_in_executor(None, call)
+        try:
+            turn = await asyncio.shield(running)
             error = ""
         except ModelError as exc:
             error = str(exc) or type(exc).__name__

@@ -10,6 +10,8 @@ streams (`raw_worker.py`), so no display is needed.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import grpc
 import pytest
 
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
-from tests.harness import CoordinatorProcess, journal
+from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run
 from tests.harness.desktop_goals import DESKTOP, new_owner
 from tests.harness.raw_worker import RawWorker
 
@@ -110,3 +112,36 @@ def test_advice_counts_against_an_approvals_fifty_notes(coordinator: Coordinator
     events = journal(coordinator, approval["runId"], token_file=owner)
     assert [e["kind"] for e in events].count("approval.advice") == 1
     assert "approval.advice_failed" not in [e["kind"] for e in events]  # never asked
+
+
+def test_at_most_two_advice_calls_run_at_once(coordinator: CoordinatorProcess) -> None:
+    """Each advice call holds a thread of the pool every goal's model calls run on, for up to
+    2 minutes: twelve slow ones once held a goal started meanwhile for 15 s, waiting for a
+    thread. Past two at once, advice is refused at once, and the goals go on."""
+    owner = new_owner(coordinator, "many-advice")
+    approval = _desktop_request(coordinator, owner, "many-advice-desk")
+    slow = coordinator.script("slow-advice.json", [{"sleep": 4, "text": "slowly: narrow it"}])
+    answers: list[str] = []
+
+    def ask() -> None:
+        answers.append(_advise(coordinator, approval["id"], slow).text)
+
+    held = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in held:
+        thread.start()
+    time.sleep(1.5)  # both are in their model call
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as refused:
+        _advise(coordinator, approval["id"], slow)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "at most 2 advice calls at once" in (refused.value.details() or "")
+    assert time.monotonic() - started < 2  # refused, not queued
+    quick = coordinator.script("quick-goal.json", [{"text": "done"}])
+    goal = coordinator.cli_json("goal", "answer at once", "--model", quick, token_file=owner)
+    done = wait_run(coordinator, goal["id"], lambda r: r["status"] in STOPPED, 30, owner)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    for thread in held:
+        thread.join(30)
+    assert answers == ["slowly: narrow it"] * 2
+    fast = coordinator.script("after-advice.json", [{"text": "now there is room"}])
+    assert _advise(coordinator, approval["id"], fast).text == "now there is room"
