@@ -266,6 +266,14 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     else:
         entry["result"] = result
     action.lease_expires_at = None
+    if action.status == ActionState.SKIPPED:
+        # Replaced by a revise while its outcome was unknown (only a revise skips a unit that
+        # was dispatched): what it did is kept as evidence, but the revised run went on without
+        # it. Taken as the action's result, a failure failed the revised run and a success
+        # turned the replaced action into a completed one.
+        action.receipt_id = row.id
+        record(s, run, ctx, "receipt", **entry, replaced=True)
+        return [verdict(True)]
     if action.check_state in postconditions.CHECK_ATTEMPT:
         # The receipt of its postcondition's check, not of the action: it settles the action.
         action.check_state = postconditions.CHECKING

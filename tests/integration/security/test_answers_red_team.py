@@ -20,8 +20,16 @@ import grpc
 import pytest
 
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
-from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run
-from tests.harness.desktop_goals import DESKTOP, new_owner
+from tests.harness import (
+    STOPPED,
+    CoordinatorProcess,
+    journal,
+    submit,
+    wait_run,
+    wait_until,
+    write_plan,
+)
+from tests.harness.desktop_goals import DESKTOP, new_owner, receipt as desktop_receipt
 from tests.harness.raw_worker import RawWorker
 
 
@@ -145,3 +153,68 @@ def test_at_most_two_advice_calls_run_at_once(coordinator: CoordinatorProcess) -
     assert answers == ["slowly: narrow it"] * 2
     fast = coordinator.script("after-advice.json", [{"text": "now there is room"}])
     assert _advise(coordinator, approval["id"], fast).text == "now there is room"
+
+
+# --- revise ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("late", ["failed", "succeeded"])
+def test_a_late_receipt_of_the_replaced_action_neither_edits_it_nor_moves_the_revised_run(
+    coordinator: CoordinatorProcess, tmp_path: Path, late: str
+) -> None:
+    """A non-idempotent append whose outcome was unknown is replaced by a revise; its worker's
+    receipt comes afterwards. It once turned the replaced (SKIPPED) action FAILED and failed the
+    revised run with it ("action 0 failed"), or turned it SUCCEEDED. The receipt is kept as
+    evidence; the action stays replaced and the revised run goes on."""
+    owner = new_owner(coordinator, f"reviser-{late}")
+    worker = RawWorker(coordinator, f"slow-{late}")
+    worker.connect()
+    try:
+        append = {"name": "lines.txt", "line": "once"}
+        first = write_plan(
+            tmp_path / "first.json",
+            [{"kind": "diag.append", "args": append, "route": {"worker": worker.worker_id}}],
+            limits={"action_timeout_seconds": 1},
+        )
+        run = submit(coordinator, first, token_file=owner)
+        dispatch = worker.expect("dispatch").dispatch
+        stopped = wait_run(coordinator, run["id"], lambda r: r["status"] in STOPPED, 30, owner)
+        assert stopped["stopReason"].startswith("unknown_outcome"), stopped["stopReason"]
+        # The new part waits for a worker that is not there, so that only the receipt moves it.
+        waits = {"kind": "diag.echo", "args": {}, "idempotent": True, "route": {"worker": "gone"}}
+        revised = coordinator.cli_json(
+            "runs", "revise", run["id"], str(write_plan(tmp_path / "new.json", [waits])),
+            token_file=owner,
+        )  # fmt: skip
+        assert revised["execution"] == 2
+        receipt = desktop_receipt(dispatch, {"appended": True})
+        receipt.status, receipt.error = late, "" if late == "succeeded" else "disk full"
+        worker.send(receipt=receipt)
+        wait_until(
+            lambda: [
+                e
+                for e in journal(coordinator, run["id"], token_file=owner)
+                if e["kind"] == "receipt"
+            ],
+            15,
+            0.1,
+            "the late receipt journaled",
+        )
+        time.sleep(0.5)  # what the receipt would have moved, it has moved by now
+        after = coordinator.cli_json("runs", "show", run["id"], token_file=owner)
+        assert after["status"] == "WAITING_FOR_ENVIRONMENT", after["stopReason"]
+        assert [(a["kind"], a["status"]) for a in after["actions"]] == [
+            ("diag.append", "SKIPPED"),
+            ("diag.echo", "PENDING"),
+        ]
+        assert after["actions"][0]["error"].startswith("replaced by the revised plan")
+        assert after["actionsSucceeded"] == 0
+        (kept,) = [
+            e["data"]
+            for e in journal(coordinator, run["id"], token_file=owner)
+            if e["kind"] == "receipt"
+        ]
+        assert kept["status"] == late and kept["replaced"] is True
+        coordinator.cli("runs", "cancel", run["id"], token_file=owner)
+    finally:
+        worker.close()
