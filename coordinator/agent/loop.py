@@ -491,7 +491,10 @@ class Goals:
             )
             return []
 
-        await self._dispatcher.run_unit(ask)
+        try:
+            await self._dispatcher.run_unit(ask)
+        except questions.TooManyQuestions as exc:
+            return ToolResult(call.id, (TextPart(exc.message),), is_error=True)
         question = asked[0]
         found: list[QuestionRow | None] = []
 

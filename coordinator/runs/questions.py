@@ -23,12 +23,20 @@ from coordinator.model.orders import Order
 from coordinator.runs import guidance
 from coordinator.store import Database, questions as question_queries, quotas, runs as run_queries
 from coordinator.store.models import QuestionRow, RunRow
-from shared.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from shared.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
 from shared.ids import new_id
 from shared.states import ACTIVE, QuestionState
 from shared.text import refuse_control
 
 QUESTION_CHARS = 2000  # what a model asks; longer is cut (it is the model's text, not a person's)
+# Questions one goal may ask: each is a row and a line in its owner's list, and a model once
+# asked without end (many calls to a turn). A run's view shows them all (SHOWN_PER_RUN).
+QUESTIONS_PER_GOAL = 50
 LIST_LIMIT = 100
 LIST_MAX = 500
 SHOWN_PER_RUN = 50
@@ -56,6 +64,11 @@ def ask(
                 s, run, ctx, found, "its time passed while the goal was not running"
             )
         return found
+    if question_queries.count_of_run(s, run.id) >= QUESTIONS_PER_GOAL:
+        raise TooManyQuestions(
+            f"this goal has asked {QUESTIONS_PER_GOAL} questions, at most {QUESTIONS_PER_GOAL}"
+            " questions per goal: go on with what you know, or stop and say what you need"
+        )
     question = QuestionRow(
         id=new_id("qst"),
         run_id=run.id,
@@ -83,6 +96,10 @@ def ask(
         required=required,
     )
     return question
+
+
+class TooManyQuestions(ResourceExhaustedError):
+    """The goal asked its last question: the call is the model's error, and no row."""
 
 
 def take_answer(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from coordinator.store.models import QuestionRow
@@ -59,4 +59,12 @@ def open_of_run(s: Session, run_id: str) -> Sequence[QuestionRow]:
         )
         .scalars()
         .all()
+    )
+
+
+def count_of_run(s: Session, run_id: str) -> int:
+    return int(
+        s.execute(
+            select(func.count()).select_from(QuestionRow).where(QuestionRow.run_id == run_id)
+        ).scalar_one()
     )

@@ -35,10 +35,10 @@ from tests.harness.raw_worker import RawWorker
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:
-    """The module's coordinator: an optional question waits 0.2 s, so that a goal can ask many
-    and a late answer comes quickly."""
+    """The module's coordinator: an optional question holds its goal not at all, so that a goal
+    can ask many at once and an answer to one is a late answer."""
     proc = CoordinatorProcess(
-        tmp_path_factory.mktemp("answers"), serve_args=("--goal-question-wait", "0.2")
+        tmp_path_factory.mktemp("answers"), serve_args=("--goal-question-wait", "0")
     ).start()
     yield proc
     proc.stop()
@@ -218,3 +218,34 @@ def test_a_late_receipt_of_the_replaced_action_neither_edits_it_nor_moves_the_re
         coordinator.cli("runs", "cancel", run["id"], token_file=owner)
     finally:
         worker.close()
+
+
+# --- a goal's questions ----------------------------------------------------------------------
+
+
+def _ask(question: str, *, required: bool = False) -> dict[str, Any]:
+    return {"name": "ask_human", "arguments": {"question": question, "required": required}}
+
+
+def test_a_goal_asks_at_most_fifty_questions(coordinator: CoordinatorProcess) -> None:
+    """Each `ask_human` call was a row and a line in the person's list, without a bound: a
+    model could fill an owner's questions page and the store in one turn. Past 50 a call is
+    the model's error, and no row."""
+    owner = new_owner(coordinator, "asker")
+    calls = [_ask(f"question {i}?") for i in range(53)]
+    model = coordinator.script("many-questions.json", [{"tool_calls": calls}, {"text": "done"}])
+    goal = coordinator.cli_json("goal", "ask a lot", "--model", model, token_file=owner)["id"]
+    wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 60, owner)
+    listed = coordinator.cli_json(
+        "questions", "list", "--run", goal, "--all", "--limit", "500", token_file=owner
+    )["questions"]
+    assert len(listed) == 50
+    results = [
+        e["data"]
+        for e in journal(coordinator, goal, token_file=owner)
+        if e["kind"] == "goal.tool_result"
+    ]
+    assert len(results) == 53
+    assert not any(r["is_error"] for r in results[:50])
+    for refused in results[50:]:
+        assert refused["is_error"] and "at most 50 questions" in refused["text"], refused
