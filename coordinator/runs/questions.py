@@ -37,6 +37,10 @@ QUESTION_CHARS = 2000  # what a model asks; longer is cut (it is the model's tex
 # Questions one goal may ask: each is a row and a line in its owner's list, and a model once
 # asked without end (many calls to a turn). A run's view shows them all (SHOWN_PER_RUN).
 QUESTIONS_PER_GOAL = 50
+# Of a question quoted in its late answer's guidance: the goal has the question in full, and
+# quoted whole with its characters escaped (2,000 tag characters are 20,000 of escapes) the
+# message passed the run's guidance limit, so that no late answer could be taken.
+QUOTED_CHARS = 200
 LIST_LIMIT = 100
 LIST_MAX = 500
 SHOWN_PER_RUN = 50
@@ -219,7 +223,7 @@ class Questions:
                 run,
                 who,
                 ctx,
-                f"The answer to your question {question.text!r}: {text}",
+                f"The answer to your question {_quoted(question.text)}: {text}",
                 guidance.ANSWER_PREFIX + question.id,
                 0,
             )
@@ -229,6 +233,11 @@ class Questions:
 
         await self._dispatcher.run_unit(unit)
         return result[0]
+
+
+def _quoted(question: str) -> str:
+    quoted = repr(question)
+    return quoted if len(quoted) <= QUOTED_CHARS else quoted[: QUOTED_CHARS - 1] + "…"
 
 
 def check_question_id(question_id: str) -> str:

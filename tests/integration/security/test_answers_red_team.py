@@ -249,3 +249,54 @@ def test_a_goal_asks_at_most_fifty_questions(coordinator: CoordinatorProcess) ->
     assert not any(r["is_error"] for r in results[:50])
     for refused in results[50:]:
         assert refused["is_error"] and "at most 50 questions" in refused["text"], refused
+
+
+def test_a_late_answer_to_a_long_odd_question_is_taken_and_quotes_it_briefly(
+    coordinator: CoordinatorProcess,
+) -> None:
+    """A late answer goes to the goal as guidance quoting the question. Quoted whole with its
+    characters escaped (2,000 invisible tag characters are 20,000 characters of escapes), the
+    message passed the run's 16,000 characters of guidance, and every late answer was refused."""
+    owner = new_owner(coordinator, "late-answer")
+    odd = "\U000e0001" * 2000
+    recalls = [
+        {"sleep": 0.3, "tool_calls": [{"name": "recall", "arguments": {"text": f"w{i}"}}]}
+        for i in range(20)
+    ]
+    model = coordinator.script(
+        "odd-question.json", [{"tool_calls": [_ask(odd)]}, *recalls, {"text": "done"}]
+    )
+    goal = coordinator.cli_json("goal", "ask oddly", "--model", model, token_file=owner)["id"]
+    (asked,) = wait_until(
+        lambda: coordinator.cli_json(
+            "questions", "list", "--run", goal, "--all", token_file=owner
+        ).get("questions"),
+        30,
+        0.1,
+        "the question",
+    )
+    wait_until(
+        lambda: (
+            coordinator.cli_json("questions", "list", "--run", goal, "--all", token_file=owner)[
+                "questions"
+            ][0]["status"]
+            == "expired"
+        ),
+        30,
+        0.1,
+        "the question expired",
+    )
+    answer = "the left one " * 300  # 3,900 characters: the quote must leave it whole
+    late = coordinator.cli_json("questions", "answer", asked["id"], answer, token_file=owner)
+    assert late["status"] == "answered" and late["guidanceId"]
+    (message,) = coordinator.cli_json("runs", "show", goal, token_file=owner)["guidance"]
+    assert message["id"] == late["guidanceId"]
+    (queued,) = [
+        e["data"]
+        for e in journal(coordinator, goal, token_file=owner)
+        if e["kind"] == "guidance.queued"
+    ]
+    assert queued["text"].startswith("The answer to your question '\\U000e0001")
+    assert queued["text"].endswith(": " + answer)
+    assert len(queued["text"]) <= len(answer) + 300
+    coordinator.cli("runs", "cancel", goal, token_file=owner)
