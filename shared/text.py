@@ -59,3 +59,9 @@ def visible(text: str, *, multiline: bool = False) -> str:
     `multiline=True` keeps LF and TAB as they are (a page of text, a whole command output).
     """
     return (_CONTROL_MULTILINE if multiline else _CONTROL).sub(lambda m: _spelled(m.group()), text)
+
+
+def storable(text: str) -> str:
+    """Text a model wrote (not refused like a person's), with NUL, which PostgreSQL's text
+    cannot hold, as U+FFFD: kept whole, a NUL made the row's write a store error."""
+    return text.replace("\x00", "\ufffd")

@@ -40,6 +40,7 @@ from shared.errors import (
     UnavailableError,
 )
 from shared.ids import new_id
+from shared.text import storable
 
 NOTES_PER_APPROVAL = 50
 ADVICE_TIMEOUT = 120.0
@@ -175,7 +176,7 @@ class Discussions:
                 )  # fmt: skip
                 return []
             _room_for_a_note(s, approval)
-            text = (turn.text or "(the model gave no text)")[:ADVICE_CHARS]
+            text = storable((turn.text or "(the model gave no text)")[:ADVICE_CHARS])
             quotas.charge_text(s, run.owner_id, text)
             note = _note(approval, "advice", f"model {spec}", text, ctx.now)
             s.add(note)

@@ -31,7 +31,7 @@ from shared.errors import (
 )
 from shared.ids import new_id
 from shared.states import ACTIVE, QuestionState
-from shared.text import refuse_control
+from shared.text import refuse_control, storable
 
 QUESTION_CHARS = 2000  # what a model asks; longer is cut (it is the model's text, not a person's)
 # Questions one goal may ask: each is a row and a line in its owner's list, and a model once
@@ -78,7 +78,7 @@ def ask(
         run_id=run.id,
         owner_id=run.owner_id,
         call_id=call_id,
-        text=text[:QUESTION_CHARS],
+        text=storable(text[:QUESTION_CHARS]),
         required=required,
         status=QuestionState.OPEN,
         asked_at=ctx.now,

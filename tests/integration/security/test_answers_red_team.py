@@ -10,6 +10,7 @@ streams (`raw_worker.py`), so no display is needed.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -300,3 +301,49 @@ def test_a_late_answer_to_a_long_odd_question_is_taken_and_quotes_it_briefly(
     assert queued["text"].endswith(": " + answer)
     assert len(queued["text"]) <= len(answer) + 300
     coordinator.cli("runs", "cancel", goal, token_file=owner)
+
+
+# --- text the store cannot hold ---------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_coordinator(pg_store: tuple[str, Path], tmp_path: Path) -> Iterator[CoordinatorProcess]:
+    url, credentials = pg_store
+    proc = CoordinatorProcess(tmp_path / "pg", url)
+    shutil.copy(credentials / "admin.token", proc.admin_token_file)
+    shutil.copy(credentials / "secrets.key", proc.secrets_key_file)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_models_nul_in_a_question_or_advice_is_kept_as_a_replacement_character(
+    pg_coordinator: CoordinatorProcess,
+) -> None:
+    """PostgreSQL's text holds no NUL, and what a model says is not refused like a person's
+    text: a question with one handed its goal back as an internal error, and advice with one
+    was an internal error. The NUL is kept as U+FFFD; the model's turn in the journal is exact."""
+    coordinator = pg_coordinator
+    owner = new_owner(coordinator, "nul")
+    model = coordinator.script(
+        "nul-question.json",
+        [{"tool_calls": [_ask("door\x00one?", required=True)]}, {"text": "done"}],
+    )
+    goal = coordinator.cli_json("goal", "ask", "--model", model, token_file=owner)["id"]
+
+    def asked() -> list[dict[str, Any]] | None:
+        run = coordinator.cli_json("runs", "show", goal, token_file=owner)
+        assert run["status"] not in STOPPED, run["stopReason"]
+        found = coordinator.cli_json("questions", "list", "--run", goal, token_file=owner)
+        return found.get("questions") or None
+
+    (question,) = wait_until(asked, 30, 0.1, "the question")
+    assert question["text"] == "door\ufffdone?"
+    coordinator.cli("questions", "answer", question["id"], "the first", token_file=owner)
+    done = wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 30, owner)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+
+    approval = _desktop_request(coordinator, owner, "nul-desk")
+    advisor = coordinator.script("nul-advice.json", [{"text": "safe\x00enough"}])
+    assert _advise(coordinator, approval["id"], advisor).text == "safe\ufffdenough"

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from coordinator.admin_cli import render, top
 from shared.errors import InvalidArgumentError
-from shared.text import refuse_control, visible
+from shared.text import refuse_control, storable, visible
 
 # One example of each class the rule names, with how it is spelled out.
 CLASSES = {
@@ -123,3 +123,8 @@ def test_top_frame_prints_no_control_character_and_no_markup() -> None:
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
     assert "\\x1b]0;owned\\x07" in out
     assert "[bold red]markup[/]" in out  # shown as written, not read as style
+
+
+def test_a_models_text_is_storable_with_nul_as_a_replacement_character() -> None:
+    assert storable("door\x00one\x00") == "door\ufffdone\ufffd"
+    assert storable("\x1b[31m\u202e\n") == "\x1b[31m\u202e\n"  # shown escaped, kept as written
