@@ -109,7 +109,7 @@ class TooManyQuestions(ResourceExhaustedError):
 def take_answer(
     s: Session, run: RunRow, ctx: Context, question_id: str, seen: Sequence[str]
 ) -> QuestionRow | None:
-    """The question once answered: by `questions answer`, or by guidance waiting for the goal
+    """The question once answered: by `questions answer`, or by guidance a person sent the goal
     (`runs guide` answers a run's open question, as it always has; `seen` are the messages
     already in the conversation). None while it is open."""
     question = question_queries.question_for_update(s, question_id)
@@ -117,7 +117,15 @@ def take_answer(
         return question
     if question.status == QuestionState.ANSWERED:
         return question
-    messages = [m for m in run_queries.undelivered_guidance(s, run.id) if m.id not in seen]
+    # A person's own guidance only: the coordinator's (a late answer to another question, an
+    # approver's correction) once answered whatever question was open, in another's words.
+    # Those reach the goal's next model call as they are.
+    messages = [
+        m
+        for m in run_queries.undelivered_guidance(s, run.id)
+        if m.id not in seen
+        and not (m.message_id or "").startswith((guidance.ANSWER_PREFIX, guidance.APPROVAL_PREFIX))
+    ]
     if not messages:
         return None
     for message in messages:

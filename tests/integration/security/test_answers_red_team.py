@@ -347,3 +347,43 @@ def test_on_postgresql_a_models_nul_in_a_question_or_advice_is_kept_as_a_replace
     approval = _desktop_request(coordinator, owner, "nul-desk")
     advisor = coordinator.script("nul-advice.json", [{"text": "safe\x00enough"}])
     assert _advise(coordinator, approval["id"], advisor).text == "safe\ufffdenough"
+
+
+def test_a_late_answer_to_one_question_does_not_answer_the_next(
+    coordinator: CoordinatorProcess,
+) -> None:
+    """A goal's open question took any guidance waiting as its answer, the coordinator's own
+    included: the late answer to an earlier question answered the required one asked after it,
+    in the earlier one's words, and the goal went on with an answer nobody gave."""
+    owner = new_owner(coordinator, "two-questions")
+    first, second = _ask("north or south?"), _ask("which door?", required=True)
+    model = coordinator.script(
+        "two-questions.json", [{"tool_calls": [first, second]}, {"text": "done"}]
+    )
+    goal = coordinator.cli_json("goal", "ask twice", "--model", model, token_file=owner)["id"]
+
+    def both() -> list[dict[str, Any]] | None:
+        found = coordinator.cli_json(
+            "questions", "list", "--run", goal, "--all", token_file=owner
+        ).get("questions", [])
+        by_text = {q["text"]: q for q in found}
+        if by_text.get("which door?", {}).get("status") == "open":
+            return [by_text["north or south?"], by_text["which door?"]]
+        return None
+
+    expired, waiting = wait_until(both, 30, 0.1, "the second question open")
+    assert expired["status"] == "expired"
+    late = coordinator.cli_json("questions", "answer", expired["id"], "north", token_file=owner)
+    assert late["guidanceId"]
+    time.sleep(1)  # the goal looks for its answer every 0.25 s
+    still = coordinator.cli_json("questions", "list", "--run", goal, token_file=owner)
+    assert [q["id"] for q in still["questions"]] == [waiting["id"]], still
+    coordinator.cli("questions", "answer", waiting["id"], "the red one", token_file=owner)
+    done = wait_run(coordinator, goal, lambda r: r["status"] in STOPPED, 30, owner)
+    assert done["status"] == "SUCCEEDED", done["stopReason"]
+    results = [
+        e["data"]["text"]
+        for e in journal(coordinator, goal, token_file=owner)
+        if e["kind"] == "goal.tool_result"
+    ]
+    assert results[1] == "the person answered: the red one"
