@@ -407,6 +407,9 @@ class Runs:
                     f"run {run_id} reached a hard limit ({run.stop_reason.split(';')[0]}); a"
                     " revise grants no budget: abandon it, or submit a new run"
                 )
+            # As a submission is checked: a revise naming an app nobody offers was taken, and
+            # the run waited for it.
+            _apps_offered(s, ctx, plan.actions)
             actions = list(run_queries.actions_of(s, run_id))
             replaced = [a for a in actions if a.status not in DONE]
             for action in replaced:

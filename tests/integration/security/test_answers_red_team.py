@@ -387,3 +387,32 @@ def test_a_late_answer_to_one_question_does_not_answer_the_next(
         if e["kind"] == "goal.tool_result"
     ]
     assert results[1] == "the person answered: the red one"
+
+
+def test_a_revise_is_checked_as_a_submission_is_for_the_research_apps_it_names(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    """A plan naming a research app no enrolled worker offers is refused at submission; the
+    same action in a revise was taken, and the revised run waited for an app nobody has."""
+    owner = new_owner(coordinator, "app-reviser")
+    worker = RawWorker(coordinator, "failing")
+    worker.connect()
+    try:
+        route = {"worker": worker.worker_id}
+        plan = write_plan(tmp_path / "p.json", [{"kind": "diag.echo", "args": {}, "route": route}])
+        run = submit(coordinator, plan, token_file=owner)
+        failed = desktop_receipt(worker.expect("dispatch").dispatch, {})
+        failed.status, failed.error = "failed", "no"
+        worker.send(receipt=failed)
+        wait_run(coordinator, run["id"], lambda r: r["status"] == "FAILED", 30, owner)
+        app = {"kind": "app.research", "args": {"app": "nobody-offers-this", "query": "q"}}
+        refused = coordinator.cli(
+            "runs", "revise", run["id"], str(write_plan(tmp_path / "app.json", [app])),
+            token_file=owner, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stdout
+        assert "no enrolled worker offers app 'nobody-offers-this'" in refused.stderr
+        shown = coordinator.cli_json("runs", "show", run["id"], token_file=owner)
+        assert shown["status"] == "FAILED" and shown["execution"] == 1  # nothing written
+    finally:
+        worker.close()
