@@ -416,3 +416,87 @@ def test_a_revise_is_checked_as_a_submission_is_for_the_research_apps_it_names(
         assert shown["status"] == "FAILED" and shown["execution"] == 1  # nothing written
     finally:
         worker.close()
+
+
+# --- what held: references grant nothing, and one answer wins ------------------------------
+
+
+def test_another_owners_run_question_and_approval_are_not_found_by_reference(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    owner, stranger = new_owner(coordinator, "holder"), new_owner(coordinator, "stranger")
+    model = coordinator.script(
+        "held-question.json", [{"tool_calls": [_ask("may I?", required=True)]}]
+    )
+    goal = coordinator.cli_json("goal", "ask and wait", "--model", model, token_file=owner)["id"]
+    (question,) = wait_until(
+        lambda: coordinator.cli_json("questions", "list", "--run", goal, token_file=owner).get(
+            "questions"
+        ),
+        30,
+        0.1,
+        "the question",
+    )
+    approval = _desktop_request(coordinator, owner, "holder-desk")
+    plan = write_plan(tmp_path / "revise.json", [{"kind": "diag.echo", "args": {}}])
+    attempts = [
+        ("runs", "guide", goal, "steer it", "--message-id", "m-1"),
+        ("runs", "revise", goal, str(plan)),
+        ("questions", "list", "--run", goal),
+        ("questions", "answer", question["id"], "yes"),
+        ("approvals", "discuss", approval["id"]),
+        ("approvals", "discuss", approval["id"], "let me in"),
+        ("journal", "search", goal, "may"),
+    ]
+    for args in attempts:
+        done = coordinator.cli(*args, token_file=stranger, check=False)
+        assert done.returncode == 4, (args, done.returncode, done.stderr)
+        assert "may I" not in done.stdout + done.stderr
+    # An admin answers approvals, not another owner's questions.
+    admin = coordinator.cli("questions", "answer", question["id"], "yes", check=False)
+    assert admin.returncode == 4
+    for args in (
+        ("approvals", "guide", approval["id"], "no"),
+        ("approvals", "advise", approval["id"]),
+    ):
+        done = coordinator.cli(*args, token_file=owner, check=False)
+        assert done.returncode == 3 and "needs an admin credential" in done.stderr, done.stderr
+    assert coordinator.cli_json("runs", "show", goal, token_file=owner)["guidance"] == []
+    coordinator.cli("runs", "cancel", goal, token_file=owner)
+
+
+def test_one_answer_wins_when_approve_deny_and_guide_race(coordinator: CoordinatorProcess) -> None:
+    owner = new_owner(coordinator, "racer")
+    approval = _desktop_request(coordinator, owner, "racer-desk")
+    stub, md = _approvals(coordinator), coordinator.admin_metadata()
+    start = threading.Barrier(9)
+    outcomes: list[str] = []
+
+    def answer(kind: str, i: int) -> None:
+        start.wait()
+        try:
+            if kind == "approve":
+                stub.Approve(desktop_pb2.ApproveRequest(id=approval["id"]), metadata=md, timeout=30)
+            elif kind == "deny":
+                request = desktop_pb2.DenyRequest(id=approval["id"], reason=f"no {i}")
+                stub.Deny(request, metadata=md, timeout=30)
+            else:
+                guided = desktop_pb2.GuideApprovalRequest(id=approval["id"], text=f"guide {i}")
+                stub.GuideApproval(guided, metadata=md, timeout=30)
+            outcomes.append(kind)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION, exc.details()
+            outcomes.append("refused")
+
+    threads = [
+        threading.Thread(target=answer, args=(kind, i))
+        for i, kind in enumerate(["approve", "deny", "guide"] * 3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert outcomes.count("refused") == 8, outcomes
+    events = [e["kind"] for e in journal(coordinator, approval["runId"], token_file=owner)]
+    answers = [k for k in events if k in ("approval.granted", "approval.denied", "approval.guided")]
+    assert len(answers) == 1, events
