@@ -23,6 +23,7 @@ import pytest
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc
 from tests.harness import (
     STOPPED,
+    ConsoleProcess,
     CoordinatorProcess,
     journal,
     submit,
@@ -32,6 +33,7 @@ from tests.harness import (
 )
 from tests.harness.desktop_goals import DESKTOP, new_owner, receipt as desktop_receipt
 from tests.harness.raw_worker import RawWorker
+from tests.integration.console.test_console_attacks import Browser
 
 
 @pytest.fixture(scope="module")
@@ -500,3 +502,59 @@ def test_one_answer_wins_when_approve_deny_and_guide_race(coordinator: Coordinat
     events = [e["kind"] for e in journal(coordinator, approval["runId"], token_file=owner)]
     answers = [k for k in events if k in ("approval.granted", "approval.denied", "approval.guided")]
     assert len(answers) == 1, events
+
+
+def test_the_consoles_answer_forms_hold_against_anonymous_posts_redirects_and_markup(
+    coordinator: CoordinatorProcess,
+) -> None:
+    owner = new_owner(coordinator, "console-owner")
+    hostile = "<img src=x onerror=alert(1)>\x1b[2J\u202edoor?"
+    model = coordinator.script(
+        "console-question.json", [{"tool_calls": [_ask(hostile, required=True)]}]
+    )
+    goal = coordinator.cli_json("goal", "ask here", "--model", model, token_file=owner)["id"]
+    (question,) = wait_until(
+        lambda: coordinator.cli_json("questions", "list", "--run", goal, token_file=owner).get(
+            "questions"
+        ),
+        30,
+        0.1,
+        "the question",
+    )
+    approval = _desktop_request(coordinator, owner, "console-desk")
+    advisor = coordinator.script(
+        "console-advice.json", [{"text": "<script>alert(2)</script>\x1b]0;pwned\x07 approve"}]
+    )
+    _advise(coordinator, approval["id"], advisor)
+    console = ConsoleProcess(coordinator).start()
+    try:
+        anonymous = Browser(console.url)
+        for path, form in (
+            (f"/runs/{goal}/guide", {"text": "x"}),
+            (f"/questions/{question['id']}/answer", {"text": "x"}),
+            (f"/approvals/{approval['id']}/guide", {"text": "x"}),
+            (f"/approvals/{approval['id']}/discuss", {"text": "x"}),
+            (f"/approvals/{approval['id']}/advise", {}),
+            (f"/runs/{goal}/revise", {"plan": '{"actions": [{"kind": "diag.echo"}]}'}),
+        ):
+            assert anonymous.post(path, form).status in (401, 403), path
+        person = Browser(console.url)
+        assert person.signin(owner.read_text().strip()).status == 303
+        page = person.get("/approvals").body
+        assert "&lt;img src=x onerror=alert(1)&gt;\\x1b[2J\\u202edoor?" in page
+        assert "<img src=x" not in page and "\x1b" not in page and "\u202e" not in page
+        shown = person.get(f"/approvals/{approval['id']}").body
+        assert "&lt;script&gt;alert(2)&lt;/script&gt;\\x1b]0;pwned\\x07 approve" in shown
+        assert "<script>alert" not in shown and "\x07" not in shown
+        answered = person.post(
+            f"/questions/{question['id']}/answer",
+            {"text": "the blue one", "csrf": person.csrf("/approvals"), "back": "javascript:x"},
+        )
+        assert answered.status == 303 and answered.location == "/approvals"
+        after = coordinator.cli_json("runs", "show", goal, token_file=owner)
+        assert after["guidance"] == []  # no anonymous post reached the goal
+        notes = coordinator.cli_json("approvals", "discuss", approval["id"])["notes"]
+        assert [n["kind"] for n in notes] == ["advice"]  # nor the discussion
+    finally:
+        console.stop()
+        coordinator.cli("runs", "cancel", goal, token_file=owner, check=False)
