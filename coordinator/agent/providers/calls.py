@@ -27,6 +27,9 @@ from coordinator.agent.conversation import ModelError, ModelTimeout
 T = TypeVar("T")
 
 MAX_RETRIES = 2  # the SDKs' own default, said here so that tests and docs can name it
+# A model error becomes a run's stop reason and a journal entry, read by people in terminals:
+# what a provider says is cut to this many characters, its control characters made visible.
+MAX_MESSAGE = 600
 
 _HINTS = {
     401: "authentication failed (check the API key)",
@@ -165,9 +168,12 @@ def _snippet(raw: str | bytes, limit: int = 200) -> str:
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """`text` on one line, with every secret replaced by `[key]`."""
+    """`text` on one line of printable characters, at most MAX_MESSAGE of them, with every
+    secret replaced by `[key]` (before it is cut, so that no part of a key is left)."""
     text = " ".join(text.split())
     for secret in secrets:
         if secret:
             text = text.replace(secret, "[key]")
-    return text
+    # An escape sequence from a hostile service must not reach a terminal, nor a NUL a column.
+    text = "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.agent.conversation import Message, ModelError
-from coordinator.agent.providers import open_model
-from coordinator.agent.providers import calls
+from coordinator.agent.providers import calls, open_model
 from tests.harness.models import AnthropicStandIn, OpenAIResponsesStandIn
 
 STAND_INS = [AnthropicStandIn, OpenAIResponsesStandIn]
