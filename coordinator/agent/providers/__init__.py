@@ -84,14 +84,14 @@ def open_model(
     if provider == "anthropic":
         return AnthropicModel(
             model,
-            api_key=_key(env, "ANTHROPIC_API_KEY", provider),
+            api_key=_key(env, "ANTHROPIC_API_KEY"),
             base_url=_base_url(env, "ANTHROPIC_BASE_URL", ANTHROPIC_BASE_URL),
             computer_tool=_choice(anthropic_computer_tool, anthropic.COMPUTER_TOOLS),
         )
     if provider == "openai":
         return OpenAIResponsesModel(
             model,
-            api_key=_key(env, "OPENAI_API_KEY", provider),
+            api_key=_key(env, "OPENAI_API_KEY"),
             base_url=_base_url(env, "OPENAI_BASE_URL", OPENAI_BASE_URL),
             computer_tool=_choice(openai_computer_tool, openai_responses.COMPUTER_TOOLS),
         )
@@ -100,8 +100,8 @@ def open_model(
         key = env.get("OPENAI_API_KEY", "").strip()
         if not key and urlsplit(base_url).hostname == urlsplit(OPENAI_BASE_URL).hostname:
             raise ModelConfigError(
-                "openai-chat: OPENAI_API_KEY is not set (it may be left out only when "
-                "OPENAI_BASE_URL points at a local server)"
+                f"{_missing('OPENAI_API_KEY')} (it may be left out only when the coordinator's"
+                " OPENAI_BASE_URL points at a local server)"
             )
         return OpenAIChatModel(model, base_url=base_url, api_key=key)
     if provider == "scripted":
@@ -121,16 +121,28 @@ def _choice(tool: str, choices: tuple[T, ...]) -> T:
     raise ModelConfigError(f"computer tool {tool!r}: expected one of {', '.join(choices)}")
 
 
-def _key(env: Mapping[str, str], variable: str, provider: str) -> str:
+def _key(env: Mapping[str, str], variable: str) -> str:
     key = env.get(variable, "").strip()
     if not key:
-        raise ModelConfigError(f"{provider}: {variable} is not set")
+        raise ModelConfigError(_missing(variable))
     return key
+
+
+def _missing(variable: str) -> str:
+    # Goals run in the coordinator: a key set only in the shell of the CLI that asks is
+    # never seen, so say whose environment it belongs in.
+    return (
+        f"the coordinator has no {variable}: set it in the coordinator's environment (the"
+        " shell or service that runs `deskfleet-coordinator serve`) and restart it"
+    )
 
 
 def _base_url(env: Mapping[str, str], variable: str, default: str) -> str:
     url = env.get(variable, "").strip() or default
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ModelConfigError(f"{variable}={url!r} is not an http(s) URL")
+        raise ModelConfigError(
+            f"the coordinator's {variable}={url!r} is not an http(s) URL: fix it in the"
+            " coordinator's environment and restart it"
+        )
     return url.rstrip("/")

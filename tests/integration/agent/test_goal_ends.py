@@ -5,11 +5,16 @@ rebuilt from it."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.harness import STOPPED, CoordinatorProcess, journal, wait_run, wait_until
+from tests.harness.cli import run_in_process
+from tests.harness.processes import BIN, base_env
 
 
 def test_a_model_that_stops_right_after_failed_calls_hands_the_goal_back_naming_them(
@@ -82,3 +87,31 @@ def test_a_goal_whose_journal_was_altered_while_down_stops_instead_of_resuming(
         )
     finally:
         coordinator.stop()
+
+
+@pytest.mark.parametrize(
+    ("model", "variable"),
+    [
+        ("anthropic:claude-x", "ANTHROPIC_API_KEY"),
+        ("openai:gpt-x", "OPENAI_API_KEY"),
+        ("openai-chat:gpt-x", "OPENAI_API_KEY"),
+    ],
+)
+def test_a_key_set_only_in_the_clis_shell_is_said_to_belong_to_the_coordinator(
+    coordinator: CoordinatorProcess, model: str, variable: str
+) -> None:
+    assert variable not in os.environ, "the coordinator must start without the key"
+    env = base_env(coordinator.workdir) | {
+        "DESKFLEET_COORDINATOR": coordinator.address,
+        "DESKFLEET_TOKEN_FILE": str(coordinator.admin_token_file),
+        variable: "sk-only-in-the-cli-shell",  # what a newcomer does: export it, then ask
+    }
+    argv = [str(BIN / "deskfleet"), "goal", "x", "--model", model]
+    refused = run_in_process(argv, env, None, 30)
+    assert refused.returncode == 1, refused  # a precondition: neither usage nor not found
+    assert refused.stdout == ""
+    line = refused.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert f"the coordinator has no {variable}: set it in the coordinator's environment" in line
+    assert "`deskfleet-coordinator serve`) and restart it" in line
+    assert "sk-only-in-the-cli-shell" not in line

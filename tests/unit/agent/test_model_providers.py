@@ -61,6 +61,11 @@ def test_missing_key_names_the_variable(spec: str, variable: str) -> None:
     with pytest.raises(ModelConfigError, match=variable) as caught:
         open_model(spec, env={})
     assert "\n" not in str(caught.value)
+    # The key is read where goals run: the message says so, and how to fix it there.
+    assert str(caught.value) == (
+        f"the coordinator has no {variable}: set it in the coordinator's environment (the shell"
+        " or service that runs `deskfleet-coordinator serve`) and restart it"
+    )
 
 
 def test_unknown_provider_and_malformed_spec() -> None:
@@ -88,7 +93,7 @@ def test_open_model_configures_without_calling(provider: FakeProvider) -> None:
 def test_openai_chat_needs_a_key_only_for_openai_itself(provider: FakeProvider) -> None:
     local = open_model("openai-chat:llama", {"OPENAI_BASE_URL": provider.url + "/v1"})
     assert isinstance(local, OpenAIChatModel)
-    with pytest.raises(ModelConfigError, match="OPENAI_API_KEY"):
+    with pytest.raises(ModelConfigError, match="the coordinator has no OPENAI_API_KEY: set it"):
         open_model("openai-chat:gpt-4o", env={})
 
 
