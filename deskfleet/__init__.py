@@ -31,6 +31,7 @@ from deskfleet.errors import (
     PermissionDeniedError,
     ResourceExhaustedError,
     UnavailableError,
+    WatchLostError,
 )
 from deskfleet.sync import Client, DesktopSession, RunHandle
 from deskfleet.types import (
@@ -77,6 +78,7 @@ __all__ = [
     "RunHandle",
     "Source",
     "UnavailableError",
+    "WatchLostError",
     "Worker",
     "__version__",
 ]

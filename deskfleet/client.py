@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from deskfleet._connection import CALL_TIMEOUT, REPEAT_PAUSES, Connection, log, resolve
+from deskfleet._connection import CALL_TIMEOUT, Connection, log, resolve
 from deskfleet.desktop import DesktopSession, resolve_worker, scope_message
+from deskfleet.errors import WatchLostError
 from deskfleet.types import Event, FleetStatus, GuidanceReceipt, ResearchReport, Run
 from shared.config import ClientConfig
 from shared.errors import InvalidArgumentError, StoreUnavailableError, UnavailableError
@@ -30,6 +31,10 @@ from shared.tracing import TraceParent
 
 # WaitRun holds a call open at most this long; a longer wait is several calls.
 WAIT_SLICE = 30.0
+# A watch that loses the coordinator tries again this long (a restart, a replica taking
+# over), after these pauses, the last repeated.
+RECONNECT_FOR = 60.0
+RECONNECT_PAUSES = (0.25, 0.5, 1.0, 2.0)
 
 
 class RunHandle:
@@ -81,17 +86,24 @@ class RunHandle:
         )
         return Run.from_proto(reply)
 
-    async def watch(self, after_seq: int = 0, *, follow: bool = True) -> AsyncIterator[Event]:
+    async def watch(
+        self, after_seq: int = 0, *, follow: bool = True, reconnect_for: float = RECONNECT_FOR
+    ) -> AsyncIterator[Event]:
         """The run's journal events after `after_seq`, in order; with `follow`, live ones
-        too until the run stops. A lost connection resumes after the last event seen, so
-        nothing is missed and nothing is seen twice."""
+        too until the run stops. A lost connection is tried again for up to `reconnect_for`
+        seconds and resumes after the last event yielded, so nothing is missed and nothing
+        is seen twice; past that, WatchLostError says where to resume (its `last_seq`)."""
         seen = after_seq
-        failures = 0
+        lost_at: float | None = None  # when the coordinator stopped answering this watch
+        tries = 0
         while True:
             request = runs_pb2.WatchRunRequest(id=self.id, after_seq=seen, follow=follow)
+            started = time.monotonic()
             try:
                 async for message in self._c.stream(self._c.runs.WatchRun, request):
-                    failures = 0
+                    if lost_at is not None:
+                        log.warning("watching run %s again, after #%d", self.id, seen)
+                        lost_at, tries = None, 0
                     if message.seq <= seen:
                         continue
                     seen = message.seq
@@ -100,12 +112,31 @@ class RunHandle:
             except StoreUnavailableError:
                 raise
             except UnavailableError as exc:
-                if failures >= len(REPEAT_PAUSES):
-                    raise
-                pause = REPEAT_PAUSES[failures]
-                failures += 1
-                log.warning("%s; watching run %s again in %g s", exc, self.id, pause)
-                await asyncio.sleep(pause)
+                now = time.monotonic()
+                if lost_at is not None and now - started > RECONNECT_PAUSES[-1] * 2:
+                    # The stream stood that long before it broke: it was connected (a quiet
+                    # run sends nothing), so this is a new loss with a whole window of its own.
+                    lost_at, tries = None, 0
+                if lost_at is None:
+                    lost_at = now
+                    log.warning(
+                        "%s; reconnecting for up to %g s to watch run %s after #%d",
+                        exc.message,
+                        reconnect_for,
+                        self.id,
+                        seen,
+                    )
+                left = lost_at + reconnect_for - now
+                if left <= 0:
+                    raise WatchLostError(
+                        f"{exc.message} (for {reconnect_for:g} s, watching run {self.id})",
+                        run_id=self.id,
+                        last_seq=seen,
+                    ) from exc
+                await asyncio.sleep(
+                    min(RECONNECT_PAUSES[min(tries, len(RECONNECT_PAUSES) - 1)], left)
+                )
+                tries += 1
 
     async def cancel(self) -> Run:
         """Stop it (and the runs it started): CANCELLED with its results saved."""

@@ -2,6 +2,7 @@
 what a desktop action or an approval can end in on top of it.
 
     DeskfleetError (shared.errors: NotFoundError, PermissionDeniedError, UnavailableError, ...)
+    ├── WatchLostError ............. (an UnavailableError) a watch that could not reconnect
     ├── ActionError ................ a desktop action that did not succeed
     │   ├── ActionRefusedError ..... refused before it ran (out_of_scope, kill_switch, ...)
     │   └── ActionFailedError ...... it ran and failed, or its outcome is unknown
@@ -112,3 +113,13 @@ __all__ = [
     "TooManyFailuresError",
     "UnavailableError",
 ]
+
+
+class WatchLostError(UnavailableError):
+    """A run's watch lost the coordinator and could not reconnect in its window. `last_seq`
+    is the last event it yielded: watch again with `after_seq=last_seq` to go on."""
+
+    def __init__(self, message: str, *, run_id: str, last_seq: int) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.last_seq = last_seq

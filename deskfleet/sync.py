@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from deskfleet._connection import CALL_TIMEOUT
-from deskfleet.client import AsyncClient, RunHandle as AsyncRunHandle
+from deskfleet.client import RECONNECT_FOR, AsyncClient, RunHandle as AsyncRunHandle
 from deskfleet.desktop import DesktopSession as AsyncDesktopSession
 from deskfleet.types import (
     ActResult,
@@ -102,8 +102,12 @@ class RunHandle:
     def wait(self, seconds: float) -> Run:
         return self._loop.run(self._handle.wait(seconds))
 
-    def watch(self, after_seq: int = 0, *, follow: bool = True) -> Iterator[Event]:
-        return self._loop.iterate(self._handle.watch(after_seq, follow=follow))
+    def watch(
+        self, after_seq: int = 0, *, follow: bool = True, reconnect_for: float = RECONNECT_FOR
+    ) -> Iterator[Event]:
+        return self._loop.iterate(
+            self._handle.watch(after_seq, follow=follow, reconnect_for=reconnect_for)
+        )
 
     def cancel(self) -> Run:
         return self._loop.run(self._handle.cancel())

@@ -11,7 +11,9 @@ from typing import Any
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.out_files import write_private
-from shared.errors import DeskfleetError, InvalidArgumentError
+from deskfleet.client import RECONNECT_FOR
+from deskfleet.errors import WatchLostError
+from shared.errors import DeskfleetError, InvalidArgumentError, UnavailableError
 from shared.gen.deskfleet.v1 import runs_pb2
 from shared.plans import submit_request
 from shared.receipts import GivenTwiceError, decode_result
@@ -203,15 +205,29 @@ def guide(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 
 def watch(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    """Stream the journal; after a disconnect, resume from the last sequence seen."""
+    """Stream the journal; after a disconnect, resume from the last sequence seen (the
+    library reconnects and says so on stderr); past its window, name the command that
+    goes on from the last event printed."""
+    if args.reconnect_for < 0:
+        raise InvalidArgumentError("--reconnect-for must be 0 or more seconds")
     events: list[dict[str, Any]] = []
+    printed = args.after_seq  # --json prints nothing until the end: resume from the start
     handle = client.fleet_client.run(args.id)
-    for event in handle.watch(args.after_seq, follow=not args.no_follow):
-        doc = event.to_dict()
-        if args.json:
-            events.append(doc)
-        else:
-            print(render.event_line(doc), flush=True)
+    try:
+        for event in handle.watch(
+            args.after_seq, follow=not args.no_follow, reconnect_for=args.reconnect_for
+        ):
+            doc = event.to_dict()
+            if args.json:
+                events.append(doc)
+            else:
+                print(render.event_line(doc), flush=True)
+                printed = event.seq
+    except WatchLostError as exc:
+        again = ["deskfleet", "runs", "watch", args.id, "--after-seq", str(printed)]
+        again += ["--no-follow"] if args.no_follow else []
+        again += ["--json"] if args.json else []
+        raise UnavailableError(f"{exc.message}; resume with: {' '.join(again)}") from exc
     if args.json:
         render.print_json({"runId": args.id, "events": events})
 
@@ -506,6 +522,14 @@ def add_parsers(sub: Any, leaf: Any) -> None:
         help="print only events after this sequence number (default 0: all)",
     )
     p.add_argument("--no-follow", action="store_true", help="print history only")
+    p.add_argument(
+        "--reconnect-for",
+        type=float,
+        default=RECONNECT_FOR,
+        metavar="SECONDS",
+        help="when the coordinator goes away, try again this long, then exit 5 naming the"
+        " command that resumes (default %(default)g; 0: give up at once)",
+    )
     for name, rpc, text in (
         ("cancel", "CancelRun", "stop a run now"),
         ("retry", "RetryRun", "continue a stopped run from its checkpoint"),
