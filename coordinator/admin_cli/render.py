@@ -474,12 +474,32 @@ def research_counts(report: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _no_evidence(report: dict[str, Any]) -> bool:
+    return not any(s["evidence"] for s in report["sources"])
+
+
+def research_totals(totals: dict[str, Any], failures: int) -> str:
+    """Pages fetched and read: a page that failed (refused, unreachable, binary) was not read,
+    and a report that read none says so instead of a count of bytes."""
+    by_status = totals["sources_by_status"]
+    fetched = totals["pages_fetched"]
+    read = by_status.get("ok", max(fetched - failures, 0))
+    statuses = ", ".join(f"{k} {v}" for k, v in by_status.items() if v)
+    if fetched and not read:
+        return "no page was read" + (f" ({statuses})" if statuses else "")
+    return f"read {read} of {fetched} page(s), {totals['bytes_read']} bytes" + (
+        f" ({statuses})" if statuses else ""
+    )
+
+
 def _by_evidence(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(sources, key=lambda s: not s["evidence"])
 
 
 def research_report(report: dict[str, Any]) -> str:
-    lines = [f"evidence for {report['query']!r}: {research_counts(report)}"]
+    # As the run's stop reason (no_evidence: ...): a report without evidence says so first.
+    head = "no evidence" if _no_evidence(report) else "evidence"
+    lines = [f"{head} for {report['query']!r}: {research_counts(report)}"]
     for branch in report.get("routes", []):
         why = f": {branch['code']}: {branch['message']}" if branch.get("code") else ""
         lines.append(f"route {branch['route']}: {branch['outcome']}{why}")
@@ -507,11 +527,7 @@ def research_report(report: dict[str, Any]) -> str:
                 lines.append(f"- {d['url']}: {d['route']} quotes {d['excerpt']!r}: {d['detail']}")
     totals = report.get("totals")
     if totals:
-        statuses = ", ".join(f"{k} {v}" for k, v in totals["sources_by_status"].items() if v)
-        lines.append(
-            f"read {totals['pages_fetched']} page(s), {totals['bytes_read']} bytes"
-            + (f" ({statuses})" if statuses else "")
-        )
+        lines.append(research_totals(totals, len(report["failures"])))
     return "\n".join(lines)
 
 
@@ -534,7 +550,12 @@ def research_markdown(report: dict[str, Any], run: dict[str, Any] | None = None)
         if run.get("stopReason"):
             line += f" ({_md(run['stopReason'])})"
         out += [line, ""]
-    out += [research_counts(report) + ".", ""]
+    counts = research_counts(report)
+    out += [
+        ("No evidence: " + counts if _no_evidence(report) else counts[0].upper() + counts[1:])
+        + ".",
+        "",
+    ]
     if report.get("passages"):
         out += ["## Best passages", ""]
         for i, p in enumerate(report["passages"], 1):
@@ -583,7 +604,8 @@ def research_markdown(report: dict[str, Any], run: dict[str, Any] | None = None)
         out.append("")
     totals = report.get("totals")
     if totals:
-        out.append(f"Read {totals['pages_fetched']} page(s), {totals['bytes_read']} bytes.")
+        read = research_totals(totals, len(report.get("failures") or []))
+        out.append(read[0].upper() + read[1:] + ".")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -55,6 +55,9 @@ MAX_ORPHANS = 50
 MAX_ORIGINS = 500
 HOP_HEADERS = ("connection", "proxy-connection", "keep-alive", "proxy-authorization")
 REFUSED_HEADER = "X-Deskfleet-Refused"
+UNREACHABLE_HEADER = "X-Deskfleet-Unreachable"
+# Loopback, private addresses and service ports are the operator's to open, not a plan's.
+PRIVATE_HINT = "`deskfleet-coordinator serve --allow-private-networks` allows them"
 
 
 class Listener(Protocol):
@@ -63,6 +66,8 @@ class Listener(Protocol):
     def redirected(self, url: str, location: str) -> None: ...
 
     def oversized(self, url: str, reason: str) -> None: ...
+
+    def unreachable(self, target: str, reason: str) -> None: ...
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -166,7 +171,7 @@ class EgressGuard:
         if not 0 < port < 65536:
             return None, f"port {port} is not a port"
         if not policy.allow_private and port not in PUBLIC_PORTS and port < LOW_PORTS_END:
-            return None, f"port {port} is refused (80, 443 and 1024-65535 only)"
+            return None, f"port {port} is refused (80, 443 and 1024-65535 only; {PRIVATE_HINT})"
         if any(_matches(name, d) for d in policy.deny_domains):
             return None, f"domain {name} is denied by the policy"
         if policy.allow_domains and not any(_matches(name, d) for d in policy.allow_domains):
@@ -190,7 +195,10 @@ class EgressGuard:
                 why = address_refusal(address)
                 if why:
                     shown = why if literal else f"{name} resolves to {why}"
-                    return None, f"{shown}; the policy does not allow loopback or private addresses"
+                    return None, (
+                        f"{shown}; the policy does not allow loopback or private addresses"
+                        f" ({PRIVATE_HINT})"
+                    )
         return addresses[0], ""
 
     def followed(self, url: str, previous: str) -> None:
@@ -213,6 +221,10 @@ class EgressGuard:
             self.orphans.append((target, reason))
         for listener in list(self.listeners):
             listener.refused(target, reason)
+
+    def _unreachable(self, target: str, reason: str) -> None:
+        for listener in list(self.listeners):
+            listener.unreachable(target, reason)
 
     def _oversized(self, url: str, reason: str) -> None:
         for listener in list(self.listeners):
@@ -266,7 +278,11 @@ class EgressGuard:
                 asyncio.open_connection(str(address), port), CONNECT_TIMEOUT
             )
         except (OSError, TimeoutError) as exc:
-            await _answer(writer, 502, f"cannot connect to {where}: {_short(exc)}")
+            # The real cause, for the navigation's report: the browser sees only a 502 (or,
+            # for a tunnel, a failed connection) and would report that instead.
+            reason = _connect_failure(exc, _host_only(host), port)
+            self._unreachable(where, reason)
+            await _answer(writer, 502, reason, unreachable=True)
             return
         try:
             if method.upper() == "CONNECT":
@@ -319,12 +335,27 @@ def _split_authority(authority: str, default: int) -> tuple[str, int]:
     return host, int(port) if port else default
 
 
+def _connect_failure(exc: BaseException, host: str, port: int) -> str:
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused at {where}"
+    if isinstance(exc, TimeoutError):
+        return f"no connection to {where} within {CONNECT_TIMEOUT:g} s"
+    return f"cannot connect to {where}: {_short(exc)}"
+
+
 async def _answer(
-    writer: asyncio.StreamWriter, status: int, reason: str, *, refused: bool = False
+    writer: asyncio.StreamWriter,
+    status: int,
+    reason: str,
+    *,
+    refused: bool = False,
+    unreachable: bool = False,
 ) -> None:
     body = (reason + "\n").encode()
     names = {403: "Forbidden", 400: "Bad Request", 502: "Bad Gateway"}
     extra = f"{REFUSED_HEADER}: 1\r\n" if refused else ""
+    extra += f"{UNREACHABLE_HEADER}: 1\r\n" if unreachable else ""
     writer.write(
         (
             f"HTTP/1.1 {status} {names[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"

@@ -26,7 +26,7 @@ from playwright.async_api import (
     TimeoutError as PlaywrightTimeout,
 )
 
-from worker_agent.browser.egress import REFUSED_HEADER, EgressGuard
+from worker_agent.browser.egress import REFUSED_HEADER, UNREACHABLE_HEADER, EgressGuard
 from worker_agent.browser.policy import BrowserPolicy
 from worker_agent.browser.rendering import Skipper
 
@@ -50,6 +50,8 @@ class Navigation:
     outcome: str = ""
     reason: str = ""
     blocked: list[dict[str, str]] = field(default_factory=list)
+    # Connections the guard could not make (refused, timed out), with why.
+    unreached: list[dict[str, str]] = field(default_factory=list)
     # Every redirected request of the run's pages, to the first URL of its chain (the guard's).
     via: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
@@ -77,6 +79,11 @@ class Navigation:
             # navigation commits can leave Chromium never closing it.
             self.stop("too_large", reason)
 
+    def unreachable(self, target: str, reason: str) -> None:
+        """The egress guard could not connect to `target` for this navigation's page."""
+        if len(self.unreached) < MAX_BLOCKED:
+            self.unreached.append({"url": target[:500], "reason": reason})
+
     def redirected(self, url: str, location: str) -> None:
         if len(self.locations) < 100:
             self.locations[url] = location
@@ -84,13 +91,11 @@ class Navigation:
     def refusal_of(self, url: str) -> str | None:
         """Why the guard refused the request for `url`, if it did (however the plan spelled
         it: the guard sees the URL as Chromium canonicalized it, `LocalHost` as `localhost`)."""
-        key = _connect_key(url)
-        for entry in self.blocked:
-            refused = entry["url"]
-            tunnel = "://" not in refused  # https and wss: the guard saw host:port only
-            if (refused == key) if tunnel else _same_document(refused, url):
-                return entry["reason"]
-        return None
+        return _reason_for(self.blocked, url)
+
+    def unreached_of(self, url: str) -> str | None:
+        """Why the guard could not connect for `url`, if it could not."""
+        return _reason_for(self.unreached, url)
 
     def refusals(self) -> list[dict[str, str]]:
         """The guard's refusals, each with the hop refused and, for a redirect, its origin."""
@@ -120,6 +125,16 @@ class Navigation:
             "settle_ms": self.settle_ms,
             "settled": self.settled,
         }
+
+
+def _reason_for(entries: list[dict[str, str]], url: str) -> str | None:
+    key = _connect_key(url)
+    for entry in entries:
+        seen = entry["url"]
+        tunnel = "://" not in seen  # https and wss: the guard saw host:port only
+        if (seen == key) if tunnel else _same_document(seen, url):
+            return entry["reason"]
+    return None
 
 
 def _same_document(a: str, b: str) -> bool:
@@ -293,7 +308,17 @@ async def _loaded(nav: Navigation, policy: BrowserPolicy, response: Response) ->
         nav.status = 0
         nav.stop("refused", nav.refusal_of(response.url) or "refused by the worker's egress guard")
         return
+    if response.headers.get(UNREACHABLE_HEADER.lower()):
+        # The guard's 502: no server answered, so there is no HTTP status to report.
+        nav.status = 0
+        nav.stop("network_error", _unreached(nav, response.url))
+        return
     await _describe(nav, policy, response)
+
+
+def _unreached(nav: Navigation, url: str) -> str:
+    reason = nav.unreached_of(url) or "the worker's egress guard could not connect"
+    return reason if _same_document(url, nav.url) else f"redirect to {url}: {reason}"
 
 
 async def _describe(nav: Navigation, policy: BrowserPolicy, response: Response) -> None:
@@ -374,5 +399,9 @@ async def _failed(nav: Navigation, policy: BrowserPolicy, error: str) -> None:
         return
     if "ERR_TOO_MANY_REDIRECTS" in error:
         nav.stop("redirect_limit", f"more than {policy.max_redirects} redirects")
+        return
+    hop = nav.redirects[-1] if nav.redirects else nav.url
+    if nav.unreached_of(hop):  # a tunnel the guard could not open: its cause, not Chromium's
+        nav.stop("network_error", _unreached(nav, hop))
         return
     nav.stop("network_error", error)

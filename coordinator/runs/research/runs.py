@@ -372,7 +372,7 @@ def no_evidence_reason(run: RunRow, search: dict[str, Any] | None, built: dict[s
         for f in failures:
             kinds[str(f.get("outcome"))] = kinds.get(str(f.get("outcome")), 0) + 1
         listed = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-        first = str(failures[0].get("reason", ""))[:120]
+        first = str(failures[0].get("reason", ""))[:240]  # room for the fix a reason names
         parts.append(f"{len(failures)} page(s) not read ({listed}; first: {first})")
     if skipped:
         parts.append(f"{len(skipped)} source(s) skipped")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -174,9 +175,40 @@ def test_the_coordinator_decides_whether_private_networks_are_reachable(
         [receipt] = _receipts(coordinator, run["id"])
         assert receipt["result"]["outcome"] == "refused"
         assert "loopback or private address" in receipt["result"]["reason"]
+        # What a newcomer trying research on a local page sees: the flag that opens it.
+        lens = f"{site}/varn/lens.html"
+        done = coordinator.cli("research", "lens", "--url", lens, "--wait", check=False)
+        assert done.returncode == 8, done.stderr
+        assert (
+            "no evidence for 'lens'" in done.stdout
+            and "no page was read (refused 1)" in done.stdout
+        )
+        line = done.stderr.strip().splitlines()[-1]
+        assert line.startswith("deskfleet: no_evidence: 1 page(s) not read (1 refused; first: ")
+        assert "`deskfleet-coordinator serve --allow-private-networks` allows them" in line
     finally:
         worker.stop()
         coordinator.stop()
+
+
+def test_research_on_a_closed_port_says_connection_refused_and_no_evidence(
+    coordinator: CoordinatorProcess, workers: Callable[..., WorkerProcess]
+) -> None:
+    workers("w").wait_online()
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for url in (f"http://127.0.0.1:{port}/", f"https://127.0.0.1:{port}/"):
+        done = coordinator.cli("research", "anything", "--url", url, "--wait", check=False)
+        assert done.returncode == 8, done.stderr
+        assert "HTTP 502" not in done.stdout + done.stderr
+        assert f"- {url}: network_error: connection refused at 127.0.0.1:{port}" in done.stdout
+        assert "no evidence for 'anything'" in done.stdout
+        assert "no page was read (network_error 1)" in done.stdout
+        assert done.stderr.strip().splitlines()[-1] == (
+            "deskfleet: no_evidence: 1 page(s) not read (1 network_error; first: connection"
+            f" refused at 127.0.0.1:{port})"
+        )
 
 
 def _research(coordinator: CoordinatorProcess, *args: str) -> dict:

@@ -186,6 +186,7 @@ REFUSAL = ("loopback address", "cannot be resolved")
 
 LOOPBACK = (
     "127.0.0.1 is a loopback address; the policy does not allow loopback or private addresses"
+    " (`deskfleet-coordinator serve --allow-private-networks` allows them)"
 )
 
 

@@ -84,3 +84,45 @@ def test_markdown_spells_out_control_characters_and_keeps_links_whole() -> None:
     md = render.research_markdown(report)
     assert "\x1b" not in md
     assert "### [\\# not a heading](<http://h/a%3Eb%20(c).html>)" in md
+
+
+NOTHING_READ: dict[str, Any] = {
+    "query": "fact",
+    "routes": [{"route": "headless", "outcome": "ok"}],
+    "sources": [],
+    "failures": [
+        {
+            "url": "http://127.0.0.1:9/",
+            "outcome": "network_error",
+            "reason": "connection refused at 127.0.0.1:9",
+        }
+    ],
+    "skipped": [],
+    "answers": [],
+    "evidence": 0,
+    "passages": [],
+    "disagreements": [],
+    "totals": {
+        "pages_fetched": 1,
+        "bytes_read": 0,
+        "sources_by_status": {"network_error": 1, "skipped": 0},
+    },
+}
+
+
+def test_a_report_that_read_nothing_says_no_evidence_not_a_count_of_bytes() -> None:
+    text = render.research_report(NOTHING_READ).splitlines()
+    assert (
+        text[0]
+        == "no evidence for 'fact': 0 of 0 source(s) read hold matching text, 1 not evidence"
+    )
+    assert "- http://127.0.0.1:9/: network_error: connection refused at 127.0.0.1:9" in text
+    assert text[-1] == "no page was read (network_error 1)"
+    md = render.research_markdown(NOTHING_READ)
+    assert "No evidence: 0 of 0 source(s) read hold matching text, 1 not evidence." in md
+    assert md.endswith("No page was read (network_error 1).\n") and "0 bytes" not in md
+    # A report with some evidence counts what it read of what it fetched.
+    ok = {**REPORT, "totals": {**REPORT["totals"], "sources_by_status": {"ok": 6, "x": 1}}}
+    assert (
+        render.research_report(ok).splitlines()[-1] == "read 6 of 7 page(s), 1234 bytes (ok 6, x 1)"
+    )

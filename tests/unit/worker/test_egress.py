@@ -79,6 +79,7 @@ def test_the_guard_resolves_names_itself_and_refuses_what_it_cannot_resolve() ->
     assert check({}, "rebind.test", 8080)[1] == (
         "rebind.test resolves to 127.0.0.1 is a loopback address;"
         " the policy does not allow loopback or private addresses"
+        " (`deskfleet-coordinator serve --allow-private-networks` allows them)"
     )
     assert check({}, "nowhere.test")[1].startswith("nowhere.test cannot be resolved")
     assert check({"allow_private": True}, "nowhere.test")[0] is None  # even when private is open
@@ -87,7 +88,10 @@ def test_the_guard_resolves_names_itself_and_refuses_what_it_cannot_resolve() ->
 
 
 def test_the_guard_checks_ports_and_domains_on_the_host_the_browser_connects_to() -> None:
-    assert check({}, "public.test", 22)[1] == "port 22 is refused (80, 443 and 1024-65535 only)"
+    assert check({}, "public.test", 22)[1] == (
+        "port 22 is refused (80, 443 and 1024-65535 only;"
+        " `deskfleet-coordinator serve --allow-private-networks` allows them)"
+    )
     assert check({}, "public.test", 443)[0] is not None
     assert check({"deny_domains": ["test"]}, "PUBLIC.test.")[1] == (
         "domain public.test is denied by the policy"
@@ -137,6 +141,12 @@ def test_a_tunnel_to_loopback_is_refused_and_reported_and_an_allowed_one_is_conn
         def redirected(self, url: str, location: str) -> None:
             pass
 
+        def oversized(self, url: str, reason: str) -> None:
+            pass
+
+        def unreachable(self, target: str, reason: str) -> None:
+            pass
+
     async def go() -> tuple[bytes, bytes]:
         guard = await EgressGuard(BrowserPolicy(), SETTINGS).start()
         guard.listen(Listener())
@@ -159,10 +169,55 @@ def test_a_tunnel_to_loopback_is_refused_and_reported_and_an_allowed_one_is_conn
         (
             f"[::ffff:127.0.0.1]:{port}",
             "127.0.0.1 is a loopback address (inside ::ffff:7f00:1);"
-            " the policy does not allow loopback or private addresses",
+            " the policy does not allow loopback or private addresses"
+            " (`deskfleet-coordinator serve --allow-private-networks` allows them)",
         )
     ]
     assert SECRET.encode() in tunnelled and public_log == [b"HELLO tunnel"] and loop_log == []
+
+
+def test_a_closed_port_is_reported_as_connection_refused_not_as_the_proxys_502() -> None:
+    """What failed upstream reaches the navigation as the cause (the browser sees only a 502,
+    or for a tunnel a failed connection), and the 502 is marked as the guard's own."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    seen: list[tuple[str, str]] = []
+
+    class Listener:
+        def refused(self, target: str, reason: str) -> None:
+            raise AssertionError(f"refused {target}: {reason}")
+
+        def redirected(self, url: str, location: str) -> None:
+            pass
+
+        def oversized(self, url: str, reason: str) -> None:
+            pass
+
+        def unreachable(self, target: str, reason: str) -> None:
+            seen.append((target, reason))
+
+    async def ask(guard: EgressGuard, request: str) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", guard.port)
+        writer.write(request.encode())
+        answer = await reader.read()
+        writer.close()
+        return answer
+
+    async def go() -> tuple[bytes, bytes]:
+        guard = await EgressGuard(BrowserPolicy(allow_private=True), SETTINGS).start()
+        guard.listen(Listener())
+        plain = await ask(guard, f"GET http://127.0.0.1:{port}/x HTTP/1.1\r\n\r\n")
+        tunnel = await ask(guard, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n")
+        await guard.close()
+        return plain, tunnel
+
+    plain, tunnel = asyncio.run(go())
+    reason = f"connection refused at 127.0.0.1:{port}"
+    assert seen == [(f"http://127.0.0.1:{port}/x", reason), (f"127.0.0.1:{port}", reason)]
+    for answer in (plain, tunnel):
+        assert answer.startswith(b"HTTP/1.1 502 ") and b"X-Deskfleet-Unreachable: 1" in answer
+        assert answer.endswith(reason.encode() + b"\n")
 
 
 def test_a_late_request_refused_between_navigations_is_reported_with_its_redirect_origin() -> None:
