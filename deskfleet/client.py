@@ -113,9 +113,10 @@ class RunHandle:
                 raise
             except UnavailableError as exc:
                 now = time.monotonic()
-                if lost_at is not None and now - started > RECONNECT_PAUSES[-1] * 2:
-                    # The stream stood that long before it broke: it was connected (a quiet
-                    # run sends nothing), so this is a new loss with a whole window of its own.
+                if lost_at is not None and now - started > max(reconnect_for, 5.0):
+                    # The stream stood longer than any connection attempt takes: it was
+                    # connected (a quiet run sends nothing), so this is a new loss with a
+                    # whole window of its own.
                     lost_at, tries = None, 0
                 if lost_at is None:
                     lost_at = now
