@@ -33,6 +33,8 @@ from shared.sizes import parse_size
 
 Command = Callable[[CoordinatorClient, argparse.Namespace], None]
 
+DEFAULT_TIMEOUT = 10.0
+
 # Exit codes a script can tell apart.
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -307,41 +309,69 @@ def _mcp(client: CoordinatorClient, args: argparse.Namespace) -> None:
 WORKER_ID_HELP = "the worker's id (deskfleet workers list)"
 
 
+def _shared_options(parser: argparse.ArgumentParser, *, json_output: bool, top: bool) -> None:
+    """How to reach the coordinator, and --json: taken before the command and after it alike
+    (`deskfleet --ca-file ca.pem status` is `deskfleet status --ca-file ca.pem`).
+
+    The top-level parser holds the defaults. A command's copy defaults to nothing at all
+    (SUPPRESS), so that argparse, which copies a command's namespace over the top-level one,
+    never puts a default over a value given before the command; given after it, it wins.
+    """
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        default=default(None),
+        help=f"the coordinator (env {ENV_COORDINATOR}; default {DEFAULT_COORDINATOR})",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=default(None),
+        help=f"the credential file (env {ENV_TOKEN_FILE})",
+    )
+    parser.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        default=default(None),
+        help=f"the coordinator's CA certificate: use TLS (env {ENV_CA_FILE})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=default(DEFAULT_TIMEOUT),
+        metavar="SECONDS",
+        help=f"seconds per call (default {DEFAULT_TIMEOUT:g})",
+    )
+    if json_output:
+        # Commands that print a result also print it as one JSON document.
+        parser.add_argument(
+            "--json", action="store_true", default=default(False), help="print one JSON document"
+        )
+
+
 def _parser() -> argparse.ArgumentParser:
     # How to reach the coordinator: every command but `completion`.
     connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument(
-        "--coordinator",
-        metavar="HOST:PORT",
-        help=f"the coordinator (env {ENV_COORDINATOR}; default {DEFAULT_COORDINATOR})",
-    )
-    connection.add_argument(
-        "--token-file",
-        metavar="FILE",
-        help=f"the credential file (env {ENV_TOKEN_FILE})",
-    )
-    connection.add_argument(
-        "--ca-file",
-        metavar="FILE",
-        help=f"the coordinator's CA certificate: use TLS (env {ENV_CA_FILE})",
-    )
-    connection.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="seconds per call"
-    )
-    # Commands that print a result also print it as one JSON document.
-    common = argparse.ArgumentParser(add_help=False, parents=[connection])
-    common.add_argument("--json", action="store_true", help="print one JSON document")
+    _shared_options(connection, json_output=False, top=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _shared_options(common, json_output=True, top=False)
 
     p = argparse.ArgumentParser(
         prog="deskfleet",
         description=__doc__,
         epilog=(
-            f"The coordinator is --coordinator, else ${ENV_COORDINATOR}, else the config file"
+            "The options above may also come after the command, with the same meaning."
+            f" The coordinator is --coordinator, else ${ENV_COORDINATOR}, else the config file"
             f" ({config_file()}), else {DEFAULT_COORDINATOR}. The credential is --token-file,"
             f" else ${ENV_TOKEN_FILE}, else the config file. Shell completion:"
             " `deskfleet completion bash|zsh|fish`."
         ),
     )
+    _shared_options(p, json_output=True, top=True)
     p.add_argument("--version", action="version", version=f"deskfleet {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -515,6 +545,8 @@ def _exit_code(exc: DeskfleetError) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.run is _mcp and args.json:  # given before the command: `mcp --json` is refused too
+        parser.error("mcp prints no JSON document (it speaks JSON-RPC on stdio): drop --json")
     if args.run is None:  # `completion`: needs no coordinator
         sys.stdout.write(completion_script(parser, args.shell))
         return 0
