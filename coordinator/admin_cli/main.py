@@ -16,6 +16,7 @@ from typing import Any
 from coordinator.admin_cli import desktop_commands, question_commands, render, runs_commands, top
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.completion import SHELLS, completion_help, completion_script
+from coordinator.admin_cli.out_files import check_writable
 from shared import __version__, tracing
 from shared.config import (
     DEFAULT_COORDINATOR,
@@ -30,6 +31,7 @@ from shared.errors import DeskfleetError, InvalidArgumentError
 from shared.files import replace_atomically
 from shared.gen.deskfleet.v1 import admin_pb2, fleet_pb2
 from shared.sizes import parse_size
+from shared.timestamps import iso
 
 Command = Callable[[CoordinatorClient, argparse.Namespace], None]
 
@@ -46,11 +48,22 @@ EXIT_UNAVAILABLE = 5
 def _tokens_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
     if args.uses < 1:
         raise InvalidArgumentError("--uses: must be at least 1")
+    try:
+        ttl = parse_duration(args.ttl)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(
+            f"--ttl {args.ttl}: not a duration; give a positive one, e.g. 10m, 1h, 2d"
+        ) from exc
+    if ttl < 1:
+        # 0 would reach the coordinator as "its default", an hour nobody asked for.
+        raise InvalidArgumentError(
+            f"--ttl {args.ttl}: a token must live at least a second; give e.g. 10m, 1h, 2d"
+        )
     token = client.call(
         client.admin.CreateEnrollmentToken,
         admin_pb2.CreateEnrollmentTokenRequest(
             capabilities=args.capability or [],
-            ttl_seconds=int(parse_duration(args.ttl)),
+            ttl_seconds=int(ttl),
             uses=args.uses,
         ),
     )
@@ -59,30 +72,126 @@ def _tokens_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
         render.print_json(doc)
         return
     caps = ",".join(doc["capabilities"]) or "all"
+    # stdout is the token alone, so that `T=$(deskfleet tokens create)` holds just the token.
     print(
         f"enrollment token {doc['id']} (capabilities: {caps}; uses: {doc['uses']};"
-        f" expires {doc['expiresAt']})"
+        f" expires {doc['expiresAt']})",
+        file=sys.stderr,
     )
     print(doc["token"])
 
 
+def _token_state(token: admin_pb2.EnrollmentTokenInfo, now: float) -> str:
+    if token.revoked:
+        return "revoked"
+    if token.used >= token.uses:
+        return "used up"
+    if token.expires_at.ToSeconds() <= now:
+        return "expired"
+    return "usable"
+
+
+def _tokens_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    tokens = client.call(
+        client.admin.ListEnrollmentTokens, admin_pb2.ListEnrollmentTokensRequest()
+    ).tokens
+    if args.json:
+        render.print_json([_token_doc(t) for t in tokens])
+        return
+    if not tokens:
+        print("no enrollment tokens (create one with `deskfleet tokens create`)")
+        return
+    now = time.time()
+    print(
+        render.table(
+            ("ID", "CAPABILITIES", "USED", "EXPIRES", "STATE"),
+            [
+                (
+                    t.id,
+                    ",".join(t.capabilities) or "all",
+                    f"{t.used} of {t.uses}",
+                    iso(t.expires_at.ToSeconds()),
+                    _token_state(t, now),
+                )
+                for t in tokens
+            ],
+        )
+    )
+
+
+def _token_doc(token: admin_pb2.EnrollmentTokenInfo) -> dict[str, Any]:
+    doc = render.as_dict(token)
+    return {k: doc[k] for k in ("id", "capabilities", "uses", "used", "expiresAt", "revoked")}
+
+
+def _tokens_revoke(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    token = client.call(
+        client.admin.RevokeEnrollmentToken, admin_pb2.RevokeEnrollmentTokenRequest(id=args.id)
+    )
+    if args.json:
+        render.print_json(_token_doc(token))
+        return
+    print(
+        f"enrollment token {token.id} revoked: it enrolls no worker from now on"
+        f" ({token.used} of {token.uses} uses were taken; the workers enrolled with it stay"
+        " until `deskfleet workers revoke WORKER_ID`)"
+    )
+
+
+def _save_target(path: Path | None) -> None:
+    """A token that is shown once must have somewhere to go before it is made."""
+    if path is not None:
+        check_writable(path, "--save")
+
+
+def _save(path: Path, token: str) -> None:
+    try:
+        replace_atomically(path, token + "\n")
+    except OSError as exc:
+        # The token exists now and is shown nowhere else: print it rather than lose it.
+        print(token)
+        raise DeskfleetError(
+            f"--save {path}: {exc.strerror or exc}; the token is printed above instead"
+        ) from exc
+
+
 def _users_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    _save_target(args.save)
     user = client.call(
         client.admin.CreateUser, admin_pb2.CreateUserRequest(name=args.name, role=args.role)
     )
     doc = render.as_dict(user)
+    if args.save:
+        _save(args.save, doc["token"])
     if args.json:
-        render.print_json(doc)
+        render.print_json({**doc, "token": "" if args.save else doc["token"]})
         return
-    print(f"user {doc['id']} ({doc['name']}, {doc['role']}); its token, shown once:")
-    print(doc["token"])
+    if args.save:
+        print(f"user {doc['id']} ({doc['name']}, {doc['role']}); its token saved to {args.save}")
+    else:
+        print(f"user {doc['id']} ({doc['name']}, {doc['role']}); its token, shown once:")
+        print(doc["token"])
+
+
+def _users_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    users = client.call(client.admin.ListUsers, admin_pb2.ListUsersRequest()).users
+    if args.json:
+        render.print_json([render.as_dict(u) for u in users])
+        return
+    print(
+        render.table(
+            ("ID", "NAME", "ROLE", "CREATED"),
+            [(u.id, u.name, u.role, iso(u.created_at.ToSeconds())) for u in users],
+        )
+    )
 
 
 def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    _save_target(args.save)
     user = client.call(client.admin.RotateUser, admin_pb2.RotateUserRequest(name=args.name))
     doc = render.as_dict(user)
     if args.save:
-        replace_atomically(args.save, doc["token"] + "\n")
+        _save(args.save, doc["token"])
     if args.json:
         render.print_json({**doc, "token": "" if args.save else doc["token"]})
         return
@@ -395,7 +504,12 @@ def _parser() -> argparse.ArgumentParser:
     tokens = sub.add_parser("tokens", help="enrollment tokens").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )
-    create = leaf(tokens, "create", _tokens_create, "create an expiring enrollment token")
+    create = leaf(
+        tokens,
+        "create",
+        _tokens_create,
+        "create an expiring enrollment token: the token alone on stdout, what it allows on stderr",
+    )
     create.add_argument(
         "--capability",
         action="append",
@@ -407,6 +521,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument(
         "--uses", type=int, default=1, metavar="N", help="how many enrollments (default 1)"
+    )
+    leaf(
+        tokens,
+        "list",
+        _tokens_list,
+        "enrollment tokens, newest first: uses taken, expiry, revoked (never the secret)",
+    )
+    leaf(tokens, "revoke", _tokens_revoke, "refuse an enrollment token from now on").add_argument(
+        "id", metavar="TOKEN_ID", help="the token's id (deskfleet tokens list)"
     )
 
     users = sub.add_parser("users", help="owner and admin principals").add_subparsers(
@@ -420,6 +543,10 @@ def _parser() -> argparse.ArgumentParser:
         default="owner",
         help="owner: runs work on the fleet; admin: also manages it (default owner)",
     )
+    ucreate.add_argument(
+        "--save", type=Path, metavar="FILE", help="write its token to FILE (0600) instead"
+    )
+    leaf(users, "list", _users_list, "the admins and owners, oldest first (never a token)")
     urotate = leaf(users, "rotate", _users_rotate, "replace a user's token (default: your own)")
     urotate.add_argument(
         "name", nargs="?", default="", metavar="USER", help="a user's name or id (admins)"

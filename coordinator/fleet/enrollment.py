@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -9,17 +10,24 @@ from sqlalchemy.orm import Session
 
 from coordinator.model import capabilities
 from coordinator.model.identity import Principal
+from coordinator.security import audit
 from coordinator.security.certificates import WorkerCertificates, row_for
 from coordinator.store import Database, principals as principal_queries, workers as worker_queries
 from coordinator.store.models import EnrollmentTokenRow, WorkerRow
 from shared.advertisement import HelloLimits
 from shared.credentials import SecretKind, kind_of, new_secret, secret_hash
-from shared.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
+from shared.errors import (
+    AuthenticationError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from shared.ids import new_id
 from shared.text import refuse_control
 from shared.timestamps import iso
 
 MAX_TTL = 30 * 24 * 3600.0
+TOKEN_ID = re.compile(r"enr_[A-Za-z0-9]{1,60}")
 MAX_USES = 10_000
 
 
@@ -77,6 +85,62 @@ async def create_token(
     return EnrollmentToken(token_id, secret, caps, uses, now + ttl)
 
 
+@dataclass(frozen=True)
+class TokenInfo:
+    """An enrollment token as listed: never its secret (only its hash is stored anyway)."""
+
+    id: str
+    capabilities: tuple[str, ...]
+    uses: int
+    used: int
+    expires_at: float
+    revoked: bool
+    created_at: float
+
+
+def _info(row: EnrollmentTokenRow) -> TokenInfo:
+    return TokenInfo(
+        id=row.id,
+        capabilities=tuple(row.capabilities),
+        uses=row.uses_total,
+        used=row.uses_total - row.uses_left,
+        expires_at=row.expires_at,
+        revoked=row.revoked_at is not None,
+        created_at=row.created_at,
+    )
+
+
+async def list_tokens(db: Database) -> list[TokenInfo]:
+    """Every enrollment token, newest first: expired, used up and revoked ones too."""
+
+    def read(s: Session) -> list[TokenInfo]:
+        return [_info(row) for row in principal_queries.enrollment_tokens(s)]
+
+    return await db.read(read)
+
+
+async def revoke_token(db: Database, by: audit.Actor, token_id: str) -> TokenInfo:
+    """From now on the token enrolls no worker. Revoking a revoked token changes nothing and
+    says so with the same answer; workers it already enrolled keep their credentials."""
+    if not TOKEN_ID.fullmatch(token_id):
+        raise InvalidArgumentError(
+            f"id: an enrollment token's id (enr_..., see `deskfleet tokens list`), not"
+            f" {token_id[:40]!r}"
+        )
+
+    def unit(s: Session) -> TokenInfo:
+        row = principal_queries.enrollment_token(s, token_id)
+        if row is None:
+            raise NotFoundError(f"no enrollment token {token_id!r} (see `deskfleet tokens list`)")
+        if row.revoked_at is None:
+            row.revoked_at = time.time()
+            s.flush()
+            audit.record(s, by, "token.revoke", row.id, used=row.uses_total - row.uses_left)
+        return _info(row)
+
+    return await db.write(unit)
+
+
 def _check_labels(labels: dict[str, str], limits: HelloLimits) -> None:
     """The hello's rule for labels (`HelloLimits.labels_refusal`, counted in UTF-8 bytes): a
     worker enrolled with labels every hello refuses would retry its connection forever."""
@@ -126,12 +190,23 @@ async def enroll(
         token = principal_queries.enrollment_token_by_hash(s, secret_hash(secret))
         if token is None:
             raise AuthenticationError("unknown enrollment token")
+        if token.revoked_at is not None:
+            raise PermissionDeniedError(
+                f"enrollment token {token.id} was revoked at {iso(token.revoked_at)}; ask an"
+                " admin for a new one"
+            )
         if token.expires_at <= now:
             raise AuthenticationError(
                 f"enrollment token {token.id} expired at {iso(token.expires_at)}; ask an admin"
                 " for a new one"
             )
         if not principal_queries.consume_enrollment_use(s, token.id):
+            s.refresh(token)  # a revocation may have committed since the read above
+            if token.revoked_at is not None:
+                raise PermissionDeniedError(
+                    f"enrollment token {token.id} was revoked at {iso(token.revoked_at)}; ask"
+                    " an admin for a new one"
+                )
             raise PermissionDeniedError(
                 f"enrollment token {token.id} has been used up ({token.uses_total} of"
                 f" {token.uses_total} uses); ask an admin for a new one"

@@ -12,7 +12,10 @@ WORKER = frozenset({Role.WORKER})
 
 RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.AdminService/CreateEnrollmentToken": ADMIN,
+    "/deskfleet.v1.AdminService/ListEnrollmentTokens": ADMIN,
+    "/deskfleet.v1.AdminService/RevokeEnrollmentToken": ADMIN,
     "/deskfleet.v1.AdminService/CreateUser": ADMIN,
+    "/deskfleet.v1.AdminService/ListUsers": ADMIN,
     "/deskfleet.v1.AdminService/WhoAmI": ANY_PRINCIPAL,
     "/deskfleet.v1.AdminService/ListAudit": ADMIN,
     "/deskfleet.v1.AdminService/RotateUser": PEOPLE,

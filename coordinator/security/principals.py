@@ -161,6 +161,28 @@ async def create_user(
     return NewUser(Principal(user_id, name, role), secret, now)
 
 
+@dataclass(frozen=True)
+class UserInfo:
+    """A user as listed: never a token (only its hash is stored anyway)."""
+
+    id: str
+    name: str
+    role: Role
+    created_at: float
+
+
+async def list_users(db: Database) -> list[UserInfo]:
+    """The admins and owners whose tokens work, oldest first."""
+
+    def read(s: Session) -> list[UserInfo]:
+        return [
+            UserInfo(row.id, row.name, Role(row.role), row.created_at)
+            for row in principal_queries.users(s)
+        ]
+
+    return await db.read(read)
+
+
 async def rotate_user(db: Database, by: audit.Actor, name: str) -> NewUser:
     """A new secret for a user (the caller when `name` is empty); the old one stops working."""
     who = by.principal

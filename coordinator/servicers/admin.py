@@ -13,7 +13,13 @@ from coordinator.model.identity import Role
 from coordinator.model.settings import CoordinatorConfig
 from coordinator.runs.quota import Quotas, QuotaView
 from coordinator.security import audit
-from coordinator.security.principals import Authenticator, NewUser, create_user, rotate_user
+from coordinator.security.principals import (
+    Authenticator,
+    NewUser,
+    create_user,
+    list_users,
+    rotate_user,
+)
 from coordinator.servicers.guard import current_principal
 from coordinator.store import Database
 from shared.errors import InvalidArgumentError
@@ -60,6 +66,32 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             capabilities=list(token.capabilities),
             uses=token.uses,
             expires_at=to_timestamp(token.expires_at),
+        )
+
+    async def ListEnrollmentTokens(
+        self, request: admin_pb2.ListEnrollmentTokensRequest, context: Context
+    ) -> admin_pb2.EnrollmentTokens:
+        tokens = await enrollment.list_tokens(self._db)
+        return admin_pb2.EnrollmentTokens(tokens=[_token_info(t) for t in tokens])
+
+    async def RevokeEnrollmentToken(
+        self, request: admin_pb2.RevokeEnrollmentTokenRequest, context: Context
+    ) -> admin_pb2.EnrollmentTokenInfo:
+        token = await enrollment.revoke_token(
+            self._db, audit.actor(current_principal()), request.id
+        )
+        return _token_info(token)
+
+    async def ListUsers(
+        self, request: admin_pb2.ListUsersRequest, context: Context
+    ) -> admin_pb2.Users:
+        return admin_pb2.Users(
+            users=[
+                admin_pb2.UserInfo(
+                    id=u.id, name=u.name, role=u.role.value, created_at=to_timestamp(u.created_at)
+                )
+                for u in await list_users(self._db)
+            ]
         )
 
     async def CreateUser(
@@ -143,6 +175,18 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.Principal(
             id=me.id, name=me.name, role=me.role.value, server_time=time.time()
         )
+
+
+def _token_info(token: enrollment.TokenInfo) -> admin_pb2.EnrollmentTokenInfo:
+    return admin_pb2.EnrollmentTokenInfo(
+        id=token.id,
+        capabilities=list(token.capabilities),
+        uses=token.uses,
+        used=token.used,
+        expires_at=to_timestamp(token.expires_at),
+        revoked=token.revoked,
+        created_at=to_timestamp(token.created_at),
+    )
 
 
 def _user(user: NewUser) -> admin_pb2.User:

@@ -49,6 +49,7 @@ class EnrollmentTokenRow(Base):
     expires_at: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
     created_by: Mapped[str] = mapped_column(String(64))
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class WorkerRow(Base):

@@ -98,6 +98,7 @@ def test_every_command_has_help_in_its_parents_list() -> None:
 def test_ids_are_named_the_same_everywhere() -> None:
     expected = {"runs": "RUN_ID", "journal": "RUN_ID", "desktop": "RUN_ID"}
     expected |= {"workers": "WORKER_ID", "approvals": "APPROVAL_ID", "questions": "QUESTION_ID"}
+    expected |= {"tokens": "TOKEN_ID"}
     seen: dict[str, str] = {}
     for path, action in arguments(cli._parser()):
         name = name_of(path, action)

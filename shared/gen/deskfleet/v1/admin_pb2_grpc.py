@@ -39,10 +39,25 @@ class AdminServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_admin__pb2.CreateEnrollmentTokenRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_admin__pb2.EnrollmentToken.FromString,
                 _registered_method=True)
+        self.ListEnrollmentTokens = channel.unary_unary(
+                '/deskfleet.v1.AdminService/ListEnrollmentTokens',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.ListEnrollmentTokensRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.EnrollmentTokens.FromString,
+                _registered_method=True)
+        self.RevokeEnrollmentToken = channel.unary_unary(
+                '/deskfleet.v1.AdminService/RevokeEnrollmentToken',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.RevokeEnrollmentTokenRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.EnrollmentTokenInfo.FromString,
+                _registered_method=True)
         self.CreateUser = channel.unary_unary(
                 '/deskfleet.v1.AdminService/CreateUser',
                 request_serializer=deskfleet_dot_v1_dot_admin__pb2.CreateUserRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_admin__pb2.User.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/deskfleet.v1.AdminService/ListUsers',
+                request_serializer=deskfleet_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_admin__pb2.Users.FromString,
                 _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/deskfleet.v1.AdminService/WhoAmI',
@@ -85,7 +100,25 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEnrollmentTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeEnrollmentToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -137,10 +170,25 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=deskfleet_dot_v1_dot_admin__pb2.CreateEnrollmentTokenRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_admin__pb2.EnrollmentToken.SerializeToString,
             ),
+            'ListEnrollmentTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEnrollmentTokens,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.ListEnrollmentTokensRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.EnrollmentTokens.SerializeToString,
+            ),
+            'RevokeEnrollmentToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeEnrollmentToken,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.RevokeEnrollmentTokenRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.EnrollmentTokenInfo.SerializeToString,
+            ),
             'CreateUser': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateUser,
                     request_deserializer=deskfleet_dot_v1_dot_admin__pb2.CreateUserRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_admin__pb2.User.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=deskfleet_dot_v1_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_admin__pb2.Users.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -211,6 +259,60 @@ class AdminService:
             _registered_method=True)
 
     @staticmethod
+    def ListEnrollmentTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/ListEnrollmentTokens',
+            deskfleet_dot_v1_dot_admin__pb2.ListEnrollmentTokensRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.EnrollmentTokens.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeEnrollmentToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/RevokeEnrollmentToken',
+            deskfleet_dot_v1_dot_admin__pb2.RevokeEnrollmentTokenRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.EnrollmentTokenInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def CreateUser(request,
             target,
             options=(),
@@ -227,6 +329,33 @@ class AdminService:
             '/deskfleet.v1.AdminService/CreateUser',
             deskfleet_dot_v1_dot_admin__pb2.CreateUserRequest.SerializeToString,
             deskfleet_dot_v1_dot_admin__pb2.User.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.AdminService/ListUsers',
+            deskfleet_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            deskfleet_dot_v1_dot_admin__pb2.Users.FromString,
             options,
             channel_credentials,
             insecure,
