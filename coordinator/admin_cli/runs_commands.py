@@ -484,6 +484,8 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(runs, "list", list_runs, "your runs, newest first")
     p.add_argument(
         "--status",
+        # The one vocabulary (shared/states.py) that `top` counts runs by; any case.
+        type=str.upper,
         choices=[str(s) for s in RUN_STATES],
         metavar="STATE",
         help=f"only runs in this state: {', '.join(RUN_STATES)}",

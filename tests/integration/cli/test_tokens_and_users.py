@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.states import RUN_STATES
 from tests.harness import CoordinatorProcess, WorkerProcess
 
 
@@ -189,3 +190,20 @@ def test_an_owner_is_refused_the_admin_commands(
     assert (done.returncode, done.stdout) == (3, "")
     assert done.stderr.startswith(f"deskfleet: {rpc} needs an admin credential")
     assert len(done.stderr.splitlines()) == 1
+
+
+# --- runs list --status: the states top shows ------------------------------------------------
+
+
+def test_runs_list_takes_every_state_top_counts(coordinator: CoordinatorProcess) -> None:
+    """`top` counts runs by RECOVERING and DELEGATED too: each of its states, in any case, is a
+    `runs list --status` filter, from the one vocabulary (shared/states.py)."""
+    states = list(coordinator.cli_json("top")["runsByState"])
+    assert {"RECOVERING", "DELEGATED"} <= set(states)
+    assert states == [str(s) for s in RUN_STATES]
+    for state in [*states, "recovering", "Delegated"]:
+        done = coordinator.cli("runs", "list", "--status", state, json_out=True)
+        assert json.loads(done.stdout)["runs"] == [], state
+    done = coordinator.cli("runs", "list", "--status", "PAUSED", check=False)
+    assert done.returncode == 2 and "invalid choice: 'PAUSED'" in done.stderr
+    assert "RECOVERING" in done.stderr and "DELEGATED" in done.stderr
