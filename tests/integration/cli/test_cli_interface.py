@@ -22,6 +22,12 @@ def test_bash_completion_sources_registers_and_completes(tmp_path: Path) -> None
         '_shtab_deskfleet; echo "top: ${COMPREPLY[*]}"\n'
         "COMP_WORDS=(deskfleet runs show --); COMP_CWORD=3\n"
         '_shtab_deskfleet; echo "options: ${COMPREPLY[*]}"\n'
+        "COMP_WORDS=(deskfleet tokens ''); COMP_CWORD=2\n"
+        '_shtab_deskfleet; echo "tokens: ${COMPREPLY[*]}"\n'
+        "COMP_WORDS=(deskfleet users ''); COMP_CWORD=2\n"
+        '_shtab_deskfleet; echo "users: ${COMPREPLY[*]}"\n'
+        "COMP_WORDS=(deskfleet --); COMP_CWORD=1\n"
+        '_shtab_deskfleet; echo "before: ${COMPREPLY[*]}"\n'
     )
     done = subprocess.run(
         ["bash", "--norc", "-c", probe], capture_output=True, text=True, timeout=30
@@ -31,6 +37,10 @@ def test_bash_completion_sources_registers_and_completes(tmp_path: Path) -> None
     assert lines[0].startswith("complete ") and lines[0].endswith(" deskfleet")
     assert lines[1] == "top: runs"
     assert "--artifacts-dir" in lines[2].split() and "--coordinator" in lines[2].split()
+    assert set(lines[3].split()[1:]) == {"create", "list", "revoke"}
+    assert {"create", "list", "rotate", "limits"} <= set(lines[4].split()[1:])
+    # The shared options come before the command too.
+    assert {"--coordinator", "--token-file", "--ca-file", "--json"} <= set(lines[5].split())
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
