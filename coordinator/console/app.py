@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
@@ -40,12 +40,21 @@ class Console(Auth, FleetPages, RunPages, ApprovalPages, KillPages, AuditPages, 
     async def home(self, request: Request) -> Response:
         return self.redirect("/fleet" if self.session_of(request) else "/signin")
 
+    async def favicon(self, request: Request) -> Response:
+        # Where every browser asks for it, signed in or not: an SVG, no external fetch.
+        return FileResponse(
+            HERE / "static" / "favicon.svg",
+            media_type="image/svg+xml",
+            headers={"cache-control": "max-age=86400"},
+        )
+
 
 def create_app(settings: ConsoleSettings) -> Starlette:
     console = Console(settings)
     s = console.signed_in
     routes = [
         Route("/", console.home),
+        Route("/favicon.ico", console.favicon),
         Route("/signin", console.signin_form, methods=["GET"]),
         Route("/signin", console.signin, methods=["POST"]),
         Route("/signout", s(console.signout, change=True), methods=["POST"]),

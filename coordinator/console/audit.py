@@ -8,10 +8,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.console import model
-from coordinator.console.pages import Pages, query_without_page
+from coordinator.console.pages import Pages, Refused, query_without_page
 from coordinator.console.sessions import (
     Session,
 )
+from coordinator.console.wording import article
 from shared.gen.deskfleet.v1 import admin_pb2
 
 
@@ -19,6 +20,12 @@ class AuditPages(Pages):
     """The audit log."""
 
     async def audit(self, request: Request, session: Session) -> Response:
+        if not session.is_admin:  # the link is not shown to them; asked for by address
+            raise Refused(
+                403,
+                f"Only an admin can read the audit log: you are signed in as {session.name},"
+                f" {article(session.role)} {session.role}.",
+            )
         q = request.query_params
         filters = {k: q.get(k, "") for k in ("action", "actor", "target", "hours")}
         hours = model.parse_float(filters["hours"], 0.0)

@@ -25,6 +25,7 @@ from coordinator.console.sessions import (
     cookie_names,
     tokens_equal,
 )
+from coordinator.console.wording import for_people
 from coordinator.security.ratelimit import FailureLimiter
 from shared.errors import (
     AuthenticationError,
@@ -84,12 +85,16 @@ class Auth(Pages):
             except (AuthenticationError, TooManyFailuresError) as exc:
                 # The token was rotated or the user removed: the session is over.
                 self.sessions.end_for_token(session.token)
-                response = self.render(request, "error.html", 401, message=str(exc))
+                response = self.render(request, "error.html", 401, message=for_people(exc))
                 self._forget(response, self.session_cookie)
                 return response
             except DeskfleetError as exc:
                 return self.render(
-                    request, "error.html", status_of(exc), session=session, message=str(exc)
+                    request,
+                    "error.html",
+                    status_of(exc),
+                    session=session,
+                    message=for_people(exc, session.name, session.role),
                 )
 
         return endpoint

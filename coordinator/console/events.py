@@ -18,6 +18,7 @@ from coordinator.console.pages import Pages, Refused
 from coordinator.console.sessions import (
     Session,
 )
+from coordinator.console.wording import for_people
 from shared.errors import (
     AuthenticationError,
     DeskfleetError,
@@ -122,7 +123,7 @@ class LivePages(Pages):
                         yield _sse("signed-out", {})
                         return
                     except DeskfleetError as exc:
-                        doc = {"error": visible(str(exc))}
+                        doc = {"error": visible(for_people(exc, session.name, session.role))}
                     text = json.dumps(doc, sort_keys=True)
                     if text != last:
                         last = text
