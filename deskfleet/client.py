@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from deskfleet._connection import CALL_TIMEOUT, Connection, log, resolve
-from deskfleet.desktop import DesktopSession, resolve_worker, scope_message
+from deskfleet.desktop import DesktopSession, scope_message
 from deskfleet.errors import WatchLostError
 from deskfleet.types import Event, FleetStatus, GuidanceReceipt, ResearchReport, Run
 from shared.config import ClientConfig
@@ -340,21 +340,22 @@ class AsyncClient:
         Nothing may act until a person approves: `await session.wait_approved()`. `space`
         (width, height) is the coordinate space the session's points are given in; the
         worker maps them to the real screen."""
-        worker_id = await resolve_worker(self._c, worker)
+        # The coordinator resolves a name (a worker id, or the name one worker has), as it
+        # does for every call that takes a worker: the session holds the id it answers with.
         reply = await self._c.unary(
             self._c.desktop.RequestDesktop,
             desktop_pb2.RequestDesktopRequest(
-                worker=worker_id,
+                worker=worker,
                 scope=scope_message(actions, displays, region, ttl, max_actions),
                 title=title,
                 reason=reason,
             ),
         )
-        return DesktopSession(self._c, Run.from_proto(reply), worker_id, space=space)
+        return DesktopSession(self._c, Run.from_proto(reply), reply.worker_id, space=space)
 
     async def desktop(self, run_id: str, *, space: tuple[int, int] | None = None) -> DesktopSession:
         """A session on an existing desktop run (one requested earlier, or elsewhere)."""
         run = await self.get_run(run_id)
         if run.kind != "desktop":
             raise InvalidArgumentError(f"run {run_id} is a {run.kind} run, not a desktop run")
-        return DesktopSession(self._c, run, "", space=space)
+        return DesktopSession(self._c, run, str(run.to_dict().get("workerId", "")), space=space)

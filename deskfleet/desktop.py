@@ -24,39 +24,13 @@ from deskfleet.errors import (
 )
 from deskfleet.types import ActResult, DesktopGrant, Run
 from shared import desktop_scope as contract
-from shared.errors import DeskfleetError, InvalidArgumentError, NotFoundError
-from shared.gen.deskfleet.v1 import desktop_pb2, fleet_pb2, runs_pb2
+from shared.errors import DeskfleetError, InvalidArgumentError
+from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
 from shared.states import ACTIVE, RunState
 
-WORKER_ID_PREFIX = "wkr_"
 ACT_TIMEOUT = 60.0
 # Events of a desktop run that end a wait for its approval, one way or the other.
 _ANSWERS = ("approval.granted", "approval.denied", "approval.guided", "approval.withdrawn")
-
-
-async def resolve_worker(c: Connection, worker: str) -> str:
-    """A worker id as given, or the id of the one worker of that name (fleet status pages
-    are read, so an owner without the admin's worker list can use names too)."""
-    if worker.startswith(WORKER_ID_PREFIX):
-        return worker
-    found: list[str] = []
-    token = ""
-    while True:
-        page = await c.unary(
-            c.fleet.GetWorkerStatus,
-            fleet_pb2.GetWorkerStatusRequest(limit=1000, page_token=token),
-        )
-        found += [w.id for w in page.workers if w.name == worker and w.state != "revoked"]
-        token = page.next_page_token
-        if not token:
-            break
-    if not found:
-        raise NotFoundError(f"no worker named {worker!r} (pass a worker id or a worker's name)")
-    if len(found) > 1:
-        raise InvalidArgumentError(
-            f"{len(found)} workers are named {worker!r} ({', '.join(found[:5])}): pass an id"
-        )
-    return found[0]
 
 
 def scope_message(

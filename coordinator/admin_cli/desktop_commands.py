@@ -486,13 +486,17 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     )
     p = leaf(kill, "engage", kill_engage, "stop desktop input: the fleet, a worker or a run")
     target = p.add_mutually_exclusive_group()
-    target.add_argument("--worker", metavar="WORKER_ID", help="stop this worker's input")
+    target.add_argument(
+        "--worker", metavar="WORKER_ID", help="stop this worker's input (id or name)"
+    )
     target.add_argument("--run", dest="run_target", metavar="RUN_ID", help="stop this run's input")
     p.add_argument("--reason", required=True, metavar="TEXT", help="why, kept with the switch")
     p = leaf(kill, "release", kill_release, "release a kill switch (runs need re-approval)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--id", metavar="SWITCH_ID", help="the switch with this id")
-    which.add_argument("--worker", metavar="WORKER_ID", help="the switches on this worker")
+    which.add_argument(
+        "--worker", metavar="WORKER_ID", help="the switches on this worker (id or name)"
+    )
     which.add_argument(
         "--run", dest="run_target", metavar="RUN_ID", help="the switches on this run"
     )

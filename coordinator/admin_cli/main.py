@@ -415,7 +415,7 @@ def _mcp(client: CoordinatorClient, args: argparse.Namespace) -> None:
     mcp_server.serve(client)
 
 
-WORKER_ID_HELP = "the worker's id (deskfleet workers list)"
+WORKER_ID_HELP = "the worker's id, or its name when no other enrolled worker has it"
 
 
 def _shared_options(parser: argparse.ArgumentParser, *, json_output: bool, top: bool) -> None:

@@ -692,7 +692,7 @@ def kill_rows(switches: list[dict[str, Any]]) -> str:
                 k["scope"],
                 k.get("target"),
                 k.get("engaged"),
-                k.get("engagedBy"),
+                k.get("engagedByName") or k.get("engagedBy"),
                 k.get("reason"),
                 k.get("acknowledgedCount", 0),
                 _waiting(k),

@@ -112,7 +112,7 @@ def _kill_line(doc: dict[str, Any]) -> Text:
         return Text("kill switch: released (none engaged)")
     parts = [
         f"{k['scope']}{' ' + k['target'] if k.get('target') else ''}"
-        f" by {k.get('engagedBy') or '?'}: {k.get('reason') or '-'}"
+        f" by {k.get('engagedByName') or k.get('engagedBy') or '?'}: {k.get('reason') or '-'}"
         for k in doc["killSwitches"]
     ]
     parts += [

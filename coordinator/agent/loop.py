@@ -64,6 +64,7 @@ from coordinator.store import (
     questions as question_queries,
     quotas,
     runs as run_queries,
+    workers as worker_queries,
 )
 from coordinator.store.models import JournalRow, PrincipalRow, QuestionRow, RunRow
 from shared.errors import DataIntegrityError, FailedPreconditionError, InvalidArgumentError
@@ -204,8 +205,13 @@ class Goals:
         steps = max_steps or 50
         created: list[RunView] = []
 
+        worker = [desktop]  # as the unit resolves it
+
         def unit(s: Session, ctx: Context) -> list[Order]:
             created.clear()
+            # A worker given by its name is kept by its id, as kill switches and approvals name it.
+            desktop = worker_queries.resolve(s, worker[0], ctx.now).id if worker[0] else ""
+            worker[0] = desktop
             limits = {
                 "max_actions": steps,
                 "max_seconds": 24 * 3600.0,
@@ -233,7 +239,7 @@ class Goals:
             return []
 
         await self._dispatcher.run_unit(unit)
-        goal = Goal(GoalState(run_id, who, desktop), model, model_spec, text, steps)
+        goal = Goal(GoalState(run_id, who, worker[0]), model, model_spec, text, steps)
         goal.messages.append(Message("user", text, kind="request"))
         self._launch(goal)
         return created[0]

@@ -42,6 +42,7 @@ from coordinator.servicers.admin import AdminServicer
 from coordinator.servicers.desktop import ApprovalServicer, DesktopServicer, KillSwitchServicer
 from coordinator.servicers.fleet import FleetServicer
 from coordinator.servicers.guard import GuardInterceptor
+from coordinator.servicers.names import UserNames
 from coordinator.servicers.runs import JournalServicer, RunServicer
 from coordinator.servicers.worker_gateway import (
     WorkerGatewayServicer,
@@ -257,6 +258,7 @@ def create_server(
     policy = routing.load(config.policy_file)
     desktop = Desktop(db, dispatcher, bus, box)
     recall = Recall(db)
+    names = UserNames(db)
     goals = Goals(
         db,
         dispatcher,
@@ -275,11 +277,12 @@ def create_server(
             goals,
             OpenStreams(config.max_watch_streams),
             Questions(db, dispatcher),
+            names=names,
         ),
         server,
     )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
-    desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop), server)
+    desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop, names), server)
     discussions = Discussions(
         db,
         dispatcher,
@@ -287,9 +290,11 @@ def create_server(
         config.advice_model,
     )
     desktop_pb2_grpc.add_ApprovalServiceServicer_to_server(
-        ApprovalServicer(desktop, peeks, discussions), server
+        ApprovalServicer(desktop, peeks, discussions, names=names), server
     )
-    desktop_pb2_grpc.add_KillSwitchServiceServicer_to_server(KillSwitchServicer(kills), server)
+    desktop_pb2_grpc.add_KillSwitchServiceServicer_to_server(
+        KillSwitchServicer(kills, names), server
+    )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

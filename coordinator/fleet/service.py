@@ -163,7 +163,13 @@ class Fleet:
         size, after = page_size(limit), parse_page_token(token)
         return await self._db.read(lambda s: _page(s, where, after, size, time.time()))
 
-    async def get(self, worker_id: str) -> WorkerView:
+    async def resolve(self, ref: str) -> str:
+        """The id of the worker `ref` names: its id or its unique name (store.workers.resolve)."""
+        row = await self._db.read(lambda s: worker_queries.resolve(s, ref, time.time()))
+        return row.id
+
+    async def get(self, ref: str) -> WorkerView:
+        worker_id = await self.resolve(ref)
         now = time.time()
         rows = await self._db.read(
             worker_queries.workers_with_presence, include_revoked=True, worker_id=worker_id
@@ -172,8 +178,9 @@ class Fleet:
             raise NotFoundError(f"no worker {worker_id!r}")
         return view_of(*rows[0], now)
 
-    async def revoke(self, worker_id: str, by: audit.Actor) -> WorkerView:
+    async def revoke(self, ref: str, by: audit.Actor) -> WorkerView:
         """Refuse the worker's credential from now on and cut its stream at once."""
+        worker_id = await self.resolve(ref)
 
         def mark(s: Session) -> None:
             worker = worker_queries.worker_by_id(s, worker_id)
@@ -190,14 +197,13 @@ class Fleet:
         self._presence.cut(worker_id, RevokedError(f"worker {worker_id} has been revoked"))
         return await self.get(worker_id)
 
-    async def rotate(
-        self, worker_id: str, by: audit.Actor, *, while_offline: bool = False
-    ) -> WorkerView:
+    async def rotate(self, ref: str, by: audit.Actor, *, while_offline: bool = False) -> WorkerView:
         """Ask the worker to replace its credential: at once on its stream, wherever it is
         connected, or, only if `while_offline` says so, in its next welcome.
 
         A welcome hands the new credential to whoever connects first with the current one, so
         rotating an offline worker is no remedy for a stolen credential: revoke and enroll."""
+        worker_id = await self.resolve(ref)
 
         def mark(s: Session, ctx: Context) -> list[Order]:
             worker = worker_queries.worker_by_id(s, worker_id)
@@ -221,7 +227,9 @@ class Fleet:
         await self._dispatcher.run_unit(mark)
         return await self.get(worker_id)
 
-    async def drain(self, worker_id: str, by: audit.Actor, *, draining: bool) -> WorkerView:
+    async def drain(self, ref: str, by: audit.Actor, *, draining: bool) -> WorkerView:
+        worker_id = await self.resolve(ref)
+
         def mark(s: Session) -> None:
             worker = worker_queries.worker_by_id(s, worker_id)
             if worker is None:

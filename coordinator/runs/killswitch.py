@@ -210,12 +210,12 @@ class KillSwitches:
                     raise NotFoundError(f"no run {run_id!r}")
             elif scope == RUN:
                 owned_run(s, who, run_id)
-            if scope == WORKER and worker_queries.worker_by_id(s, worker_id) is None:
-                raise NotFoundError(f"no worker {worker_id!r}")
+            # A worker named by its name is stored by its id, as workers and their acks know it.
+            named = worker_queries.resolve(s, worker_id, ctx.now).id if scope == WORKER else ""
             kill = KillSwitchRow(
                 id=new_id("kill"),
                 scope=scope,
-                target=run_id or worker_id,
+                target=run_id or named,
                 reason=reason,
                 engaged_by=who.id,
                 engaged_from=peer,
@@ -304,12 +304,13 @@ class KillSwitches:
         def unit(s: Session, ctx: Context) -> list[Order]:
             released.clear()
             pushes.clear()
+            named = worker_queries.resolve(s, worker_id, ctx.now).id if worker_id else ""
             matching = [
                 k
                 for k in queries.engaged_kills(s)
                 if (
                     k.id == kill_id
-                    or (worker_id and k.scope == WORKER and k.target == worker_id)
+                    or (named and k.scope == WORKER and k.target == named)
                     or (run_id and k.scope == RUN and k.target == run_id)
                     or (fleet and k.scope == FLEET)
                 )

@@ -15,7 +15,8 @@ from coordinator.runs.desktop.scope import Scope
 from coordinator.runs.killswitch import KillSwitches, KillView
 from coordinator.security import audit
 from coordinator.servicers.guard import current_principal
-from coordinator.servicers.runs import ID, run_message
+from coordinator.servicers.names import UserNames
+from coordinator.servicers.runs import ID, OWNER_NAME, run_message
 from coordinator.store.models import ApprovalNoteRow, ApprovalRow
 from shared.desktop_scope import Region
 from shared.errors import FailedPreconditionError, InvalidArgumentError
@@ -30,6 +31,13 @@ Context = grpc.aio.ServicerContext[Any, Any]
 def _id(value: str, what: str) -> str:
     if not ID.fullmatch(value):
         raise InvalidArgumentError(f"{what}: an id is required, not {value[:40]!r}")
+    return value
+
+
+def _worker_ref(value: str) -> str:
+    """A worker's id or name, resolved by the domain call (`store.workers.resolve`)."""
+    if not value.strip() or len(value) > 200:
+        raise InvalidArgumentError("worker: a worker's id or name is required")
     return value
 
 
@@ -57,6 +65,10 @@ def _scope_message(data: dict[str, Any]) -> desktop_pb2.DesktopScope:
             )
         )
     return msg
+
+
+APPROVAL_NAMES = (("owner", "owner_name"), ("answered_by", "answered_by_name"))
+KILL_NAMES = (("engaged_by", "engaged_by_name"), ("released_by", "released_by_name"))
 
 
 def approval_message(row: ApprovalRow) -> desktop_pb2.Approval:
@@ -110,8 +122,13 @@ def _act_message(result: ActResult) -> desktop_pb2.DesktopActResponse:
 
 
 class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
-    def __init__(self, desktop: Desktop) -> None:
+    def __init__(self, desktop: Desktop, names: UserNames) -> None:
         self._desktop = desktop
+        self._names = names
+
+    async def _run(self, msg: runs_pb2.Run) -> runs_pb2.Run:
+        await self._names.fill([msg], OWNER_NAME)
+        return msg
 
     async def RequestDesktop(
         self, request: desktop_pb2.RequestDesktopRequest, context: Context
@@ -121,9 +138,9 @@ class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
             list(s.actions), list(s.displays), _region(s), s.ttl_seconds, s.max_actions
         )
         view = await self._desktop.request(
-            current_principal(), _id(request.worker, "worker"), asked, request.title, request.reason
+            current_principal(), _worker_ref(request.worker), asked, request.title, request.reason
         )
-        return run_message(view)
+        return await self._run(run_message(view))
 
     async def Act(
         self, request: desktop_pb2.DesktopActRequest, context: Context
@@ -140,7 +157,8 @@ class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
         return _act_message(result)
 
     async def Continue(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
-        return run_message(await self._desktop.resume(current_principal(), _id(request.id, "id")))
+        view = await self._desktop.resume(current_principal(), _id(request.id, "id"))
+        return await self._run(run_message(view))
 
     async def GetArtifact(
         self, request: desktop_pb2.GetArtifactRequest, context: Context
@@ -181,11 +199,22 @@ def note_message(note: ApprovalNoteRow) -> desktop_pb2.ApprovalNote:
 
 class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
     def __init__(
-        self, desktop: Desktop, peeks: Peeks, discussions: Discussions | None = None
+        self,
+        desktop: Desktop,
+        peeks: Peeks,
+        discussions: Discussions | None = None,
+        *,
+        names: UserNames,
     ) -> None:
         self._desktop = desktop
         self._peeks = peeks
         self._discussions = discussions
+        self._names = names
+
+    async def _approval(self, row: ApprovalRow) -> desktop_pb2.Approval:
+        msg = approval_message(row)
+        await self._names.fill([msg], *APPROVAL_NAMES)
+        return msg
 
     def _discussed(self) -> Discussions:
         if self._discussions is None:
@@ -199,7 +228,7 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
             current_principal(), _id(request.id, "id"), request.text
         )
         return desktop_pb2.ApprovalDiscussion(
-            approval=approval_message(found.approval),
+            approval=await self._approval(found.approval),
             goal_request=found.goal_request,
             notes=[note_message(n) for n in found.notes],
         )
@@ -227,7 +256,9 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
         rows = await self._desktop.approvals(
             current_principal(), request.status, request.limit or 50
         )
-        return desktop_pb2.ListApprovalsResponse(approvals=[approval_message(r) for r in rows])
+        found = [approval_message(r) for r in rows]
+        await self._names.fill(found, *APPROVAL_NAMES)
+        return desktop_pb2.ListApprovalsResponse(approvals=found)
 
     async def Approve(
         self, request: desktop_pb2.ApproveRequest, context: Context
@@ -237,7 +268,7 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
         row = await self._desktop.answer(
             current_principal(), _id(request.id, "id"), grant=grant, reason=request.reason
         )
-        return approval_message(row)
+        return await self._approval(row)
 
     async def Deny(
         self, request: desktop_pb2.DenyRequest, context: Context
@@ -245,7 +276,7 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
         row = await self._desktop.answer(
             current_principal(), _id(request.id, "id"), grant=None, reason=request.reason
         )
-        return approval_message(row)
+        return await self._approval(row)
 
     async def GuideApproval(
         self, request: desktop_pb2.GuideApprovalRequest, context: Context
@@ -253,7 +284,7 @@ class ApprovalServicer(desktop_pb2_grpc.ApprovalServiceServicer):
         row = await self._desktop.guide_approval(
             current_principal(), _id(request.id, "id"), request.text
         )
-        return approval_message(row)
+        return await self._approval(row)
 
     async def PeekScreen(
         self, request: desktop_pb2.PeekScreenRequest, context: Context
@@ -291,8 +322,14 @@ def kill_message(view: KillView) -> desktop_pb2.KillSwitch:
 
 
 class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
-    def __init__(self, kills: KillSwitches) -> None:
+    def __init__(self, kills: KillSwitches, names: UserNames) -> None:
         self._kills = kills
+        self._names = names
+
+    async def _switches(self, views: list[KillView]) -> list[desktop_pb2.KillSwitch]:
+        found = [kill_message(v) for v in views]
+        await self._names.fill(found, *KILL_NAMES)
+        return found
 
     async def Engage(
         self, request: desktop_pb2.EngageKillRequest, context: Context
@@ -304,7 +341,7 @@ class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
             run_id=request.run,
             reason=request.reason,
         )
-        return kill_message(view)
+        return (await self._switches([view]))[0]
 
     async def Release(
         self, request: desktop_pb2.ReleaseKillRequest, context: Context
@@ -317,7 +354,7 @@ class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
             fleet=request.fleet,
             reason=request.reason,
         )
-        return desktop_pb2.KillStatusResponse(switches=[kill_message(v) for v in views])
+        return desktop_pb2.KillStatusResponse(switches=await self._switches(views))
 
     async def Status(
         self, request: desktop_pb2.KillStatusRequest, context: Context
@@ -326,7 +363,7 @@ class KillSwitchServicer(desktop_pb2_grpc.KillSwitchServiceServicer):
         views = await self._kills.status(who, request.include_released)
         local_count, local = await self._kills.local(who)
         return desktop_pb2.KillStatusResponse(
-            switches=[kill_message(v) for v in views],
+            switches=await self._switches(views),
             local=[
                 desktop_pb2.LocalKillSwitch(
                     worker_id=r.worker_id, worker_name=r.worker_name, state=r.state.to_proto()

@@ -17,8 +17,10 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _worker_id(ref: fleet_pb2.WorkerRef | fleet_pb2.RotateWorkerRequest) -> str:
-    if not ref.id or len(ref.id) > 64:
-        raise InvalidArgumentError("id: a worker id is required (see `deskfleet workers list`)")
+    if not ref.id.strip() or len(ref.id) > 200:
+        raise InvalidArgumentError(
+            "id: a worker's id or name is required (see `deskfleet workers list`)"
+        )
     return ref.id
 
 

@@ -22,6 +22,7 @@ from coordinator.runs.research.routing import RoutingPolicy
 from coordinator.runs.research.runs import ResearchRequest, research_plan
 from coordinator.runs.service import Runs, RunView
 from coordinator.servicers.guard import current_principal
+from coordinator.servicers.names import UserNames
 from coordinator.servicers.timeline import timeline_message
 from coordinator.store.models import QuestionRow
 from coordinator.streams.followers import OpenStreams
@@ -39,6 +40,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
+OWNER_NAME = ("owner", "owner_name")
+
+
 def _run_id(value: str, field: str = "id") -> str:
     if not ID.fullmatch(value):
         raise InvalidArgumentError(
@@ -53,6 +57,7 @@ def run_message(view: RunView) -> runs_pb2.Run:
     msg = runs_pb2.Run(
         id=run.id,
         owner=run.owner_id,
+        worker_id=str(run.spec.get("worker") or "") if run.kind == "desktop" else "",
         title=run.title,
         status=run.status,
         kind=run.kind,
@@ -211,13 +216,21 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         goals: Goals | None = None,
         streams: OpenStreams | None = None,
         questions: Questions | None = None,
+        *,
+        names: UserNames,
     ) -> None:
         self._runs = runs
+        self._names = names
         self._questions = questions
         self._routing = routing
         self._goals = goals
         # WatchRun and WaitRun calls each principal holds open (30.7); 0: no limit.
         self._streams = streams or OpenStreams(DEFAULT_MAX_WATCH_STREAMS)
+
+    async def _run(self, view: RunView) -> runs_pb2.Run:
+        msg = run_message(view)
+        await self._names.fill([msg], OWNER_NAME)
+        return msg
 
     async def StartGoal(self, request: runs_pb2.GoalRequest, context: Context) -> runs_pb2.Run:
         if self._goals is None:
@@ -229,7 +242,7 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             request.model or "scripted:",
             request.max_steps,
         )
-        return run_message(view)
+        return await self._run(view)
 
     async def SubmitRun(self, request: runs_pb2.SubmitRunRequest, context: Context) -> runs_pb2.Run:
         refuse_unknown_fields(request)
@@ -249,12 +262,14 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             raise InvalidArgumentError("wait_seconds: between 0 and 3600")
         me = current_principal()
         view = await self._runs.submit(me, plan, wait=wait)
-        return run_message(view)
+        return await self._run(view)
 
     async def ReviseRun(self, request: runs_pb2.ReviseRunRequest, context: Context) -> runs_pb2.Run:
         refuse_unknown_fields(request)
         plan = Plan(tuple(_planned(request.actions)))
-        return run_message(await self._runs.revise(current_principal(), _run_id(request.id), plan))
+        return await self._run(
+            await self._runs.revise(current_principal(), _run_id(request.id), plan)
+        )
 
     async def StartResearch(
         self, request: runs_pb2.ResearchRequest, context: Context
@@ -278,11 +293,11 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             self._routing.research_routes(me.id, me.name),
             self._routing.research_search(me.id, me.name),
         )
-        return run_message(await self._runs.submit(me, plan))
+        return await self._run(await self._runs.submit(me, plan))
 
     async def GetRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
         view = await self._runs.get(current_principal(), _run_id(request.id), with_timeline=True)
-        return run_message(view)
+        return await self._run(view)
 
     async def ListRuns(
         self, request: runs_pb2.ListRunsRequest, context: Context
@@ -312,7 +327,9 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
             owner=request.owner,
             parent=request.parent,
         )
-        return runs_pb2.ListRunsResponse(runs=[run_message(v) for v in views])
+        found = [run_message(v) for v in views]
+        await self._names.fill(found, OWNER_NAME)
+        return runs_pb2.ListRunsResponse(runs=found)
 
     async def WaitRun(self, request: runs_pb2.WaitRunRequest, context: Context) -> runs_pb2.Run:
         timeout = request.timeout_seconds or 30.0
@@ -321,16 +338,16 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         me = current_principal()
         with self._streams.hold(me.id):
             view = await self._runs.wait(me, _run_id(request.id), timeout)
-        return run_message(view)
+        return await self._run(view)
 
     async def CancelRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
-        return run_message(await self._runs.cancel(current_principal(), _run_id(request.id)))
+        return await self._run(await self._runs.cancel(current_principal(), _run_id(request.id)))
 
     async def RetryRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
-        return run_message(await self._runs.retry(current_principal(), _run_id(request.id)))
+        return await self._run(await self._runs.retry(current_principal(), _run_id(request.id)))
 
     async def AbandonRun(self, request: runs_pb2.RunRef, context: Context) -> runs_pb2.Run:
-        return run_message(await self._runs.abandon(current_principal(), _run_id(request.id)))
+        return await self._run(await self._runs.abandon(current_principal(), _run_id(request.id)))
 
     async def GuideRun(
         self, request: runs_pb2.GuideRunRequest, context: Context

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -74,3 +74,12 @@ def users(s: Session) -> Sequence[PrincipalRow]:
         .scalars()
         .all()
     )
+
+
+def names_of(s: Session, ids: Collection[str]) -> dict[str, str]:
+    """User names by id, revoked users' too (what they did stays theirs), in one query."""
+    wanted = sorted(set(ids) - {""})
+    if not wanted:
+        return {}
+    rows = s.execute(select(PrincipalRow.id, PrincipalRow.name).where(PrincipalRow.id.in_(wanted)))
+    return {i: n for i, n in rows}

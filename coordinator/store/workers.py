@@ -33,7 +33,9 @@ from coordinator.store.models import (
     WorkerCertificateRow,
     WorkerRow,
 )
+from shared.errors import InvalidArgumentError, NotFoundError
 from shared.local_kill import LocalKill
+from shared.timestamps import iso
 
 
 def add_worker(s: Session, row: WorkerRow) -> None:
@@ -82,6 +84,51 @@ def confirm_rotation(s: Session, worker_id: str) -> None:
 
 def worker_by_id(s: Session, worker_id: str) -> WorkerRow | None:
     return s.get(WorkerRow, worker_id)
+
+
+MAX_NAMED = 5  # candidates an ambiguous name lists
+
+
+def resolve(s: Session, ref: str, now: float) -> WorkerRow:
+    """The worker a person names: by its id, or by a name one worker has.
+
+    Every RPC that takes a worker resolves it here, in its own transaction, so that names work
+    the same in the CLI, the console, MCP and the client library, and for owners, who may not
+    list workers (one indexed lookup, no page of the fleet read). A name of revoked workers
+    only counts when no enrolled worker has it, so that re-enrolling a machine under its old
+    name keeps the name usable. An ambiguous name is refused with its candidates."""
+    ref = ref.strip()
+    row = s.get(WorkerRow, ref) if ref else None
+    if row is not None:
+        return row
+    rows = s.execute(
+        _with_presence().where(WorkerRow.name == ref).order_by(WorkerRow.enrolled_at, WorkerRow.id)
+    ).all()
+    enrolled = [r for r in rows if r[0].state != "revoked"]
+    found = enrolled or rows
+    if not found:
+        raise NotFoundError(
+            f"no worker with id or name {ref[:200]!r} (see `deskfleet workers list`)"
+        )
+    if len(found) > 1:
+        named = "; ".join(
+            _candidate(w, _effective(p, lease, seen), now)
+            for w, p, lease, seen in found[:MAX_NAMED]
+        )
+        more = f"; and {len(found) - MAX_NAMED} more" if len(found) > MAX_NAMED else ""
+        raise InvalidArgumentError(
+            f"{len(found)} workers are named {ref!r}: {named}{more}; pass the id"
+        )
+    return found[0][0]
+
+
+def _candidate(worker: WorkerRow, presence: PresenceRow | None, now: float) -> str:
+    if presence is not None and presence.lease_expires_at > now and worker.state != "revoked":
+        seen = f"online, last seen {iso(presence.last_heartbeat_at)}"
+    else:
+        seen = f"not connected, enrolled {iso(worker.enrolled_at)}"
+    state = "" if worker.state == "active" else f", {worker.state}"
+    return f"{worker.id} ({seen}{state})"
 
 
 def worker_for_update(s: Session, worker_id: str) -> WorkerRow | None:

@@ -165,7 +165,7 @@ class Desktop:
     async def request(
         self,
         who: Principal,
-        worker_id: str,
+        worker_ref: str,
         asked: Scope,
         title: str,
         reason: str,
@@ -185,9 +185,8 @@ class Desktop:
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             created.clear()
-            worker = worker_queries.worker_by_id(s, worker_id)
-            if worker is None:
-                raise NotFoundError(f"no worker {worker_id!r}")
+            worker = worker_queries.resolve(s, worker_ref, ctx.now)
+            worker_id = worker.id
             if worker.state == "revoked":
                 raise FailedPreconditionError(f"worker {worker_id} is revoked")
             granted = worker.allowed_capabilities  # empty: the token granted every capability

@@ -177,7 +177,7 @@ async def test_errors_are_the_tree_never_a_grpc_error(
             await fleet.get_run("run_00000000000000000000000000")
         with pytest.raises(InvalidArgumentError, match="unknown field"):
             await fleet.submit_plan({"actions": [{"kind": "diag.echo", "arg": {}}]})
-        with pytest.raises(NotFoundError, match="no worker named"):
+        with pytest.raises(NotFoundError, match="no worker with id or name 'no-such-desk'"):
             await fleet.request_desktop("no-such-desk", actions=["screenshot"])
         with pytest.raises(InvalidArgumentError, match="unknown"):
             await fleet.request_desktop(desk.worker_id, actions=["reboot"])

@@ -31,7 +31,10 @@ def test_tables_by_default(coordinator: CoordinatorProcess) -> None:
 
 def test_unknown_worker_is_not_found_in_one_line(coordinator: CoordinatorProcess) -> None:
     done = coordinator.cli("workers", "show", "wkr_nope", check=False)
-    assert (done.returncode, done.stderr) == (4, "deskfleet: no worker 'wkr_nope'\n")
+    assert (done.returncode, done.stderr) == (
+        4,
+        "deskfleet: no worker with id or name 'wkr_nope' (see `deskfleet workers list`)\n",
+    )
 
 
 def test_unreachable_coordinator_is_one_line_and_exit_5(coordinator: CoordinatorProcess) -> None:

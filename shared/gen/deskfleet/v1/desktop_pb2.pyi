@@ -50,7 +50,7 @@ class RequestDesktopRequest(_message.Message):
     def __init__(self, worker: _Optional[str] = ..., scope: _Optional[_Union[DesktopScope, _Mapping]] = ..., title: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("id", "run_id", "owner", "kind", "worker_id", "status", "requested", "granted", "reason", "answer", "answered_by", "requested_at", "answered_at", "expires_at", "actions_used")
+    __slots__ = ("id", "run_id", "owner", "kind", "worker_id", "status", "requested", "granted", "reason", "answer", "answered_by", "requested_at", "answered_at", "expires_at", "actions_used", "owner_name", "answered_by_name")
     ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class Approval(_message.Message):
     ANSWERED_AT_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_USED_FIELD_NUMBER: _ClassVar[int]
+    OWNER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_NAME_FIELD_NUMBER: _ClassVar[int]
     id: str
     run_id: str
     owner: str
@@ -81,7 +83,9 @@ class Approval(_message.Message):
     answered_at: _timestamp_pb2.Timestamp
     expires_at: _timestamp_pb2.Timestamp
     actions_used: int
-    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., owner: _Optional[str] = ..., kind: _Optional[str] = ..., worker_id: _Optional[str] = ..., status: _Optional[str] = ..., requested: _Optional[_Union[DesktopScope, _Mapping]] = ..., granted: _Optional[_Union[DesktopScope, _Mapping]] = ..., reason: _Optional[str] = ..., answer: _Optional[str] = ..., answered_by: _Optional[str] = ..., requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., answered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actions_used: _Optional[int] = ...) -> None: ...
+    owner_name: str
+    answered_by_name: str
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., owner: _Optional[str] = ..., kind: _Optional[str] = ..., worker_id: _Optional[str] = ..., status: _Optional[str] = ..., requested: _Optional[_Union[DesktopScope, _Mapping]] = ..., granted: _Optional[_Union[DesktopScope, _Mapping]] = ..., reason: _Optional[str] = ..., answer: _Optional[str] = ..., answered_by: _Optional[str] = ..., requested_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., answered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actions_used: _Optional[int] = ..., owner_name: _Optional[str] = ..., answered_by_name: _Optional[str] = ...) -> None: ...
 
 class ListApprovalsRequest(_message.Message):
     __slots__ = ("status", "limit")
@@ -276,7 +280,7 @@ class SecretInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_by: _Optional[str] = ...) -> None: ...
 
 class KillSwitch(_message.Message):
-    __slots__ = ("id", "scope", "target", "reason", "engaged_by", "engaged_at", "engaged", "released_by", "released_at", "acknowledged", "unacknowledged", "acknowledged_count", "unacknowledged_count")
+    __slots__ = ("id", "scope", "target", "reason", "engaged_by", "engaged_at", "engaged", "released_by", "released_at", "acknowledged", "unacknowledged", "acknowledged_count", "unacknowledged_count", "engaged_by_name", "released_by_name")
     ID_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +294,8 @@ class KillSwitch(_message.Message):
     UNACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
     ACKNOWLEDGED_COUNT_FIELD_NUMBER: _ClassVar[int]
     UNACKNOWLEDGED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ENGAGED_BY_NAME_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_BY_NAME_FIELD_NUMBER: _ClassVar[int]
     id: str
     scope: str
     target: str
@@ -303,7 +309,9 @@ class KillSwitch(_message.Message):
     unacknowledged: _containers.RepeatedScalarFieldContainer[str]
     acknowledged_count: int
     unacknowledged_count: int
-    def __init__(self, id: _Optional[str] = ..., scope: _Optional[str] = ..., target: _Optional[str] = ..., reason: _Optional[str] = ..., engaged_by: _Optional[str] = ..., engaged_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., engaged: _Optional[bool] = ..., released_by: _Optional[str] = ..., released_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., acknowledged: _Optional[_Iterable[str]] = ..., unacknowledged: _Optional[_Iterable[str]] = ..., acknowledged_count: _Optional[int] = ..., unacknowledged_count: _Optional[int] = ...) -> None: ...
+    engaged_by_name: str
+    released_by_name: str
+    def __init__(self, id: _Optional[str] = ..., scope: _Optional[str] = ..., target: _Optional[str] = ..., reason: _Optional[str] = ..., engaged_by: _Optional[str] = ..., engaged_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., engaged: _Optional[bool] = ..., released_by: _Optional[str] = ..., released_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., acknowledged: _Optional[_Iterable[str]] = ..., unacknowledged: _Optional[_Iterable[str]] = ..., acknowledged_count: _Optional[int] = ..., unacknowledged_count: _Optional[int] = ..., engaged_by_name: _Optional[str] = ..., released_by_name: _Optional[str] = ...) -> None: ...
 
 class EngageKillRequest(_message.Message):
     __slots__ = ("worker", "run", "reason")

@@ -151,7 +151,7 @@ class WaitingReason(_message.Message):
     def __init__(self, code: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind", "parent", "root", "children", "children_total", "execution", "guidance", "questions")
+    __slots__ = ("id", "owner", "title", "status", "stop_reason", "waiting", "created_at", "updated_at", "limits", "extensions", "actions_total", "actions_succeeded", "attempts_used", "last_seq", "trace_id", "actions", "guidance_queued", "timeline", "kind", "parent", "root", "children", "children_total", "execution", "guidance", "questions", "owner_name", "worker_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +178,8 @@ class Run(_message.Message):
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     GUIDANCE_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     owner: str
     title: str
@@ -204,7 +206,9 @@ class Run(_message.Message):
     execution: int
     guidance: _containers.RepeatedCompositeFieldContainer[GuidanceInfo]
     questions: _containers.RepeatedCompositeFieldContainer[Question]
-    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ..., parent: _Optional[str] = ..., root: _Optional[str] = ..., children: _Optional[_Iterable[_Union[RunChild, _Mapping]]] = ..., children_total: _Optional[int] = ..., execution: _Optional[int] = ..., guidance: _Optional[_Iterable[_Union[GuidanceInfo, _Mapping]]] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ...) -> None: ...
+    owner_name: str
+    worker_id: str
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[str] = ..., stop_reason: _Optional[str] = ..., waiting: _Optional[_Union[WaitingReason, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., extensions: _Optional[int] = ..., actions_total: _Optional[int] = ..., actions_succeeded: _Optional[int] = ..., attempts_used: _Optional[int] = ..., last_seq: _Optional[int] = ..., trace_id: _Optional[str] = ..., actions: _Optional[_Iterable[_Union[ActionInfo, _Mapping]]] = ..., guidance_queued: _Optional[int] = ..., timeline: _Optional[_Union[RunTimeline, _Mapping]] = ..., kind: _Optional[str] = ..., parent: _Optional[str] = ..., root: _Optional[str] = ..., children: _Optional[_Iterable[_Union[RunChild, _Mapping]]] = ..., children_total: _Optional[int] = ..., execution: _Optional[int] = ..., guidance: _Optional[_Iterable[_Union[GuidanceInfo, _Mapping]]] = ..., questions: _Optional[_Iterable[_Union[Question, _Mapping]]] = ..., owner_name: _Optional[str] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
 class RunChild(_message.Message):
     __slots__ = ("id", "kind", "status")
