@@ -60,7 +60,8 @@ class WorkerRow(Base):
     __table_args__ = (Index("ix_workers_enrolled_at_id", "enrolled_at", "id"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
+    # Indexed: a worker is taken by its unique name wherever its id is (store.workers.resolve).
+    name: Mapped[str] = mapped_column(String(200), index=True)
     secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     labels: Mapped[dict[str, str]] = mapped_column(JSON)
