@@ -396,7 +396,9 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     p = leaf(sub, "goal", goal, "a goal for a model to reach with the fleet's tools")
     p.add_argument("text", metavar="GOAL", help="what to reach, in words")
     p.add_argument(
-        "--desktop", metavar="WORKER_ID", help="a worker whose desktop the computer tool may use"
+        "--desktop",
+        metavar="WORKER_ID",
+        help="a worker (id or name) whose desktop the computer tool may use",
     )
     p.add_argument(
         "--model",
