@@ -35,6 +35,7 @@ from coordinator.store.models import (
 )
 from shared.errors import InvalidArgumentError, NotFoundError
 from shared.local_kill import LocalKill
+from shared.text import refuse_control
 from shared.timestamps import iso
 
 
@@ -98,6 +99,10 @@ def resolve(s: Session, ref: str, now: float) -> WorkerRow:
     only counts when no enrolled worker has it, so that re-enrolling a machine under its old
     name keeps the name usable. An ambiguous name is refused with its candidates."""
     ref = ref.strip()
+    # A NUL is a store error on PostgreSQL, not "not found"; no worker name holds a control.
+    refuse_control("worker", ref)
+    if len(ref) > 200:
+        raise InvalidArgumentError("worker: a worker's id or name is at most 200 characters")
     row = s.get(WorkerRow, ref) if ref else None
     if row is not None:
         return row

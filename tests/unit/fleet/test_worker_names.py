@@ -49,3 +49,6 @@ def test_an_unknown_worker_is_one_line_naming_id_or_name(store: Store) -> None:
         resolved(store, "unit-nobody")
     with pytest.raises(NotFoundError):
         resolved(store, "")
+    # Refused before any query: a NUL is a store error on PostgreSQL.
+    with pytest.raises(InvalidArgumentError, match=r"^worker: must not contain control"):
+        resolved(store, "unit\x00desk")
