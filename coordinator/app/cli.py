@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sqlalchemy.engine import make_url
+
 from coordinator.agent import providers
 from coordinator.app import descriptors
 from coordinator.app.server import Coordinator
@@ -44,16 +46,26 @@ from coordinator.security.tls import (
     init_ca,
 )
 from coordinator.store import Database, SchemaError
-from coordinator.store.engine import sqlite_path
+from coordinator.store.engine import (
+    describe_store,
+    require_store_file,
+    sqlite_path,
+    store_problem,
+)
 from coordinator.store.schema import upgrade
 from shared import __version__, heap, logs, telemetry_options, tracing
 from shared.advertisement import HelloLimits
-from shared.errors import AlreadyExistsError, DeskfleetError
+from shared.errors import AlreadyExistsError, DeskfleetError, StoreUnavailableError
 from shared.ids import new_id
 from shared.sizes import parse_size
 
 if TYPE_CHECKING:  # the console (Starlette, uvicorn) is imported only when it is served
     from coordinator.console.server import Embedded
+
+_DB_HELP = (
+    "the store: sqlite:////ABS/PATH (four slashes; sqlite:///PATH is relative to the current"
+    " directory) or postgresql://USER@HOST:PORT/DB"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,14 +74,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     init = sub.add_parser("init", help="create or upgrade the schema and write an admin credential")
-    init.add_argument(
-        "--db", required=True, help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
-    )
+    init.add_argument("--db", required=True, help=_DB_HELP + " (a SQLite file is created)")
     init.add_argument("--admin-token-file", required=True, type=Path)
     _key_file_option(init)
 
     serve = sub.add_parser("serve", help="serve the API")
-    serve.add_argument("--db", required=True)
+    serve.add_argument("--db", required=True, help=_DB_HELP + ", initialised with init")
     _key_file_option(serve)
     serve.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")
     serve.add_argument("--replica", default=None, help="this replica's name (default: hostname)")
@@ -276,7 +286,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seal every stored secret under a new key (stop the replicas first; give each the"
         " new key file before starting it again)",
     )
-    rotate.add_argument("--db", required=True)
+    rotate.add_argument("--db", required=True, help=_DB_HELP)
     _key_file_option(rotate)
 
     console = sub.add_parser(
@@ -435,6 +445,18 @@ async def _init(
         await db.close()
 
 
+def _store_line(db_url: str) -> str:
+    """Where init puts the store, said so that a relative SQLite path is seen as one."""
+    where = describe_store(db_url)
+    path = sqlite_path(db_url)
+    if path is None or Path(make_url(db_url).database or "").is_absolute():
+        return where
+    return (
+        f"{where} (a path relative to the current directory; sqlite:///{path} names it from"
+        " anywhere)"
+    )
+
+
 def _write_secret(path: Path, secret: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Created with 0600 from the start: never world-readable, not even for an instant.
@@ -480,6 +502,10 @@ async def _serve(
             await coordinator.stop()
             raise
         print(f"deskfleet-coordinator {config.replica} console on {console.url}", flush=True)
+    # Last: scripts and tests read the lines above in this order.
+    print(
+        f"deskfleet-coordinator {config.replica} store: {describe_store(config.db_url)}", flush=True
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -535,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(line)
             return 0
         if args.command == "init":
+            print(f"store: {_store_line(args.db)}", flush=True)
             path = sqlite_path(args.db)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -577,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         if args.command == "rotate-secrets-key":
+            require_store_file(args.db)
             key_file = _key_file(args)
             if key_file is None:
                 raise DeskfleetError("--secrets-key-file: required with PostgreSQL")
@@ -586,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
                 " with the new key: give every replica this file before starting it again"
             )
             return 0
+        # Before anything connects: SQLite would create a missing file, empty, on a typo.
+        require_store_file(args.db)
         endpoint = tracing.resolve_endpoint(args.otlp_endpoint)
         logs.configure(args.log_level, args.log_format)
         if args.heartbeat_interval <= 0 or args.lease_ttl <= args.heartbeat_interval:
@@ -656,6 +686,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spans.shutdown()
         return 0
+    except StoreUnavailableError as exc:
+        print(f"{prog}: {store_problem(getattr(args, 'db', ''), exc) or exc}", file=sys.stderr)
+        return 1
     except (DeskfleetError, SchemaError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1

@@ -11,7 +11,9 @@ import asyncio
 import contextvars
 import enum
 import logging
+import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +34,12 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
-from shared.errors import InternalError, InvalidArgumentError, StoreUnavailableError
+from shared.errors import (
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
 from shared.ids import new_id
 
 log = logging.getLogger(__name__)
@@ -60,32 +67,141 @@ class SchemaError(Exception):
     """The store's schema is missing or not the version this coordinator needs."""
 
 
+# What a --db error offers as a good URL: four slashes make a SQLite path absolute.
+GOOD_URLS = "sqlite:////abs/path/fleet.db or postgresql://user@host/db"
+
+
 def parse_db_url(url: str) -> tuple[Dialect, str]:
     """Map a user's `sqlite:///PATH` or `postgresql://...` URL to SQLAlchemy's, with our driver."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise InvalidArgumentError(f"--db: not a database URL: {url!r}") from exc
+    except (ArgumentError, ValueError) as exc:
+        if "://" not in url and url.strip():
+            # A plain file path, the commonest slip: offer it back as the URL that means it.
+            raise InvalidArgumentError(
+                f"--db: {url!r} is not a database URL; for that file give"
+                f" sqlite:///{os.path.abspath(url)} (or postgresql://user@host/db)"
+            ) from exc
+        raise InvalidArgumentError(
+            f"--db: not a database URL: {url!r}; give one like {GOOD_URLS}"
+        ) from exc
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if not parsed.database:
             raise InvalidArgumentError(
-                "--db: sqlite URLs need a file path, e.g. sqlite:///fleet.db"
+                f"--db: {url!r} names no file; give one like sqlite:////abs/path/fleet.db"
+                " (three slashes and a relative path: relative to the current directory)"
             )
         return Dialect.SQLITE, parsed.set(drivername="sqlite+pysqlite").render_as_string(False)
     if backend in ("postgresql", "postgres"):
         return Dialect.POSTGRESQL, parsed.set(drivername="postgresql+psycopg").render_as_string(
             False
         )
-    raise InvalidArgumentError(
-        f"--db: unsupported database {backend!r}; use sqlite:///PATH or postgresql://USER@HOST/DB"
-    )
+    raise InvalidArgumentError(f"--db: unsupported database {backend!r}; use {GOOD_URLS}")
 
 
 def sqlite_path(url: str) -> Path | None:
+    """The absolute path of a SQLite URL's file (`sqlite:///a/b` is `./a/b`); None otherwise."""
+    dialect, _ = parse_db_url(url)
+    database = make_url(url).database
+    if dialect is not Dialect.SQLITE or not database or database == ":memory:":
+        return None
+    return Path(os.path.abspath(database))
+
+
+def describe_store(url: str) -> str:
+    """Where the store of `url` is, for people: `sqlite at /abs/fleet.db`, no password."""
+    path = sqlite_path(url)
+    if path is not None:
+        return f"sqlite at {path}"
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database:
-        return Path(parsed.database)
+    if parsed.get_backend_name() == "sqlite":
+        return "sqlite in memory"
+    user = f" as {parsed.username}" if parsed.username else ""
+    return f"postgresql at {_pg_where(url)}/{parsed.database or parsed.username or ''}{user}"
+
+
+def shown_url(url: str) -> str:
+    """`url` as a command to copy may show it: any password masked."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def require_store_file(url: str) -> None:
+    """Refuse a SQLite URL whose file is missing, before anything connects: SQLite would
+    create an empty file there, and a typo would leave it behind."""
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return
+    database = make_url(url).database or ""
+    if not os.path.isabs(database) and os.path.exists("/" + database):
+        raise FailedPreconditionError(
+            f"no database file at {path}; sqlite:///{database} is relative to the current"
+            f" directory: did you mean sqlite:////{database}?"
+        )
+    raise FailedPreconditionError(
+        f"no database file at {path}; run `deskfleet-coordinator init --db sqlite:///{path}` first"
+    )
+
+
+def _pg_where(url: str) -> str:
+    parsed = make_url(url)
+    host = parsed.host or "the local socket"
+    return f"{host}:{parsed.port or 5432}" if parsed.host else host
+
+
+def store_problem(url: str, exc: BaseException | None) -> str | None:
+    """One line naming why the store of `url` cannot be used, when `exc` (a driver error, or
+    what wraps one) is a known reason: a role, a password, a database, nothing listening."""
+    while exc is not None and not isinstance(exc, DBAPIError | PoolTimeoutError | OSError):
+        exc = exc.__cause__
+    if exc is None:
+        return None
+    reason = str(getattr(exc, "orig", None) or exc)
+    try:
+        dialect, _ = parse_db_url(url)
+    except InvalidArgumentError:
+        return None
+    if dialect is Dialect.SQLITE:
+        path = sqlite_path(url)
+        if path is not None and path.is_dir():
+            return f"{path} is a directory; --db names the SQLite file, e.g. {path}/fleet.db"
+        if "unable to open database file" in reason:
+            return (
+                f"cannot open the SQLite file at {path}: is its directory there, and"
+                " readable and writable by this user?"
+            )
+        if "file is not a database" in reason:
+            return f"{path} is not a SQLite database; check --db"
+        if "readonly database" in reason:
+            return f"the SQLite file at {path} is read-only for this user"
+        return None
+    where = _pg_where(url)
+    if m := re.search(r'role "([^"]+)" does not exist', reason):
+        return (
+            f'authentication failed for role "{m[1]}" at {where}: PostgreSQL has no such role;'
+            f" create it (createuser {m[1]}) or name another user in --db"
+        )
+    if m := re.search(r'password authentication failed for user "([^"]+)"', reason):
+        return (
+            f'authentication failed for role "{m[1]}" at {where}: check the password'
+            " (in --db or ~/.pgpass)"
+        )
+    if m := re.search(r'database "([^"]+)" does not exist', reason):
+        return (
+            f'PostgreSQL at {where} has no database "{m[1]}"; create it (createdb {m[1]}),'
+            " then run `deskfleet-coordinator init --db URL`"
+        )
+    if "Connection refused" in reason or "No such file or directory" in reason:
+        return f"nothing listening at {where} (is PostgreSQL running?)"
+    if "failed to resolve host" in reason or "could not translate host name" in reason:
+        return f"cannot resolve the host {make_url(url).host!r} of --db; check its spelling"
+    if "timeout expired" in reason or isinstance(exc, PoolTimeoutError):
+        return f"no answer from {where} within 5 s (is PostgreSQL running there?)"
+    if "no pg_hba.conf entry" in reason:
+        return (
+            f"PostgreSQL at {where} refuses this host, user or database (no pg_hba.conf entry"
+            " for them)"
+        )
     return None
 
 
@@ -296,14 +412,18 @@ class Database:
         try:
             found = await self.read(version)
         except StoreUnavailableError as exc:
+            # Not reaching the store at all is not a missing schema: init would fail the same way.
+            if (problem := store_problem(self.url, exc)) is not None:
+                raise StoreUnavailableError(problem) from exc
             raise SchemaError(
-                "the store has no deskfleet schema; run `deskfleet-coordinator init` first"
-                f" ({exc.message})"
+                f"the store ({describe_store(self.url)}) has no deskfleet schema; run"
+                f" `deskfleet-coordinator init --db {shown_url(self.url)}` first"
             ) from exc
         if found != expected_revision:
             raise SchemaError(
                 f"the store's schema is at revision {found}, this coordinator needs "
-                f"{expected_revision}; run `deskfleet-coordinator init` to upgrade it"
+                f"{expected_revision}; run `deskfleet-coordinator init --db"
+                f" {shown_url(self.url)}` to upgrade it"
             )
 
     async def checkpoint(self) -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
-from coordinator.store.engine import create_store_engine
+from coordinator.store.engine import create_store_engine, store_problem
+from shared.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -79,5 +81,12 @@ def upgrade(url: str) -> tuple[str | None, str]:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
         return before, head_revision()
+    except DBAPIError as exc:
+        # A role, a password, a database or a server missing: said in one line, not a traceback.
+        problem = store_problem(url, exc)
+        if problem is None:
+            raw = str(exc.orig).strip().splitlines()
+            problem = f"the schema upgrade failed: {raw[0] if raw else type(exc.orig).__name__}"
+        raise StoreUnavailableError(problem) from exc
     finally:
         engine.dispose()
