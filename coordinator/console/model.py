@@ -351,3 +351,42 @@ def parse_float(value: Any, default: float = 0.0) -> float:
     except (TypeError, ValueError):
         return default
     return number if number == number else default  # NaN: the default
+
+
+def short_words(text: str, longest: int = 40) -> str:
+    """Each word longer than `longest` cut with an ellipsis (the cell's title keeps it whole):
+    a table cell wraps between words and never inside one, so one long token would otherwise
+    widen its column past the screen."""
+    return " ".join(
+        w if len(w) <= longest else w[: longest - 1] + "…" for w in str(text).split(" ")
+    )
+
+
+@dataclass(frozen=True)
+class JournalPages:
+    """Where a page of a run's journal is: events after `after`, `size` a page (a run's
+    sequence numbers count its events from 1, so a page's number follows from them)."""
+
+    after: int
+    last_seq: int
+    size: int
+
+    @property
+    def number(self) -> int:
+        return self.after // self.size + 1
+
+    @property
+    def count(self) -> int:
+        return max((self.last_seq + self.size - 1) // self.size, 1)
+
+    @property
+    def earlier(self) -> int | None:
+        return max(self.after - self.size, 0) if self.after > 0 else None
+
+    @property
+    def later(self) -> int | None:
+        return self.after + self.size if self.after + self.size < self.last_seq else None
+
+    @property
+    def last(self) -> int:
+        return (self.count - 1) * self.size

@@ -95,6 +95,7 @@ def _templates() -> Environment:
     env.filters["pretty_json"] = model.pretty_json
     env.filters["multiline"] = _multiline
     env.filters["href"] = model.href
+    env.filters["short_words"] = model.short_words
     env.globals["DESKTOP_ACTIONS"] = model.DESKTOP_ACTIONS
     env.globals["grid_step"] = model.grid_step
     return env

@@ -87,6 +87,10 @@ class RunPages(Pages):
             events=events,
             after=after,
             next_after=events[-1].seq if len(events) >= JOURNAL_PAGE else None,
+            journal_pages=model.JournalPages(after, run.last_seq, JOURNAL_PAGE),
+            # Collapsed on arrival (a run's journal made its page thousands of pixels tall);
+            # open when one of its pages or a search was asked for.
+            journal_open="after" in q or bool(search),
             search=search,
             matches=matches,
             stopped=run.status in STOPPED,

@@ -430,8 +430,18 @@ def accessibility_problems(page: Any) -> list[str]:
             shown = " ".join(f'{k}="{v}"' for k, v in zip(attrs[::2], attrs[1::2], strict=True))
             return f"<{dom['nodeName'].lower()} {shown}>"
 
+        # The AX tree's nodes come breadth-first, not in reading order: headings are ordered
+        # by their place in the document.
+        order: dict[int, int] = {}
+
+        def walk(dom: dict[str, Any]) -> None:
+            order[dom["backendNodeId"]] = len(order)
+            for child in dom.get("children", []):
+                walk(child)
+
+        walk(cdp.send("DOM.getDocument", {"depth": -1})["root"])
         problems: list[str] = []
-        levels: list[int] = []
+        headings: list[tuple[int, int]] = []  # (place in the document, level)
         roles: set[str] = set()
         for node in nodes:
             if node.get("ignored"):
@@ -443,7 +453,9 @@ def accessibility_problems(page: Any) -> list[str]:
                 problems.append(f"{role} without an accessible name: {describe(node)}")
             if role == "heading":
                 props = {p["name"]: p["value"].get("value") for p in node.get("properties", [])}
-                levels.append(int(props.get("level") or 0))
+                place = order.get(node.get("backendDOMNodeId", -1), len(order))
+                headings.append((place, int(props.get("level") or 0)))
+        levels = [level for _, level in sorted(headings)]
         if levels.count(1) != 1:
             problems.append(f"{levels.count(1)} level-1 headings (want one): {levels}")
         for before, after in itertools.pairwise(levels):
@@ -666,4 +678,153 @@ def test_a_goal_run_links_to_the_replay_of_the_desktop_run_its_computer_used(
     shot = frames.nth(0).get_attribute("data-shot")
     assert shot and frames.nth(1).get_attribute("data-shot") == shot
     assert frames.nth(1).locator("circle.click").count() == 1
+    context.close()
+
+
+# --- layout at 1280 px ---------------------------------------------------------------------
+# Measured in the browser: a word of a table cell set on two lines (a line break between two
+# letters or digits: "researc h", "SUCCEEDE D") and where each part of a run's page begins.
+
+SPLIT_WORDS = """() => {
+  const split = [];
+  const alnum = /[\\p{L}\\p{N}]/u;
+  for (const cell of document.querySelectorAll('td, th')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const text = node.data;
+      let top = null;
+      for (let i = 0; i < text.length; i++) {
+        const range = document.createRange();
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const rect = [...range.getClientRects()].find(r => r.width > 0);
+        if (!rect) { top = null; continue; }  // a space at a line's end, or not shown
+        const y = Math.round(rect.top);
+        if (top !== null && y > top && alnum.test(text[i - 1]) && alnum.test(text[i])) {
+          split.push(text.slice(Math.max(0, i - 12), i) + '|' + text.slice(i, i + 12));
+        }
+        top = y;
+      }
+    }
+  }
+  return split;
+}"""
+TOP_OF = "sel => document.querySelector(sel).getBoundingClientRect().top + window.scrollY"
+HEIGHT = "() => document.documentElement.scrollHeight"
+
+
+def at_1280(stack: Stack, token: str) -> tuple[Any, Any]:
+    context, page = stack.signed_in(token)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    return context, page
+
+
+def first_screen_problems(page: Any) -> list[str]:
+    """The summary, the timeline and the actions begin above 800 px; no cell splits a word."""
+    late = [
+        f"{sel} begins at {top:.0f} px"
+        for sel in ("#summary", "#timeline", "#actions", "p.actions")
+        if (top := page.evaluate(TOP_OF, sel)) >= 800
+    ]
+    return late + [f"split word {w!r}" for w in page.evaluate(SPLIT_WORDS)]
+
+
+def test_the_runs_list_at_1280_px_splits_no_word(
+    stack: Stack, research_run: dict[str, Any], replayed: Replayed
+) -> None:
+    long_reason = (
+        "the checker refused the whole batch because /var/lib/deskfleet/spool/incoming/"
+        "batch-000000000000000000000000000017/manifest.json names a file twice; fix it"
+    )
+    plan = write_plan(
+        stack.coordinator.workdir / "long-why.json",
+        [{"kind": "diag.fail", "args": {"message": long_reason}, "idempotent": True}],
+        title="a run with a long reason to explain why it stopped, as failures often have",
+    )
+    failed = submit(stack.coordinator, plan, token_file=stack.token_files["alice"])
+    wait_run(
+        stack.coordinator,
+        failed["id"],
+        lambda r: r["status"] in STOPPED,
+        token_file=stack.token_files["alice"],
+    )
+    for token in (stack.tokens["alice"], stack.admin_token):
+        context, page = at_1280(stack, token)
+        page.goto("/runs?owner=%2A" if token == stack.admin_token else "/runs")
+        kinds = page.locator("table.runs-list tbody td:nth-child(2)").all_inner_texts()
+        assert {"research", "plan"} <= set(kinds), kinds
+        assert page.evaluate(SPLIT_WORDS) == []
+        heads = page.locator("table.runs-list thead th").all_inner_texts()
+        assert heads == ["Title", "Kind", "Status", "Why", "Owner", "Actions", "Created"]
+        context.close()
+    # The whole reason stays on hover; the cell shows its first 160 characters.
+    context, page = at_1280(stack, stack.tokens["alice"])
+    page.goto("/runs")
+    why = page.locator("table.runs-list tr", has_text=failed["id"]).locator("td.why")
+    assert long_reason in (why.get_attribute("title") or "")
+    shown = why.inner_text()
+    assert shown.endswith("…") and shown[:-1] in (why.get_attribute("title") or "")
+    context.close()
+
+
+def test_a_research_runs_page_shows_its_summary_timeline_and_actions_first(
+    stack: Stack, research_run: dict[str, Any]
+) -> None:
+    context, page = at_1280(stack, stack.tokens["alice"])
+    page.goto(f"/runs/{research_run['id']}")
+    assert first_screen_problems(page) == []
+    journal = page.locator("details.journal")
+    assert journal.get_attribute("open") is None and not page.locator("ol.journal").is_visible()
+    collapsed = page.evaluate(HEIGHT)
+    page.click("details.journal > summary")
+    assert page.locator("ol.journal").is_visible()
+    assert page.evaluate(HEIGHT) > collapsed + 800  # what the page was with it expanded
+    context.close()
+
+
+def test_a_desktop_runs_page_shows_its_summary_first_and_pages_its_journal(
+    stack: Stack, replayed: Replayed
+) -> None:
+    context, page = at_1280(stack, stack.admin_token)
+    page.goto(f"/runs/{replayed.run_id}")
+    assert first_screen_problems(page) == []
+    collapsed = page.evaluate(HEIGHT)
+    assert collapsed < 3000, collapsed
+    page.click("details.journal > summary")
+    expanded = page.evaluate(HEIGHT)
+    assert expanded > collapsed + 1500, (collapsed, expanded)  # it had been that tall
+    assert 0 < page.locator("ol.journal > li").count() <= 50
+    context.close()
+
+
+def test_the_journal_is_paged_50_events_a_page_by_the_server(stack: Stack) -> None:
+    plan = write_plan(
+        stack.coordinator.workdir / "many-events.json",
+        [{"kind": "diag.echo", "args": {"value": i}, "idempotent": True} for i in range(20)],
+        title="twenty echoes",
+    )
+    run = submit(stack.coordinator, plan, token_file=stack.token_files["alice"])
+    wait_run(
+        stack.coordinator,
+        run["id"],
+        lambda r: r["status"] == "SUCCEEDED",
+        token_file=stack.token_files["alice"],
+    )
+    context, page = at_1280(stack, stack.tokens["alice"])
+    page.goto(f"/runs/{run['id']}")
+    last_seq = int(page.get_attribute("[data-live-run]", "data-last-seq") or 0)
+    assert last_seq > 50, last_seq
+    assert first_screen_problems(page) == []
+    page.click("details.journal > summary")
+    entries = page.locator("ol.journal > li")
+    assert entries.count() == 50 and entries.first.locator("span.mono").inner_text() == "1"
+    page.click("nav.pager a[rel=next]")
+    page.wait_for_url("**after=50*")
+    assert page.locator("details.journal").get_attribute("open") is not None  # opened there
+    assert entries.first.locator("span.mono").inner_text() == "51"
+    pages = -(-last_seq // 50)
+    assert f"page 2 of {pages}" in page.locator("nav.pager").inner_text()
+    page.click("nav.pager a[rel=prev]")
+    page.wait_for_url("**after=0*")
+    assert entries.first.locator("span.mono").inner_text() == "1"
     context.close()

@@ -181,3 +181,27 @@ def test_run_ids_under_a_workers_actions_are_links() -> None:
             switches=[],
         )
         assert html.count(f'href="{href}"') == 2, (role, html)
+
+
+def test_a_cell_shortens_only_words_longer_than_it_holds() -> None:
+    from coordinator.console.model import short_words
+
+    assert short_words("budget_exhausted: max_actions") == "budget_exhausted: max_actions"
+    cut = short_words("see /var/lib/deskfleet/spool/incoming/batch-0000000000017/x.json now")
+    assert cut == "see /var/lib/deskfleet/spool/incoming/batch… now"
+
+
+def test_the_journal_is_paged_by_its_sequence_numbers() -> None:
+    from coordinator.console.model import JournalPages
+
+    first = JournalPages(after=0, last_seq=120, size=50)
+    assert (first.number, first.count, first.earlier, first.later, first.last) == (
+        1,
+        3,
+        None,
+        50,
+        100,
+    )
+    third = JournalPages(after=100, last_seq=120, size=50)
+    assert (third.number, third.earlier, third.later) == (3, 50, None)
+    assert JournalPages(after=0, last_seq=0, size=50).count == 1
