@@ -614,8 +614,6 @@ def main(argv: list[str] | None = None) -> int:
                 " with the new key: give every replica this file before starting it again"
             )
             return 0
-        # Before anything connects: SQLite would create a missing file, empty, on a typo.
-        require_store_file(args.db)
         endpoint = tracing.resolve_endpoint(args.otlp_endpoint)
         logs.configure(args.log_level, args.log_format)
         if args.heartbeat_interval <= 0 or args.lease_ttl <= args.heartbeat_interval:
@@ -639,6 +637,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.handshake_timeout > 0:
             raise DeskfleetError("--handshake-timeout must be positive")
         owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
+        # Before anything connects: SQLite would create a missing file, empty, on a typo.
+        require_store_file(args.db)
         open_files = descriptors.raise_open_files_limit()
         console_connections = DEFAULT_MAX_CONNECTIONS if args.console_listen else 0
         config = CoordinatorConfig(

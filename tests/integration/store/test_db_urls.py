@@ -4,9 +4,9 @@ PostgreSQL role, database or server that is not there is named in one line by `i
 
 from __future__ import annotations
 
-import select
 import socket
 import subprocess
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from pathlib import Path
 
 import pytest
@@ -41,10 +41,16 @@ def refused(tmp_path: Path, command: str, url: str) -> str:
 
 def test_serve_says_which_store_it_opened(coordinator: CoordinatorProcess) -> None:
     # Printed after the lines scripts read (listening, worker streams, metrics, console).
+    # Read directly: the line may already sit in the pipe's buffer, where select() cannot see
+    # it. A thread, so that a coordinator that never prints it fails the test, not hangs it.
     assert coordinator.proc is not None and coordinator.proc.stdout is not None
-    ready, _, _ = select.select([coordinator.proc.stdout], [], [], 10)
-    assert ready, "serve printed nothing after its listening line"
-    line = coordinator.proc.stdout.readline().strip()
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(coordinator.proc.stdout.readline)
+        try:
+            line = reading.result(timeout=10).strip()
+        except FutureTimeout:
+            coordinator.stop()  # ends the read at EOF
+            raise AssertionError("serve printed nothing after its listening line") from None
     assert line == f"deskfleet-coordinator r1 store: sqlite at {coordinator.workdir}/fleet.db"
 
 

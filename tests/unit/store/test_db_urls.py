@@ -5,6 +5,7 @@ tests/integration/store/test_db_urls.py."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -17,13 +18,18 @@ from coordinator.app import cli
 
 @pytest.fixture(autouse=True)
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`main` sets the umask and configures logging, as a program does: put both back."""
     monkeypatch.chdir(tmp_path)
     umask = os.umask(0o022)
     os.umask(umask)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         yield
     finally:
-        os.umask(umask)  # main() sets its own for what the coordinator creates
+        os.umask(umask)
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
