@@ -169,7 +169,11 @@ def _users_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
     if args.save:
         print(f"user {doc['id']} ({doc['name']}, {doc['role']}); its token saved to {args.save}")
     else:
-        print(f"user {doc['id']} ({doc['name']}, {doc['role']}); its token, shown once:")
+        # As `tokens create`: `T=$(deskfleet users create ann)` holds the token alone.
+        print(
+            f"user {doc['id']} ({doc['name']}, {doc['role']}); its token, shown once:",
+            file=sys.stderr,
+        )
         print(doc["token"])
 
 
@@ -195,10 +199,12 @@ def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
     if args.json:
         render.print_json({**doc, "token": "" if args.save else doc["token"]})
         return
-    print(f"user {doc['id']} ({doc['name']}): new token; the old one no longer works")
+    said = f"user {doc['id']} ({doc['name']}): new token; the old one no longer works"
     if args.save:
+        print(said)
         print(f"saved to {args.save}")
     else:
+        print(said, file=sys.stderr)
         print(doc["token"])
 
 

@@ -160,6 +160,27 @@ def test_users_create_save_writes_a_private_file_as_rotate_does(
     assert doc["token"] == "" and path.read_text().strip().startswith(f"dfu_{doc['id']}.")
 
 
+def test_users_create_and_rotate_print_the_token_alone_on_stdout(
+    coordinator: CoordinatorProcess,
+) -> None:
+    """`T=$(deskfleet users create ann)` must hold a token that signs in, as tokens create does."""
+    made = coordinator.cli("users", "create", "captured")
+    assert made.stdout.count("\n") == 1 and made.stdout.startswith("dfu_")
+    assert made.stderr.startswith("user usr_") and "(captured, owner); its token, shown once" in (
+        made.stderr
+    )
+    path = coordinator.workdir / "captured.token"
+    path.write_text(made.stdout.strip())
+    assert coordinator.cli_json("whoami", token_file=path)["name"] == "captured"
+    rotated = coordinator.cli("users", "rotate", "captured")
+    assert rotated.stdout.count("\n") == 1 and rotated.stdout.startswith("dfu_")
+    assert "new token; the old one no longer works" in rotated.stderr
+    refused = coordinator.cli("whoami", token_file=path, check=False)
+    assert refused.returncode != 0
+    path.write_text(rotated.stdout.strip())
+    assert coordinator.cli_json("whoami", token_file=path)["name"] == "captured"
+
+
 def test_users_create_save_to_a_missing_directory_creates_no_user(
     coordinator: CoordinatorProcess,
 ) -> None:
