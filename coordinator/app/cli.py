@@ -51,6 +51,7 @@ from coordinator.store.engine import (
     require_store_file,
     sqlite_path,
     store_problem,
+    without_password,
 )
 from coordinator.store.schema import upgrade
 from shared import __version__, heap, logs, telemetry_options, tracing
@@ -58,6 +59,7 @@ from shared.advertisement import HelloLimits
 from shared.errors import AlreadyExistsError, DeskfleetError, StoreUnavailableError
 from shared.ids import new_id
 from shared.sizes import parse_size
+from shared.text import visible
 
 if TYPE_CHECKING:  # the console (Starlette, uvicorn) is imported only when it is served
     from coordinator.console.server import Embedded
@@ -504,7 +506,8 @@ async def _serve(
         print(f"deskfleet-coordinator {config.replica} console on {console.url}", flush=True)
     # Last: scripts and tests read the lines above in this order.
     print(
-        f"deskfleet-coordinator {config.replica} store: {describe_store(config.db_url)}", flush=True
+        f"deskfleet-coordinator {config.replica} store: {visible(describe_store(config.db_url))}",
+        flush=True,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -561,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(line)
             return 0
         if args.command == "init":
-            print(f"store: {_store_line(args.db)}", flush=True)
+            print(f"store: {visible(_store_line(args.db))}", flush=True)
             path = sqlite_path(args.db)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -686,14 +689,18 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spans.shutdown()
         return 0
+    # Spelled out with `visible`: a --db path or a file name holding an escape sequence or a
+    # line break is shown as typed, never run by the terminal.
     except StoreUnavailableError as exc:
-        print(f"{prog}: {store_problem(getattr(args, 'db', ''), exc) or exc}", file=sys.stderr)
+        db = getattr(args, "db", "")
+        said = (store_problem(db, exc) or without_password(db, str(exc))) if db else str(exc)
+        print(f"{prog}: {visible(said)}", file=sys.stderr)
         return 1
     except (DeskfleetError, SchemaError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {visible(str(exc))}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"{prog}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"{prog}: {visible(str(exc.strerror or exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

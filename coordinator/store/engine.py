@@ -83,7 +83,7 @@ def parse_db_url(url: str) -> tuple[Dialect, str]:
                 f" sqlite:///{os.path.abspath(url)} (or postgresql://user@host/db)"
             ) from exc
         raise InvalidArgumentError(
-            f"--db: not a database URL: {url!r}; give one like {GOOD_URLS}"
+            f"--db: not a database URL: {_masked(url)!r}; give one like {GOOD_URLS}"
         ) from exc
     backend = parsed.get_backend_name()
     if backend == "sqlite":
@@ -91,6 +91,13 @@ def parse_db_url(url: str) -> tuple[Dialect, str]:
             raise InvalidArgumentError(
                 f"--db: {url!r} names no file; give one like sqlite:////abs/path/fleet.db"
                 " (three slashes and a relative path: relative to the current directory)"
+            )
+        if parsed.database == ":memory:":
+            # Each connection would be a store of its own, gone when it closes: init's schema
+            # would never reach serve (and the engine refused its pool options in a traceback).
+            raise InvalidArgumentError(
+                f"--db: {url!r} is a store in memory, which no other connection or process"
+                " sees; give a file, like sqlite:////abs/path/fleet.db"
             )
         return Dialect.SQLITE, parsed.set(drivername="sqlite+pysqlite").render_as_string(False)
     if backend in ("postgresql", "postgres"):
@@ -121,6 +128,21 @@ def describe_store(url: str) -> str:
     return f"postgresql at {_pg_where(url)}/{parsed.database or parsed.username or ''}{user}"
 
 
+def _masked(url: str) -> str:
+    """`url` with what stands between `user:` and the host's `@` masked: for a URL that
+    does not parse, so that its password is never echoed in the error that refuses it."""
+    return re.sub(r"(://[^/:@]*:).*@", r"\1***@", url)
+
+
+def without_password(url: str, text: str) -> str:
+    """`text` with the password of `url`, wherever it appears, masked (a driver's message)."""
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError):
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
 def shown_url(url: str) -> str:
     """`url` as a command to copy may show it: any password masked."""
     return make_url(url).render_as_string(hide_password=True)
@@ -130,8 +152,14 @@ def require_store_file(url: str) -> None:
     """Refuse a SQLite URL whose file is missing, before anything connects: SQLite would
     create an empty file there, and a typo would leave it behind."""
     path = sqlite_path(url)
-    if path is None or path.exists():
-        return
+    try:
+        if path is None or path.exists():
+            return
+    except OSError as exc:  # a name too long for the file system, a component not a directory
+        raise FailedPreconditionError(
+            f"--db: the SQLite path {str(path)[:120]!r}{'…' if len(str(path)) > 120 else ''}"
+            f" cannot be used: {exc.strerror}"
+        ) from exc
     database = make_url(url).database or ""
     if not os.path.isabs(database) and os.path.exists("/" + database):
         raise FailedPreconditionError(
@@ -415,6 +443,13 @@ class Database:
             # Not reaching the store at all is not a missing schema: init would fail the same way.
             if (problem := store_problem(self.url, exc)) is not None:
                 raise StoreUnavailableError(problem) from exc
+            if not _missing_table(exc):
+                # A store that could not be asked (a bad option, a port out of range) is not
+                # a missing schema: init would fail the same way. Its own words, no password.
+                raise StoreUnavailableError(
+                    f"cannot use the store ({describe_store(self.url)}):"
+                    f" {without_password(self.url, _reason(exc.__cause__ or exc))}"
+                ) from exc
             raise SchemaError(
                 f"the store ({describe_store(self.url)}) has no deskfleet schema; run"
                 f" `deskfleet-coordinator init --db {shown_url(self.url)}` first"
@@ -482,6 +517,12 @@ def _no_autocheckpoint(dbapi_conn: Any, _record: Any) -> None:
 
 def _retryable(exc: DBAPIError) -> bool:
     return getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES
+
+
+def _missing_table(exc: BaseException) -> bool:
+    """Whether a store error says the table asked for is not there (SQLite, PostgreSQL)."""
+    reason = str(getattr(exc.__cause__, "orig", None) or exc.__cause__ or exc)
+    return "no such table" in reason or bool(re.search(r"relation .* does not exist", reason))
 
 
 def _reason(exc: BaseException) -> str:
