@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -93,6 +94,9 @@ class RunHandle:
         too until the run stops. A lost connection is tried again for up to `reconnect_for`
         seconds and resumes after the last event yielded, so nothing is missed and nothing
         is seen twice; past that, WatchLostError says where to resume (its `last_seq`)."""
+        if not math.isfinite(reconnect_for):
+            # NaN compares false with every deadline: the watch would reconnect forever.
+            raise ValueError(f"reconnect_for: a finite number of seconds, not {reconnect_for!r}")
         seen = after_seq
         lost_at: float | None = None  # when the coordinator stopped answering this watch
         tries = 0
@@ -101,11 +105,13 @@ class RunHandle:
             started = time.monotonic()
             try:
                 async for message in self._c.stream(self._c.runs.WatchRun, request):
+                    if message.seq <= seen:
+                        # Not progress: a stream that repeats old events and drops must not
+                        # restart the window each time (it would reconnect forever).
+                        continue
                     if lost_at is not None:
                         log.warning("watching run %s again, after #%d", self.id, seen)
                         lost_at, tries = None, 0
-                    if message.seq <= seen:
-                        continue
                     seen = message.seq
                     yield Event.from_proto(message)
                 return

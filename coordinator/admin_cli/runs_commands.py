@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import uuid
 from pathlib import Path
@@ -69,6 +70,7 @@ def _print_run(doc: dict[str, Any], as_json: bool) -> None:
 # With --wait, SubmitRun itself waits this long: a short run is submitted and answered in one
 # round trip; a longer one is announced, then followed with WaitRun.
 SUBMIT_WAIT = 5.0
+MAX_SEQ = 2**31 - 1  # a journal's sequence numbers are int32 on the wire
 
 
 def submit(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -208,8 +210,10 @@ def watch(client: CoordinatorClient, args: argparse.Namespace) -> None:
     """Stream the journal; after a disconnect, resume from the last sequence seen (the
     library reconnects and says so on stderr); past its window, name the command that
     goes on from the last event printed."""
-    if args.reconnect_for < 0:
-        raise InvalidArgumentError("--reconnect-for must be 0 or more seconds")
+    if not 0 <= args.reconnect_for < math.inf:  # NaN too: it reconnected forever
+        raise InvalidArgumentError("--reconnect-for must be 0 or more seconds (a finite number)")
+    if not 0 <= args.after_seq <= MAX_SEQ:
+        raise InvalidArgumentError(f"--after-seq must be from 0 to {MAX_SEQ}")
     events: list[dict[str, Any]] = []
     printed = args.after_seq  # --json prints nothing until the end: resume from the start
     handle = client.fleet_client.run(args.id)
