@@ -60,7 +60,9 @@ class RunPages(Pages):
         run_id = request.path_params["id"]
         q = request.query_params
         run = await self.rpc.call(session.token, self.rpc.runs.GetRun, runs_pb2.RunRef(id=run_id))
-        after = max(model.parse_int(q.get("after"), 0), 0)
+        # Past the run's last event is an empty page, never a number the request cannot hold
+        # (an `after` beyond 32 bits was an internal error).
+        after = min(max(model.parse_int(q.get("after"), 0), 0), run.last_seq)
         events = await self.rpc.journal_page(session.token, run_id, after, JOURNAL_PAGE)
         search = q.get("search", "").strip()
         matches: runs_pb2.SearchJournalResponse | None = None

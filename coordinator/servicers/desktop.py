@@ -36,8 +36,12 @@ def _id(value: str, what: str) -> str:
 
 def _worker_ref(value: str) -> str:
     """A worker's id or name, resolved by the domain call (`store.workers.resolve`)."""
-    if not value.strip() or len(value) > 200:
+    if not value.strip():
         raise InvalidArgumentError("worker: a worker's id or name is required")
+    if len(value) > 200:
+        raise InvalidArgumentError(
+            f"worker: a worker's id or name is at most 200 characters, not {len(value)}"
+        )
     return value
 
 

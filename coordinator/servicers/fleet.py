@@ -17,9 +17,15 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _worker_id(ref: fleet_pb2.WorkerRef | fleet_pb2.RotateWorkerRequest) -> str:
-    if not ref.id.strip() or len(ref.id) > 200:
+    if not ref.id.strip():
         raise InvalidArgumentError(
             "id: a worker's id or name is required (see `deskfleet workers list`)"
+        )
+    if len(ref.id) > 200:
+        # Said as what it is: a name pasted whole from somewhere was told it was missing.
+        raise InvalidArgumentError(
+            f"id: a worker's id or name is at most 200 characters, not {len(ref.id)}"
+            " (see `deskfleet workers list`)"
         )
     return ref.id
 
