@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -64,7 +65,9 @@ def _tokens_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
         admin_pb2.CreateEnrollmentTokenRequest(
             capabilities=args.capability or [],
             ttl_seconds=int(ttl),
-            uses=args.uses,
+            # Past 32 bits the request cannot hold it (a traceback): the coordinator's own
+            # refusal names its limit.
+            uses=min(args.uses, 2**31 - 1),
         ),
     )
     doc = render.as_dict(token)
@@ -718,8 +721,8 @@ def _run(args: argparse.Namespace) -> int:
     _notes_to_stderr()
     try:
         config = ClientConfig.resolve(args.coordinator, args.token_file, args.ca_file)
-        if args.timeout <= 0:
-            raise InvalidArgumentError("--timeout must be positive")
+        if not 0 < args.timeout < math.inf:  # NaN too: every call "did not answer in time"
+            raise InvalidArgumentError("--timeout must be a positive number of seconds")
         command = getattr(args.run, "__name__", "command").strip("_").replace("_", " ")
         with (
             tracing.command_span(f"deskfleet {command}") as trace,

@@ -169,6 +169,24 @@ def test_a_revocation_racing_enrollments_wins_from_the_moment_it_commits(
     assert all(f"enrollment token {made['id']} was revoked at " in r for r in refused), refused
 
 
+def test_numbers_past_what_the_wire_holds_are_one_line(
+    module_coordinator: CoordinatorProcess,
+) -> None:
+    c = module_coordinator
+    many = c.cli("tokens", "create", "--uses", str(10**12), check=False)
+    assert many.returncode == 2
+    assert many.stderr == "deskfleet: uses: must be between 1 and 10000\n"
+    for timeout in ("nan", "inf", "1e400", "0", "-1"):
+        # Before and after the command alike (the shared options go either side).
+        for argv in (
+            ("--timeout", timeout, "tokens", "list"),
+            ("users", "list", "--timeout", timeout),
+        ):
+            done = c.cli(*argv, check=False)
+            assert done.returncode == 2, (argv, done.stderr)
+            assert done.stderr == "deskfleet: --timeout must be a positive number of seconds\n"
+
+
 # --- the console -----------------------------------------------------------------------------
 
 
