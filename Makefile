@@ -17,7 +17,7 @@ test-slow:
 	bash scripts/test.sh --slow
 
 # The in-process tier only (tests/unit/): the ledger's rules, parsing, rendering; no program
-# is started (tests/unit/conftest.py refuses one), about 20 s.
+# is started (tests/unit/conftest.py refuses one), about 45 s on two cores (docs/TESTING.md).
 test-unit:
 	bash scripts/test.sh --all -m unit
 
