@@ -29,7 +29,9 @@ class AuditPages(Pages):
         q = request.query_params
         filters = {k: q.get(k, "") for k in ("action", "actor", "target", "hours")}
         hours = model.parse_float(filters["hours"], 0.0)
-        since = time.time() - hours * 3600 if hours > 0 else 0.0
+        # More hours than there have been (a hand-typed 1e308, inf) is all of them: it was a
+        # refusal about "epoch seconds" nobody on this page typed.
+        since = max(time.time() - hours * 3600, 0.0) if hours > 0 else 0.0
         entries = await self.rpc.call(
             session.token,
             self.rpc.admin.ListAudit,

@@ -208,6 +208,9 @@ def test_journal_pages_take_any_number_without_an_internal_error(
         assert "journal" in page.body
     for page_no in ("-1", str(10**30), "x", "2.5", "1&page=2"):
         assert browser.get(f"/runs?page={page_no}").status == 200, page_no
+    for hours in ("inf", "1e308", "nan", "-1", "x"):  # more hours than there have been: all
+        audit = browser.get(f"/audit?hours={hours}&page={10**30}")
+        assert audit.status == 200, (hours, audit.body[:500])
 
 
 def test_hostile_run_text_is_escaped_and_a_long_word_is_cut(
