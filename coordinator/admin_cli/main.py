@@ -141,10 +141,34 @@ def _tokens_revoke(client: CoordinatorClient, args: argparse.Namespace) -> None:
     )
 
 
-def _save_target(path: Path | None) -> None:
-    """A token that is shown once must have somewhere to go before it is made."""
-    if path is not None:
-        check_writable(path, "--save")
+def _save_target(
+    client: CoordinatorClient, path: Path | None, *, user: str, rotating: bool = False
+) -> None:
+    """A token that is shown once must have somewhere to go before it is made, and that
+    somewhere is not the credential this command signs in with unless the token is the
+    caller's own new one: `users create bob --save admin.token` replaced the admin's
+    credential with bob's, locking the admin out of the CLI."""
+    if path is None:
+        return
+    check_writable(path, "--save")
+    mine = client.config.token_file
+    if mine is None or not _same_file(path, mine):
+        return
+    if rotating:
+        me = client.call(client.admin.WhoAmI, admin_pb2.WhoAmIRequest())
+        if user in ("", me.id, me.name):
+            return  # rotating oneself into one's own file: what --save is for
+    raise InvalidArgumentError(
+        f"--save {path}: that is the credential this command signs in with; {user}'s token"
+        " there would replace it: give another FILE"
+    )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
 
 
 def _save(path: Path, token: str) -> None:
@@ -159,7 +183,7 @@ def _save(path: Path, token: str) -> None:
 
 
 def _users_create(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    _save_target(args.save)
+    _save_target(client, args.save, user=args.name)
     user = client.call(
         client.admin.CreateUser, admin_pb2.CreateUserRequest(name=args.name, role=args.role)
     )
@@ -194,7 +218,7 @@ def _users_list(client: CoordinatorClient, args: argparse.Namespace) -> None:
 
 
 def _users_rotate(client: CoordinatorClient, args: argparse.Namespace) -> None:
-    _save_target(args.save)
+    _save_target(client, args.save, user=args.name or "", rotating=True)
     user = client.call(client.admin.RotateUser, admin_pb2.RotateUserRequest(name=args.name))
     doc = render.as_dict(user)
     if args.save:

@@ -187,6 +187,29 @@ def test_numbers_past_what_the_wire_holds_are_one_line(
             assert done.stderr == "deskfleet: --timeout must be a positive number of seconds\n"
 
 
+def test_a_new_token_never_replaces_the_credential_the_command_signs_in_with(
+    module_coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    c = module_coordinator
+    mine = tmp_path / "admin.token"  # a copy: the module's other tests keep the original
+    mine.write_text(c.admin_token_file.read_text())
+    made = c.cli("users", "create", "rt-victim", "--save", str(mine), token_file=mine, check=False)
+    assert made.returncode == 2, made.stderr
+    assert made.stderr == (
+        f"deskfleet: --save {mine}: that is the credential this command signs in with;"
+        " rt-victim's token there would replace it: give another FILE\n"
+    )
+    assert mine.read_text() == c.admin_token_file.read_text()
+    assert "rt-victim" not in c.cli("users", "list").stdout  # refused before it was made
+    other = owner_token(c, tmp_path, "rt-rotated")
+    rotated = c.cli(
+        "users", "rotate", "rt-rotated", "--save", str(mine), token_file=mine, check=False
+    )  # fmt: skip
+    assert rotated.returncode == 2
+    assert "rt-rotated's token there would replace it" in rotated.stderr
+    assert c.cli("runs", "list", token_file=other).returncode == 0  # its token still works
+
+
 # --- the console -----------------------------------------------------------------------------
 
 
