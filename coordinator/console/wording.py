@@ -78,6 +78,9 @@ _NEEDS = re.compile(r"^(\w+) needs an? ([\w ]+?) credential; this one is an? (\w
 _NO_RULE = re.compile(r"^\S*?(\w+) has no access rule")
 # An RPC name inside any other message: two or more capitalised parts ("GetRun", not "Status").
 _RPC_NAME = re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]*)+\b")
+# A value the message quotes (Python's repr, as the coordinator's messages quote them).
+# An apostrophe inside a word ("owner's") opens no quote.
+_QUOTED = re.compile(r"""((?<!\w)'(?:[^'\\]|\\.)*'(?!\w)|"(?:[^"\\]|\\.)*")""")
 
 
 def article(word: str) -> str:
@@ -104,5 +107,11 @@ def for_people(exc: DeskfleetError, name: str = "", role: str = "") -> str:
         return f"The coordinator no longer accepts your sign-in ({text}): sign in again."
     elif isinstance(exc, UnavailableError) and text.startswith("cannot reach"):
         return f"The console {text}; try again once the coordinator is running."
-    said = _RPC_NAME.sub(lambda m: f"“{doing(m.group(0))}”" if m.group(0) in DOING else m[0], text)
-    return said
+    # Not inside quotes: a quoted value is what the person typed ("no user 'GetRun'"), echoed
+    # back as typed, never reworded into "no user '“open a run”'".
+    return "".join(
+        part
+        if part[:1] in ("'", '"')
+        else _RPC_NAME.sub(lambda m: f"“{doing(m[0])}”" if m[0] in DOING else m[0], part)
+        for part in _QUOTED.split(text)
+    )
