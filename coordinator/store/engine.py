@@ -131,21 +131,39 @@ def describe_store(url: str) -> str:
 def _masked(url: str) -> str:
     """`url` with what stands between `user:` and the host's `@` masked: for a URL that
     does not parse, so that its password is never echoed in the error that refuses it."""
-    return re.sub(r"(://[^/:@]*:).*@", r"\1***@", url)
+    url = re.sub(r"(://[^/:@]*:).*@", r"\1***@", url)
+    return re.sub(r"\b((?:ssl)?password=)[^&]*", r"\1***", url)
+
+
+# Query parameters libpq takes a secret in (`?password=...` works as well as `user:pw@`).
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
+def _secrets_of(url: str) -> list[str]:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return []
+    found = [str(parsed.password)] if parsed.password else []
+    for key in _SECRET_PARAMS:
+        value = parsed.query.get(key)
+        found += [value] if isinstance(value, str) else list(value or ())
+    return [s for s in found if s]
 
 
 def without_password(url: str, text: str) -> str:
     """`text` with the password of `url`, wherever it appears, masked (a driver's message)."""
-    try:
-        password = make_url(url).password
-    except (ArgumentError, ValueError):
-        return text
-    return text.replace(str(password), "***") if password else text
+    for secret in _secrets_of(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 def shown_url(url: str) -> str:
-    """`url` as a command to copy may show it: any password masked."""
-    return make_url(url).render_as_string(hide_password=True)
+    """`url` as a command to copy may show it: any password masked, in the query too."""
+    parsed = make_url(url)
+    hidden = {k: "***" for k in _SECRET_PARAMS if k in parsed.query}
+    shown = parsed.update_query_dict(hidden).render_as_string(hide_password=True)
+    return shown.replace("%2A%2A%2A", "***")
 
 
 def require_store_file(url: str) -> None:
