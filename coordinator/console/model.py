@@ -13,6 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.admin_cli.desktop_commands import ACTIONS
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
+from shared.text import visible
 
 PAGE_SIZE = 50
 
@@ -357,8 +358,10 @@ def short_words(text: str, longest: int = 40) -> str:
     """Each word longer than `longest` cut with an ellipsis (the cell's title keeps it whole):
     a table cell wraps between words and never inside one, so one long token would otherwise
     widen its column past the screen."""
+    # Measured as the page shows it: a control character is spelled out (`\u202e`, six
+    # characters), so 39 of them were a 234-character word no cell could wrap.
     return " ".join(
-        w if len(w) <= longest else w[: longest - 1] + "…" for w in str(text).split(" ")
+        w if len(w) <= longest else w[: longest - 1] + "…" for w in visible(str(text)).split(" ")
     )
 
 
