@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version as package_version
 
 from shared import __version__
 from shared.advertisement import Advertisement, Capability, Display
-from worker_agent import sandbox as browser_sandbox
+from worker_agent import sandbox as browser_sandbox, x_authority
 from worker_agent.macos_permissions import accessibility_problem, screen_recording_problem
 from worker_agent.sandbox import Sandbox
 
@@ -69,6 +69,9 @@ def probe_displays() -> tuple[tuple[Display, ...], str | None]:
         with mss.MSS() as grabber:
             monitors = grabber.monitors[1:]
     except Exception as exc:  # any failure here means "no usable display", with its reason
+        refused = x_authority.refusal()  # mss (libX11) does not say why; python-xlib does
+        if refused is not None:
+            return (), refused.problem
         return (), f"display {os.environ.get('DISPLAY', '')} does not answer: {_short(exc)}"
     displays = tuple(
         Display(i, int(m["left"]), int(m["top"]), int(m["width"]), int(m["height"]))
@@ -91,6 +94,7 @@ def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Ca
             return Capability(name, False, missing)
     try:
         # Imported only now: pyautogui fails at import time without a display.
+        x_authority.allow_missing_file()
         import pyautogui
 
         pyautogui.PAUSE = 0

@@ -35,7 +35,7 @@ from shared.errors import (
     from_rpc_error,
 )
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
-from worker_agent import sandbox as browser_sandbox
+from worker_agent import sandbox as browser_sandbox, x_authority
 from worker_agent.capabilities import (
     ProbeOptions,
     probe_computer_use,
@@ -191,7 +191,11 @@ def _check_desktop(probe: ProbeOptions, granted: set[str]) -> list[Check]:
     else:
         where = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or "the desktop"
         sizes = ", ".join(f"{d.width}x{d.height}" for d in displays)
-        display = Check("display", Status.OK, f"{where}: {len(displays)} screen(s) {sizes}")
+        detail = f"{where}: {len(displays)} screen(s) {sizes}"
+        if sys.platform.startswith("linux") and x_authority.missing_file():
+            # Not a failure: the server accepted the connection without a cookie.
+            detail += f"; {x_authority.missing_file()}: connected without a cookie"
+        display = Check("display", Status.OK, detail)
 
     capability = probe_computer_use(display_problem, probe)
     input_problem = capability.reason if not capability.available else accessibility_problem()
@@ -215,6 +219,9 @@ def _display_fix() -> str:
             "run the worker in the signed-in user's session: install with -Mode Desktop"
             " (a scheduled task at logon), not as a service in session 0"
         )
+    refused = x_authority.refusal() if os.environ.get("DISPLAY") else None
+    if refused is not None:  # the display is set: say why it does not let this worker in
+        return refused.fix
     return (
         "run the worker inside the graphical session it controls, with DISPLAY and XAUTHORITY"
         " set (the desktop install imports them at login); on Wayland it needs XWayland's"
@@ -230,9 +237,10 @@ def _input_fix() -> str:
         )
     if sys.platform == "win32":
         return "run the worker unelevated in the signed-in user's session (-Mode Desktop)"
+    # The display answered (its row passed): what is left is pyautogui and python-xlib here.
     return (
-        "make sure this user may use the X display (XAUTHORITY points at its cookie,"
-        " `xdpyinfo` works) and that python3-xlib imports; or pass --no-computer-use"
+        "check that pyautogui and python-xlib import in the worker's Python with this DISPLAY"
+        " (the error above names what failed); or pass --no-computer-use"
     )
 
 

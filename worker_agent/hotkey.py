@@ -12,6 +12,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from worker_agent import x_authority
+
 log = logging.getLogger("deskfleet.worker")
 
 DEFAULT_HOTKEY = "ctrl+alt+shift+k"
@@ -42,6 +44,7 @@ def listen(combo: str, on_press: Callable[[], None]) -> str | None:
     except ImportError as exc:
         return f"python-xlib is not available ({exc})"
     masks, key = parse(combo)
+    x_authority.allow_missing_file()
     try:
         display = Display()
     except Exception as exc:  # Xlib raises its own error types and plain ones

@@ -13,11 +13,16 @@ from tests.harness.processes import tail, wait_until
 
 
 class Xvfb:
-    """A real X server on a free display number, with its own authority file."""
+    """A real X server on a free display number, with its own authority file; with
+    `cookie=False` a plain `Xvfb :N` (no -auth: it lets in whoever connects, and its `env`
+    names no XAUTHORITY)."""
 
-    def __init__(self, workdir: Path, width: int = 1280, height: int = 800) -> None:
+    def __init__(
+        self, workdir: Path, width: int = 1280, height: int = 800, *, cookie: bool = True
+    ) -> None:
         self.workdir = workdir
         self.size = (width, height)
+        self.cookie = cookie
         self.proc: subprocess.Popen[bytes] | None = None
         self.display = ""
         self.auth = workdir / "Xauthority"
@@ -38,12 +43,13 @@ class Xvfb:
             if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists()
         )
         self.display = f":{number}"
-        self.auth.touch()
-        subprocess.run(
-            ["xauth", "-f", str(self.auth), "add", self.display, ".", secrets.token_hex(16)],
-            check=True,
-            capture_output=True,
-        )
+        if self.cookie:
+            self.auth.touch()
+            subprocess.run(
+                ["xauth", "-f", str(self.auth), "add", self.display, ".", secrets.token_hex(16)],
+                check=True,
+                capture_output=True,
+            )
         width, height = self.size
         self.proc = subprocess.Popen(
             [
@@ -54,8 +60,7 @@ class Xvfb:
                 f"{width}x{height}x24",
                 "-nolisten",
                 "tcp",
-                "-auth",
-                str(self.auth),
+                *(("-auth", str(self.auth)) if self.cookie else ()),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -65,6 +70,8 @@ class Xvfb:
 
     @property
     def env(self) -> dict[str, str]:
+        if not self.cookie:
+            return {"DISPLAY": self.display}
         return {"DISPLAY": self.display, "XAUTHORITY": str(self.auth)}
 
     def stop(self) -> None:

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Protocol
 
 from shared.desktop_scope import HELD_BUTTON_IDLE, HUMAN_ACTIVE, INVALID_ARGUMENT, NO_DISPLAY
+from worker_agent import x_authority
 from worker_agent.actions import ActionCancelled, ActionFailed, ActionRefused
 from worker_agent.desktop.keys import KeyCombo
 from worker_agent.desktop.screen import display_problem
@@ -49,6 +50,7 @@ def load_pyautogui() -> ModuleType:
     if problem:
         raise ActionRefused(problem, code=NO_DISPLAY)
     try:
+        x_authority.allow_missing_file()  # a plain `Xvfb :N` has no cookie file to read
         with library_leaks_ignored():
             import pyautogui
     except (Exception, SystemExit) as exc:  # mouseinfo calls sys.exit() without tkinter
@@ -162,6 +164,7 @@ class XTestKeyboard:
         from Xlib.ext import xtest  # type: ignore[import-untyped]
 
         self._xk, self._x, self._xtest = XK, X, xtest
+        x_authority.allow_missing_file()
         with library_leaks_ignored():
             self._display = display.Display()
         info = self._display.display.info

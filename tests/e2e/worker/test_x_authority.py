@@ -1,0 +1,154 @@
+"""A desktop on a plain `Xvfb :N` (no cookie file) offers Computer Use, and a display that
+refuses the worker is reported as the authority problem it is, by the worker and by doctor."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import require
+from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, base_env
+
+
+@pytest.fixture
+def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
+    return module_coordinator
+
+
+@pytest.fixture(scope="module")
+def plain_xvfb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Xvfb]:
+    """`Xvfb :N -screen 0 1280x800x24`: no -auth, so no cookie anywhere."""
+    require(Xvfb.available(), "Xvfb and xauth are not installed (apt-get install xvfb xauth)")
+    server = Xvfb(tmp_path_factory.mktemp("plain-xvfb"), cookie=False).start()
+    yield server
+    server.stop()
+
+
+def _worker(
+    coordinator: CoordinatorProcess, tmp_path: Path, name: str, env: dict[str, str]
+) -> WorkerProcess:
+    home = tmp_path / f"home-{name}"  # empty: no ~/.Xauthority
+    home.mkdir()
+    worker = WorkerProcess(
+        coordinator,
+        name,
+        display_env={"HOME": str(home), **env},
+        home=tmp_path,
+        browser=False,
+        extra_args=("--kill-hotkey", "none"),
+    )
+    assert worker.enroll().returncode == 0
+    return worker
+
+
+def _doctor(worker: WorkerProcess) -> tuple[int, dict[str, dict[str, Any]]]:
+    done = subprocess.run(
+        [
+            str(BIN / "deskfleet-worker"),
+            "doctor",
+            "--state-dir",
+            str(worker.state_dir),
+            "--no-headless",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=worker.env(),
+        timeout=60,
+    )
+    doc = json.loads(done.stdout)  # stdout is the document alone
+    return done.returncode, {c["name"]: c for c in doc["checks"]}
+
+
+def _computer_use(worker: WorkerProcess) -> dict[str, Any]:
+    worker.start()
+    row = worker.wait_online(60)
+    found: dict[str, Any] = next(c for c in row["capabilities"] if c["name"] == "computer_use")
+    return found
+
+
+def test_a_plain_xvfb_without_a_cookie_file_offers_computer_use(
+    coordinator: CoordinatorProcess, plain_xvfb: Xvfb, tmp_path: Path
+) -> None:
+    worker = _worker(coordinator, tmp_path, "plain", plain_xvfb.env)
+    assert "XAUTHORITY" not in worker.env()
+    home = worker.env()["HOME"]
+    try:
+        assert _computer_use(worker) == {"name": "computer_use", "available": True, "reason": ""}
+    finally:
+        worker.stop()
+    code, rows = _doctor(worker)
+    assert code == 0, rows
+    assert rows["display"]["status"] == rows["input"]["status"] == "ok"
+    assert rows["display"]["detail"] == (
+        f"{plain_xvfb.display}: 1 screen(s) 1280x800; no Xauthority file (~/.Xauthority:"
+        f" {home}/.Xauthority does not exist): connected without a cookie"
+    )
+    # XAUTHORITY naming a file that does not exist is no cookie too, as for xdpyinfo.
+    missing = tmp_path / "nowhere" / "Xauthority"
+    worker.display_env["XAUTHORITY"] = str(missing)
+    code, rows = _doctor(worker)
+    assert (code, rows["input"]["status"]) == (0, "ok"), rows
+    assert f"(XAUTHORITY: {missing} does not exist)" in rows["display"]["detail"]
+
+
+def test_a_display_that_wants_a_cookie_the_worker_lacks_names_the_cookie(
+    coordinator: CoordinatorProcess, xvfb: Xvfb, tmp_path: Path
+) -> None:
+    # The display's cookie is in xvfb.auth; this worker has none at all.
+    worker = _worker(coordinator, tmp_path, "no-cookie", {"DISPLAY": xvfb.display})
+    home = worker.env()["HOME"]
+    refused = (
+        f"display {xvfb.display} refused the connection (Authorization required, but no"
+        " authorization protocol specified): it wants a cookie, and there is no Xauthority file"
+        f" (~/.Xauthority: {home}/.Xauthority does not exist)"
+    )
+    try:
+        assert _computer_use(worker) == {
+            "name": "computer_use",
+            "available": False,
+            "reason": refused,
+        }
+    finally:
+        worker.stop()
+    code, rows = _doctor(worker)
+    assert code == 1
+    assert (rows["display"]["status"], rows["display"]["detail"]) == ("fail", refused)
+    assert rows["display"]["fix"].startswith("set XAUTHORITY to the X server's cookie file")
+    assert rows["input"]["fix"] == "fix the display first (see above)"
+
+    # A cookie file of another server's: the cookie is named as the problem.
+    other = tmp_path / "other.Xauthority"
+    subprocess.run(
+        ["xauth", "-f", str(other), "add", xvfb.display, ".", secrets.token_hex(16)],
+        check=True,
+        capture_output=True,
+        env=base_env(tmp_path),
+    )
+    worker.display_env["XAUTHORITY"] = str(other)
+    code, rows = _doctor(worker)
+    assert code == 1
+    assert rows["display"]["detail"] == (
+        f"display {xvfb.display} refused the connection (Invalid MIT-MAGIC-COOKIE-1 key):"
+        f" the cookie in {other} is not this server's"
+    )
+    assert rows["display"]["fix"].startswith("set XAUTHORITY to the X server's cookie file")
+
+
+def test_no_x_server_at_display_is_told_apart_from_a_refusal(
+    coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    free = next(n for n in range(400, 500) if not Path(f"/tmp/.X11-unix/X{n}").exists())
+    worker = _worker(coordinator, tmp_path, "no-server", {"DISPLAY": f":{free}"})
+    code, rows = _doctor(worker)
+    assert code == 1
+    assert rows["display"]["detail"] == (
+        f"no X server answers at DISPLAY=:{free} ([Errno 2] No such file or directory)"
+    )
+    assert rows["display"]["fix"].startswith("start the X server")
