@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.postgres import postgres_available, scratch_database
 from tests.integration.store.test_db_urls import refused
 
-pytestmark = pytest.mark.skipif(not postgres_available(), reason="no PostgreSQL on 127.0.0.1")
+pytestmark = pytest.mark.postgres
 
 SECRET = "S3cretQueryPw"
 
@@ -20,18 +19,15 @@ SECRET = "S3cretQueryPw"
     "secret_at", ["?password={s}", "?sslmode=prefer&password={s}", "?sslpassword={s}"]
 )
 def test_a_password_in_the_query_is_masked_in_the_command_to_run(
-    tmp_path: Path, secret_at: str
+    tmp_path: Path, pg_url: str, secret_at: str
 ) -> None:
-    with scratch_database() as url:
-        said = refused(tmp_path, "serve", url + secret_at.format(s=SECRET))
+    said = refused(tmp_path, "serve", pg_url + secret_at.format(s=SECRET))
     assert SECRET not in said
     assert "has no deskfleet schema; run `deskfleet-coordinator init --db postgresql://" in said
     assert "password=***" in said, said
 
 
-def test_a_password_before_the_host_is_masked_too(tmp_path: Path) -> None:
-    with scratch_database() as url:
-        with_password = url.replace("://root@", f"://root:{SECRET}@")
-        said = refused(tmp_path, "serve", with_password)
+def test_a_password_before_the_host_is_masked_too(tmp_path: Path, pg_url: str) -> None:
+    said = refused(tmp_path, "serve", pg_url.replace("://root@", f"://root:{SECRET}@"))
     assert SECRET not in said
     assert "root:***@127.0.0.1" in said, said
