@@ -69,9 +69,11 @@ from coordinator.store.models import (
     PrincipalRow,
     RunRow,
     SecretRow,
+    WorkerRow,
 )
 from coordinator.streams.journal_bus import JournalBus
 from shared import desktop_scope as contract
+from shared.advertisement import Advertisement
 from shared.desktop_scope import Refusal, Region
 from shared.errors import (
     FailedPreconditionError,
@@ -143,6 +145,29 @@ def on_failure(s: Session, run: RunRow, action: ActionRow, ctx: Context) -> list
     return []
 
 
+def _lacks(worker: WorkerRow, asked: Scope) -> str:
+    """What the worker's advertisement lacks for `asked`, in one line, or ""."""
+    advertised = Advertisement.from_json(worker.advertisement)
+    who = f"worker {worker.name} ({worker.id})"
+    measured = advertised.capability(capabilities.COMPUTER_USE)
+    if measured is not None and not measured.available:
+        return f"{who} offers no Computer Use: {measured.reason or 'it advertised none'}"
+    if measured is None:
+        return ""  # it has not reported yet: nothing to hold it to
+    if not advertised.displays:
+        return f"{who} offers no Computer Use: it advertised no display"
+    have = {d.index for d in advertised.displays}
+    missing = [d for d in asked.displays if d not in have]
+    if missing:
+        shown = ", ".join(str(d) for d in missing)
+        return f"{who} has no display {shown} (it has {len(have)}: {_indexes(sorted(have))})"
+    return ""
+
+
+def _indexes(have: list[int]) -> str:
+    return f"display {have[0]}" if len(have) == 1 else f"displays {', '.join(map(str, have))}"
+
+
 # A desktop run's kind (given to the dispatcher at wiring): it stays open between actions.
 DESKTOP_RUNS = RunKind(advance=advance, on_failure=on_failure)
 
@@ -195,6 +220,13 @@ class Desktop:
                     f"worker {worker_id} was not enrolled for computer_use: a connected machine"
                     " grants no access"
                 )
+            # What a connected worker advertised is current: a request it cannot serve is
+            # refused now, not approved to fail at the first action. An offline worker's last
+            # advertisement may be stale (it can come back with its display): it waits.
+            if worker_queries.is_online(s, worker_id, ctx.now):
+                lacks = _lacks(worker, asked)
+                if lacks:
+                    raise FailedPreconditionError(lacks)
             above = owned_run(s, who, parent, lock=True) if parent else None
             run_queries.refuse_stopped_parent(above)
             limits = {
