@@ -12,6 +12,11 @@ from typing import Any
 from shared.errors import InvalidArgumentError
 from shared.gen.deskfleet.v1 import fleet_pb2
 
+# A worker whose token did not grant headless does not launch Chromium to measure it: it
+# reports this instead, when a Chromium is there (and "no browser at PATH" when none is). The
+# coordinator's research fallback counts it as a browser the desktop can show (fallback.py).
+HEADLESS_NOT_GRANTED = "not granted by the enrollment token (Chromium is installed, not launched)"
+
 
 @dataclass(frozen=True)
 class Display:

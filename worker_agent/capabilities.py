@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version as package_version
 
 from shared import __version__
-from shared.advertisement import Advertisement, Capability, Display
+from shared.advertisement import HEADLESS_NOT_GRANTED, Advertisement, Capability, Display
 from worker_agent import sandbox as browser_sandbox, x_authority
 from worker_agent.macos_permissions import accessibility_problem, screen_recording_problem
 from worker_agent.sandbox import Sandbox
@@ -33,6 +33,7 @@ CHROMIUM_ARGS = [
 
 
 HEADLESS_DISABLED = "disabled by local policy (--no-headless)"
+NOT_GRANTED = "not granted by the enrollment token"
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class ProbeOptions:
     computer_use_allowed: bool = True
     # False (`--no-headless`): no browser is imported, launched or offered on this machine.
     headless_allowed: bool = True
+    # What the enrollment token granted: a capability it did not grant is not measured (no
+    # Chromium launched, no pointer moved) and is advertised as not granted.
+    granted: frozenset[str] = frozenset(("headless", "computer_use"))
     browser_timeout: float = 30.0
     sandbox: str = "auto"  # `--chromium-sandbox`: auto | on | off (worker_agent/sandbox.py)
     research_apps: tuple[str, ...] = ()  # `--research-app` names, advertised as they are
@@ -84,6 +88,8 @@ def probe_computer_use(display_problem: str | None, options: ProbeOptions) -> Ca
     name = "computer_use"
     if not options.computer_use_allowed:
         return Capability(name, False, "disabled by local policy (--no-computer-use)")
+    if name not in options.granted:
+        return Capability(name, False, NOT_GRANTED)
     if display_problem:
         return Capability(name, False, display_problem)
     if sys.platform == "darwin":
@@ -156,6 +162,12 @@ _launched: dict[str, tuple[Capability, str]] = {}
 
 
 def _headless(options: ProbeOptions) -> tuple[Capability, str]:
+    if options.headless_allowed and "headless" not in options.granted:
+        # Not launched; whether Chromium is there at all still tells the coordinator whether
+        # a visible browser could serve the research fallback on this desktop.
+        if not os.path.exists(options.chromium):
+            return _no_browser_at(options), ""
+        return Capability("headless", False, HEADLESS_NOT_GRANTED), ""
     if options.launch is not None and options.headless_allowed:
         return _serving_browser(options, options.launch)
     known = _launched.get(options.chromium)

@@ -386,6 +386,8 @@ async def _serve(
         chromium=args.chromium,
         computer_use_allowed=not args.no_computer_use,
         headless_allowed=not args.no_headless,
+        # An empty grant is every capability.
+        granted=frozenset(identity.allowed_capabilities or ProbeOptions.granted),
         sandbox=args.chromium_sandbox,
         research_apps=apps.names,
         # The headless browser measured at connect is the one that serves (the first).

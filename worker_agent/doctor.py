@@ -86,6 +86,7 @@ class DoctorOptions:
 class Report:
     checks: list[Check]
     worker_id: str = ""
+    worker_name: str = ""  # the name it enrolled under (`enroll --name`), from its state dir
     state_dir: str = ""
     clock_skew_seconds: float | None = None
 
@@ -97,6 +98,8 @@ class Report:
         return {
             "ok": self.ok,
             "workerId": self.worker_id,
+            "workerName": self.worker_name,
+            "hostname": platform.node(),
             "stateDir": self.state_dir,
             "clockSkewSeconds": self.clock_skew_seconds,
             "checks": [{**asdict(c), "status": c.status.value} for c in self.checks],
@@ -137,6 +140,7 @@ def diagnose(options: DoctorOptions) -> Report:
     return Report(
         checks,
         worker_id=identity.worker_id if identity else "",
+        worker_name=identity.name if identity else "",
         state_dir=str(options.state_dir),
         clock_skew_seconds=skew,
     )
@@ -465,9 +469,11 @@ def _clock_fix() -> str:
 
 def render(report: Report) -> str:
     """The table a person reads: one row per check, the fix beside each failure."""
-    header = f"deskfleet-worker doctor: {platform.node()}, state {report.state_dir}"
     if report.worker_id:
-        header += f", worker {report.worker_id}"
+        who = f"worker {report.worker_name} ({report.worker_id})"
+    else:
+        who = "no enrolled worker"
+    header = f"deskfleet-worker doctor: {who} on host {platform.node()}, state {report.state_dir}"
     rows = [("CHECK", "RESULT", "DETAIL", "FIX")] + [
         (c.name, c.status.value.upper() if c.status in LOUD else c.status.value, c.detail, c.fix)
         for c in report.checks

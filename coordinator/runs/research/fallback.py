@@ -21,6 +21,7 @@ from coordinator.runs.desktop import approvals as desktop
 from coordinator.runs.desktop.scope import Scope
 from coordinator.store import desktop as queries, runs as run_queries
 from coordinator.store.models import ActionRow, ApprovalRow, RunRow
+from shared.advertisement import HEADLESS_NOT_GRANTED
 from shared.receipts import decode_result, encode_result
 from shared.states import ActionState
 
@@ -46,9 +47,11 @@ def _desktops(s: Session, labels: dict[str, str], ctx: Context) -> list[WorkerVi
 def _has_browser(view: WorkerView) -> bool:
     """Whether Chromium launches on this desktop, as its headless probe measured: the visible
     browser is the same one. Measured, not granted: a token may grant a desktop Computer Use
-    only and the fallback still uses its browser; one run with --no-headless has none."""
+    only and the fallback still uses its browser (such a worker does not launch Chromium to
+    measure what it may not offer, and says that Chromium is installed); one run with
+    --no-headless has none."""
     measured = view.advertisement.capability(capabilities.HEADLESS)
-    return measured is not None and measured.available
+    return measured is not None and (measured.available or measured.reason == HEADLESS_NOT_GRANTED)
 
 
 def _research_approval(s: Session, run: RunRow) -> ApprovalRow | None:
