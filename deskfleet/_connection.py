@@ -23,7 +23,17 @@ from shared.transport import is_loopback, plaintext_warning
 
 log = logging.getLogger("deskfleet")
 Reply = TypeVar("Reply")
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # A coordinator whose host lost power or its network sends no FIN: without pings, a watch
+    # of a quiet run (nothing to send, nothing to hear) waited for it forever. Pinged, its
+    # loss is seen within 15 s and the watch's reconnect window runs. The coordinator
+    # accepts pings this often (it pings workers as often; app/server.py).
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
 CONNECT_TIMEOUT = 10.0
 CALL_TIMEOUT = 30.0
 # A send that names itself (a guidance message id) and whose answer was lost is repeated

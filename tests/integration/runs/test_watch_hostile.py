@@ -2,13 +2,16 @@
 coordinator does, and against numbers nobody should type: a stream that keeps replaying old
 events and dropping ends after the reconnect window (each replay restarted the window, so the
 watch reconnected forever), a `reconnect_for` of NaN or infinity is refused (NaN compared false
-with every deadline and reconnected forever), and an `--after-seq` the wire cannot carry is one
-line instead of a traceback. A real gRPC server on loopback plays the coordinator."""
+with every deadline and reconnected forever), an `--after-seq` the wire cannot carry is one
+line instead of a traceback, and a coordinator gone silent (a host without power: no FIN, no
+RST) is found by keepalive pings where a quiet run's watch waited for it forever. A real gRPC
+server on loopback plays the coordinator."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -39,6 +42,65 @@ class Replaying(runs_pb2_grpc.RunServiceServicer):
         if request.after_seq > 0:
             yield runs_pb2.JournalEvent(seq=request.after_seq, kind="run.submitted")
         await context.abort(grpc.StatusCode.UNAVAILABLE, "going away")
+
+
+class Quiet(Replaying):
+    """A run's watch that sends its history (one event) and then nothing: a quiet run."""
+
+    async def WatchRun(
+        self, request: runs_pb2.WatchRunRequest, context: Any
+    ) -> AsyncIterator[runs_pb2.JournalEvent]:
+        self.calls += 1
+        if request.after_seq < 1:
+            yield runs_pb2.JournalEvent(seq=1, kind="run.submitted")
+        await asyncio.sleep(3600)
+
+
+class FreezingRelay:
+    """A loopback relay to `port` that can go silent, as a coordinator's host does when it
+    loses power or its network: nothing is closed, nothing more arrives, and new connections
+    are refused."""
+
+    def __init__(self, port: int) -> None:
+        self.port_to = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.frozen = threading.Event()
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.port_to))
+            self.held += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while not self.frozen.is_set() and (data := src.recv(65536)):
+                if not self.frozen.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+
+    def freeze(self) -> None:
+        self.frozen.set()
+        # A reconnection is refused at once; shutdown() first, or the listener a thread
+        # blocks in accept() on stays open.
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+
+    def close(self) -> None:
+        for conn in self.held:
+            conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +209,46 @@ def test_numbers_the_watch_cannot_use_are_one_line(
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"deskfleet: {said}\n"
     assert servicer.calls == 0
+
+
+@pytest.mark.slow  # 15 s of keepalive before the silence is known
+def test_a_coordinator_gone_silent_is_found_and_the_watch_gives_up() -> None:
+    """No FIN, no RST: a watch of a quiet run heard nothing either way and waited forever.
+    The client's keepalive pings find the silent peer, then the reconnect window runs."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    servicer = Quiet()
+
+    async def start() -> tuple[grpc.aio.Server, int]:
+        srv = grpc.aio.server()
+        runs_pb2_grpc.add_RunServiceServicer_to_server(servicer, srv)
+        port = srv.add_insecure_port("127.0.0.1:0")
+        await srv.start()
+        return srv, port
+
+    srv, port = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    relay = FreezingRelay(port)
+    seen: list[int] = []
+
+    async def watch() -> None:
+        fleet = await deskfleet.AsyncClient.connect(f"127.0.0.1:{relay.port}", token="dfa_t")
+        async with fleet:
+            async for event in fleet.run(RUN).watch(reconnect_for=1.0):
+                seen.append(event.seq)
+                relay.freeze()
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(deskfleet.WatchLostError) as lost:
+            asyncio.run(asyncio.wait_for(watch(), 60))
+        took = time.monotonic() - started
+        assert seen == [1]
+        assert lost.value.last_seq == 1
+        assert took < 30, took
+    finally:
+        relay.close()
+        asyncio.run_coroutine_threadsafe(srv.stop(None), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
