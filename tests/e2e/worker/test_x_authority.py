@@ -31,7 +31,11 @@ def plain_xvfb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Xvfb]:
 
 
 def _worker(
-    coordinator: CoordinatorProcess, tmp_path: Path, name: str, env: dict[str, str]
+    coordinator: CoordinatorProcess,
+    tmp_path: Path,
+    name: str,
+    env: dict[str, str],
+    *args: str,
 ) -> WorkerProcess:
     home = tmp_path / f"home-{name}"  # empty: no ~/.Xauthority
     home.mkdir()
@@ -41,7 +45,7 @@ def _worker(
         display_env={"HOME": str(home), **env},
         home=tmp_path,
         browser=False,
-        extra_args=("--kill-hotkey", "none"),
+        extra_args=args,
     )
     assert worker.enroll().returncode == 0
     return worker
@@ -83,6 +87,8 @@ def test_a_plain_xvfb_without_a_cookie_file_offers_computer_use(
         assert _computer_use(worker) == {"name": "computer_use", "available": True, "reason": ""}
     finally:
         worker.stop()
+    # The local kill hotkey is grabbed through python-xlib too.
+    assert "kill hotkey ctrl+alt+shift+k engages the local kill switch" in worker.log.read_text()
     code, rows = _doctor(worker)
     assert code == 0, rows
     assert rows["display"]["status"] == rows["input"]["status"] == "ok"
@@ -102,7 +108,9 @@ def test_a_display_that_wants_a_cookie_the_worker_lacks_names_the_cookie(
     coordinator: CoordinatorProcess, xvfb: Xvfb, tmp_path: Path
 ) -> None:
     # The display's cookie is in xvfb.auth; this worker has none at all.
-    worker = _worker(coordinator, tmp_path, "no-cookie", {"DISPLAY": xvfb.display})
+    worker = _worker(
+        coordinator, tmp_path, "no-cookie", {"DISPLAY": xvfb.display}, "--kill-hotkey", "none"
+    )
     home = worker.env()["HOME"]
     refused = (
         f"display {xvfb.display} refused the connection (Authorization required, but no"
@@ -145,7 +153,9 @@ def test_no_x_server_at_display_is_told_apart_from_a_refusal(
     coordinator: CoordinatorProcess, tmp_path: Path
 ) -> None:
     free = next(n for n in range(400, 500) if not Path(f"/tmp/.X11-unix/X{n}").exists())
-    worker = _worker(coordinator, tmp_path, "no-server", {"DISPLAY": f":{free}"})
+    worker = _worker(
+        coordinator, tmp_path, "no-server", {"DISPLAY": f":{free}"}, "--kill-hotkey", "none"
+    )
     code, rows = _doctor(worker)
     assert code == 1
     assert rows["display"]["detail"] == (
