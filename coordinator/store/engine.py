@@ -101,10 +101,27 @@ def parse_db_url(url: str) -> tuple[Dialect, str]:
             )
         return Dialect.SQLITE, parsed.set(drivername="sqlite+pysqlite").render_as_string(False)
     if backend in ("postgresql", "postgres"):
+        _check_hosts(parsed.host or "")
         return Dialect.POSTGRESQL, parsed.set(drivername="postgresql+psycopg").render_as_string(
             False
         )
     raise InvalidArgumentError(f"--db: unsupported database {backend!r}; use {GOOD_URLS}")
+
+
+def _check_hosts(hosts: str) -> None:
+    """Refuse a host name no resolver takes (`db..example`, a label past 63 characters):
+    the driver's lookup raised UnicodeError from inside the connection pool, a traceback."""
+    for host in hosts.split(","):  # libpq takes a list of hosts
+        if not host or host.startswith("/") or host.startswith("["):
+            continue  # the default, a Unix socket's directory, an IPv6 address
+        try:
+            host.encode("idna")
+        except UnicodeError as exc:
+            shown = host if len(host) <= 80 else host[:79] + "…"
+            raise InvalidArgumentError(
+                f"--db: {shown!r} is not a host name (an empty label, or one past 63"
+                " characters); check its spelling"
+            ) from exc
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -116,3 +116,23 @@ def test_a_url_the_driver_refuses_is_not_called_a_missing_schema(
     line = err.splitlines()[-1]
     assert line.startswith("deskfleet-coordinator: cannot use the store (postgresql at 127.0.0.1:")
     assert said in line, err
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"),
+    [
+        ("db..example", "'db..example'"),
+        ("127.0.0.1,db..example", "'db..example'"),
+        ("h" * 3000, "'" + "h" * 79 + "…'"),
+    ],
+)
+def test_a_host_no_resolver_takes_is_one_line(
+    host: str, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo like `db..example` was a UnicodeError traceback from inside the pool."""
+    code, _, err = run(["serve", "--db", f"postgresql://bob@{host}/fleet"], capsys)
+    assert code == 1
+    assert err == (
+        f"deskfleet-coordinator: --db: {shown} is not a host name (an empty label, or one past"
+        " 63 characters); check its spelling\n"
+    )
