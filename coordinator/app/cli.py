@@ -640,8 +640,6 @@ def main(argv: list[str] | None = None) -> int:
         if not args.handshake_timeout > 0:
             raise DeskfleetError("--handshake-timeout must be positive")
         owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
-        # Before anything connects: SQLite would create a missing file, empty, on a typo.
-        require_store_file(args.db)
         open_files = descriptors.raise_open_files_limit()
         console_connections = DEFAULT_MAX_CONNECTIONS if args.console_listen else 0
         config = CoordinatorConfig(
@@ -681,6 +679,9 @@ def main(argv: list[str] | None = None) -> int:
             hello_limits=HelloLimits.parse(args.hello_limit),
             **({"replica": args.replica} if args.replica else {}),
         )
+        # After every flag is read (a bad flag is named first), before anything connects:
+        # SQLite would create a missing file, empty, on a typo.
+        require_store_file(args.db)
         spans = tracing.Tracing(
             tracing.COORDINATOR, {"service.instance.id": config.replica}, endpoint
         ).start()
