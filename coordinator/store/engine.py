@@ -105,7 +105,8 @@ def parse_db_url(url: str) -> tuple[Dialect, str]:
         return Dialect.POSTGRESQL, parsed.set(drivername="postgresql+psycopg").render_as_string(
             False
         )
-    raise InvalidArgumentError(f"--db: unsupported database {backend!r}; use {GOOD_URLS}")
+    shown = backend if len(backend) <= 40 else backend[:39] + "…"  # a pasted blob, not a line
+    raise InvalidArgumentError(f"--db: unsupported database {shown!r}; use {GOOD_URLS}")
 
 
 def _check_hosts(hosts: str) -> None:

@@ -136,3 +136,14 @@ def test_a_host_no_resolver_takes_is_one_line(
         f"deskfleet-coordinator: --db: {shown} is not a host name (an empty label, or one past"
         " 63 characters); check its spelling\n"
     )
+
+
+def test_an_unsupported_database_of_any_length_is_one_short_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(["serve", "--db", "mysql" + "x" * 5000 + "://u@h/db"], capsys)
+    assert code == 1
+    assert err == (
+        "deskfleet-coordinator: --db: unsupported database 'mysql" + "x" * 34 + "…'; use"
+        " sqlite:////abs/path/fleet.db or postgresql://user@host/db\n"
+    )
