@@ -210,7 +210,13 @@ class Goals:
         def unit(s: Session, ctx: Context) -> list[Order]:
             created.clear()
             # A worker given by its name is kept by its id, as kill switches and approvals name it.
-            desktop = worker_queries.resolve(s, worker[0], ctx.now).id if worker[0] else ""
+            desktop = (
+                worker_queries.resolve(
+                    s, worker[0], ctx.now, revoked_names=who.role is Role.ADMIN
+                ).id
+                if worker[0]
+                else ""
+            )
             worker[0] = desktop
             limits = {
                 "max_actions": steps,

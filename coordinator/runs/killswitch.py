@@ -304,7 +304,13 @@ class KillSwitches:
         def unit(s: Session, ctx: Context) -> list[Order]:
             released.clear()
             pushes.clear()
-            named = worker_queries.resolve(s, worker_id, ctx.now).id if worker_id else ""
+            named = (
+                worker_queries.resolve(
+                    s, worker_id, ctx.now, revoked_names=who.role is Role.ADMIN
+                ).id
+                if worker_id
+                else ""
+            )
             matching = [
                 k
                 for k in queries.engaged_kills(s)

@@ -90,14 +90,18 @@ def worker_by_id(s: Session, worker_id: str) -> WorkerRow | None:
 MAX_NAMED = 5  # candidates an ambiguous name lists
 
 
-def resolve(s: Session, ref: str, now: float) -> WorkerRow:
+def resolve(s: Session, ref: str, now: float, *, revoked_names: bool = True) -> WorkerRow:
     """The worker a person names: by its id, or by a name one worker has.
 
     Every RPC that takes a worker resolves it here, in its own transaction, so that names work
     the same in the CLI, the console, MCP and the client library, and for owners, who may not
     list workers (one indexed lookup, no page of the fleet read). A name of revoked workers
     only counts when no enrolled worker has it, so that re-enrolling a machine under its old
-    name keeps the name usable. An ambiguous name is refused with its candidates."""
+    name keeps the name usable. An ambiguous name is refused with its candidates.
+
+    `revoked_names=False` (a caller who is not an admin): a name counts only enrolled workers,
+    as the fleet such a caller may list does, so that neither a refusal's candidates nor
+    "worker X is revoked" tells them revoked workers' ids; an id is taken as it is."""
     ref = ref.strip()
     # A NUL is a store error on PostgreSQL, not "not found"; no worker name holds a control.
     refuse_control("worker", ref)
@@ -110,7 +114,7 @@ def resolve(s: Session, ref: str, now: float) -> WorkerRow:
         _with_presence().where(WorkerRow.name == ref).order_by(WorkerRow.enrolled_at, WorkerRow.id)
     ).all()
     enrolled = [r for r in rows if r[0].state != "revoked"]
-    found = enrolled or rows
+    found = enrolled or (rows if revoked_names else [])
     if not found:
         raise NotFoundError(
             f"no worker with id or name {ref[:200]!r} (see `deskfleet workers list`)"

@@ -210,7 +210,9 @@ class Desktop:
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             created.clear()
-            worker = worker_queries.resolve(s, worker_ref, ctx.now)
+            worker = worker_queries.resolve(
+                s, worker_ref, ctx.now, revoked_names=who.role is Role.ADMIN
+            )
             worker_id = worker.id
             if worker.state == "revoked":
                 raise FailedPreconditionError(f"worker {worker_id} is revoked")

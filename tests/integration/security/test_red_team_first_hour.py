@@ -99,6 +99,34 @@ def test_a_name_too_long_is_said_to_be_too_long(
     )
 
 
+def test_an_owner_naming_revoked_workers_learns_nothing_of_them(
+    module_coordinator: CoordinatorProcess, tmp_path: Path
+) -> None:
+    """Owners list the enrolled fleet, never revoked workers: a name only revoked workers
+    have is no worker to them, where the refusal listed the revoked ids (and "worker X is
+    revoked" named the one). An admin still sees the candidates."""
+    c = module_coordinator
+    gone = [enroll(c, "rt-gone"), enroll(c, "rt-gone"), enroll(c, "rt-gone-one")]
+    for worker_id in gone:
+        c.cli("workers", "revoke", worker_id)
+    token = owner_token(c, tmp_path, "rt-revoked-names")
+    for name in ("rt-gone", "rt-gone-one"):
+        asked = c.cli(
+            "desktop", "request", "--worker", name, "--action", "screenshot", "--reason", "r",
+            token_file=token, check=False,
+        )  # fmt: skip
+        assert asked.returncode == 4, asked.stderr
+        assert asked.stderr == (
+            f"deskfleet: no worker with id or name {name!r} (see `deskfleet workers list`)\n"
+        )
+    admin = c.cli(
+        "desktop", "request", "--worker", "rt-gone", "--action", "screenshot", "--reason", "r",
+        check=False,
+    )  # fmt: skip
+    assert admin.returncode == 2
+    assert all(worker_id in admin.stderr for worker_id in gone[:2]), admin.stderr
+
+
 # --- enrollment tokens -----------------------------------------------------------------------
 
 
