@@ -44,12 +44,18 @@ def missing_file() -> str:
 
 
 def allow_missing_file() -> None:
-    """Let python-xlib connect without a cookie when the authority file does not exist (once per
-    process, before pyautogui is imported: it connects at import)."""
+    """Let python-xlib connect without a cookie when the authority file does not exist, and
+    lock its connections for threads (once per process, before pyautogui is imported: it
+    connects at import)."""
     global _patched
     if _patched or not sys.platform.startswith("linux"):
         return
     try:
+        # Real locks in every Display made from now on (python-xlib's default is a dummy lock):
+        # pyautogui's one connection is shared by every thread of the process that touches
+        # input, the held-button watchdog and a capability probe among them, and two
+        # threads' requests on an unlocked Display lose a reply and wait for it forever.
+        import Xlib.threaded  # type: ignore[import-untyped]  # noqa: F401
         from Xlib.support import unix_connect  # type: ignore[import-untyped]
     except ImportError:
         return  # pyautogui's import reports the missing python-xlib
@@ -79,7 +85,7 @@ def refusal() -> Refusal | None:
         return None
     allow_missing_file()
     try:
-        from Xlib import error as xerror  # type: ignore[import-untyped]
+        from Xlib import error as xerror
         from Xlib.display import Display  # type: ignore[import-untyped]
     except ImportError:
         return None
