@@ -25,7 +25,15 @@ import pytest
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import fleet_pb2, worker_pb2, worker_pb2_grpc
 from shared.local_kill import MAX_REASON, LocalKill
-from tests.harness import BIN, ConsoleProcess, CoordinatorProcess, WorkerProcess, wait_until
+from tests.conftest import require
+from tests.harness import (
+    BIN,
+    ConsoleProcess,
+    CoordinatorProcess,
+    WorkerProcess,
+    Xvfb,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -151,9 +159,30 @@ def test_a_switch_engaged_while_the_worker_was_stopped_is_in_its_hello(
     wait_reported(coordinator, worker.worker_id, False)
 
 
+@pytest.fixture
+def desk(coordinator: CoordinatorProcess, tmp_path: Path) -> Iterator[WorkerProcess]:
+    """A worker with a display: a desktop request of a connected worker without one is refused."""
+    require(Xvfb.available(), "Xvfb and xauth are not installed")
+    screen = Xvfb(tmp_path / "x").start()
+    proc = WorkerProcess(
+        coordinator,
+        f"desk-{uuid.uuid4().hex[:6]}",
+        home=tmp_path,
+        browser=False,
+        display_env=screen.env,
+    )
+    try:
+        proc.start().wait_online()
+        yield proc
+    finally:
+        proc.stop()
+        screen.stop()
+
+
 def test_an_owner_sees_the_local_switches_of_workers_their_runs_asked_to_control_only(
-    coordinator: CoordinatorProcess, worker: WorkerProcess, tmp_path: Path
+    coordinator: CoordinatorProcess, desk: WorkerProcess, tmp_path: Path
 ) -> None:
+    worker = desk
     assert local_kill(worker, "engage", reason="at the desk").returncode == 0
     wait_reported(coordinator, worker.worker_id, True)
     token = coordinator.cli_json("users", "create", f"ola-{uuid.uuid4().hex[:8]}")["token"]
