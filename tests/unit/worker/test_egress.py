@@ -111,8 +111,9 @@ def test_the_guard_connects_to_the_address_it_checked_never_resolving_twice() ->
         calls.append(host)
         return answers[min(len(calls) - 1, 1)]
 
-    public_log, public_port = serve_raw(PUBLIC_IP)
-    loop_log, _ = serve_raw("127.0.0.1", public_port)
+    port = _port_free_on(PUBLIC_IP, "127.0.0.1")
+    public_log, public_port = serve_raw(PUBLIC_IP, port)
+    loop_log, _ = serve_raw("127.0.0.1", port)
 
     async def go() -> bytes:
         settings = EgressSettings(rebinding, SETTINGS.public)
@@ -257,13 +258,38 @@ def test_a_late_request_refused_between_navigations_is_reported_with_its_redirec
 # -- in a real Chromium ------------------------------------------------------------------
 
 
+def _port_free_on(*hosts: str) -> int:
+    """A port no listener holds on any of the hosts: the one the system picks for the first
+    may be taken on another (by a test running beside this one), which failed the bind."""
+    for _ in range(50):
+        taken: list[socket.socket] = []
+        try:
+            for host in hosts:
+                s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+                taken.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((host, taken[0].getsockname()[1] if len(taken) > 1 else 0))
+            port: int = taken[0].getsockname()[1]
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in taken:
+                s.close()
+    raise AssertionError(f"no port free on all of {hosts}")
+
+
 def serve_raw(host: str, port: int = 0) -> tuple[list[bytes], int]:
     """A TCP server that logs the first line of every connection and answers with SECRET."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, port))
-    listener.listen(16)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(16)
+    except OSError:
+        listener.close()
+        raise
     log: list[bytes] = []
 
     def accept() -> None:
