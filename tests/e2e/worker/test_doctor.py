@@ -14,6 +14,9 @@ from tests.conftest import require
 from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, base_env
 from worker_agent.capabilities import DEFAULT_CHROMIUM
 
+# slow: each doctor run starts Chromium and waits on coordinator checks; CI runs it
+pytestmark = pytest.mark.slow
+
 # As root (CI) Chromium runs without its sandbox, which doctor reports as a warning that does
 # not fail it; as any other user the sandbox is on (tests/e2e/worker/test_sandbox.py covers both).
 SANDBOX = "warn" if os.geteuid() == 0 else "ok"

@@ -35,6 +35,9 @@ from tests.harness import (
     write_plan,
 )
 
+# slow: timing attacks on the console (trickling requests, throttles) wait by design; CI runs it
+pytestmark = pytest.mark.slow
+
 
 @dataclass
 class Reply:

@@ -35,6 +35,9 @@ from tests.harness import (
     wait_until,
 )
 
+# slow: workers started and signalled per test; CI runs it
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:

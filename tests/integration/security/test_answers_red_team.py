@@ -35,6 +35,9 @@ from tests.harness.desktop_goals import DESKTOP, new_owner, receipt as desktop_r
 from tests.harness.raw_worker import RawWorker
 from tests.integration.console.test_console_attacks import Browser
 
+# slow: many seconds of real coordinators per test, no ledger promise (CI: make test-slow)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:

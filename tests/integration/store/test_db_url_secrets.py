@@ -12,7 +12,7 @@ import pytest
 from tests.harness.postgres import postgres_available, scratch_database
 from tests.integration.store.test_db_urls import refused
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # slow: CI runs it
 
 
 @pytest.fixture(scope="module")

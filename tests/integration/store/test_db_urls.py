@@ -14,6 +14,9 @@ import pytest
 from tests.harness import BIN, CoordinatorProcess, base_env
 from tests.harness.postgres import PG_ADMIN_URL, postgres_available
 
+# slow: each case starts the coordinator program; CI runs it (the rules: tests/unit/store)
+pytestmark = pytest.mark.slow
+
 
 def run(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
