@@ -60,6 +60,11 @@ def _display_problem() -> str | None:
         if os.environ.get("WAYLAND_DISPLAY"):
             return "no X display: Wayland without DISPLAY (XWayland) is not supported"
         return "no display: DISPLAY is not set"
+    if sys.platform.startswith("linux"):
+        # libX11 (mss) would block on a FIFO or read /dev/zero forever: not connected at all.
+        unusable = x_authority.unusable_file()
+        if unusable:
+            return unusable
     return None
 
 

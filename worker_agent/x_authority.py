@@ -13,14 +13,20 @@ stdout for an empty file (into `doctor --json`), and every child would inherit t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 _patched = False
+
+# A real authority file holds a few entries of a few dozen bytes; libX11 and python-xlib read
+# the whole file, so a bigger one (or /dev/zero) is not read at all.
+MAX_FILE_BYTES = 1 << 20
 
 
 def authority_file() -> Path | None:
@@ -39,8 +45,37 @@ def missing_file() -> str:
         return "no Xauthority file (neither XAUTHORITY nor HOME is set)"
     if not path.exists():
         named = "XAUTHORITY" if os.environ.get("XAUTHORITY") else "~/.Xauthority"
-        return f"no Xauthority file ({named}: {path} does not exist)"
+        return f"no Xauthority file ({named}: {_shown(str(path))} does not exist)"
     return ""
+
+
+def unusable_file() -> str:
+    """A sentence when the authority file exists but is not one X can read safely (a FIFO, a
+    device, a directory, or past MAX_FILE_BYTES: libX11 and python-xlib would block on it or
+    read it forever), else ""."""
+    path = authority_file()
+    if path is None:
+        return ""
+    try:
+        found = path.stat()
+    except OSError:
+        return ""  # missing (or unreadable: the connection says so)
+    if stat.S_ISDIR(found.st_mode):
+        return f"the Xauthority file {_shown(str(path))} is a directory"
+    if not stat.S_ISREG(found.st_mode):
+        return f"the Xauthority file {_shown(str(path))} is not a regular file"
+    if found.st_size > MAX_FILE_BYTES:
+        return (
+            f"the Xauthority file {_shown(str(path))} is {found.st_size} bytes"
+            f" (a cookie file is under {MAX_FILE_BYTES} bytes)"
+        )
+    return ""
+
+
+UNUSABLE_FIX = (
+    "set XAUTHORITY to the X server's cookie file (the file its -auth names, or the desktop"
+    " session's ~/.Xauthority), or unset it; a headless node: pass --no-computer-use"
+)
 
 
 def allow_missing_file() -> None:
@@ -59,12 +94,19 @@ def allow_missing_file() -> None:
         from Xlib.support import unix_connect  # type: ignore[import-untyped]
     except ImportError:
         return  # pyautogui's import reports the missing python-xlib
+    from Xlib.error import XauthError  # type: ignore[import-untyped]
+
     original = unix_connect.get_auth
 
     def get_auth(sock: Any, dname: str, host: str, dno: int) -> Any:
         if missing_file():
             return "", ""  # as libX11: no file, no cookie; the server decides
-        return original(sock, dname, host, dno)
+        bad = unusable_file()
+        if bad:
+            raise XauthError(bad)
+        # python-xlib prints its parse warnings on stdout (into `doctor --json`).
+        with contextlib.redirect_stdout(sys.stderr):
+            return original(sock, dname, host, dno)
 
     unix_connect.get_auth = get_auth
     _patched = True
@@ -80,9 +122,13 @@ class Refusal:
 
 def refusal() -> Refusal | None:
     """Connect to DISPLAY as pyautogui would; None when the display accepts this worker."""
-    display = os.environ.get("DISPLAY", "")
-    if not display or not sys.platform.startswith("linux"):
+    named = os.environ.get("DISPLAY", "")
+    if not named or not sys.platform.startswith("linux"):
         return None
+    bad = unusable_file()
+    if bad:
+        return Refusal(bad, UNUSABLE_FIX)
+    display = _shown(named, 60)
     allow_missing_file()
     try:
         from Xlib import error as xerror
@@ -90,11 +136,11 @@ def refusal() -> Refusal | None:
     except ImportError:
         return None
     try:
-        Display(display).close()
+        Display(named).close()
     except xerror.XauthError as exc:
         path = authority_file()
         return Refusal(
-            f"cannot read the Xauthority file {path}: {_server_words(exc)}",
+            f"cannot read the Xauthority file {_shown(str(path))}: {_server_words(exc)}",
             "run the worker as the desktop's user, or let this user read the file; a headless"
             " node: pass --no-computer-use",
         )
@@ -110,7 +156,7 @@ def refusal() -> Refusal | None:
         cookie = (
             f"it wants a cookie, and there is {missing}"
             if missing
-            else (f"the cookie in {authority_file()} is not this server's")
+            else (f"the cookie in {_shown(str(authority_file()))} is not this server's")
         )
         return Refusal(
             f"display {display} refused the connection ({words}): {cookie}",
@@ -128,4 +174,10 @@ def _server_words(exc: BaseException) -> str:
     text = str(exc)
     found = re.search(r"b'(.*?)(?:\\n)?'$", text)
     words = found.group(1) if found else text.split(": ", 1)[-1]
-    return words.strip().rstrip(".") or type(exc).__name__
+    return _shown(words.strip().rstrip("."), 200) or type(exc).__name__
+
+
+def _shown(text: str, limit: int = 240) -> str:
+    """An environment-given value as one printable line, cut at `limit` characters."""
+    clean = "".join(c if c.isprintable() else "?" for c in text)
+    return clean if len(clean) <= limit else clean[: limit - 3] + "..."

@@ -4,6 +4,7 @@ refuses the worker is reported as the authority problem it is, by the worker and
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -51,7 +52,7 @@ def _worker(
     return worker
 
 
-def _doctor(worker: WorkerProcess) -> tuple[int, dict[str, dict[str, Any]]]:
+def _doctor(worker: WorkerProcess, timeout: float = 60) -> tuple[int, dict[str, dict[str, Any]]]:
     done = subprocess.run(
         [
             str(BIN / "deskfleet-worker"),
@@ -64,7 +65,7 @@ def _doctor(worker: WorkerProcess) -> tuple[int, dict[str, dict[str, Any]]]:
         capture_output=True,
         text=True,
         env=worker.env(),
-        timeout=60,
+        timeout=timeout,
     )
     doc = json.loads(done.stdout)  # stdout is the document alone
     return done.returncode, {c["name"]: c for c in doc["checks"]}
@@ -162,3 +163,36 @@ def test_no_x_server_at_display_is_told_apart_from_a_refusal(
         f"no X server answers at DISPLAY=:{free} ([Errno 2] No such file or directory)"
     )
     assert rows["display"]["fix"].startswith("start the X server")
+
+
+def test_an_xauthority_that_is_no_cookie_file_is_named_not_read(
+    coordinator: CoordinatorProcess, plain_xvfb: Xvfb, tmp_path: Path
+) -> None:
+    # libX11 and python-xlib read the whole file: a FIFO blocked doctor (and the worker's
+    # display probe) forever, /dev/zero filled memory.
+    worker = _worker(coordinator, tmp_path, "odd-auth", plain_xvfb.env, "--kill-hotkey", "none")
+    fifo = tmp_path / "fifo.Xauthority"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.Xauthority"
+    zero.symlink_to("/dev/zero")
+    folder = tmp_path / "folder.Xauthority"
+    folder.mkdir()
+    for path, what in (
+        (fifo, "is not a regular file"),
+        (zero, "is not a regular file"),
+        (folder, "is a directory"),
+    ):
+        worker.display_env["XAUTHORITY"] = str(path)
+        code, rows = _doctor(worker, timeout=20)
+        assert code == 1, rows
+        assert (rows["display"]["status"], rows["display"]["detail"]) == (
+            "fail",
+            f"the Xauthority file {path} {what}",
+        )
+        assert rows["display"]["fix"].startswith("set XAUTHORITY to the X server's cookie file")
+    # A file python-xlib cannot parse: its warnings went to stdout, before doctor's JSON.
+    garbage = tmp_path / "garbage.Xauthority"
+    garbage.write_bytes(b"garbage")
+    worker.display_env["XAUTHORITY"] = str(garbage)
+    code, rows = _doctor(worker, timeout=20)  # json.loads of stdout: the document alone
+    assert (code, rows["input"]["status"]) == (0, "ok"), rows
