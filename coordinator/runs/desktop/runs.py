@@ -145,13 +145,20 @@ def on_failure(s: Session, run: RunRow, action: ActionRow, ctx: Context) -> list
     return []
 
 
+_REASON_SHOWN = 200  # characters of a worker's computer_use reason in a refusal
+
+
 def _lacks(worker: WorkerRow, asked: Scope) -> str:
     """What the worker's advertisement lacks for `asked`, in one line, or ""."""
     advertised = Advertisement.from_json(worker.advertisement)
     who = f"worker {worker.name} ({worker.id})"
     measured = advertised.capability(capabilities.COMPUTER_USE)
     if measured is not None and not measured.available:
-        return f"{who} offers no Computer Use: {measured.reason or 'it advertised none'}"
+        # The worker wrote the reason (up to the hello's max_reason, 1 KiB by default): a
+        # refusal is one line of an owner's terminal, so a longer one is cut.
+        said = measured.reason or "it advertised none"
+        said = said if len(said) <= _REASON_SHOWN else said[: _REASON_SHOWN - 3] + "..."
+        return f"{who} offers no Computer Use: {said}"
     if measured is None:
         return ""  # it has not reported yet: nothing to hold it to
     if not advertised.displays:

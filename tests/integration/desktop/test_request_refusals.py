@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from shared.advertisement import Advertisement, Capability
 from tests.harness import CoordinatorProcess, WorkerProcess, wait_until
+from tests.harness.raw_worker import RawWorker
 
 
 @pytest.fixture
@@ -86,3 +88,30 @@ def test_an_offline_worker_is_asked_as_before(
         "--reason", "offline",
     )  # fmt: skip
     assert requested["status"] == "WAITING_FOR_AUTHORITY", requested
+
+
+def test_a_hostile_workers_reason_is_spelled_out_and_cut(coordinator: CoordinatorProcess) -> None:
+    """The worker writes its own computer_use reason: an escape sequence in it reached the
+    owner's terminal raw in the refusal (retitling it, clearing the screen), and a reason of
+    the 1 KiB a hello may hold made a 1 KiB error line."""
+    hostile = RawWorker(coordinator, "refuse-hostile")
+    try:
+        reason = "\x1b]0;owned\x07\x1b[2J\u202egone\r"
+        hostile.connect(
+            Advertisement(hostname="raw", capabilities=(Capability("computer_use", False, reason),))
+        )
+        code, out, err = _request(coordinator, hostile.worker_id)
+        assert (code, out) == (1, "")
+        assert err == (
+            f"deskfleet: worker refuse-hostile ({hostile.worker_id}) offers no Computer Use:"
+            " \\x1b]0;owned\\x07\\x1b[2J\\u202egone\n"
+        )
+        hostile.close()
+        hostile.reconnect(
+            [], Advertisement(capabilities=(Capability("computer_use", False, "x" * 1000),))
+        )
+        code, out, err = _request(coordinator, hostile.worker_id)
+        assert (code, out) == (1, "")
+        assert err.endswith(" offers no Computer Use: " + "x" * 197 + "...\n"), err
+    finally:
+        hostile.close()
