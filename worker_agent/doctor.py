@@ -35,6 +35,7 @@ from shared.errors import (
     from_rpc_error,
 )
 from shared.gen.deskfleet.v1 import admin_pb2, admin_pb2_grpc
+from shared.text import visible
 from worker_agent import sandbox as browser_sandbox, x_authority
 from worker_agent.capabilities import (
     ProbeOptions,
@@ -473,9 +474,18 @@ def render(report: Report) -> str:
         who = f"worker {report.worker_name} ({report.worker_id})"
     else:
         who = "no enrolled worker"
-    header = f"deskfleet-worker doctor: {who} on host {platform.node()}, state {report.state_dir}"
+    header = visible(
+        f"deskfleet-worker doctor: {who} on host {platform.node()}, state {report.state_dir}"
+    )
+    # Details quote the environment (DISPLAY, XAUTHORITY, paths): an escape sequence in one is
+    # spelled out, never run by the terminal.
     rows = [("CHECK", "RESULT", "DETAIL", "FIX")] + [
-        (c.name, c.status.value.upper() if c.status in LOUD else c.status.value, c.detail, c.fix)
+        (
+            c.name,
+            c.status.value.upper() if c.status in LOUD else c.status.value,
+            visible(c.detail),
+            visible(c.fix),
+        )
         for c in report.checks
     ]
     # Long details and fixes wrap inside their column, so the table stays terminal-wide.

@@ -196,3 +196,21 @@ def test_an_xauthority_that_is_no_cookie_file_is_named_not_read(
     worker.display_env["XAUTHORITY"] = str(garbage)
     code, rows = _doctor(worker, timeout=20)  # json.loads of stdout: the document alone
     assert (code, rows["input"]["status"]) == (0, "ok"), rows
+
+
+def test_doctor_spells_out_an_escape_sequence_in_display(plain_xvfb: Xvfb, tmp_path: Path) -> None:
+    # DISPLAY is quoted in the display check: an OSC sequence in it retitled the terminal.
+    env = {
+        **base_env(tmp_path),
+        "HOME": str(tmp_path),
+        "DISPLAY": "\x1b]0;owned\x07" + plain_xvfb.display,
+    }
+    done = subprocess.run(
+        [str(BIN / "deskfleet-worker"), "doctor", "--state-dir", str(tmp_path / "state"),
+         "--no-headless"],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    display = next(line for line in done.stdout.splitlines() if line.startswith("display "))
+    assert "display      FAIL    display \\x1b]0;owned\\x07" + plain_xvfb.display in display
