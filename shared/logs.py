@@ -20,6 +20,7 @@ from types import MappingProxyType
 from opentelemetry import trace
 
 from shared.errors import InvalidArgumentError
+from shared.text import visible
 
 FORMATS = ("json", "text")
 # The order of the ids on a line; any other field follows.
@@ -83,7 +84,9 @@ class TextFormatter(logging.Formatter):
         self._static = dict(static or {})
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        # Messages quote what others wrote (DISPLAY, a capability's reason, a path): an escape
+        # sequence is spelled out, not run by the terminal that tails the log (as json does).
+        line = visible(super().format(record), multiline=True)
         fields = {**self._static, **context_fields()}
         if not fields:
             return line

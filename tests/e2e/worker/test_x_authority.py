@@ -214,3 +214,21 @@ def test_doctor_spells_out_an_escape_sequence_in_display(plain_xvfb: Xvfb, tmp_p
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     display = next(line for line in done.stdout.splitlines() if line.startswith("display "))
     assert "display      FAIL    display \\x1b]0;owned\\x07" + plain_xvfb.display in display
+
+
+def test_the_workers_log_spells_out_an_escape_sequence_in_display(
+    coordinator: CoordinatorProcess, plain_xvfb: Xvfb, tmp_path: Path
+) -> None:
+    # The capability line quotes DISPLAY in computer_use's reason; --log-format text wrote it
+    # to the log (and a terminal tailing it) raw.
+    env = {**plain_xvfb.env, "DISPLAY": "\x1b]0;owned\x07" + plain_xvfb.display}
+    worker = _worker(
+        coordinator, tmp_path, "odd-display", env, "--kill-hotkey", "none", "--log-format", "text"
+    )
+    try:
+        assert _computer_use(worker)["available"] is False
+    finally:
+        worker.stop()
+    log = worker.log.read_text()
+    assert "\x1b" not in log and "\x07" not in log
+    assert "computer_use: no (display \\x1b]0;owned\\x07" in log
