@@ -443,8 +443,22 @@ def test_a_peek_at_a_display_that_is_gone_or_a_worker_offline_says_so(stack: Sta
     away = WorkerProcess(coordinator, "away")
     assert away.enroll().returncode == 0  # enrolled, never connected
     out = coordinator.workdir / "nothing.png"
+    # A display the connected worker does not have is refused at the request itself now; a
+    # peek finds a display gone only when the worker came back without it after the request.
+    refused = coordinator.cli(
+        "desktop",
+        "request",
+        "--worker",
+        stack.worker.worker_id,
+        "--display",
+        "3",
+        "--action=left_click",
+        token_file=stack.token_files["alice"],
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.endswith("has no display 3 (it has 1: display 0)\n"), refused.stderr
     cases = (
-        (stack.worker.worker_id, "3", f"display 3 is gone from worker {stack.worker.worker_id}"),
         (away.worker_id, "0", f"worker {away.worker_id} is offline: there is no screen to show"),
     )
     for worker_id, display, said in cases:
