@@ -16,6 +16,9 @@ import pytest
 from tests.conftest import require
 from tests.harness import BIN, CoordinatorProcess, WorkerProcess, Xvfb, base_env
 
+# slow: a worker and doctor started against each kind of display and cookie file; CI runs it
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def coordinator(module_coordinator: CoordinatorProcess) -> CoordinatorProcess:
