@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -32,7 +33,7 @@ from coordinator.model.settings import (
     DEFAULT_OWNER_MAX_STORED_BYTES,
     CoordinatorConfig,
 )
-from coordinator.security import secret_box
+from coordinator.security import evidence_key, secret_box
 from coordinator.security.principals import NewUser, create_user, has_admin_secret
 from coordinator.security.secret_box import KEY_FILE_NAME, SecretBox
 from coordinator.security.tls import (
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="create or upgrade the schema and write an admin credential")
     init.add_argument("--db", required=True, help=_DB_HELP + " (a SQLite file is created)")
     init.add_argument("--admin-token-file", required=True, type=Path)
+    _evidence_key_option(init)
     _key_file_option(init)
 
     serve = sub.add_parser("serve", help="serve the API")
@@ -343,6 +345,14 @@ def _parser() -> argparse.ArgumentParser:
         f" closed (default {DEFAULT_REQUEST_TIMEOUT:.0f})",
     )
 
+    evidence = sub.add_parser(
+        "evidence-key",
+        help="print the public half of the key that signs exported evidence, and its fingerprint",
+    )
+    evidence.add_argument("--db", required=True, help=_DB_HELP)
+    _evidence_key_option(evidence)
+    evidence.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
     ca = sub.add_parser("ca", help="the certificate authority for TLS")
     ca_sub = ca.add_subparsers(dest="ca_command", required=True)
     ca_init = ca_sub.add_parser(
@@ -387,6 +397,38 @@ def _key_file_option(p: argparse.ArgumentParser) -> None:
         f" needs the same; default: {KEY_FILE_NAME} next to a SQLite database, none with"
         " PostgreSQL)",
     )
+
+
+def _evidence_key_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--evidence-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the Ed25519 key that signs exported evidence (mode 0600; replicas share one;"
+        f" default: {evidence_key.KEY_FILE_NAME} next to a SQLite database, none with"
+        " PostgreSQL)",
+    )
+
+
+def _evidence_key_file(args: argparse.Namespace) -> Path | None:
+    if args.evidence_key_file is not None:
+        path: Path = args.evidence_key_file
+        return path
+    db_path = sqlite_path(args.db)
+    return db_path.parent / evidence_key.KEY_FILE_NAME if db_path is not None else None
+
+
+def _print_evidence_key(args: argparse.Namespace) -> None:
+    path = _evidence_key_file(args)
+    if path is None:
+        raise DeskfleetError("--evidence-key-file: required with PostgreSQL")
+    key = evidence_key.load(path)
+    if args.json:
+        doc = {"fingerprint": key.fingerprint, "publicKeyPem": key.public_pem, "file": str(path)}
+        print(json.dumps(doc, indent=2))
+        return
+    print(f"evidence key {key.fingerprint} ({path})")
+    print(key.public_pem, end="")
 
 
 def _key_file(args: argparse.Namespace) -> Path | None:
@@ -576,6 +618,16 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 _write_secret(token_file, user.secret)
                 print(f"{note}; admin credential for {user.principal.name} written to {token_file}")
+            evidence_file = _evidence_key_file(args)
+            if evidence_file is None:
+                print("no evidence key: give --evidence-key-file to init to sign exported runs")
+            else:
+                made = evidence_key.create(evidence_file)
+                key = evidence_key.load(evidence_file)
+                print(
+                    f"evidence key {key.fingerprint} {'written to' if made else 'kept in'}"
+                    f" {evidence_file}"
+                )
             key_file = _key_file(args)
             if key_file is None:
                 print("no secrets key: give --secrets-key-file to init and serve to store secrets")
@@ -586,6 +638,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"secrets key {'written to' if made else 'kept in'} {key_file}"
                 + (f"; {sealed} stored secret value(s) sealed with it" if sealed else "")
             )
+            return 0
+        if args.command == "evidence-key":
+            _print_evidence_key(args)
             return 0
         if args.command == "console":
             from coordinator.console.server import ConsoleOptions, serve
