@@ -19,3 +19,17 @@ def replace_atomically(path: Path, data: str | bytes, mode: int = 0o600) -> None
         os.fsync(fh.fileno())
     os.chmod(tmp, mode)  # the umask may have narrowed what os.open asked for
     os.replace(tmp, path)
+
+
+def create_private(path: Path, data: str | bytes) -> bool:
+    """Write `data` to a new file only its owner may read (in a directory only its owner may
+    enter, made if missing); False, and nothing written, when a file is already there, so that
+    a key once made is never replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+    return True

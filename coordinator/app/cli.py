@@ -411,11 +411,7 @@ def _evidence_key_option(p: argparse.ArgumentParser) -> None:
 
 
 def _evidence_key_file(args: argparse.Namespace) -> Path | None:
-    if args.evidence_key_file is not None:
-        path: Path = args.evidence_key_file
-        return path
-    db_path = sqlite_path(args.db)
-    return db_path.parent / evidence_key.KEY_FILE_NAME if db_path is not None else None
+    return _beside_store(args.db, args.evidence_key_file, evidence_key.KEY_FILE_NAME)
 
 
 def _print_evidence_key(args: argparse.Namespace) -> None:
@@ -432,11 +428,16 @@ def _print_evidence_key(args: argparse.Namespace) -> None:
 
 
 def _key_file(args: argparse.Namespace) -> Path | None:
-    if args.secrets_key_file is not None:
-        path: Path = args.secrets_key_file
-        return path
-    db_path = sqlite_path(args.db)
-    return db_path.parent / KEY_FILE_NAME if db_path is not None else None
+    return _beside_store(args.db, args.secrets_key_file, KEY_FILE_NAME)
+
+
+def _beside_store(db_url: str, given: Path | None, name: str) -> Path | None:
+    """The key file named on the command line, else `name` next to a SQLite database (with
+    PostgreSQL there is no such place: None)."""
+    if given is not None:
+        return given
+    db_path = sqlite_path(db_url)
+    return db_path.parent / name if db_path is not None else None
 
 
 async def _seal(db_url: str, key_file: Path, *, rotate: bool) -> int:

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from shared import evidence_keys
 from shared.errors import FailedPreconditionError
+from shared.files import create_private
 
 KEY_FILE_NAME = "evidence.key"
 MAX_KEY_FILE_BYTES = 16 * 1024  # a PEM Ed25519 key is under 200 bytes
@@ -54,19 +55,12 @@ class EvidenceKey:
 def create(path: Path) -> bool:
     """Write a new key to `path` (0600) unless a file is there; whether it did. A file that is
     there is left as it is: `load` says what is wrong with it."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     pem = Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-    return True
+    return create_private(path, pem)
 
 
 def load(path: Path) -> EvidenceKey:

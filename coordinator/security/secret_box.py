@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from coordinator.store import desktop as queries
 from coordinator.store.models import SecretRow
 from shared.errors import FailedPreconditionError
-from shared.files import replace_atomically
+from shared.files import create_private, replace_atomically
 
 KEY_PREFIX = "dfk1:"
 SEALED_PREFIX = "dfs1:"
@@ -123,14 +123,7 @@ class SecretBox:
 
 def create_key_file(path: Path) -> bool:
     """Write a new key to `path` (mode 0600) unless a file is there; whether it did."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as fh:
-        fh.write(_key_line(os.urandom(32)))
-    return True
+    return create_private(path, _key_line(new_key()))
 
 
 def _key_line(key: bytes) -> str:
