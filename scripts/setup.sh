@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what deskfleet needs on a fresh Debian machine; safe to run again (it skips what is done).
-#   system: Xvfb + xauth (desktop tests and the demo), xdotool, Debian's Chromium (Playwright drives
+#   system: Xvfb + xauth (desktop tests and the demo), xdotool, xterm (the live-view tests type into
+#           a real terminal), ffmpeg (a run export's recording as video), Debian's Chromium (Playwright drives
 #           it through executable_path: `playwright install` cannot download here)
 #   corpus: python-flask-doc, Flask's HTML documentation (~0.7 MB), the research answer benchmark's
 #           real pages (bench/research_answers.py, tests/unit/research/test_passages.py)
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(xvfb xauth xdotool x11-utils chromium python-flask-doc)
+APT_PACKAGES=(xvfb xauth xdotool x11-utils xterm ffmpeg chromium python-flask-doc)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

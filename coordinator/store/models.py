@@ -364,6 +364,50 @@ class InputLeaseRow(Base):
     acquired_at: Mapped[float] = mapped_column(Float)
 
 
+class TakeoverRow(Base):
+    """A person holding a desktop's input in place of its agent (coordinator/runs/desktop/
+    takeovers.py); the run it paused waits as human_active until the person hands back."""
+
+    __tablename__ = "takeovers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    worker_id: Mapped[str] = mapped_column(String(64), index=True)
+    run_id: Mapped[str] = mapped_column(String(64))  # "" when no run held the desktop
+    display: Mapped[int] = mapped_column(Integer)
+    by_id: Mapped[str] = mapped_column(String(64))
+    by_name: Mapped[str] = mapped_column(String(200))
+    by_admin: Mapped[bool] = mapped_column(Boolean)
+    reason: Mapped[str] = mapped_column(Text)
+    note: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # active | handed_back | ended
+    events: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class RecordingFrameRow(Base):
+    """One frame of what a desktop run's display showed while the run held it (agent or
+    person at the controls); dropped by age (`serve --recording-retention`) and counted in
+    the owner's stored bytes."""
+
+    __tablename__ = "recording_frames"
+
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner_id: Mapped[str] = mapped_column(String(64))
+    worker_id: Mapped[str] = mapped_column(String(64))
+    display: Mapped[int] = mapped_column(Integer)
+    held_by: Mapped[str] = mapped_column(String(16))  # agent | person
+    captured_at: Mapped[float] = mapped_column(Float)
+    media_type: Mapped[str] = mapped_column(String(64))
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+
+
 class SecretRow(Base):
     """A value `type` may reference as {{secret:NAME}}; sent to a worker only to type it."""
 

@@ -279,6 +279,122 @@ class SecretInfo(_message.Message):
     updated_by: str
     def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_by: _Optional[str] = ...) -> None: ...
 
+class WatchScreenRequest(_message.Message):
+    __slots__ = ("worker", "run", "display", "max_fps", "quality", "client")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FPS_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    worker: str
+    run: str
+    display: int
+    max_fps: float
+    quality: int
+    client: str
+    def __init__(self, worker: _Optional[str] = ..., run: _Optional[str] = ..., display: _Optional[int] = ..., max_fps: _Optional[float] = ..., quality: _Optional[int] = ..., client: _Optional[str] = ...) -> None: ...
+
+class LiveFrame(_message.Message):
+    __slots__ = ("watch_id", "seq", "media_type", "data", "width", "height", "captured_at", "worker_id", "display")
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_AT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    watch_id: str
+    seq: int
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+    captured_at: _timestamp_pb2.Timestamp
+    worker_id: str
+    display: int
+    def __init__(self, watch_id: _Optional[str] = ..., seq: _Optional[int] = ..., media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., display: _Optional[int] = ...) -> None: ...
+
+class TakeOverRequest(_message.Message):
+    __slots__ = ("run", "worker", "reason")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    worker: str
+    reason: str
+    def __init__(self, run: _Optional[str] = ..., worker: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Takeover(_message.Message):
+    __slots__ = ("id", "worker_id", "run_id", "display", "by", "started_at", "ended_at", "events", "status", "reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    worker_id: str
+    run_id: str
+    display: int
+    by: str
+    started_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    events: int
+    status: str
+    reason: str
+    def __init__(self, id: _Optional[str] = ..., worker_id: _Optional[str] = ..., run_id: _Optional[str] = ..., display: _Optional[int] = ..., by: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., events: _Optional[int] = ..., status: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class HumanEvent(_message.Message):
+    __slots__ = ("kind", "x", "y", "button", "dx", "dy", "key", "text")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    X_FIELD_NUMBER: _ClassVar[int]
+    Y_FIELD_NUMBER: _ClassVar[int]
+    BUTTON_FIELD_NUMBER: _ClassVar[int]
+    DX_FIELD_NUMBER: _ClassVar[int]
+    DY_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    x: int
+    y: int
+    button: str
+    dx: int
+    dy: int
+    key: str
+    text: str
+    def __init__(self, kind: _Optional[str] = ..., x: _Optional[int] = ..., y: _Optional[int] = ..., button: _Optional[str] = ..., dx: _Optional[int] = ..., dy: _Optional[int] = ..., key: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class SendInputRequest(_message.Message):
+    __slots__ = ("takeover", "events")
+    TAKEOVER_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    takeover: str
+    events: _containers.RepeatedCompositeFieldContainer[HumanEvent]
+    def __init__(self, takeover: _Optional[str] = ..., events: _Optional[_Iterable[_Union[HumanEvent, _Mapping]]] = ...) -> None: ...
+
+class SendInputResponse(_message.Message):
+    __slots__ = ("applied",)
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    applied: int
+    def __init__(self, applied: _Optional[int] = ...) -> None: ...
+
+class HandBackRequest(_message.Message):
+    __slots__ = ("takeover", "worker", "note")
+    TAKEOVER_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    takeover: str
+    worker: str
+    note: str
+    def __init__(self, takeover: _Optional[str] = ..., worker: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
 class KillSwitch(_message.Message):
     __slots__ = ("id", "scope", "target", "reason", "engaged_by", "engaged_at", "engaged", "released_by", "released_at", "acknowledged", "unacknowledged", "acknowledged_count", "unacknowledged_count", "engaged_by_name", "released_by_name")
     ID_FIELD_NUMBER: _ClassVar[int]

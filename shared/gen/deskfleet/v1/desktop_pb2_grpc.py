@@ -61,6 +61,26 @@ class DesktopServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_desktop__pb2.SetSecretRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.SecretInfo.FromString,
                 _registered_method=True)
+        self.WatchScreen = channel.unary_stream(
+                '/deskfleet.v1.DesktopService/WatchScreen',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.WatchScreenRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.LiveFrame.FromString,
+                _registered_method=True)
+        self.TakeOver = channel.unary_unary(
+                '/deskfleet.v1.DesktopService/TakeOver',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.TakeOverRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.Takeover.FromString,
+                _registered_method=True)
+        self.SendInput = channel.unary_unary(
+                '/deskfleet.v1.DesktopService/SendInput',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.SendInputRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.SendInputResponse.FromString,
+                _registered_method=True)
+        self.HandBack = channel.unary_unary(
+                '/deskfleet.v1.DesktopService/HandBack',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.HandBackRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.Takeover.FromString,
+                _registered_method=True)
 
 
 class DesktopServiceServicer:
@@ -101,6 +121,37 @@ class DesktopServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchScreen(self, request, context):
+        """A live view of a worker's display: a frame whenever the screen changes, keepalives while it
+        does not. Admins for any desktop worker; a run's owner for a desktop run of theirs while it
+        holds the desktop. Every viewing is audited (who, which worker, from, until).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TakeOver(self, request, context):
+        """A person takes the desktop's input lease from the agent: its run waits as human_active
+        until HandBack. Admins; a run's owner where the worker allows it (--allow-owner-takeover).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendInput(self, request, context):
+        """The person's mouse and keyboard, for a takeover they hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HandBack(self, request, context):
+        """Returns the lease to the run, which continues with a journal note of the takeover.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DesktopServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +179,26 @@ def add_DesktopServiceServicer_to_server(servicer, server):
                     servicer.SetSecret,
                     request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.SetSecretRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_desktop__pb2.SecretInfo.SerializeToString,
+            ),
+            'WatchScreen': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchScreen,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.WatchScreenRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.LiveFrame.SerializeToString,
+            ),
+            'TakeOver': grpc.unary_unary_rpc_method_handler(
+                    servicer.TakeOver,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.TakeOverRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.Takeover.SerializeToString,
+            ),
+            'SendInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendInput,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.SendInputRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.SendInputResponse.SerializeToString,
+            ),
+            'HandBack': grpc.unary_unary_rpc_method_handler(
+                    servicer.HandBack,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.HandBackRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.Takeover.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +337,114 @@ class DesktopService:
             '/deskfleet.v1.DesktopService/SetSecret',
             deskfleet_dot_v1_dot_desktop__pb2.SetSecretRequest.SerializeToString,
             deskfleet_dot_v1_dot_desktop__pb2.SecretInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchScreen(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/deskfleet.v1.DesktopService/WatchScreen',
+            deskfleet_dot_v1_dot_desktop__pb2.WatchScreenRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.LiveFrame.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeOver(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.DesktopService/TakeOver',
+            deskfleet_dot_v1_dot_desktop__pb2.TakeOverRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.Takeover.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.DesktopService/SendInput',
+            deskfleet_dot_v1_dot_desktop__pb2.SendInputRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.SendInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.DesktopService/HandBack',
+            deskfleet_dot_v1_dot_desktop__pb2.HandBackRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.Takeover.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/fleet.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n\x07\x44isplay\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04left\x18\x02 \x01(\x05\x12\x0b\n\x03top\x18\x03 \x01(\x05\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\"=\n\nCapability\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tavailable\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xf3\x02\n\rAdvertisement\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x37\n\x06labels\x18\x02 \x03(\x0b\x32\'.deskfleet.v1.Advertisement.LabelsEntry\x12\'\n\x08\x64isplays\x18\x03 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\n\n\x02os\x18\x05 \x01(\t\x12;\n\x08versions\x18\x06 \x03(\x0b\x32).deskfleet.v1.Advertisement.VersionsEntry\x12\x15\n\rresearch_apps\x18\x07 \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"f\n\tLocalKill\x12\x0f\n\x07\x65ngaged\x18\x01 \x01(\x08\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05means\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xf1\x04\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.deskfleet.v1.WorkerInfo.LabelsEntry\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\'\n\x08\x64isplays\x18\x05 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0e\n\x06online\x18\x07 \x01(\x08\x12\x32\n\x0elast_heartbeat\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07replica\x18\t \x01(\t\x12\n\n\x02os\x18\n \x01(\t\x12\x38\n\x08versions\x18\x0b \x03(\x0b\x32&.deskfleet.v1.WorkerInfo.VersionsEntry\x12/\n\x0b\x65nrolled_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1c\n\x14\x61llowed_capabilities\x18\r \x03(\t\x12\x34\n\x10lease_expires_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\nlocal_kill\x18\x0f \x01(\x0b\x32\x17.deskfleet.v1.LocalKill\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\";\n\x16GetWorkerStatusRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"e\n\x0cReplicaCount\x12\x0f\n\x07replica\x18\x01 \x01(\t\x12\x0e\n\x06online\x18\x02 \x01(\x05\x12\x17\n\x0fheadless_online\x18\x03 \x01(\x05\x12\x1b\n\x13\x63omputer_use_online\x18\x04 \x01(\x05\"\xc6\x01\n\x0cWorkerStatus\x12\x17\n\x0fheadless_online\x18\x01 \x01(\x05\x12\x1b\n\x13\x63omputer_use_online\x18\x02 \x01(\x05\x12)\n\x07workers\x18\x03 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\x12\x17\n\x0fnext_page_token\x18\x04 \x01(\t\x12\x0e\n\x06online\x18\x05 \x01(\x05\x12,\n\x08replicas\x18\x06 \x03(\x0b\x32\x1a.deskfleet.v1.ReplicaCount\"\xb2\x01\n\x12ListWorkersRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x12\n\ncapability\x18\x05 \x01(\t\x12\x0f\n\x07replica\x18\x06 \x01(\t\x12\x13\n\x06online\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12\x0c\n\x04text\x18\x08 \x01(\tB\t\n\x07_online\"Y\n\x13ListWorkersResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x17\n\tWorkerRef\x12\n\n\x02id\x18\x01 \x01(\t\"8\n\x13RotateWorkerRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rwhile_offline\x18\x02 \x01(\x08\x32\x8d\x04\n\x0c\x46leetService\x12S\n\x0fGetWorkerStatus\x12$.deskfleet.v1.GetWorkerStatusRequest\x1a\x1a.deskfleet.v1.WorkerStatus\x12R\n\x0bListWorkers\x12 .deskfleet.v1.ListWorkersRequest\x1a!.deskfleet.v1.ListWorkersResponse\x12>\n\tGetWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x41\n\x0cRevokeWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12@\n\x0b\x44rainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x42\n\rUndrainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12K\n\x0cRotateWorker\x12!.deskfleet.v1.RotateWorkerRequest\x1a\x18.deskfleet.v1.WorkerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x65skfleet/v1/fleet.proto\x12\x0c\x64\x65skfleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n\x07\x44isplay\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04left\x18\x02 \x01(\x05\x12\x0b\n\x03top\x18\x03 \x01(\x05\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x0e\n\x06height\x18\x05 \x01(\x05\"=\n\nCapability\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tavailable\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x8b\x03\n\rAdvertisement\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x37\n\x06labels\x18\x02 \x03(\x0b\x32\'.deskfleet.v1.Advertisement.LabelsEntry\x12\'\n\x08\x64isplays\x18\x03 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\n\n\x02os\x18\x05 \x01(\t\x12;\n\x08versions\x18\x06 \x03(\x0b\x32).deskfleet.v1.Advertisement.VersionsEntry\x12\x15\n\rresearch_apps\x18\x07 \x03(\t\x12\x16\n\x0eowner_takeover\x18\x08 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"f\n\tLocalKill\x12\x0f\n\x07\x65ngaged\x18\x01 \x01(\x08\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05means\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xf1\x04\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.deskfleet.v1.WorkerInfo.LabelsEntry\x12.\n\x0c\x63\x61pabilities\x18\x04 \x03(\x0b\x32\x18.deskfleet.v1.Capability\x12\'\n\x08\x64isplays\x18\x05 \x03(\x0b\x32\x15.deskfleet.v1.Display\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0e\n\x06online\x18\x07 \x01(\x08\x12\x32\n\x0elast_heartbeat\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07replica\x18\t \x01(\t\x12\n\n\x02os\x18\n \x01(\t\x12\x38\n\x08versions\x18\x0b \x03(\x0b\x32&.deskfleet.v1.WorkerInfo.VersionsEntry\x12/\n\x0b\x65nrolled_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1c\n\x14\x61llowed_capabilities\x18\r \x03(\t\x12\x34\n\x10lease_expires_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\nlocal_kill\x18\x0f \x01(\x0b\x32\x17.deskfleet.v1.LocalKill\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\";\n\x16GetWorkerStatusRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"e\n\x0cReplicaCount\x12\x0f\n\x07replica\x18\x01 \x01(\t\x12\x0e\n\x06online\x18\x02 \x01(\x05\x12\x17\n\x0fheadless_online\x18\x03 \x01(\x05\x12\x1b\n\x13\x63omputer_use_online\x18\x04 \x01(\x05\"\xc6\x01\n\x0cWorkerStatus\x12\x17\n\x0fheadless_online\x18\x01 \x01(\x05\x12\x1b\n\x13\x63omputer_use_online\x18\x02 \x01(\x05\x12)\n\x07workers\x18\x03 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\x12\x17\n\x0fnext_page_token\x18\x04 \x01(\t\x12\x0e\n\x06online\x18\x05 \x01(\x05\x12,\n\x08replicas\x18\x06 \x03(\x0b\x32\x1a.deskfleet.v1.ReplicaCount\"\xb2\x01\n\x12ListWorkersRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x12\n\ncapability\x18\x05 \x01(\t\x12\x0f\n\x07replica\x18\x06 \x01(\t\x12\x13\n\x06online\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12\x0c\n\x04text\x18\x08 \x01(\tB\t\n\x07_online\"Y\n\x13ListWorkersResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.deskfleet.v1.WorkerInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x17\n\tWorkerRef\x12\n\n\x02id\x18\x01 \x01(\t\"8\n\x13RotateWorkerRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rwhile_offline\x18\x02 \x01(\x08\x32\x8d\x04\n\x0c\x46leetService\x12S\n\x0fGetWorkerStatus\x12$.deskfleet.v1.GetWorkerStatusRequest\x1a\x1a.deskfleet.v1.WorkerStatus\x12R\n\x0bListWorkers\x12 .deskfleet.v1.ListWorkersRequest\x1a!.deskfleet.v1.ListWorkersResponse\x12>\n\tGetWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x41\n\x0cRevokeWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12@\n\x0b\x44rainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12\x42\n\rUndrainWorker\x12\x17.deskfleet.v1.WorkerRef\x1a\x18.deskfleet.v1.WorkerInfo\x12K\n\x0cRotateWorker\x12!.deskfleet.v1.RotateWorkerRequest\x1a\x18.deskfleet.v1.WorkerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,33 +45,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CAPABILITY']._serialized_start=159
   _globals['_CAPABILITY']._serialized_end=220
   _globals['_ADVERTISEMENT']._serialized_start=223
-  _globals['_ADVERTISEMENT']._serialized_end=594
-  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_start=500
-  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_end=545
-  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_start=547
-  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_end=594
-  _globals['_LOCALKILL']._serialized_start=596
-  _globals['_LOCALKILL']._serialized_end=698
-  _globals['_WORKERINFO']._serialized_start=701
-  _globals['_WORKERINFO']._serialized_end=1326
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=500
-  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=545
-  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_start=547
-  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_end=594
-  _globals['_GETWORKERSTATUSREQUEST']._serialized_start=1328
-  _globals['_GETWORKERSTATUSREQUEST']._serialized_end=1387
-  _globals['_REPLICACOUNT']._serialized_start=1389
-  _globals['_REPLICACOUNT']._serialized_end=1490
-  _globals['_WORKERSTATUS']._serialized_start=1493
-  _globals['_WORKERSTATUS']._serialized_end=1691
-  _globals['_LISTWORKERSREQUEST']._serialized_start=1694
-  _globals['_LISTWORKERSREQUEST']._serialized_end=1872
-  _globals['_LISTWORKERSRESPONSE']._serialized_start=1874
-  _globals['_LISTWORKERSRESPONSE']._serialized_end=1963
-  _globals['_WORKERREF']._serialized_start=1965
-  _globals['_WORKERREF']._serialized_end=1988
-  _globals['_ROTATEWORKERREQUEST']._serialized_start=1990
-  _globals['_ROTATEWORKERREQUEST']._serialized_end=2046
-  _globals['_FLEETSERVICE']._serialized_start=2049
-  _globals['_FLEETSERVICE']._serialized_end=2574
+  _globals['_ADVERTISEMENT']._serialized_end=618
+  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_start=524
+  _globals['_ADVERTISEMENT_LABELSENTRY']._serialized_end=569
+  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_start=571
+  _globals['_ADVERTISEMENT_VERSIONSENTRY']._serialized_end=618
+  _globals['_LOCALKILL']._serialized_start=620
+  _globals['_LOCALKILL']._serialized_end=722
+  _globals['_WORKERINFO']._serialized_start=725
+  _globals['_WORKERINFO']._serialized_end=1350
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_start=524
+  _globals['_WORKERINFO_LABELSENTRY']._serialized_end=569
+  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_start=571
+  _globals['_WORKERINFO_VERSIONSENTRY']._serialized_end=618
+  _globals['_GETWORKERSTATUSREQUEST']._serialized_start=1352
+  _globals['_GETWORKERSTATUSREQUEST']._serialized_end=1411
+  _globals['_REPLICACOUNT']._serialized_start=1413
+  _globals['_REPLICACOUNT']._serialized_end=1514
+  _globals['_WORKERSTATUS']._serialized_start=1517
+  _globals['_WORKERSTATUS']._serialized_end=1715
+  _globals['_LISTWORKERSREQUEST']._serialized_start=1718
+  _globals['_LISTWORKERSREQUEST']._serialized_end=1896
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=1898
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=1987
+  _globals['_WORKERREF']._serialized_start=1989
+  _globals['_WORKERREF']._serialized_end=2012
+  _globals['_ROTATEWORKERREQUEST']._serialized_start=2014
+  _globals['_ROTATEWORKERREQUEST']._serialized_end=2070
+  _globals['_FLEETSERVICE']._serialized_start=2073
+  _globals['_FLEETSERVICE']._serialized_end=2598
 # @@protoc_insertion_point(module_scope)

@@ -34,7 +34,7 @@ class Capability(_message.Message):
     def __init__(self, name: _Optional[str] = ..., available: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Advertisement(_message.Message):
-    __slots__ = ("hostname", "labels", "displays", "capabilities", "os", "versions", "research_apps")
+    __slots__ = ("hostname", "labels", "displays", "capabilities", "os", "versions", "research_apps", "owner_takeover")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class Advertisement(_message.Message):
     OS_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     RESEARCH_APPS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TAKEOVER_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     labels: _containers.ScalarMap[str, str]
     displays: _containers.RepeatedCompositeFieldContainer[Display]
@@ -63,7 +64,8 @@ class Advertisement(_message.Message):
     os: str
     versions: _containers.ScalarMap[str, str]
     research_apps: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., research_apps: _Optional[_Iterable[str]] = ...) -> None: ...
+    owner_takeover: bool
+    def __init__(self, hostname: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., displays: _Optional[_Iterable[_Union[Display, _Mapping]]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., os: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., research_apps: _Optional[_Iterable[str]] = ..., owner_takeover: _Optional[bool] = ...) -> None: ...
 
 class LocalKill(_message.Message):
     __slots__ = ("engaged", "since", "means", "reason")

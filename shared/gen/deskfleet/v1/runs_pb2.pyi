@@ -607,3 +607,23 @@ class VerifyJournalResponse(_message.Message):
     receipts_checked: int
     problems: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, ok: _Optional[bool] = ..., events_checked: _Optional[int] = ..., receipts_checked: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ExportRunRequest(_message.Message):
+    __slots__ = ("id", "frames_only")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_ONLY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    frames_only: bool
+    def __init__(self, id: _Optional[str] = ..., frames_only: _Optional[bool] = ...) -> None: ...
+
+class ExportChunk(_message.Message):
+    __slots__ = ("data", "total_bytes", "fingerprint", "sha256")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    total_bytes: int
+    fingerprint: str
+    sha256: str
+    def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...

@@ -105,6 +105,11 @@ class RunServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_runs__pb2.WatchRunRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_runs__pb2.JournalEvent.FromString,
                 _registered_method=True)
+        self.ExportRun = channel.unary_stream(
+                '/deskfleet.v1.RunService/ExportRun',
+                request_serializer=deskfleet_dot_v1_dot_runs__pb2.ExportRunRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_runs__pb2.ExportChunk.FromString,
+                _registered_method=True)
 
 
 class RunServiceServicer:
@@ -209,6 +214,14 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportRun(self, request, context):
+        """The run's evidence as one signed file (a tar): journal and hash chain, receipts, artifacts,
+        the recording, and a manifest signed with the coordinator's evidence key. In chunks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -281,6 +294,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.WatchRun,
                     request_deserializer=deskfleet_dot_v1_dot_runs__pb2.WatchRunRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_runs__pb2.JournalEvent.SerializeToString,
+            ),
+            'ExportRun': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportRun,
+                    request_deserializer=deskfleet_dot_v1_dot_runs__pb2.ExportRunRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_runs__pb2.ExportChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -662,6 +680,33 @@ class RunService:
             '/deskfleet.v1.RunService/WatchRun',
             deskfleet_dot_v1_dot_runs__pb2.WatchRunRequest.SerializeToString,
             deskfleet_dot_v1_dot_runs__pb2.JournalEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/deskfleet.v1.RunService/ExportRun',
+            deskfleet_dot_v1_dot_runs__pb2.ExportRunRequest.SerializeToString,
+            deskfleet_dot_v1_dot_runs__pb2.ExportChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -164,7 +164,7 @@ class PeekResult(_message.Message):
     def __init__(self, peek_id: _Optional[str] = ..., media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., error: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "started", "receipt", "kill_ack", "peek_result", "local_kill")
+    __slots__ = ("hello", "heartbeat", "started", "receipt", "kill_ack", "peek_result", "local_kill", "frame", "input_result")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,8 @@ class WorkerMessage(_message.Message):
     KILL_ACK_FIELD_NUMBER: _ClassVar[int]
     PEEK_RESULT_FIELD_NUMBER: _ClassVar[int]
     LOCAL_KILL_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_RESULT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     started: ActionStarted
@@ -179,7 +181,43 @@ class WorkerMessage(_message.Message):
     kill_ack: KillAck
     peek_result: PeekResult
     local_kill: _fleet_pb2.LocalKill
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ..., peek_result: _Optional[_Union[PeekResult, _Mapping]] = ..., local_kill: _Optional[_Union[_fleet_pb2.LocalKill, _Mapping]] = ...) -> None: ...
+    frame: ScreenFrame
+    input_result: HumanInputResult
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., started: _Optional[_Union[ActionStarted, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ..., kill_ack: _Optional[_Union[KillAck, _Mapping]] = ..., peek_result: _Optional[_Union[PeekResult, _Mapping]] = ..., local_kill: _Optional[_Union[_fleet_pb2.LocalKill, _Mapping]] = ..., frame: _Optional[_Union[ScreenFrame, _Mapping]] = ..., input_result: _Optional[_Union[HumanInputResult, _Mapping]] = ...) -> None: ...
+
+class ScreenFrame(_message.Message):
+    __slots__ = ("watch_id", "seq", "media_type", "data", "width", "height", "captured_at", "error", "code")
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    watch_id: str
+    seq: int
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+    captured_at: float
+    error: str
+    code: str
+    def __init__(self, watch_id: _Optional[str] = ..., seq: _Optional[int] = ..., media_type: _Optional[str] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., captured_at: _Optional[float] = ..., error: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
+
+class HumanInputResult(_message.Message):
+    __slots__ = ("input_id", "applied", "error", "code")
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    input_id: str
+    applied: int
+    error: str
+    code: str
+    def __init__(self, input_id: _Optional[str] = ..., applied: _Optional[int] = ..., error: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("worker_id", "session_id", "replica", "heartbeat_interval_seconds", "lease_ttl_seconds", "kills", "rotate_credential", "stream_liveness", "local_kill_reports")
@@ -319,7 +357,7 @@ class PeekScreenNow(_message.Message):
     def __init__(self, peek_id: _Optional[str] = ..., display: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel", "kill", "rotate_credential", "peek")
+    __slots__ = ("welcome", "heartbeat_ack", "dispatch", "receipt_ack", "cancel", "kill", "rotate_credential", "peek", "watch", "human_input")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     DISPATCH_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +366,8 @@ class CoordinatorMessage(_message.Message):
     KILL_FIELD_NUMBER: _ClassVar[int]
     ROTATE_CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     PEEK_FIELD_NUMBER: _ClassVar[int]
+    WATCH_FIELD_NUMBER: _ClassVar[int]
+    HUMAN_INPUT_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
     dispatch: Dispatch
@@ -336,4 +376,36 @@ class CoordinatorMessage(_message.Message):
     kill: KillState
     rotate_credential: RotateCredentialNow
     peek: PeekScreenNow
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ..., kill: _Optional[_Union[KillState, _Mapping]] = ..., rotate_credential: _Optional[_Union[RotateCredentialNow, _Mapping]] = ..., peek: _Optional[_Union[PeekScreenNow, _Mapping]] = ...) -> None: ...
+    watch: WatchScreenNow
+    human_input: HumanInputNow
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., dispatch: _Optional[_Union[Dispatch, _Mapping]] = ..., receipt_ack: _Optional[_Union[ReceiptAck, _Mapping]] = ..., cancel: _Optional[_Union[CancelAction, _Mapping]] = ..., kill: _Optional[_Union[KillState, _Mapping]] = ..., rotate_credential: _Optional[_Union[RotateCredentialNow, _Mapping]] = ..., peek: _Optional[_Union[PeekScreenNow, _Mapping]] = ..., watch: _Optional[_Union[WatchScreenNow, _Mapping]] = ..., human_input: _Optional[_Union[HumanInputNow, _Mapping]] = ...) -> None: ...
+
+class WatchScreenNow(_message.Message):
+    __slots__ = ("watch_id", "display", "max_fps", "quality", "max_bytes", "stop")
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    MAX_FPS_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    watch_id: str
+    display: int
+    max_fps: float
+    quality: int
+    max_bytes: int
+    stop: bool
+    def __init__(self, watch_id: _Optional[str] = ..., display: _Optional[int] = ..., max_fps: _Optional[float] = ..., quality: _Optional[int] = ..., max_bytes: _Optional[int] = ..., stop: _Optional[bool] = ...) -> None: ...
+
+class HumanInputNow(_message.Message):
+    __slots__ = ("input_id", "takeover_id", "display", "by_owner", "events")
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    TAKEOVER_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    BY_OWNER_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    input_id: str
+    takeover_id: str
+    display: int
+    by_owner: bool
+    events: _containers.RepeatedCompositeFieldContainer[_desktop_pb2.HumanEvent]
+    def __init__(self, input_id: _Optional[str] = ..., takeover_id: _Optional[str] = ..., display: _Optional[int] = ..., by_owner: _Optional[bool] = ..., events: _Optional[_Iterable[_Union[_desktop_pb2.HumanEvent, _Mapping]]] = ...) -> None: ...
