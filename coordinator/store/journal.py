@@ -6,7 +6,6 @@ reordered event; receipts carry their own content hash, checked on every read.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,14 +16,10 @@ from sqlalchemy.orm import Session
 from coordinator.store import quotas, runs as run_queries
 from coordinator.store.models import JournalRow, ReceiptRow, RunRow
 from shared.errors import DataIntegrityError
+from shared.journal_chain import GENESIS, event_hash
 from shared.receipts import content_hash, decode_result, encode_result
 
-GENESIS = "0" * 64
-
-
-def event_hash(prev_hash: str, run_id: str, seq: int, kind: str, at: float, data: str) -> str:
-    material = f"{prev_hash}\n{run_id}\n{seq}\n{kind}\n{at!r}\n{data}"
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+__all__ = ["GENESIS", "Chain", "Verification", "append", "event_hash", "read_receipt", "verify"]
 
 
 def append(s: Session, run: RunRow, kind: str, data: dict[str, Any], *, charge: bool = True) -> int:
