@@ -85,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the API")
     serve.add_argument("--db", required=True, help=_DB_HELP + ", initialised with init")
     _key_file_option(serve)
+    _evidence_key_option(serve)
     serve.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (port 0: any free)")
     serve.add_argument("--replica", default=None, help="this replica's name (default: hostname)")
     serve.add_argument(
@@ -725,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
             anthropic_computer_tool=args.anthropic_computer_tool,
             openai_computer_tool=args.openai_computer_tool,
             secrets_key_file=_key_file(args),
+            evidence_key_file=_evidence_key_file(args),
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             ca_dir=args.ca_dir,

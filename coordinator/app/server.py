@@ -24,6 +24,7 @@ from coordinator.model.settings import CoordinatorConfig
 from coordinator.observe.metrics import CoordinatorMetrics
 from coordinator.runs.desktop.peeks import Peeks
 from coordinator.runs.desktop.runs import DESKTOP_RUNS, Desktop
+from coordinator.runs.export import RunExports
 from coordinator.runs.indexer import JournalIndexer
 from coordinator.runs.killswitch import KillSwitches
 from coordinator.runs.questions import Questions
@@ -278,6 +279,7 @@ def create_server(
             OpenStreams(config.max_watch_streams),
             Questions(db, dispatcher),
             names=names,
+            exports=RunExports(db, config.evidence_key_file, config.replica),
         ),
         server,
     )

@@ -79,6 +79,9 @@ class CoordinatorConfig:
     openai_computer_tool: str = "computer"
     # Seals secret values at rest (coordinator/security/secret_box.py); None or missing: no secrets.
     secrets_key_file: Path | None = None
+    # Signs exported runs' manifests (coordinator/security/evidence_key.py, runs/export.py);
+    # None: exports are refused, saying how to make one. Read at each export.
+    evidence_key_file: Path | None = None
     # Estimated tokens a goal's working set may reach before results are archived (seed 000).
     goal_context_budget: int = 20_000
     goal_model_timeout: float = 120.0  # a whole model call; past it, one retry

@@ -49,6 +49,8 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.RunService/ListQuestions": PEOPLE,
     "/deskfleet.v1.RunService/AnswerQuestion": PEOPLE,
     "/deskfleet.v1.RunService/WatchRun": PEOPLE,
+    # Owners their own runs; admins any run (the domain decides which, and audits it).
+    "/deskfleet.v1.RunService/ExportRun": PEOPLE,
     "/deskfleet.v1.JournalService/ReadEntry": PEOPLE,
     "/deskfleet.v1.JournalService/SearchJournal": PEOPLE,
     "/deskfleet.v1.JournalService/VerifyJournal": PEOPLE,

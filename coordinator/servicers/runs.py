@@ -15,6 +15,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from coordinator.agent.loop import Goals
 from coordinator.model.settings import DEFAULT_MAX_WATCH_STREAMS
 from coordinator.runs import guidance, questions
+from coordinator.runs.export import RunExports
 from coordinator.runs.plan import Plan, PlannedAction, RawAction, parse_plan_actions
 from coordinator.runs.questions import Questions
 from coordinator.runs.recall import Recall
@@ -218,9 +219,11 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
         questions: Questions | None = None,
         *,
         names: UserNames,
+        exports: RunExports | None = None,
     ) -> None:
         self._runs = runs
         self._names = names
+        self._exports = exports
         self._questions = questions
         self._routing = routing
         self._goals = goals
@@ -414,6 +417,25 @@ class RunServicer(runs_pb2_grpc.RunServiceServicer):
                             trace_id=event.trace_id,
                         )
                     )
+
+    async def ExportRun(self, request: runs_pb2.ExportRunRequest, context: Context) -> None:
+        if self._exports is None:
+            raise FailedPreconditionError("this coordinator does not export runs")
+        bundle_of = self._exports.bundle(
+            current_principal(), _run_id(request.id), frames_only=request.frames_only
+        )
+        async with bundle_of as bundle:
+            first = True
+            sent = 0
+            async for data in bundle.chunks():
+                sent += len(data)
+                chunk = runs_pb2.ExportChunk(data=data)
+                if first:
+                    chunk.total_bytes, chunk.fingerprint = bundle.size, bundle.fingerprint
+                    first = False
+                if sent == bundle.size:
+                    chunk.sha256 = bundle.sha256
+                await context.write(chunk)
 
 
 class JournalServicer(runs_pb2_grpc.JournalServiceServicer):
