@@ -707,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.run is _mcp and args.json:  # given before the command: `mcp --json` is refused too
         parser.error("mcp prints no JSON document (it speaks JSON-RPC on stdio): drop --json")
-    if args.run is None:  # `completion`: needs no coordinator
+    if args.run is None and getattr(args, "offline", None) is None:  # `completion`
         sys.stdout.write(completion_script(parser, args.shell))
         return 0
     # What the coordinator, workers and web pages wrote reaches a terminal only with its
@@ -744,6 +744,10 @@ def _notes_to_stderr() -> None:
 def _run(args: argparse.Namespace) -> int:
     _notes_to_stderr()
     try:
+        offline = getattr(args, "offline", None)
+        if offline is not None:  # `verify`: no coordinator, credential or configuration
+            code: int = offline(args)
+            return code
         config = ClientConfig.resolve(args.coordinator, args.token_file, args.ca_file)
         if not 0 < args.timeout < math.inf:  # NaN too: every call "did not answer in time"
             raise InvalidArgumentError("--timeout must be a positive number of seconds")

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from coordinator.admin_cli import render
+from coordinator.admin_cli import evidence_commands, render
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.out_files import write_private
 from deskfleet.client import RECONNECT_FOR
@@ -482,6 +482,7 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     runs = sub.add_parser("runs", help="durable runs").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
     )
+    evidence_commands.add_parsers(sub, runs, leaf)  # runs export, and verify
     p = leaf(runs, "submit", submit, "submit a plan of actions")
     p.add_argument("plan", metavar="PLAN.json", help="the plan: a JSON file of actions")
     p.add_argument(
