@@ -417,27 +417,30 @@ def _check_journal(
     lines: Iterator[tuple[int, Any]], run_id: str, seen: _Seen, problems: _Problems
 ) -> None:
     file = layout.JOURNAL
-    prev = GENESIS
+    prev: str | None = GENESIS  # None: the line before was unreadable, and named already
     expected = 1
     for number, doc in lines:
+        seen.events += 1
         if not _is_event(doc):
-            problems.add(file, f"line {number}", "not a journal event: the line was altered")
+            problems.add(
+                file, f"line {number}", f"not a journal event (event {expected}?): altered"
+            )
+            prev, expected = None, expected + 1
             continue
         seq, kind = doc["seq"], doc["kind"]
         where = f"event {seq} ({kind[:64]})"
-        seen.events += 1
         if seq != expected:
             problems.add(
                 file, where, f"comes where event {expected} should: an event was removed or moved"
             )
-        if doc["prev_hash"] != prev:
+        if prev is not None and doc["prev_hash"] != prev:
             problems.add(file, where, "does not follow the event before it (prev_hash)")
         digest = event_hash(doc["prev_hash"], run_id, seq, kind, doc["at"], doc["data"])
         if digest != doc["hash"]:
             problems.add(file, where, "does not match its hash: it was altered")
         prev = doc["hash"]
         expected = seq + 1
-    seen.head = prev
+    seen.head = prev or ""
 
 
 def _is_event(doc: Any) -> bool:
