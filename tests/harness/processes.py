@@ -254,6 +254,8 @@ class CoordinatorProcess:
                 ("fleet.db", self.workdir / "fleet.db"),
                 ("admin.token", self.admin_token_file),
                 ("secrets.key", self.secrets_key_file),
+                # Where `init` puts the evidence key for a SQLite store, and serve finds it.
+                ("evidence.key", self.workdir / "evidence.key"),
             ):
                 shutil.copyfile(template / name, target)
                 target.chmod(0o600)
