@@ -57,6 +57,7 @@ from coordinator.store.engine import (
 from coordinator.store.schema import upgrade
 from shared import __version__, heap, logs, telemetry_options, tracing
 from shared.advertisement import HelloLimits
+from shared.config import parse_duration
 from shared.errors import AlreadyExistsError, DeskfleetError, StoreUnavailableError
 from shared.ids import new_id
 from shared.sizes import parse_size
@@ -230,6 +231,43 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="WatchRun and WaitRun calls (runs watch, --wait) one user may have open at once on"
         f" this replica (default {DEFAULT_MAX_WATCH_STREAMS}; 0: no limit)",
+    )
+    serve.add_argument(
+        "--recording-retention",
+        default="30d",
+        metavar="DURATION",
+        help="how long a desktop run's recorded frames are kept, e.g. 7d, 12h (default 30d;"
+        " 0: kept until the run's data is removed)",
+    )
+    serve.add_argument(
+        "--recording-max-bytes",
+        default="1GiB",
+        metavar="SIZE",
+        help="bytes of recordings one owner may keep; past it a run's recording stops with a"
+        " journal note (default 1GiB; 0: no limit but the owner's stored bytes)",
+    )
+    serve.add_argument(
+        "--recording-fps",
+        type=float,
+        default=2.0,
+        metavar="N",
+        help="frames a second a desktop run's recording keeps of a changing screen (a still"
+        " screen keeps none; default 2; 0: desktop runs are not recorded)",
+    )
+    serve.add_argument(
+        "--live-viewers-per-session",
+        type=int,
+        default=2,
+        metavar="N",
+        help="live screen views one console session (or one direct caller) may hold open"
+        " (default 2)",
+    )
+    serve.add_argument(
+        "--live-viewers-per-worker",
+        type=int,
+        default=16,
+        metavar="N",
+        help="live screen views of one worker at once, recordings not counted (default 16)",
     )
     serve.add_argument(
         "--max-refused-reports",
@@ -697,6 +735,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.handshake_timeout > 0:
             raise DeskfleetError("--handshake-timeout must be positive")
         owner_max_stored_bytes = parse_size("--owner-max-stored-bytes", args.owner_max_stored_bytes)
+        recording_max_bytes = parse_size("--recording-max-bytes", args.recording_max_bytes)
+        try:
+            recording_retention = parse_duration(args.recording_retention)
+        except DeskfleetError as exc:
+            raise DeskfleetError(f"--recording-retention: {exc}") from None
+        if not 0 <= args.recording_fps <= 10:
+            raise DeskfleetError("--recording-fps: 0 (no recording) to 10")
+        if not 1 <= args.live_viewers_per_session <= 64:
+            raise DeskfleetError("--live-viewers-per-session: 1 to 64")
+        if not 1 <= args.live_viewers_per_worker <= 256:
+            raise DeskfleetError("--live-viewers-per-worker: 1 to 256")
         open_files = descriptors.raise_open_files_limit()
         console_connections = DEFAULT_MAX_CONNECTIONS if args.console_listen else 0
         config = CoordinatorConfig(
@@ -719,6 +768,11 @@ def main(argv: list[str] | None = None) -> int:
             goal_context_budget=args.goal_context_budget,
             goal_model_timeout=args.goal_model_timeout,
             goal_question_wait=args.goal_question_wait,
+            recording_fps=args.recording_fps,
+            recording_retention=recording_retention,
+            recording_max_bytes=recording_max_bytes,
+            live_viewers_per_session=args.live_viewers_per_session,
+            live_viewers_per_worker=args.live_viewers_per_worker,
             advice_model=args.advice_model,
             allow_private_networks=args.allow_private_networks,
             policy_file=args.policy,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -23,7 +25,10 @@ from coordinator.heart.dispatch import Dispatcher
 from coordinator.model.settings import CoordinatorConfig
 from coordinator.observe.metrics import CoordinatorMetrics
 from coordinator.runs.desktop.peeks import Peeks
+from coordinator.runs.desktop.recordings import Recorder
 from coordinator.runs.desktop.runs import DESKTOP_RUNS, Desktop
+from coordinator.runs.desktop.takeovers import Takeovers
+from coordinator.runs.desktop.watches import Watches
 from coordinator.runs.export import RunExports
 from coordinator.runs.indexer import JournalIndexer
 from coordinator.runs.killswitch import KillSwitches
@@ -218,9 +223,9 @@ def create_server(
     index: IndexUpdates,
     listeners: Transport | None = None,
     box: SecretBox | None = None,
-) -> tuple[grpc.aio.Server, tuple[int, int], health.aio.HealthServicer, Goals]:
+) -> tuple[grpc.aio.Server, tuple[int, int], health.aio.HealthServicer, Goals, Recorder]:
     """Build (not start) the server; returns it, the bound ports (the worker listener's is 0
-    without one) and its health."""
+    without one), its health, and the parts with tasks of their own (goals, the recorder)."""
     listeners = listeners or Transport(None)
     auth = Authenticator(db)
     guard = GuardInterceptor(auth, FailureLimiter(config.auth_failures_per_minute))
@@ -237,6 +242,23 @@ def create_server(
         else None
     )
     peeks = Peeks(db, presence, config.replica)
+    watches = Watches(
+        db,
+        presence,
+        config.replica,
+        per_client=config.live_viewers_per_session,
+        per_worker=config.live_viewers_per_worker,
+    )
+    takeovers = Takeovers(db, dispatcher, presence, config.replica)
+    recorder = Recorder(
+        db,
+        dispatcher,
+        watches,
+        config.replica,
+        fps=config.recording_fps,
+        retention=config.recording_retention,
+        max_bytes=config.recording_max_bytes,
+    )
     quotas = Quotas(
         db,
         OwnerLimits(config.owner_max_active_runs, config.owner_max_stored_bytes),
@@ -250,7 +272,16 @@ def create_server(
     )
     add_worker_gateway(
         WorkerGatewayServicer(
-            db, presence, dispatcher, config, kills, peeks, certificates, worker_port
+            db,
+            presence,
+            dispatcher,
+            config,
+            kills,
+            peeks,
+            certificates,
+            worker_port,
+            watches=watches,
+            takeovers=takeovers,
         ),
         server,
     )
@@ -284,7 +315,9 @@ def create_server(
         server,
     )
     runs_pb2_grpc.add_JournalServiceServicer_to_server(JournalServicer(runs, recall), server)
-    desktop_pb2_grpc.add_DesktopServiceServicer_to_server(DesktopServicer(desktop, names), server)
+    desktop_pb2_grpc.add_DesktopServiceServicer_to_server(
+        DesktopServicer(desktop, names, watches, takeovers), server
+    )
     discussions = Discussions(
         db,
         dispatcher,
@@ -302,7 +335,7 @@ def create_server(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    return server, (port, worker_port), health_servicer, goals
+    return server, (port, worker_port), health_servicer, goals, recorder
 
 
 class Coordinator:
@@ -323,6 +356,7 @@ class Coordinator:
         self._indexer: JournalIndexer | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._recording: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         listeners = transport(self.config)  # first: a refused configuration opens nothing
@@ -351,7 +385,13 @@ class Coordinator:
         self.metrics.watch(self._db, self._presence)
         self._kills = KillSwitches(self._db, self._dispatcher, self._presence, self.config.replica)
         await self._kills.__aenter__()
-        self._server, (self.port, self.worker_port), self._health, self._goals = create_server(
+        (
+            self._server,
+            (self.port, self.worker_port),
+            self._health,
+            self._goals,
+            recorder,
+        ) = create_server(
             self.config.listen,
             self._db,
             self._presence,
@@ -369,6 +409,8 @@ class Coordinator:
         await self._dispatcher.__aenter__()
         await self._goals.__aenter__()
         self._indexer = await JournalIndexer(self._db).__aenter__()
+        if recorder.enabled:
+            self._recording = asyncio.create_task(recorder.run(), name="recordings")
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
@@ -402,6 +444,11 @@ class Coordinator:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        if self._recording is not None:
+            self._recording.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recording
+            self._recording = None
         if self._indexer is not None:
             await self._indexer.__aexit__()
             self._indexer = None

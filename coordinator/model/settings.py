@@ -51,6 +51,15 @@ class CoordinatorConfig:
     owner_max_stored_bytes: int = DEFAULT_OWNER_MAX_STORED_BYTES
     owner_max_secrets: int = DEFAULT_OWNER_MAX_SECRETS  # secrets one owner may store
     max_watch_streams: int = DEFAULT_MAX_WATCH_STREAMS  # open WatchRun + WaitRun per principal
+    # Live views of desktops (coordinator/runs/desktop/watches.py): viewers per console
+    # session (or direct caller), and per worker.
+    live_viewers_per_session: int = 2
+    live_viewers_per_worker: int = 16
+    # Recordings of desktop runs (coordinator/runs/desktop/recordings.py): frames kept per
+    # second (0: none recorded), how long they are kept, and bytes per owner.
+    recording_fps: float = 2.0
+    recording_retention: float = 30 * 86400.0
+    recording_max_bytes: int = 1024**3
     max_refused_reports: int = DEFAULT_MAX_REFUSED_REPORTS  # per worker stream and minute
     # gRPC connections accepted at once (0: no cap of ours) and how long one may take to finish
     # its handshake (coordinator/app/descriptors.py).

@@ -59,6 +59,12 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.DesktopService/Continue": PEOPLE,
     "/deskfleet.v1.DesktopService/GetArtifact": PEOPLE,
     "/deskfleet.v1.DesktopService/SetSecret": PEOPLE,
+    # Admins any desktop; an owner through a desktop run of theirs while it holds the desktop
+    # (and takes over only where the worker allows it): the domain decides, and audits it.
+    "/deskfleet.v1.DesktopService/WatchScreen": PEOPLE,
+    "/deskfleet.v1.DesktopService/TakeOver": PEOPLE,
+    "/deskfleet.v1.DesktopService/SendInput": PEOPLE,
+    "/deskfleet.v1.DesktopService/HandBack": PEOPLE,
     # Owners see their own requests; only admins answer them.
     "/deskfleet.v1.ApprovalService/ListApprovals": PEOPLE,
     "/deskfleet.v1.ApprovalService/Approve": ADMIN,

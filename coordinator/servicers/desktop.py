@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import grpc
@@ -12,12 +13,14 @@ from coordinator.runs.desktop import scope
 from coordinator.runs.desktop.peeks import Peeks
 from coordinator.runs.desktop.runs import ActResult, Desktop
 from coordinator.runs.desktop.scope import Scope
+from coordinator.runs.desktop.takeovers import MAX_EVENTS, HumanEvent, Takeovers
+from coordinator.runs.desktop.watches import Watches
 from coordinator.runs.killswitch import KillSwitches, KillView
 from coordinator.security import audit
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.names import UserNames
 from coordinator.servicers.runs import ID, OWNER_NAME, run_message
-from coordinator.store.models import ApprovalNoteRow, ApprovalRow
+from coordinator.store.models import ApprovalNoteRow, ApprovalRow, TakeoverRow
 from shared.desktop_scope import Region
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2
@@ -126,9 +129,96 @@ def _act_message(result: ActResult) -> desktop_pb2.DesktopActResponse:
 
 
 class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
-    def __init__(self, desktop: Desktop, names: UserNames) -> None:
+    def __init__(
+        self,
+        desktop: Desktop,
+        names: UserNames,
+        watches: Watches | None = None,
+        takeovers: Takeovers | None = None,
+    ) -> None:
         self._desktop = desktop
         self._names = names
+        self._watches = watches
+        self._takeovers = takeovers
+
+    def _live(self) -> tuple[Watches, Takeovers]:
+        if self._watches is None or self._takeovers is None:
+            raise FailedPreconditionError("this coordinator serves no live view")
+        return self._watches, self._takeovers
+
+    async def WatchScreen(self, request: desktop_pb2.WatchScreenRequest, context: Context) -> None:
+        watches, _ = self._live()
+        if request.worker:
+            _worker_ref(request.worker)
+        if request.run:
+            _id(request.run, "run")
+        if not -1 <= request.display < 16:
+            raise InvalidArgumentError("display: a display index in 0..15")
+        frames = watches.watch(
+            current_principal(),
+            worker=request.worker,
+            run=request.run,
+            display=request.display if request.display else -1,
+            max_fps=request.max_fps,
+            quality=request.quality,
+            client=request.client,
+        )
+        async with contextlib.aclosing(frames) as feed:
+            async for frame in feed:
+                await context.write(
+                    desktop_pb2.LiveFrame(
+                        seq=frame.seq,
+                        media_type=frame.media_type,
+                        data=frame.data,
+                        width=frame.width,
+                        height=frame.height,
+                        captured_at=to_timestamp(frame.captured_at) if frame.seq else None,
+                        worker_id=frame.worker_id,
+                        display=frame.display,
+                    )
+                )
+
+    async def TakeOver(
+        self, request: desktop_pb2.TakeOverRequest, context: Context
+    ) -> desktop_pb2.Takeover:
+        _, takeovers = self._live()
+        if request.worker:
+            _worker_ref(request.worker)
+        if request.run:
+            _id(request.run, "run")
+        row = await takeovers.take_over(
+            current_principal(), run=request.run, worker=request.worker, reason=request.reason
+        )
+        return takeover_message(row)
+
+    async def SendInput(
+        self, request: desktop_pb2.SendInputRequest, context: Context
+    ) -> desktop_pb2.SendInputResponse:
+        _, takeovers = self._live()
+        events = [
+            HumanEvent(e.kind, e.x, e.y, e.button, e.dx, e.dy, e.key, e.text)
+            for e in request.events[: MAX_EVENTS + 1]
+        ]
+        applied = await takeovers.send_input(
+            current_principal(), _id(request.takeover, "takeover"), events
+        )
+        return desktop_pb2.SendInputResponse(applied=applied)
+
+    async def HandBack(
+        self, request: desktop_pb2.HandBackRequest, context: Context
+    ) -> desktop_pb2.Takeover:
+        _, takeovers = self._live()
+        if request.worker:
+            _worker_ref(request.worker)
+        if request.takeover:
+            _id(request.takeover, "takeover")
+        row = await takeovers.hand_back(
+            current_principal(),
+            takeover=request.takeover,
+            worker=request.worker,
+            note=request.note,
+        )
+        return takeover_message(row)
 
     async def _run(self, msg: runs_pb2.Run) -> runs_pb2.Run:
         await self._names.fill([msg], OWNER_NAME)
@@ -193,6 +283,21 @@ class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
             updated_at=to_timestamp(row.updated_at),
             updated_by=row.updated_by,
         )
+
+
+def takeover_message(row: TakeoverRow) -> desktop_pb2.Takeover:
+    return desktop_pb2.Takeover(
+        id=row.id,
+        worker_id=row.worker_id,
+        run_id=row.run_id,
+        display=row.display,
+        by=row.by_name,
+        started_at=to_timestamp(row.started_at),
+        ended_at=to_timestamp(row.ended_at) if row.ended_at else None,
+        events=row.events,
+        status=row.status,
+        reason=row.reason,
+    )
 
 
 def note_message(note: ApprovalNoteRow) -> desktop_pb2.ApprovalNote:

@@ -23,6 +23,8 @@ from coordinator.model.orders import (
 )
 from coordinator.model.settings import CoordinatorConfig
 from coordinator.runs.desktop.peeks import PeekAnswer, PeekOrder, Peeks
+from coordinator.runs.desktop.takeovers import HumanInputOrder, InputResult, Takeovers
+from coordinator.runs.desktop.watches import Watches, WatchOrder
 from coordinator.runs.killswitch import KillSwitches
 from coordinator.security.certificates import PEER_CERT_PROPERTY, WorkerCertificates
 from coordinator.security.principals import rotate_worker_credential
@@ -38,7 +40,7 @@ from shared.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
 )
-from shared.gen.deskfleet.v1 import worker_pb2, worker_pb2_grpc
+from shared.gen.deskfleet.v1 import desktop_pb2, worker_pb2, worker_pb2_grpc
 from shared.local_kill import LocalKill
 from shared.logs import log_context
 from shared.tracing import TraceParent
@@ -113,6 +115,39 @@ def _message(order: object) -> worker_pb2.CoordinatorMessage | bytes:
                 peek_id=order.peek_id, display=order.display, max_bytes=order.max_bytes
             )
         )
+    if isinstance(order, WatchOrder):
+        return worker_pb2.CoordinatorMessage(
+            watch=worker_pb2.WatchScreenNow(
+                watch_id=order.watch_id,
+                display=order.display,
+                max_fps=order.max_fps,
+                quality=order.quality,
+                max_bytes=order.max_bytes,
+                stop=order.stop,
+            )
+        )
+    if isinstance(order, HumanInputOrder):
+        return worker_pb2.CoordinatorMessage(
+            human_input=worker_pb2.HumanInputNow(
+                input_id=order.input_id,
+                takeover_id=order.takeover_id,
+                display=order.display,
+                by_owner=order.by_owner,
+                events=[
+                    desktop_pb2.HumanEvent(
+                        kind=e.kind,
+                        x=e.x,
+                        y=e.y,
+                        button=e.button,
+                        dx=e.dx,
+                        dy=e.dy,
+                        key=e.key,
+                        text=e.text,
+                    )
+                    for e in order.events
+                ],
+            )
+        )
     if isinstance(order, RotateOrder):
         return worker_pb2.CoordinatorMessage(rotate_credential=worker_pb2.RotateCredentialNow())
     if isinstance(order, KillPush):
@@ -158,8 +193,13 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         peeks: Peeks,
         certificates: WorkerCertificates | None = None,
         worker_port: int = 0,
+        *,
+        watches: Watches | None = None,
+        takeovers: Takeovers | None = None,
     ) -> None:
         self._peeks = peeks
+        self._watches = watches
+        self._takeovers = takeovers
         self._certificates = certificates
         self._worker_port = worker_port
         self._db = db
@@ -170,6 +210,7 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
         self._refused_starts = worker_bounds.RefusalLog("action starts")
         self._refused_receipts = worker_bounds.RefusalLog("receipts")
         self._refused_peeks = worker_bounds.RefusalLog("peek answers")
+        self._refused_frames = worker_bounds.RefusalLog("screen frames")
 
     async def Enroll(
         self, request: worker_pb2.EnrollRequest, context: Context
@@ -309,6 +350,10 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
             self._dispatcher.reports.close(budget)
             await self._presence.close(session)
             self._peeks.on_disconnect(worker.id)
+            if self._watches is not None:
+                self._watches.on_disconnect(worker.id)
+            if self._takeovers is not None:
+                self._takeovers.on_disconnect(worker.id)
 
     async def _write(self, session: WorkerSession, context: Context) -> None:
         while True:
@@ -398,6 +443,38 @@ class WorkerGatewayServicer(worker_pb2_grpc.WorkerGatewayServicer):
                         code=code,
                     ),
                 )
+            elif kind == "frame":
+                f = message.frame
+                refusal = worker_bounds.ids_refusal(watch_id=f.watch_id)
+                if not refusal and self._watches is not None:
+                    refusal = self._watches.on_frame(
+                        session.worker_id,
+                        f.watch_id,
+                        media_type=f.media_type,
+                        data=f.data,
+                        width=f.width,
+                        height=f.height,
+                        captured_at=f.captured_at,
+                        error=f.error,
+                        code=f.code,
+                    )
+                if refusal:
+                    self._refused_frames.note(session.worker_id, refusal)
+            elif kind == "input_result":
+                r = message.input_result
+                refusal = worker_bounds.ids_refusal(input_id=r.input_id)
+                if refusal:
+                    self._refused_peeks.note(session.worker_id, refusal)
+                elif self._takeovers is not None:
+                    self._takeovers.on_result(
+                        session.worker_id,
+                        InputResult(
+                            r.input_id,
+                            r.applied,
+                            r.error[: worker_bounds.MAX_PEEK_ERROR],
+                            r.code[: worker_bounds.MAX_CODE],
+                        ),
+                    )
             elif kind == "kill_ack":
                 ack = message.kill_ack
                 self._kills.on_ack(session.worker_id, ack.kill_id, ack.engaged)

@@ -24,6 +24,7 @@ from coordinator.store.models import (
     ReplicaRow,
     RunRow,
     SecretRow,
+    TakeoverRow,
     WorkerRow,
 )
 from shared.states import ACTIVE, IN_FLIGHT
@@ -394,3 +395,13 @@ def artifacts_of_run(s: Session, run_id: str) -> Sequence[ArtifactRow]:
         .scalars()
         .all()
     )
+
+
+def active_takeover(s: Session, worker_id: str) -> TakeoverRow | None:
+    """The person holding the worker's desktop in place of its agent, if any."""
+    found: TakeoverRow | None = s.scalars(
+        select(TakeoverRow)
+        .where(TakeoverRow.worker_id == worker_id, TakeoverRow.status == "active")
+        .limit(1)
+    ).first()
+    return found

@@ -56,8 +56,12 @@ def holds_input(s: Session, run: RunRow, ctx: Context) -> bool:
 
 
 def take_input(s: Session, run: RunRow, worker_id: str, ctx: Context) -> str:
-    """Give the run the desktop's input lease; returns the holder's run id when it is taken."""
+    """Give the run the desktop's input lease; returns who holds it when it is taken (a run,
+    or a person who took the desktop over: no run takes it from them)."""
     lease = queries.input_lease(s, worker_id)
+    person = queries.active_takeover(s, worker_id)
+    if person is not None and (lease is None or lease.run_id != run.id):
+        return f"{person.by_name}, who took it over (takeover {person.id})"
     if lease is None:
         s.add(InputLeaseRow(worker_id=worker_id, run_id=run.id, acquired_at=ctx.now))
         ledger.record(s, run, ctx, "input.lease", worker=worker_id)
@@ -66,7 +70,7 @@ def take_input(s: Session, run: RunRow, worker_id: str, ctx: Context) -> str:
         return ""
     holder = s.get(RunRow, lease.run_id)
     if holder is not None and holds_input(s, holder, ctx):
-        return holder.id
+        return f"run {holder.id}"
     lease.run_id, lease.acquired_at = run.id, ctx.now
     ledger.record(
         s, run, ctx, "input.lease", worker=worker_id, previous=holder.id if holder else ""

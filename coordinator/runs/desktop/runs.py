@@ -119,7 +119,7 @@ def advance(s: Session, run: RunRow, ctx: Context) -> list[Order]:
                 RunState.WAITING_FOR_ENVIRONMENT,
                 waiting=(
                     contract.INPUT_LEASE_HELD,
-                    f"worker {approval.worker_id}'s desktop is controlled by run {holder};"
+                    f"worker {approval.worker_id}'s desktop is controlled by {holder};"
                     " this run takes it when that one ends",
                 ),
             )
@@ -508,7 +508,7 @@ class Desktop:
         if refusal is not None:
             return refusal, None
         if holder := take_input(s, run, worker_id, ctx):
-            held = f"the desktop is controlled by run {holder}"
+            held = f"the desktop is controlled by {holder}"
             return Refusal(contract.INPUT_LEASE_HELD, held), None
         if not ctx.is_online(s, worker_id):
             return Refusal(contract.WORKER_OFFLINE, f"worker {worker_id} is not connected"), None
@@ -599,6 +599,14 @@ class Desktop:
             if run.kind != KIND or run.waiting_code != contract.HUMAN_ACTIVE:
                 raise FailedPreconditionError(
                     f"run {run_id} is not paused for a person at the desk"
+                )
+            approval = queries.latest_approval(s, run.id)
+            person = queries.active_takeover(s, approval.worker_id) if approval else None
+            if person is not None:
+                raise FailedPreconditionError(
+                    f"{person.by_name} holds worker {person.worker_id}'s desktop (takeover"
+                    f" {person.id}): it goes on when they hand it back (deskfleet desktop"
+                    f" handback {person.id})"
                 )
             run.spec = dict(run.spec, resume=True)
             ledger.record(s, run, ctx, "desktop.continue", by=who.id)
