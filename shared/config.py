@@ -26,7 +26,8 @@ def config_file() -> Path:
     return Path(base) / "deskfleet" / "config.json"
 
 
-def _file_settings() -> dict[str, str]:
+def file_settings() -> dict[str, str]:
+    """The config file's string settings (coordinator, token_file, ca_file, console)."""
     path = config_file()
     if not path.exists():
         return {}
@@ -51,7 +52,7 @@ class ClientConfig:
     def resolve(
         cls, coordinator: str | None, token_file: str | None, ca_file: str | None = None
     ) -> ClientConfig:
-        settings = _file_settings()
+        settings = file_settings()
         given = (
             ("--coordinator", coordinator),
             (ENV_COORDINATOR, os.environ.get(ENV_COORDINATOR)),

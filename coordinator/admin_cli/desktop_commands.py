@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import grpc
 
 from coordinator.admin_cli import render
 from coordinator.admin_cli.client import CoordinatorClient
 from coordinator.admin_cli.out_files import check_writable, write_private
 from shared import desktop_scope
-from shared.config import parse_duration
-from shared.errors import InvalidArgumentError
+from shared.config import config_file, file_settings, parse_duration
+from shared.errors import InvalidArgumentError, UnavailableError, from_rpc_error
 from shared.gen.deskfleet.v1 import desktop_pb2, runs_pb2
 from shared.states import APPROVAL_STATES
 
@@ -148,6 +151,111 @@ def resume(client: CoordinatorClient, args: argparse.Namespace) -> None:
         render.print_json(doc)
     else:
         print(f"run {doc['id']} continues: input may resume with the next action")
+
+
+ENV_CONSOLE = "DESKFLEET_CONSOLE"
+
+
+def _console_url(given: str | None) -> str:
+    """The console's base URL: --console, DESKFLEET_CONSOLE, or `console` in the config file."""
+    url = given or os.environ.get(ENV_CONSOLE) or file_settings().get("console", "")
+    if not url:
+        raise InvalidArgumentError(
+            f"no console address: pass --console URL (e.g. http://127.0.0.1:8080), set"
+            f" {ENV_CONSOLE}, or put `console` in {config_file()}"
+        )
+    if not url.startswith(("http://", "https://")) or any(c in url for c in ' "<>'):
+        raise InvalidArgumentError(f"--console {url[:100]!r}: an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+def _is_run(target: str, forced: bool) -> bool:
+    return forced or target.startswith("run_")
+
+
+def watch(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    """The viewer's URL, after one frame proves the caller may watch and the screen is there
+    (that look is audited as a viewing)."""
+    base = _console_url(args.console)
+    as_run = _is_run(args.target, args.run)
+    request = desktop_pb2.WatchScreenRequest(
+        run=args.target if as_run else "", worker="" if as_run else args.target
+    )
+    stream = client.desktop.WatchScreen(request, metadata=client.metadata(), timeout=30)
+    first = None
+    try:
+        for frame in stream:
+            if frame.seq:
+                first = frame
+                break
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc, client.config.coordinator) from exc
+    finally:
+        stream.cancel()
+    if first is None:
+        raise UnavailableError("the live view ended before its first frame")
+    if args.out:
+        write_private(Path(args.out), first.data)
+    kind, ref = ("runs", args.target) if as_run else ("workers", first.worker_id)
+    url = f"{base}/{kind}/{ref}/screen"
+    doc = {
+        "url": url,
+        "workerId": first.worker_id,
+        "display": first.display,
+        "width": first.width,
+        "height": first.height,
+        "out": args.out or "",
+    }
+    if args.json:
+        render.print_json(doc)
+        return
+    print(url)
+    saved = f"; the current frame is in {args.out}" if args.out else ""
+    print(
+        f"display {first.display} of worker {first.worker_id} ({first.width}x{first.height})"
+        f" is live there, view only{saved}; each viewing is audited",
+        file=sys.stderr,
+    )
+
+
+def takeover(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    base = _console_url(args.console) if not args.no_url else ""
+    as_run = _is_run(args.target, args.run)
+    request = desktop_pb2.TakeOverRequest(
+        run=args.target if as_run else "",
+        worker="" if as_run else args.target,
+        reason=args.reason or "",
+    )
+    row = client.call(client.desktop.TakeOver, request)
+    doc = render.as_dict(row)
+    if base:
+        doc["url"] = f"{base}/takeovers/{row.id}"
+    if args.json:
+        render.print_json(doc)
+        return
+    paused = f"run {row.run_id} waits as human_active" if row.run_id else "no run held it"
+    print(doc.get("url") or row.id)
+    print(
+        f"takeover {row.id}: you hold worker {row.worker_id}'s desktop ({paused}); give it"
+        f" back with: deskfleet desktop handback {row.id}",
+        file=sys.stderr,
+    )
+
+
+def handback(client: CoordinatorClient, args: argparse.Namespace) -> None:
+    by_id = args.target.startswith("tk_")
+    request = desktop_pb2.HandBackRequest(
+        takeover=args.target if by_id else "",
+        worker="" if by_id else args.target,
+        note=args.note or "",
+    )
+    row = client.call(client.desktop.HandBack, request)
+    doc = render.as_dict(row)
+    if args.json:
+        render.print_json(doc)
+        return
+    goes_on = f"; run {row.run_id} goes on" if row.run_id else ""
+    print(f"takeover {row.id} handed back after {row.events} input event(s){goes_on}")
 
 
 def peek(client: CoordinatorClient, args: argparse.Namespace) -> None:
@@ -423,6 +531,25 @@ def add_parsers(sub: Any, leaf: Any) -> None:
     leaf(desktop, "continue", resume, "after human_active: let input resume").add_argument(
         "id", **RUN_ID
     )
+    console_help = (
+        f"the console's base URL (default: ${ENV_CONSOLE}, or `console` in the config file)"
+    )
+    p = leaf(desktop, "watch", watch, "print the URL of a desktop's live view (view only)")
+    p.add_argument("target", metavar="WORKER|RUN", help="a worker's id or name, or a run id")
+    p.add_argument("--run", action="store_true", help="TARGET is a run (run ids are found anyway)")
+    p.add_argument("--console", metavar="URL", help=console_help)
+    p.add_argument("--out", metavar="FILE", help="also write the current frame (JPEG) here")
+    p = leaf(desktop, "takeover", takeover, "take a desktop's controls from its agent")
+    p.add_argument("target", metavar="RUN|WORKER", help="a desktop run, or a worker")
+    p.add_argument("--run", action="store_true", help="TARGET is a run (run ids are found anyway)")
+    p.add_argument("--reason", metavar="TEXT", help="why, for the run's journal and the audit")
+    p.add_argument("--console", metavar="URL", help=console_help)
+    p.add_argument(
+        "--no-url", action="store_true", help="print the takeover's id, not its page's URL"
+    )
+    p = leaf(desktop, "handback", handback, "give a taken-over desktop back to its run")
+    p.add_argument("target", metavar="TAKEOVER|WORKER", help="a takeover id, or the worker")
+    p.add_argument("--note", metavar="TEXT", help="what you did, for the run's journal")
 
     approvals = sub.add_parser("approvals", help="answer permission requests").add_subparsers(
         dest="sub", required=True, metavar="ACTION"
