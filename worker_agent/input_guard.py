@@ -82,6 +82,17 @@ class InputGuard:
                     return f"kill switch {kill.kill_id} ({kill.scope}) is engaged: {kill.reason}"
         return None
 
+    def stopped(self) -> str | None:
+        """Why nothing of this desktop may be shown or touched for anyone now, or None: the
+        local kill switch, or any kill switch engaged here, a run's included (a person who
+        stopped one run may be at the machine, and a peek, a watch or a takeover serves no
+        run of its own to tell apart)."""
+        if self.kill_file.exists():
+            return f"the local kill switch is engaged ({self.kill_file})"
+        for kill in self.engaged():
+            return f"kill switch {kill.kill_id} ({kill.scope}) is engaged"
+        return None
+
     def engage_local(self, reason: str, means: str = "command") -> LocalKill:
         """Engage the local switch (kept as it is when already engaged: since when is the
         first engagement's); returns the switch as it now stands."""

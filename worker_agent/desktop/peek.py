@@ -48,19 +48,12 @@ class ScreenPeeker:
         result.code = "too_large"
         return result
 
-    def _stopped(self) -> str:
-        if self._guard is None:
-            return ""
-        if self._guard.kill_file.exists():
-            return f"the local kill switch is engaged ({self._guard.kill_file})"
-        for kill in self._guard.engaged():
-            return f"kill switch {kill.kill_id} ({kill.scope}) is engaged"
-        return ""
+    def _stopped(self) -> str | None:
+        return None if self._guard is None else self._guard.stopped()
+
+
+NO_DESKTOP = "this worker runs without computer use (--no-computer-use): no screen to show"
 
 
 def no_desktop(order: worker_pb2.PeekScreenNow) -> worker_pb2.PeekResult:
-    return worker_pb2.PeekResult(
-        peek_id=order.peek_id,
-        error="this worker runs without computer use (--no-computer-use): no screen to show",
-        code="no_display",
-    )
+    return worker_pb2.PeekResult(peek_id=order.peek_id, error=NO_DESKTOP, code="no_display")
