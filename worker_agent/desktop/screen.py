@@ -67,6 +67,14 @@ class DisplayGeometry:
 
 
 @dataclass(frozen=True)
+class Pixels:
+    """A grab as mss filled it: BGRX rows of `size` (width, height)."""
+
+    raw: bytearray
+    size: tuple[int, int]
+
+
+@dataclass(frozen=True)
 class Capture:
     artifact: Artifact
     capture_ms: float  # grab and conversion to an image
@@ -127,6 +135,14 @@ class Screen:
     ) -> Image.Image:
         """The display, or the part `box` (x0, y0, x1, y1 in its real pixels, the far corner
         exclusive) of it: only that part is read from the X server."""
+        pixels = self.grab_pixels(geometry, box)
+        return to_image(pixels.raw, pixels.size)
+
+    def grab_pixels(
+        self, geometry: DisplayGeometry, box: tuple[int, int, int, int] | None = None
+    ) -> Pixels:
+        """As `grab`, before any conversion: what a watch compares to learn whether the
+        screen changed, without paying for an image of a screen that did not."""
         x0, y0, x1, y1 = box if box is not None else (0, 0, geometry.width, geometry.height)
         region = {
             "left": geometry.left + x0,
@@ -140,7 +156,7 @@ class Screen:
             raise
         except Exception as exc:
             raise ActionRefused(f"cannot capture the display: {_short(exc)}", NO_DISPLAY) from exc
-        return to_image(raw.raw, raw.size)
+        return Pixels(raw.raw, (int(raw.size[0]), int(raw.size[1])))
 
     def capture(
         self,
