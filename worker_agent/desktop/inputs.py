@@ -133,13 +133,13 @@ class Pointer:
         finally:
             self._gui.mouseUp(*end, button="left")
 
-    def press(self, at: tuple[int, int] | None) -> None:
+    def press(self, at: tuple[int, int] | None, button: str = "left") -> None:
         x, y = at if at else (None, None)
-        self._gui.mouseDown(x, y, button="left")
+        self._gui.mouseDown(x, y, button=button)
 
-    def release(self, at: tuple[int, int] | None) -> None:
+    def release(self, at: tuple[int, int] | None, button: str = "left") -> None:
         x, y = at if at else (None, None)
-        self._gui.mouseUp(x, y, button="left")
+        self._gui.mouseUp(x, y, button=button)
 
     def scroll(self, at: tuple[int, int] | None, dx: int, dy: int) -> None:
         x, y = at if at else (None, None)
@@ -361,12 +361,14 @@ def _held_for(seconds: float, until: Callable[[], bool]) -> None:
 
 @dataclass
 class HeldButton:
-    """The left button `left_mouse_down` pressed and no `left_mouse_up` has let go yet."""
+    """The button `left_mouse_down` (or a takeover's `down`) pressed and nothing has let go
+    yet."""
 
     run_id: str
     blocked: Callable[[], str | None]  # the run's kill switches and link, as its actions ask
     expires: float  # monotonic: the end of the approved scope it was pressed under
     touched: float  # monotonic: the holding run's last input action
+    button: str = "left"
 
 
 class DesktopSession:
@@ -441,10 +443,16 @@ class DesktopSession:
     # makes sure it is let go: a watchdog thread asks what the run's actions would ask (kill
     # switches, the link, the scope's end, a person, the run gone quiet) while it is down.
 
-    def hold(self, run_id: str, blocked: Callable[[], str | None], seconds_left: float) -> None:
-        """Note the left button as pressed by `run_id`; call while holding the turn."""
+    def hold(
+        self,
+        run_id: str,
+        blocked: Callable[[], str | None],
+        seconds_left: float,
+        button: str = "left",
+    ) -> None:
+        """Note `button` as pressed by `run_id`; call while holding the turn."""
         now = time.monotonic()
-        self.held = HeldButton(run_id, blocked, now + seconds_left, now)
+        self.held = HeldButton(run_id, blocked, now + seconds_left, now, button)
         # `_watchdog` is cleared by the watchdog itself, under the turn, when it stops
         # watching: a thread that is merely still alive may already have decided to end.
         if self._watchdog is None or not self._watchdog.is_alive():
@@ -467,7 +475,7 @@ class DesktopSession:
         self.let_go_because.append(reason)
         del self.let_go_because[:-20]
         try:
-            self.pointer().release(None)
+            self.pointer().release(None, held.button)
         except Exception:
             pass  # the display is gone: so is the press
         return True
