@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TypeAlias
@@ -195,9 +194,10 @@ class WorkerConnection:
                 self._actions.attach(None)
                 for task in tasks:
                     task.cancel()
-                for task in tasks:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                # wait(), not `await task` under suppress(CancelledError): that would also
+                # swallow a cancellation of this task (the worker stopping) that arrives
+                # meanwhile, and the worker would go on reconnecting.
+                await asyncio.wait(tasks)
                 call.cancel()
 
     async def _write(self, call: Call, outgoing: asyncio.Queue[WorkerMessage]) -> None:
