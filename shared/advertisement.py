@@ -60,6 +60,8 @@ class Advertisement:
     versions: dict[str, str] = field(default_factory=dict)
     # External research commands offered for `app.research` (`run --research-app NAME=...`).
     research_apps: tuple[str, ...] = ()
+    # The worker lets a run's owner take over its desktop (`run --allow-owner-takeover`).
+    owner_takeover: bool = False
 
     def capability(self, name: str) -> Capability | None:
         return next((c for c in self.capabilities if c.name == name), None)
@@ -73,6 +75,7 @@ class Advertisement:
             os=self.os,
             versions=self.versions,
             research_apps=list(self.research_apps),
+            owner_takeover=self.owner_takeover,
         )
 
     @classmethod
@@ -85,6 +88,7 @@ class Advertisement:
             os=msg.os,
             versions=dict(msg.versions),
             research_apps=tuple(msg.research_apps),
+            owner_takeover=msg.owner_takeover,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -96,6 +100,7 @@ class Advertisement:
             "os": self.os,
             "versions": self.versions,
             "research_apps": list(self.research_apps),
+            "owner_takeover": self.owner_takeover,
         }
 
     @classmethod
@@ -108,6 +113,7 @@ class Advertisement:
             os=data.get("os", ""),
             versions=dict(data.get("versions", {})),
             research_apps=tuple(data.get("research_apps", ())),
+            owner_takeover=bool(data.get("owner_takeover", False)),
         )
 
 

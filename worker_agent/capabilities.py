@@ -48,6 +48,7 @@ class ProbeOptions:
     browser_timeout: float = 30.0
     sandbox: str = "auto"  # `--chromium-sandbox`: auto | on | off (worker_agent/sandbox.py)
     research_apps: tuple[str, ...] = ()  # `--research-app` names, advertised as they are
+    owner_takeover: bool = False  # `--allow-owner-takeover`, advertised as it is
     # Starts the browser that will serve this worker's browser actions, if it is not running,
     # and returns its version: the browser launched to measure the capability is then the one
     # that serves, instead of a second launch at the first action (about a second of a core).
@@ -221,6 +222,7 @@ def measure(options: ProbeOptions, labels: dict[str, str]) -> Advertisement:
         os=f"{platform.system()} {platform.release()}",
         versions=versions,
         research_apps=options.research_apps,
+        owner_takeover=options.owner_takeover,
     )
 
 

@@ -40,7 +40,9 @@ from worker_agent.capabilities import DEFAULT_CHROMIUM, ProbeOptions, measure
 from worker_agent.certificates import WorkerTransport, new_request, with_port
 from worker_agent.connection import HelloRefusedError, WorkerConnection
 from worker_agent.desktop.actions import DesktopActions
+from worker_agent.desktop.human import HumanInput
 from worker_agent.desktop.peek import ScreenPeeker, no_desktop
+from worker_agent.desktop.watch import ScreenWatcher
 from worker_agent.doctor import DEFAULT_MAX_SKEW, DoctorOptions, diagnose, render, render_json
 from worker_agent.executor import ActionExecutor
 from worker_agent.hotkey import DEFAULT_HOTKEY, listen as listen_for_hotkey
@@ -159,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="USER",
         help="run research apps as this user (the worker must run as root): they cannot read"
         " the state directory",
+    )
+    run.add_argument(
+        "--allow-owner-takeover",
+        action="store_true",
+        help="let the owner of a run that holds this desktop take over its mouse and keyboard"
+        " from the console (admins may either way; advertised to the coordinator)",
     )
     run.add_argument(
         "--kill-hotkey",
@@ -390,6 +398,7 @@ async def _serve(
         granted=frozenset(identity.allowed_capabilities or ProbeOptions.granted),
         sandbox=args.chromium_sandbox,
         research_apps=apps.names,
+        owner_takeover=args.allow_owner_takeover,
         # The headless browser measured at connect is the one that serves (the first).
         launch=browsers[0].version if browsers else None,
     )
@@ -410,6 +419,13 @@ async def _serve(
         else:
             log_.info("kill hotkey %s engages the local kill switch", args.kill_hotkey)
     actions = ActionExecutor(ActionLog(args.state_dir / "actions"), registry, guard=guard)
+    watcher = ScreenWatcher(None if desktop is None else desktop.screen, guard)
+    human_input = HumanInput(
+        None if desktop is None else desktop.session,
+        None if desktop is None else desktop.screen,
+        guard,
+        allow_owner=args.allow_owner_takeover,
+    )
     actions.observe = metrics.finished
     connection = WorkerConnection(
         identity,
@@ -420,6 +436,8 @@ async def _serve(
         transport=transport,
         save_credential=state.save_credential,
         peek=no_desktop if desktop is None else ScreenPeeker(desktop.screen, guard).answer,
+        watcher=watcher,
+        human_input=human_input.answer,
     )
     metrics.watch(connection)
     heap.freeze_startup()  # before connecting: see shared/heap.py
@@ -433,6 +451,8 @@ async def _serve(
         logging.getLogger("deskfleet.worker").info("stopped")
     finally:
         metrics.close()
+        watcher.close()
+        human_input.close()
         actions.close()
         for browser in browsers:
             await asyncio.to_thread(browser.close)

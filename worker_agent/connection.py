@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
 import grpc
@@ -17,7 +17,9 @@ from shared.gen.deskfleet.v1.worker_pb2 import CoordinatorMessage, WorkerMessage
 from shared.local_kill import LocalKill
 from worker_agent.backoff import Backoff
 from worker_agent.certificates import WorkerTransport
+from worker_agent.desktop.human import NO_DESKTOP as NO_DESKTOP_INPUT
 from worker_agent.desktop.peek import no_desktop
+from worker_agent.desktop.watch import ScreenWatcher
 from worker_agent.executor import ActionExecutor
 from worker_agent.input_guard import InputGuard, Kill
 from worker_agent.state import WorkerIdentity
@@ -74,8 +76,12 @@ class WorkerConnection:
         transport: WorkerTransport | None = None,
         save_credential: Callable[[str], None] | None = None,
         peek: Callable[[worker_pb2.PeekScreenNow], worker_pb2.PeekResult] = no_desktop,
+        watcher: ScreenWatcher | None = None,
+        human_input: HumanInputHandler | None = None,
     ) -> None:
         self._peek = peek
+        self._watcher = watcher or ScreenWatcher(None, guard)  # without one: no_display
+        self._human_input = human_input or _no_human_input
         self._peeking: set[asyncio.Task[None]] = set()
         self._save_credential = save_credential
         self._transport = transport
@@ -191,6 +197,7 @@ class WorkerConnection:
             finally:
                 if self._guard is not None:
                     self._guard.set_connected(False)  # input fails closed without a coordinator
+                self._watcher.stop_all()  # its viewers were on this stream
                 self._actions.attach(None)
                 for task in tasks:
                     task.cancel()
@@ -296,6 +303,12 @@ class WorkerConnection:
                 task = asyncio.create_task(self._answer_peek(message.peek, outgoing))
                 self._peeking.add(task)
                 task.add_done_callback(self._peeking.discard)
+            elif kind == "watch":
+                self._watcher.order(message.watch, outgoing.put_nowait)
+            elif kind == "human_input":
+                task = asyncio.create_task(self._answer_input(message.human_input, outgoing))
+                self._peeking.add(task)
+                task.add_done_callback(self._peeking.discard)
             elif kind == "rotate_credential":
                 await self._rotate(stub)
             elif kind == "kill":
@@ -322,6 +335,35 @@ class WorkerConnection:
             result.error or f"{result.width}x{result.height} {result.media_type}",
         )
         outgoing.put_nowait(WorkerMessage(peek_result=result))
+
+    async def _answer_input(
+        self, order: worker_pb2.HumanInputNow, outgoing: asyncio.Queue[WorkerMessage]
+    ) -> None:
+        result = await self._human_input(order)
+        # A person typing sends many small inputs: only the refused ones are worth a line.
+        log.log(
+            logging.INFO if result.code else logging.DEBUG,
+            "takeover %s input %s: %d of %d events ran%s",
+            order.takeover_id,
+            order.input_id,
+            result.applied,
+            len(order.events),
+            f" ({result.code}: {result.error})" if result.code else "",
+        )
+        outgoing.put_nowait(WorkerMessage(input_result=result))
+
+
+HumanInputHandler: TypeAlias = Callable[
+    [worker_pb2.HumanInputNow], Awaitable[worker_pb2.HumanInputResult]
+]
+
+
+async def _no_human_input(order: worker_pb2.HumanInputNow) -> worker_pb2.HumanInputResult:
+    return worker_pb2.HumanInputResult(
+        input_id=order.input_id,
+        error=NO_DESKTOP_INPUT,
+        code="no_display",
+    )
 
 
 def _kill(state: worker_pb2.KillState) -> Kill:
