@@ -7,7 +7,8 @@ changes something, a Content-Security-Policy without inline script, and escaping
 value (Jinja2 autoescape, with control characters spelled out by `shared.text.visible`).
 
 This module is the route table; the handlers live one module per resource (`fleet`, `runs`,
-`approvals`, `kill`, `audit`, the live stream in `events`, sign-in in `auth`) over the
+`approvals`, `kill`, `audit`, the live stream in `events`, live views and takeovers of a
+desktop in `screens`, sign-in in `auth`) over the
 `Pages` base of `pages.py`.
 """
 
@@ -31,10 +32,13 @@ from coordinator.console.fleet import FleetPages
 from coordinator.console.kill import KillPages
 from coordinator.console.pages import HERE, ConsoleSettings
 from coordinator.console.runs import RunPages
+from coordinator.console.screens import ScreenPages
 from coordinator.console.security import RequestChecks, SecurityHeaders
 
 
-class Console(Auth, FleetPages, RunPages, ApprovalPages, KillPages, AuditPages, LivePages):
+class Console(
+    Auth, FleetPages, RunPages, ApprovalPages, KillPages, AuditPages, LivePages, ScreenPages
+):
     """Every page of the console, one mixin per resource over `Pages`."""
 
     async def home(self, request: Request) -> Response:
@@ -60,12 +64,18 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/signout", s(console.signout, change=True), methods=["POST"]),
         Route("/fleet", s(console.fleet)),
         Route("/workers/{id}", s(console.worker)),
+        Route("/workers/{id}/screen", s(console.worker_screen), methods=["GET"]),
+        Route("/workers/{id}/takeover", s(console.worker_takeover_confirm), methods=["GET"]),
+        Route("/workers/{id}/takeover", s(console.worker_takeover, change=True), methods=["POST"]),
         Route("/workers/{id}/{op}", s(console.worker_confirm), methods=["GET"]),
         Route("/workers/{id}/{op}", s(console.worker_change, change=True), methods=["POST"]),
         Route("/runs", s(console.runs)),
         Route("/runs/{id}", s(console.run)),
         Route("/runs/{id}/artifacts/{sha}", s(console.artifact)),
         Route("/runs/{id}/replay", s(console.replay), methods=["GET"]),
+        Route("/runs/{id}/screen", s(console.run_screen), methods=["GET"]),
+        Route("/runs/{id}/takeover", s(console.run_takeover_confirm), methods=["GET"]),
+        Route("/runs/{id}/takeover", s(console.run_takeover, change=True), methods=["POST"]),
         Route("/runs/{id}/{op}", s(console.run_confirm), methods=["GET"]),
         Route("/runs/{id}/{op}", s(console.run_change, change=True), methods=["POST"]),
         Route("/approvals", s(console.approvals)),
@@ -79,6 +89,16 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/kill/{id}/release", s(console.kill_release, change=True), methods=["POST"]),
         Route("/audit", s(console.audit)),
         Route("/events", s(console.events)),
+        # The live view's stream, and a takeover's page, input and hand back.
+        Route("/screen/stream", s(console.screen_stream), methods=["GET"]),
+        Route("/takeovers/{id}", s(console.takeover_page), methods=["GET"]),
+        # JSON, its CSRF token in a header: checked by the handler (a form's is not there).
+        Route("/takeovers/{id}/input", s(console.takeover_input), methods=["POST"]),
+        Route(
+            "/takeovers/{id}/handback",
+            s(console.takeover_handback, change=True),
+            methods=["POST"],
+        ),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 
