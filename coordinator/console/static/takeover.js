@@ -113,7 +113,7 @@
     });
     img.addEventListener("mousedown", function (ev) {
       ev.preventDefault();
-      box.focus();
+      box.focus({ preventScroll: true }); // a scroll here would move the screen under the pointer
       var p = point(ev);
       if (p && BUTTONS[ev.button]) { push({ kind: "down", x: p.x, y: p.y, button: BUTTONS[ev.button] }); }
     });
