@@ -505,6 +505,87 @@ def fleet_page(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+def live_view(quick: bool) -> list[dict[str, Any]]:
+    from bench import live_view as bench
+
+    doc = bench.run(argparse.Namespace(quick=quick))
+    lat, raw, cpu, s = doc["latency"], doc["baseline"], doc["cpu"], doc["settings"]
+    params = {
+        "resolution": s["resolution"],
+        "max_fps": s["max_fps"],
+        "quality": s["quality"],
+        "viewer": s["viewer"],
+    }
+    out = [
+        figure(
+            "live_view",
+            f"live view: screen change -> frame showing it at a viewer {stat}",
+            lat[f"{stat}_ms"],
+            "ms",
+            baseline=(f"raw mss grab + JPEG encode of the same screen {stat}", raw[f"{stat}_ms"]),
+            params=params
+            | {
+                "changes": lat["n"],
+                "change": s["change"],
+                "goal": "< 150 ms p50",
+                "change_to_grab_p50_ms": round(lat["change_to_grab_p50_ms"], 1),
+                "grab_to_viewer_p50_ms": round(lat["grab_to_viewer_p50_ms"], 1),
+            },
+        )
+        for stat in ("p50", "p99")
+    ]
+    none, one = cpu["no_viewer"], cpu["viewers_1"]
+    for who in ("worker", "coordinator"):
+        for count in (1, 4):
+            got = cpu[f"viewers_{count}"]
+            out.append(
+                figure(
+                    "live_view",
+                    f"{who} CPU, busy screen at {s['max_fps']:.0f} frames/s,"
+                    f" {count} viewer{'s' if count > 1 else ''}",
+                    got[f"{who}_cpu_percent"],
+                    "% of a core",
+                    baseline=(f"{who} CPU, no viewer, same window", none[f"{who}_cpu_percent"]),
+                    params=params
+                    | {
+                        "window_s": round(got["window_s"], 1),
+                        "viewer_fps_min": round(got["viewer_fps_min"], 1),
+                        "screen": "page counter every 50 ms",
+                    }
+                    | (
+                        {
+                            "per_viewer_after_the_first": round(
+                                (got[f"{who}_cpu_percent"] - one[f"{who}_cpu_percent"]) / 3, 2
+                            )
+                        }
+                        if count == 4
+                        else {}
+                    ),
+                )
+            )
+    calm, busy = doc["still"], doc["changing"]
+    for key, what, unit in (
+        ("bytes_per_s", "bytes/s", "B/s"),
+        ("frames_per_s", "frames/s", "frames/s"),
+    ):
+        out.append(
+            figure(
+                "live_view",
+                f"live view of a still screen: {what} to a viewer",
+                calm[key],
+                unit,
+                baseline=(f"{what} of a busy screen, same viewer settings", busy[key]),
+                params=params
+                | {
+                    "window_s": round(calm["window_s"], 1),
+                    "keepalives": calm["keepalives"],
+                    "goal": "about 0, keepalives aside",
+                },
+            )
+        )
+    return out
+
+
 ROUTING_FULL = (50, 1000, 5000)
 ROUTING_QUICK = (50, 1000)
 
@@ -543,6 +624,7 @@ GROUPS: dict[str, Group] = {
     "research_answers": research_answers,
     "recovery": recovery,
     "journal_search": journal_search,
+    "live_view": live_view,
     "worker_log": worker_log,
     "routing": routing,
 }
