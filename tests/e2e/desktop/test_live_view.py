@@ -216,7 +216,11 @@ def test_take_over_pauses_the_run_types_into_the_xterm_hands_back_and_a_kill_cut
         assert run.status == "RUNNING" and not run.waiting.code
         kinds = [e["kind"] for e in journal(coordinator, run_id, token_file=ann)]
         assert kinds.index("desktop.takeover") < kinds.index("desktop.handback")
-        note = next(e for e in journal(coordinator, run_id, token_file=ann) if e["kind"] == "desktop.handback")
+        note = next(
+            e
+            for e in journal(coordinator, run_id, token_file=ann)
+            if e["kind"] == "desktop.handback"
+        )
         assert note["data"]["events"] == 3 and note["data"]["note"] == "typed one line"
         # The agent goes on, and the person's pointer moves are not taken for a person at
         # the desk.
