@@ -117,7 +117,7 @@ GOAL_ID=$("$BIN/python" -c 'import json,sys; print(json.load(open(sys.argv[1]))[
 "$BIN/deskfleet" runs watch "$GOAL_ID" --no-follow | grep -E "goal\.|run\.state" || true
 
 if [ ${#WORKER_ENV[@]} -gt 0 ]; then
-  step "11. desktop control: request, approve (narrowed), act, kill switch"
+  step "11. desktop control: request, approve (narrowed), act, take over, kill switch, evidence"
   DESK=$("$BIN/deskfleet" desktop request --worker "$WORKER_ID" --action screenshot \
     --action mouse_move --action left_click --ttl 5m --max-actions 10 \
     --reason "demo: look at the screen" --json)
@@ -128,12 +128,22 @@ if [ ${#WORKER_ENV[@]} -gt 0 ]; then
   "$BIN/deskfleet" approvals approve "$APPROVAL" --action screenshot --action mouse_move --max-actions 5
   "$BIN/deskfleet" desktop act "$DESK_RUN" screenshot --space 640x400 --out "$STATE/screen.png"
   "$BIN/deskfleet" desktop act "$DESK_RUN" left_click --x 10 --y 10 || echo "(refused: not in the approved scope)"
+  # A person takes the controls (the run waits as human_active), then gives them back.
+  TAKEOVER=$("$BIN/deskfleet" desktop takeover "$DESK_RUN" --no-url --reason "demo: a person looks" --json \
+    | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  "$BIN/deskfleet" desktop act "$DESK_RUN" screenshot || echo "(refused: a person holds the desktop)"
+  "$BIN/deskfleet" desktop handback "$TAKEOVER" --note "demo: nothing changed"
   "$BIN/deskfleet" kill engage --worker "$WORKER_ID" --reason "demo"
   sleep 0.5
   "$BIN/deskfleet" kill status
   "$BIN/deskfleet" desktop act "$DESK_RUN" mouse_move --x 20 --y 20 || echo "(refused: the kill switch is engaged)"
   "$BIN/deskfleet" kill release --worker "$WORKER_ID" --reason "demo over"
   "$BIN/deskfleet" runs show "$DESK_RUN"
+  # The run's evidence in one signed file, checked offline against the pinned key.
+  KEY=$("$BIN/deskfleet-coordinator" evidence-key --db "sqlite:///$STATE/fleet.db" --json \
+    | "$BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["fingerprint"])')
+  "$BIN/deskfleet" runs export "$DESK_RUN" --out "$STATE/evidence.tar"
+  "$BIN/deskfleet" verify "$STATE/evidence.tar" --key "$KEY"
 fi
 
 step "12. where things stand: the fleet (deskfleet top) and a few of the coordinator's metrics"
