@@ -65,6 +65,8 @@ DOING: dict[str, str] = {
     "HandBack": "hand a desktop back",
     "GetArtifact": "open a run's screenshots and files",
     "SetSecret": "store a secret",
+    "ListRecording": "list a run's recording",
+    "GetRecordingFrame": "open a run's recorded frames",
     "ListApprovals": "list approvals",
     "Approve": "approve a request",
     "Deny": "deny a request",

@@ -59,6 +59,9 @@ RULES: dict[str, frozenset[Role]] = {
     "/deskfleet.v1.DesktopService/Continue": PEOPLE,
     "/deskfleet.v1.DesktopService/GetArtifact": PEOPLE,
     "/deskfleet.v1.DesktopService/SetSecret": PEOPLE,
+    # Owners their own runs' recordings; admins too only their own (as GetArtifact).
+    "/deskfleet.v1.DesktopService/ListRecording": PEOPLE,
+    "/deskfleet.v1.DesktopService/GetRecordingFrame": PEOPLE,
     # Admins any desktop; an owner through a desktop run of theirs while it holds the desktop
     # (and takes over only where the worker allows it): the domain decides, and audits it.
     "/deskfleet.v1.DesktopService/WatchScreen": PEOPLE,

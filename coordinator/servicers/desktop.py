@@ -20,7 +20,12 @@ from coordinator.security import audit
 from coordinator.servicers.guard import current_principal
 from coordinator.servicers.names import UserNames
 from coordinator.servicers.runs import ID, OWNER_NAME, run_message
-from coordinator.store.models import ApprovalNoteRow, ApprovalRow, TakeoverRow
+from coordinator.store.models import (
+    ApprovalNoteRow,
+    ApprovalRow,
+    RecordingFrameRow,
+    TakeoverRow,
+)
 from shared.desktop_scope import Region
 from shared.errors import FailedPreconditionError, InvalidArgumentError
 from shared.gen.deskfleet.v1 import desktop_pb2, desktop_pb2_grpc, runs_pb2
@@ -271,6 +276,28 @@ class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
             data=row.data,
         )
 
+    async def ListRecording(
+        self, request: desktop_pb2.ListRecordingRequest, context: Context
+    ) -> desktop_pb2.RecordingPage:
+        page = await self._desktop.recording(
+            current_principal(), _id(request.run_id, "run_id"), request.after_seq, request.limit
+        )
+        return desktop_pb2.RecordingPage(
+            frames=[recorded_frame(row) for row in page.frames],
+            next_seq=page.next_seq,
+            total=page.total,
+        )
+
+    async def GetRecordingFrame(
+        self, request: desktop_pb2.GetRecordingFrameRequest, context: Context
+    ) -> desktop_pb2.RecordedFrameData:
+        if request.seq < 1:
+            raise InvalidArgumentError("seq: a frame's number, 1 or more")
+        row = await self._desktop.recording_frame(
+            current_principal(), _id(request.run_id, "run_id"), request.seq
+        )
+        return desktop_pb2.RecordedFrameData(frame=recorded_frame(row), data=row.data)
+
     async def SetSecret(
         self, request: desktop_pb2.SetSecretRequest, context: Context
     ) -> desktop_pb2.SecretInfo:
@@ -283,6 +310,19 @@ class DesktopServicer(desktop_pb2_grpc.DesktopServiceServicer):
             updated_at=to_timestamp(row.updated_at),
             updated_by=row.updated_by,
         )
+
+
+def recorded_frame(row: RecordingFrameRow) -> desktop_pb2.RecordedFrame:
+    return desktop_pb2.RecordedFrame(
+        seq=row.seq,
+        captured_at=to_timestamp(row.captured_at),
+        held_by=row.held_by,
+        width=row.width,
+        height=row.height,
+        size=row.size,
+        sha256=row.sha256,
+        media_type=row.media_type,
+    )
 
 
 def takeover_message(row: TakeoverRow) -> desktop_pb2.Takeover:

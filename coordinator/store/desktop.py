@@ -1,5 +1,5 @@
-"""Queries on approvals, kill switches and their acknowledgements, artifacts, input leases
-and secrets."""
+"""Queries on approvals, kill switches and their acknowledgements, artifacts, input leases,
+secrets and recordings."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from coordinator.store.models import (
     KillAckRow,
     KillSwitchRow,
     PresenceRow,
+    RecordingFrameRow,
     ReplicaRow,
     RunRow,
     SecretRow,
@@ -405,3 +406,27 @@ def active_takeover(s: Session, worker_id: str) -> TakeoverRow | None:
         .limit(1)
     ).first()
     return found
+
+
+def recording_frames(
+    s: Session, run_id: str, after_seq: int, limit: int
+) -> Sequence[RecordingFrameRow]:
+    """Up to `limit` of a run's recorded frames after `after_seq`, in order (images deferred)."""
+    return (
+        s.execute(
+            select(RecordingFrameRow)
+            .where(RecordingFrameRow.run_id == run_id, RecordingFrameRow.seq > after_seq)
+            .order_by(RecordingFrameRow.seq)
+            .limit(limit)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def recording_count(s: Session, run_id: str) -> int:
+    return int(s.scalar(select(func.count()).where(RecordingFrameRow.run_id == run_id)) or 0)
+
+
+def recording_frame(s: Session, run_id: str, seq: int) -> RecordingFrameRow | None:
+    return s.get(RecordingFrameRow, (run_id, seq))

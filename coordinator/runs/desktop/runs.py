@@ -67,6 +67,7 @@ from coordinator.store.models import (
     ApprovalRow,
     ArtifactRow,
     PrincipalRow,
+    RecordingFrameRow,
     RunRow,
     SecretRow,
     WorkerRow,
@@ -92,6 +93,19 @@ class ActResult:
     action: ActionRow
     receipt: dict[str, Any] | None
     artifacts: tuple[tuple[str, ArtifactRow], ...]
+
+
+RECORDING_PAGE = 500  # frames a ListRecording page holds unless asked for fewer
+RECORDING_PAGE_MAX = 2000
+
+
+@dataclass(frozen=True)
+class RecordingPage:
+    """A page of a run's recording, frames without their images."""
+
+    frames: tuple[RecordingFrameRow, ...]
+    next_seq: int  # the `after_seq` of the next page; 0 on the last one
+    total: int
 
 
 # ------------------------------------------------------------------------------ the ledger
@@ -622,6 +636,39 @@ class Desktop:
             row = queries.artifact(s, run_id, sha256)
             if row is None:
                 raise NotFoundError(f"run {run_id} has no artifact {sha256}")
+            _ = row.data  # deferred: loaded while the session is open
+            return row
+
+        return await self._db.read(unit)
+
+    async def recording(
+        self, who: Principal, run_id: str, after_seq: int, limit: int
+    ) -> RecordingPage:
+        """The run's recorded frames after `after_seq`, for its owner (as `artifact`)."""
+        if after_seq < 0 or limit < 0:
+            raise InvalidArgumentError("after_seq, limit: 0 or more")
+        size = min(limit or RECORDING_PAGE, RECORDING_PAGE_MAX)
+
+        def unit(s: Session) -> RecordingPage:
+            owned_run(s, who, run_id)
+            # One more than asked says whether another page follows, without a second count.
+            rows = queries.recording_frames(s, run_id, after_seq, size + 1)
+            more = len(rows) > size
+            shown = tuple(rows[:size])
+            return RecordingPage(
+                shown, shown[-1].seq if more else 0, queries.recording_count(s, run_id)
+            )
+
+        return await self._db.read(unit)
+
+    async def recording_frame(self, who: Principal, run_id: str, seq: int) -> RecordingFrameRow:
+        """One recorded frame with its image, for the run's owner (as `artifact`)."""
+
+        def unit(s: Session) -> RecordingFrameRow:
+            owned_run(s, who, run_id)
+            row = queries.recording_frame(s, run_id, seq)
+            if row is None:
+                raise NotFoundError(f"run {run_id} has no recorded frame {seq}")
             _ = row.data  # deferred: loaded while the session is open
             return row
 

@@ -478,3 +478,59 @@ class LocalKillSwitch(_message.Message):
     worker_name: str
     state: _fleet_pb2.LocalKill
     def __init__(self, worker_id: _Optional[str] = ..., worker_name: _Optional[str] = ..., state: _Optional[_Union[_fleet_pb2.LocalKill, _Mapping]] = ...) -> None: ...
+
+class ListRecordingRequest(_message.Message):
+    __slots__ = ("run_id", "after_seq", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_seq: int
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class RecordedFrame(_message.Message):
+    __slots__ = ("seq", "captured_at", "held_by", "width", "height", "size", "sha256", "media_type")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_AT_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    captured_at: _timestamp_pb2.Timestamp
+    held_by: str
+    width: int
+    height: int
+    size: int
+    sha256: str
+    media_type: str
+    def __init__(self, seq: _Optional[int] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., held_by: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ..., media_type: _Optional[str] = ...) -> None: ...
+
+class RecordingPage(_message.Message):
+    __slots__ = ("frames", "next_seq", "total")
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    frames: _containers.RepeatedCompositeFieldContainer[RecordedFrame]
+    next_seq: int
+    total: int
+    def __init__(self, frames: _Optional[_Iterable[_Union[RecordedFrame, _Mapping]]] = ..., next_seq: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class GetRecordingFrameRequest(_message.Message):
+    __slots__ = ("run_id", "seq")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    seq: int
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class RecordedFrameData(_message.Message):
+    __slots__ = ("frame", "data")
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    frame: RecordedFrame
+    data: bytes
+    def __init__(self, frame: _Optional[_Union[RecordedFrame, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...

@@ -81,6 +81,16 @@ class DesktopServiceStub:
                 request_serializer=deskfleet_dot_v1_dot_desktop__pb2.HandBackRequest.SerializeToString,
                 response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.Takeover.FromString,
                 _registered_method=True)
+        self.ListRecording = channel.unary_unary(
+                '/deskfleet.v1.DesktopService/ListRecording',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.ListRecordingRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.RecordingPage.FromString,
+                _registered_method=True)
+        self.GetRecordingFrame = channel.unary_unary(
+                '/deskfleet.v1.DesktopService/GetRecordingFrame',
+                request_serializer=deskfleet_dot_v1_dot_desktop__pb2.GetRecordingFrameRequest.SerializeToString,
+                response_deserializer=deskfleet_dot_v1_dot_desktop__pb2.RecordedFrameData.FromString,
+                _registered_method=True)
 
 
 class DesktopServiceServicer:
@@ -152,6 +162,20 @@ class DesktopServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRecording(self, request, context):
+        """A desktop run's recorded frames in order, without their images (owner: own runs only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRecordingFrame(self, request, context):
+        """One recorded frame with its image.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DesktopServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -199,6 +223,16 @@ def add_DesktopServiceServicer_to_server(servicer, server):
                     servicer.HandBack,
                     request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.HandBackRequest.FromString,
                     response_serializer=deskfleet_dot_v1_dot_desktop__pb2.Takeover.SerializeToString,
+            ),
+            'ListRecording': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRecording,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.ListRecordingRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.RecordingPage.SerializeToString,
+            ),
+            'GetRecordingFrame': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRecordingFrame,
+                    request_deserializer=deskfleet_dot_v1_dot_desktop__pb2.GetRecordingFrameRequest.FromString,
+                    response_serializer=deskfleet_dot_v1_dot_desktop__pb2.RecordedFrameData.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +479,60 @@ class DesktopService:
             '/deskfleet.v1.DesktopService/HandBack',
             deskfleet_dot_v1_dot_desktop__pb2.HandBackRequest.SerializeToString,
             deskfleet_dot_v1_dot_desktop__pb2.Takeover.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRecording(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.DesktopService/ListRecording',
+            deskfleet_dot_v1_dot_desktop__pb2.ListRecordingRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.RecordingPage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRecordingFrame(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/deskfleet.v1.DesktopService/GetRecordingFrame',
+            deskfleet_dot_v1_dot_desktop__pb2.GetRecordingFrameRequest.SerializeToString,
+            deskfleet_dot_v1_dot_desktop__pb2.RecordedFrameData.FromString,
             options,
             channel_credentials,
             insecure,
