@@ -73,6 +73,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/runs/{id}", s(console.run)),
         Route("/runs/{id}/artifacts/{sha}", s(console.artifact)),
         Route("/runs/{id}/replay", s(console.replay), methods=["GET"]),
+        Route("/runs/{id}/recording/{seq}", s(console.recording_frame), methods=["GET"]),
         Route("/runs/{id}/screen", s(console.run_screen), methods=["GET"]),
         Route("/runs/{id}/takeover", s(console.run_takeover_confirm), methods=["GET"]),
         Route("/runs/{id}/takeover", s(console.run_takeover, change=True), methods=["POST"]),

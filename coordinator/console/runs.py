@@ -1,5 +1,5 @@
-"""The run pages: the list, one run (its timeline, report, journal), its replay, its artifacts;
-cancel, retry, abandon, guide and a run kill switch."""
+"""The run pages: the list, one run (its timeline, report, journal), its replay and recording,
+its artifacts; cancel, retry, abandon, guide and a run kill switch."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.admin_cli.runs_commands import plan_request
-from coordinator.console import model
+from coordinator.console import model, recording
 from coordinator.console.pages import JOURNAL_PAGE, Pages, Refused, form_reason, query_without_page
+from coordinator.console.screens import checked_id
 from coordinator.console.sessions import (
     Session,
 )
@@ -22,6 +23,7 @@ from shared.receipts import decode_result
 from shared.states import RUN_KINDS, RUN_STATES, STOPPED, STOPPED_FOR_A_PERSON, RunState
 
 MAX_REVISE_CHARS = 256 * 1024  # a plan's text; the coordinator bounds the plan itself
+MAX_SEQ = 2**32 - 1  # a recorded frame's number as the request holds it
 
 
 class RunPages(Pages):
@@ -74,6 +76,14 @@ class RunPages(Pages):
                     run_id=run_id, text=search, cursor=q.get("cursor", ""), limit=20
                 ),
             )
+        recorded = 0
+        if run.kind == "desktop":
+            first = await self.rpc.call(
+                session.token,
+                self.rpc.desktop.ListRecording,
+                desktop_pb2.ListRecordingRequest(run_id=run_id, limit=1),
+            )
+            recorded = first.total
         report = None
         if run.kind == "research":
             found = await self.rpc.events_of(session.token, run_id, ("research.report",))
@@ -85,6 +95,7 @@ class RunPages(Pages):
             run=run,
             report=report,
             replayable=any(a.kind.startswith("desktop.") for a in run.actions),
+            recorded=recorded,
             timeline=model.timeline(run.timeline),
             events=events,
             after=after,
@@ -117,8 +128,58 @@ class RunPages(Pages):
             result = data.get("result")
             if isinstance(result, dict):
                 results[action_id] = result  # the newest attempt's
+        frames, total = await self._recording(session, run) if run.kind == "desktop" else ([], 0)
         return await self.page(
-            request, session, "replay.html", run=run, frames=model.replay(run.actions, results)
+            request,
+            session,
+            "replay.html",
+            run=run,
+            frames=model.replay(run.actions, results),
+            recording=recording.as_json(recording.played(frames, run.actions, results)),
+            recorded=total,
+        )
+
+    async def _recording(
+        self, session: Session, run: runs_pb2.Run
+    ) -> tuple[list[desktop_pb2.RecordedFrame], int]:
+        """The run's recorded frames, page by page, up to what one page lists; and how many
+        the recording holds."""
+        frames: list[desktop_pb2.RecordedFrame] = []
+        after, total = 0, 0
+        while len(frames) < recording.MAX_FRAMES:
+            page = await self.rpc.call(
+                session.token,
+                self.rpc.desktop.ListRecording,
+                desktop_pb2.ListRecordingRequest(run_id=run.id, after_seq=after),
+            )
+            frames.extend(page.frames)
+            total = page.total
+            if not page.next_seq or page.next_seq <= after:
+                break
+            after = page.next_seq
+        return frames[: recording.MAX_FRAMES], total
+
+    async def recording_frame(self, request: Request, session: Session) -> Response:
+        run_id = checked_id(request.path_params["id"], "run")
+        seq = request.path_params["seq"]
+        if not (seq.isascii() and seq.isdigit() and 0 < int(seq) <= MAX_SEQ):
+            raise Refused(400, "frame: a recorded frame's number, 1 or more")
+        got = await self.rpc.call(
+            session.token,
+            self.rpc.desktop.GetRecordingFrame,
+            desktop_pb2.GetRecordingFrameRequest(run_id=run_id, seq=int(seq)),
+        )
+        media = (
+            got.frame.media_type
+            if got.frame.media_type in IMAGE_TYPES
+            else "application/octet-stream"
+        )
+        return Response(
+            got.data,
+            media_type=media,
+            # A recorded frame never changes: the player steps back and forth without asking
+            # again, and only this browser's cache holds it (never a shared one).
+            headers={"cache-control": "private, max-age=600", "content-disposition": "inline"},
         )
 
     async def run_confirm(self, request: Request, session: Session) -> Response:
