@@ -88,6 +88,7 @@ class Recorder:
         self._dispatcher = dispatcher
         self._watches = watches
         self._replica = replica
+        self._fps = fps
         self._interval = 1.0 / fps if fps > 0 else 0.0
         self._retention = retention
         self._max_bytes = max_bytes
@@ -126,7 +127,9 @@ class Recorder:
                 continue
             queue: asyncio.Queue[Frame | DeskfleetError] = asyncio.Queue(maxsize=2)
             try:
-                leave = self._watches.subscribe(h.worker_id, h.display, queue)
+                leave = self._watches.subscribe(
+                    h.worker_id, h.display, queue, max(1.0, self._fps), any_rate=True
+                )
             except DeskfleetError as exc:
                 log.debug("recording of run %s not started: %s", run_id, exc)
                 continue

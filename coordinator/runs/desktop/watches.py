@@ -253,10 +253,20 @@ class Watches:
         queue: asyncio.Queue[Frame | DeskfleetError],
         max_fps: float = DEFAULT_FPS,
         quality: int = DEFAULT_QUALITY,
+        *,
+        any_rate: bool = False,
     ) -> Callable[[], None]:
         """Feed `queue` from the worker's display without a viewer's checks (the recorder's
-        way in); returns the call that ends it."""
+        way in); returns the call that ends it. `any_rate`: join a feed of the display that
+        runs already, whatever its rate, before asking the worker for one at `max_fps` (the
+        recorder keeps fewer frames than a viewer sees, and a second feed would make the
+        worker grab twice)."""
         fps, q = _rate(max_fps, quality)
+        if any_rate:
+            for key in self._feeds:
+                if key[:2] == (worker_id, display):
+                    fps, q = key[2], key[3]
+                    break
         feed = self._join(worker_id, display, fps, q, queue)
         return lambda: self._leave(feed, queue)
 

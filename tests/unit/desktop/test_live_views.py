@@ -177,3 +177,17 @@ def test_the_order_reaches_the_worker_as_its_proto() -> None:
     assert msg.watch == worker_pb2.WatchScreenNow(
         watch_id="wt_1", display=1, max_fps=10.0, quality=70, max_bytes=1024
     )
+
+
+async def test_the_recorder_joins_a_running_feed_or_asks_for_one_at_its_own_rate() -> None:
+    w, stream = _watches("wrk_1")
+    alone: asyncio.Queue[Frame | DeskfleetError] = asyncio.Queue(maxsize=2)
+    leave = w.subscribe("wrk_1", 0, alone, 2.0, any_rate=True)
+    assert [o.max_fps for o in stream.orders] == [2.0], "no viewer: the recorder's own rate"
+    leave()
+    viewer: asyncio.Queue[Frame | DeskfleetError] = asyncio.Queue(maxsize=2)
+    w.subscribe("wrk_1", 0, viewer)  # a viewer's feed at 10 frames a second
+    recorder: asyncio.Queue[Frame | DeskfleetError] = asyncio.Queue(maxsize=2)
+    w.subscribe("wrk_1", 0, recorder, 2.0, any_rate=True)
+    started = [o for o in stream.orders if not o.stop]
+    assert [o.max_fps for o in started] == [2.0, 10.0], "the recorder shares the viewer's feed"
