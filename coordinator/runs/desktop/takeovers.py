@@ -38,7 +38,7 @@ from coordinator.store import (
     runs as run_queries,
     workers as worker_queries,
 )
-from coordinator.store.models import PresenceRow, RunRow, TakeoverRow
+from coordinator.store.models import InputLeaseRow, PresenceRow, RunRow, TakeoverRow
 from coordinator.streams.presence import Presence, Sent
 from shared import desktop_scope as contract
 from shared.errors import (
@@ -389,6 +389,17 @@ def _held(s: Session, who: Principal, takeover_id: str) -> tuple[TakeoverRow, st
         )
     if row.status != ACTIVE_TAKEOVER:
         raise FailedPreconditionError(f"takeover {takeover_id} has ended ({row.status})")
+    if not row.by_admin:
+        # An owner's right to the desktop is their run's: once it stops holding the desktop
+        # (cancelled, finished), their takeover sends nothing more, as their watch ends.
+        run = s.get(RunRow, row.run_id) if row.run_id else None
+        lease = s.get(InputLeaseRow, row.worker_id)
+        if run is None or run.status not in ACTIVE or lease is None or lease.run_id != run.id:
+            state = run.status.lower() if run is not None else "gone"
+            raise FailedPreconditionError(
+                f"takeover {takeover_id}: run {row.run_id} no longer holds worker"
+                f" {row.worker_id}'s desktop (it is {state}): hand the desktop back"
+            )
     kills = desktop_queries.kills_applying(s, row.worker_id, [row.run_id] if row.run_id else [])
     if kills:
         k = kills[0]
