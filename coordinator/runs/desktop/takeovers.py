@@ -17,6 +17,7 @@ desktop, and only where the worker's own policy allows it (`--allow-owner-takeov
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -47,6 +48,7 @@ from shared.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    ResourceExhaustedError,
     UnavailableError,
 )
 from shared.ids import new_id
@@ -110,6 +112,7 @@ class Takeovers:
         self._presence = presence
         self._replica = replica
         self._waiting: dict[str, _Waiting] = {}
+        self._in_flight: dict[str, asyncio.Event] = {}  # worker id: its batch's answer
 
     async def take_over(
         self, who: Principal, *, run: str = "", worker: str = "", reason: str = ""
@@ -189,7 +192,11 @@ class Takeovers:
         return made[0]
 
     async def send_input(self, who: Principal, takeover_id: str, events: list[HumanEvent]) -> int:
-        """Run the person's events on the desktop; returns how many ran."""
+        """Run the person's events on the desktop; returns how many ran.
+
+        One batch at a time per desktop: the worker runs batches in order, and one queued
+        behind another would still type after the person handed back (which waits for the
+        batch in flight, and no more can be queued)."""
         checked_events(events)
         row, replica = await self._db.read(lambda s: _held(s, who, takeover_id))
         if replica != self._replica:
@@ -199,6 +206,20 @@ class Takeovers:
             )
         if not events:
             return 0
+        if row.worker_id in self._in_flight:
+            raise ResourceExhaustedError(
+                f"takeover {row.id}: one input batch at a time; send the next when the last"
+                " one is answered"
+            )
+        done = asyncio.Event()
+        self._in_flight[row.worker_id] = done
+        try:
+            return await self._send(row, events)
+        finally:
+            del self._in_flight[row.worker_id]
+            done.set()
+
+    async def _send(self, row: TakeoverRow, events: list[HumanEvent]) -> int:
         input_id = new_id("in")
         waiting = _Waiting(row.worker_id)
         self._waiting[input_id] = waiting
@@ -232,6 +253,13 @@ class Takeovers:
             raise InvalidArgumentError(f"note: at most {MAX_NOTE} characters")
         by = audit.actor(who)
         ended: list[TakeoverRow] = []
+        # A batch on its way still runs on the desktop: the hand back waits for its answer
+        # (or its timeout), so that nothing the person sent types after it returns.
+        held = await self._db.read(lambda s: _to_hand_back(s, who, takeover, worker, lock=False))
+        busy = self._in_flight.get(held.worker_id)
+        if busy is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(busy.wait(), INPUT_TIMEOUT + 1.0)
 
         def unit(s: Session, ctx: Context) -> list[Order]:
             ended.clear()
@@ -307,6 +335,9 @@ def checked_events(events: list[HumanEvent]) -> None:
     """The events' shape, before any is sent (the worker checks them again)."""
     if len(events) > MAX_EVENTS:
         raise InvalidArgumentError(f"events: at most {MAX_EVENTS} per call")
+    if sum(len(e.text) for e in events) > MAX_TEXT:
+        # A batch types in a few seconds at most: a hand back waits for it.
+        raise InvalidArgumentError(f"events: at most {MAX_TEXT} characters of text per call")
     for i, e in enumerate(events):
         where = f"events[{i}]"
         if e.kind not in EVENT_KINDS:
@@ -414,11 +445,13 @@ def _held(s: Session, who: Principal, takeover_id: str) -> tuple[TakeoverRow, st
     return row, presence.replica
 
 
-def _to_hand_back(s: Session, who: Principal, takeover: str, worker: str) -> TakeoverRow:
+def _to_hand_back(
+    s: Session, who: Principal, takeover: str, worker: str, *, lock: bool = True
+) -> TakeoverRow:
     if takeover:
         if len(takeover) > 100:
             raise InvalidArgumentError("takeover: a takeover id")
-        row = s.get(TakeoverRow, takeover, with_for_update=True)
+        row = s.get(TakeoverRow, takeover, with_for_update=lock)
         if row is None or (row.by_id != who.id and who.role is not Role.ADMIN):
             raise NotFoundError(f"no takeover {takeover!r}")
     else:

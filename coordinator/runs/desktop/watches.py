@@ -337,6 +337,10 @@ class Watches:
         problem = _frame_problem(media_type, data, width, height)
         if problem:
             self._end(feed, FailedPreconditionError(f"worker {worker_id} {problem}"))
+            _, display, fps, quality = feed.key
+            self._presence.send(
+                worker_id, WatchOrder(worker_id, watch_id, display, fps, quality, 0, stop=True)
+            )
             return problem
         feed.seq += 1
         frame = Frame(
@@ -455,7 +459,11 @@ def resolve(s: Session, who: Principal, worker: str, run: str, display: int) -> 
                 )
             run_id = holder.id
         target = Target(worker_id, max(display, 0), run_id, not admin, _replica(s, worker_id))
-    kills = desktop_queries.kills_applying(s, target.worker_id, [target.run_id] if run else [])
+    # The run an owner watches through, named or found holding the worker: a switch on it
+    # stops the view as one on the worker does.
+    kills = desktop_queries.kills_applying(
+        s, target.worker_id, [target.run_id] if target.run_id else []
+    )
     if kills:
         k = kills[0]
         raise FailedPreconditionError(

@@ -162,6 +162,7 @@ def test_a_persons_events_are_checked_before_any_is_sent() -> None:
         "a NUL": [HumanEvent("type", text="a\x00b")],
         "empty text": [HumanEvent("type")],
         "no key": [HumanEvent("key")],
+        "too much text in all": [HumanEvent("type", text="a" * 1500)] * 2,
     }
     for what, events in bad.items():
         with pytest.raises(InvalidArgumentError):
