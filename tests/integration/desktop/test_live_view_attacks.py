@@ -32,6 +32,10 @@ from tests.harness import CoordinatorProcess
 from tests.harness.desktop_goals import DESKTOP, new_owner
 from tests.harness.raw_worker import RawWorker
 
+# About 35 s of coordinator and worker starts, with the other live-view modules in the slow
+# suite (CI runs it); the rules' in-process tests stay in make test (tests/unit/desktop/).
+pytestmark = pytest.mark.slow
+
 OWNER_DESK = replace(DESKTOP, owner_takeover=True)
 
 
