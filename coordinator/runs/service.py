@@ -720,7 +720,7 @@ def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:
         tuple(question_queries.of_run(s, run_id, QUESTIONS_SHOWN)) if run.kind == "goal" else (),
         tuple(desktop_queries.artifacts_of_run(s, run_id)),
         # Read with the run, so its status and the timeline's agree.
-        timelines.of_run(s, run_id, time.time()) if with_timeline else None,
+        timelines.of_run(s, run_id, time.time(), run.last_seq) if with_timeline else None,
         run_queries.receipt_traces(s, run_id),
         tuple(children),
         total,

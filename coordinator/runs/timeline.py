@@ -9,7 +9,10 @@ while it is live).
 
 from __future__ import annotations
 
+import bisect
+import collections
 import json
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -420,14 +423,57 @@ _KINDS = frozenset(
 )
 
 
-def of_run(s: Session, run_id: str, now: float) -> Timeline:
-    """Read the run's whole journal (in pages) and build its timeline."""
-    rows: list[Any] = []
-    after = 0
-    while page := run_queries.journal_after(s, run_id, after, _PAGE):
-        rows += entries(page)
-        after = page[-1].seq
-    return build(rows, now)
+class _Entries:
+    """The decoded journal of the runs read lately, by run: a journal is append-only (an event
+    is never changed or removed once committed), so what was decoded once stays true, and a
+    status board polling a live run reads and decodes only the events since its last look,
+    not the whole journal each time. Bounded: the runs read longest ago are dropped first."""
+
+    def __init__(self, runs: int) -> None:
+        self._runs = runs
+        self._lock = threading.Lock()
+        self._of: collections.OrderedDict[str, tuple[JournalEntry, ...]] = collections.OrderedDict()
+
+    def get(self, run_id: str) -> tuple[JournalEntry, ...]:
+        with self._lock:
+            found = self._of.get(run_id, ())
+            if found:
+                self._of.move_to_end(run_id)
+            return found
+
+    def put(self, run_id: str, events: tuple[JournalEntry, ...]) -> None:
+        with self._lock:
+            if len(events) >= len(self._of.get(run_id, ())):  # a slower reader never shrinks it
+                self._of[run_id] = events
+                self._of.move_to_end(run_id)
+            while len(self._of) > self._runs:
+                self._of.popitem(last=False)
+
+
+_ENTRIES = _Entries(512)
+
+
+def of_run(s: Session, run_id: str, now: float, upto: int | None = None) -> Timeline:
+    """The run's timeline from its journal up to event `upto` (the run row's `last_seq` in
+    this transaction's snapshot: the timeline and the run's status then agree even when a
+    newer transaction's events were decoded already); None: all of it.
+
+    Only the events past those decoded before are read (`_Entries`), as plain columns."""
+    known = _ENTRIES.get(run_id)
+    if upto is None or not known or known[-1].seq < upto:
+        rows: list[JournalEntry] = list(known)
+        after = rows[-1].seq if rows else 0
+        while True:
+            page = run_queries.journal_tail(s, run_id, after, _PAGE)
+            rows += entries(page)
+            if len(page) < _PAGE:
+                break
+            after = page[-1].seq
+        known = tuple(rows)
+        _ENTRIES.put(run_id, known)
+    if upto is not None and known and known[-1].seq > upto:
+        known = known[: bisect.bisect_right([e.seq for e in known], upto)]
+    return build(known, now)
 
 
 _PAGE = 1000

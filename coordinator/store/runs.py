@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import and_, bindparam, event, func, or_, select, text, update
 from sqlalchemy.orm import Session, aliased
@@ -521,6 +522,17 @@ def journal_after(s: Session, run_id: str, after_seq: int, limit: int) -> Sequen
         .scalars()
         .all()
     )
+
+
+def journal_tail(s: Session, run_id: str, after_seq: int, limit: int) -> Sequence[Any]:
+    """As `journal_after`, as plain rows of (seq, kind, at, data): for readers that decode
+    the events themselves (a timeline), without building an ORM object per event."""
+    return s.execute(
+        select(JournalRow.seq, JournalRow.kind, JournalRow.at, JournalRow.data)
+        .where(JournalRow.run_id == run_id, JournalRow.seq > after_seq)
+        .order_by(JournalRow.seq)
+        .limit(limit)
+    ).all()
 
 
 # Archived events keep only a preview in the journal: their original text is elsewhere, so
