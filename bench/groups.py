@@ -154,6 +154,27 @@ def many_runs(quick: bool) -> list[dict[str, Any]]:
         ),
         figure(
             "many_runs",
+            f"actions/s, {doc['runs']} concurrent runs while a client polls GetRun for each"
+            f" every {doc['polled']['poll_every_s'] * 1000:.0f} ms",
+            doc["polled"]["actions_per_s"],
+            "/s",
+            better="higher",
+            baseline=(
+                "the same runs awaited with WaitRun only",
+                doc["concurrent"]["actions_per_s"],
+            ),
+            params=params | {"get_run_calls": doc["polled"]["get_run_calls"]},
+        ),
+        figure(
+            "many_runs",
+            f"one action inside a running plan, {doc['one_plan']['actions']} sequential no-ops",
+            doc["one_plan"]["ms_per_action"],
+            "ms",
+            baseline=("two raw grpc.aio echo hops p50", doc["one_plan"]["two_echo_hops_ms"]),
+            params=params | {"actions": doc["one_plan"]["actions"]},
+        ),
+        figure(
+            "many_runs",
             "longest time a slot stood free while a run waited",
             doc["longest_idle_gap_s"],
             "s",

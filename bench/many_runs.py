@@ -25,12 +25,14 @@ from typing import Any
 
 import grpc
 
+from bench.runs import raw_echo
 from coordinator.runs.plan import MAX_ACTIONS_PER_PLAN
 from shared.credentials import auth_metadata
 from shared.gen.deskfleet.v1 import runs_pb2, runs_pb2_grpc
 from tests.harness import CoordinatorProcess, WorkerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
+POLL_EVERY = 0.25  # a status board's GetRun of every run, this often
 SLOTS = 8  # 2 workers x coordinator/heart/context.py MAX_PER_WORKER
 TERMINAL = ("SUCCEEDED", "FAILED", "HAND_BACK_TO_HUMAN", "CANCELLED")
 
@@ -126,31 +128,57 @@ def echoes(n: int) -> runs_pb2.SubmitRunRequest:
 
 
 async def submit_and_wait(
-    address: str, token: str, requests: list[runs_pb2.SubmitRunRequest]
-) -> tuple[list[str], float]:
-    """Submit every run at once, wait for all; (run ids, seconds from first submit to last end)."""
+    address: str,
+    token: str,
+    requests: list[runs_pb2.SubmitRunRequest],
+    *,
+    poll_every: float = 0.0,
+) -> tuple[list[str], float, int]:
+    """Submit every run at once, wait for all; (run ids, seconds from first submit to last end,
+    GetRun calls made). `poll_every`: meanwhile a status board polls GetRun for every run
+    submitted so far, each that many seconds (0: no polling)."""
     md = auth_metadata(token)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = runs_pb2_grpc.RunServiceStub(channel)
+        known: list[str] = []
+        polled = 0
 
         async def one(request: runs_pb2.SubmitRunRequest) -> tuple[str, str]:
             run = await stub.SubmitRun(request, metadata=md, timeout=60)
+            known.append(run.id)
             while run.status not in TERMINAL:
                 run = await stub.WaitRun(
                     runs_pb2.WaitRunRequest(id=run.id, timeout_seconds=30), metadata=md, timeout=60
                 )
             return str(run.id), str(run.status)
 
+        async def board() -> None:
+            nonlocal polled
+            while True:
+                await asyncio.sleep(poll_every)
+                ids = list(known)
+                await asyncio.gather(
+                    *(stub.GetRun(runs_pb2.RunRef(id=i), metadata=md, timeout=60) for i in ids)
+                )
+                polled += len(ids)
+
+        poller = asyncio.create_task(board()) if poll_every > 0 else None
         start = time.perf_counter()
-        done = await asyncio.gather(*(one(r) for r in requests))
+        try:
+            done = await asyncio.gather(*(one(r) for r in requests))
+        finally:
+            if poller is not None:
+                poller.cancel()
+                await asyncio.gather(poller, return_exceptions=True)
         elapsed = time.perf_counter() - start
     if failed := [(i, s) for i, s in done if s != "SUCCEEDED"]:
         raise RuntimeError(f"{len(failed)} run(s) did not succeed, e.g. {failed[0]}")
-    return [i for i, _ in done], elapsed
+    return [i for i, _ in done], elapsed, polled
 
 
 def run(quick: bool) -> dict[str, Any]:
     runs, per_run = (40, 5) if quick else (40, 50)
+    sequential_n = 60 if quick else 300
     actions = runs * per_run
     with tempfile.TemporaryDirectory() as tmp:
         coordinator = CoordinatorProcess(Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=600.0)
@@ -163,20 +191,27 @@ def run(quick: bool) -> dict[str, Any]:
                 w.wait_online(60)
             token = coordinator.admin_token_file.read_text().strip()
             db = Path(coordinator.db_url.removeprefix("sqlite:///"))
+            address = coordinator.address
             # Warm-up: both workers have taken work once.
-            asyncio.run(submit_and_wait(coordinator.address, token, [echoes(4)] * 4))
+            asyncio.run(submit_and_wait(address, token, [echoes(4)] * 4))
             sequential_s = sum(
-                asyncio.run(submit_and_wait(coordinator.address, token, [echoes(n)]))[1]
+                asyncio.run(submit_and_wait(address, token, [echoes(n)]))[1]
                 for n in plan_sizes(actions)
             )
-            ids, concurrent_s = asyncio.run(
-                submit_and_wait(coordinator.address, token, [echoes(per_run)] * runs)
+            ids, concurrent_s, _ = asyncio.run(
+                submit_and_wait(address, token, [echoes(per_run)] * runs)
             )
             steps, created = steps_of(db, ids)
+            _, polled_s, polls = asyncio.run(
+                submit_and_wait(address, token, [echoes(per_run)] * runs, poll_every=POLL_EVERY)
+            )
+            # One plan of sequential no-op actions: the per-action cost inside a running plan.
+            _, one_plan_s, _ = asyncio.run(submit_and_wait(address, token, [echoes(sequential_n)]))
         finally:
             for w in workers:
                 w.stop()
             coordinator.stop()
+    echo = raw_echo(400 if quick else 2000)
     return {
         "runs": runs,
         "actions_per_run": per_run,
@@ -185,6 +220,18 @@ def run(quick: bool) -> dict[str, Any]:
         "store": "sqlite",
         "concurrent": {"seconds": concurrent_s, "actions_per_s": actions / concurrent_s},
         "sequential": {"seconds": sequential_s, "actions_per_s": actions / sequential_s},
+        "polled": {
+            "seconds": polled_s,
+            "actions_per_s": actions / polled_s,
+            "poll_every_s": POLL_EVERY,
+            "get_run_calls": polls,
+        },
+        "one_plan": {
+            "actions": sequential_n,
+            "seconds": one_plan_s,
+            "ms_per_action": 1000 * one_plan_s / sequential_n,
+            "two_echo_hops_ms": 2 * echo["p50_ms"],
+        },
         "longest_idle_gap_s": idle_gap(steps, created),
         "max_spread_actions": spread(steps),
     }
