@@ -714,7 +714,7 @@ def _view(s: Session, run: RunRow, *, with_timeline: bool) -> RunView:
     children, total = run_queries.children_of(s, run_id, CHILDREN_SHOWN)
     return RunView(
         run,
-        tuple(run_queries.actions_of(s, run_id)),
+        tuple(run_queries.action_views_of(s, run_id)),
         sum(m.status == GuidanceState.QUEUED for m in messages),
         messages,
         tuple(question_queries.of_run(s, run_id, QUESTIONS_SHOWN)) if run.kind == "goal" else (),

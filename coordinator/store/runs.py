@@ -421,6 +421,15 @@ def stage_actions(s: Session, run_id: str, stage: int) -> Sequence[ActionRow]:
     return s.execute(_STAGE_ACTIONS, {"run_id": run_id, "stage": stage}).scalars().all()
 
 
+def action_views_of(s: Session, run_id: str) -> Sequence[Any]:
+    """The run's actions in plan order as plain read-only rows (the same attributes as an
+    ActionRow): for views read again and again (GetRun), where building an ORM object per
+    action, tracked by the session, was the largest part of the read."""
+    return s.execute(
+        select(*ActionRow.__table__.c).where(ActionRow.run_id == run_id).order_by(ActionRow.idx)
+    ).all()
+
+
 def actions_of(s: Session, run_id: str) -> Sequence[ActionRow]:
     return (
         s.execute(select(ActionRow).where(ActionRow.run_id == run_id).order_by(ActionRow.idx))
