@@ -427,12 +427,24 @@ class _Entries:
     """The decoded journal of the runs read lately, by run: a journal is append-only (an event
     is never changed or removed once committed), so what was decoded once stays true, and a
     status board polling a live run reads and decodes only the events since its last look,
-    not the whole journal each time. Bounded: the runs read longest ago are dropped first."""
+    not the whole journal each time.
 
-    def __init__(self, runs: int) -> None:
+    Bounded in runs and in events held in all (an owner polling many long runs must not grow
+    a replica's memory without end): the runs read longest ago are dropped first, and a run
+    whose journal alone is past a quarter of the bound is not kept (read whole each time)."""
+
+    def __init__(self, runs: int, events: int) -> None:
         self._runs = runs
+        self._events = events
+        self._held = 0
         self._lock = threading.Lock()
         self._of: collections.OrderedDict[str, tuple[JournalEntry, ...]] = collections.OrderedDict()
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """(runs, events) kept now."""
+        with self._lock:
+            return len(self._of), self._held
 
     def get(self, run_id: str) -> tuple[JournalEntry, ...]:
         with self._lock:
@@ -443,14 +455,22 @@ class _Entries:
 
     def put(self, run_id: str, events: tuple[JournalEntry, ...]) -> None:
         with self._lock:
-            if len(events) >= len(self._of.get(run_id, ())):  # a slower reader never shrinks it
-                self._of[run_id] = events
-                self._of.move_to_end(run_id)
-            while len(self._of) > self._runs:
-                self._of.popitem(last=False)
+            had = self._of.get(run_id, ())
+            if len(events) < len(had):  # a reader of an older snapshot never shrinks it
+                return
+            if len(events) > self._events // 4:
+                if had:
+                    self._held -= len(self._of.pop(run_id))
+                return
+            self._of[run_id] = events
+            self._of.move_to_end(run_id)
+            self._held += len(events) - len(had)
+            while len(self._of) > self._runs or self._held > self._events:
+                _, dropped = self._of.popitem(last=False)
+                self._held -= len(dropped)
 
 
-_ENTRIES = _Entries(512)
+_ENTRIES = _Entries(512, 200_000)
 
 
 def of_run(s: Session, run_id: str, now: float, upto: int | None = None) -> Timeline:

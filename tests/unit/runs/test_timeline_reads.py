@@ -147,3 +147,28 @@ async def test_a_reader_behind_the_newest_decoding_sees_its_own_snapshot(db: Dat
         return timeline.build(timeline.entries(rows), 1e12)
 
     assert older == await db.read(fresh2)
+
+
+def _entries(n: int) -> tuple[timeline.JournalEntry, ...]:
+    return tuple(timeline.JournalEntry(i + 1, "action.started", 0.0, {}) for i in range(n))
+
+
+def test_the_decoded_journals_kept_are_bounded_in_runs_and_in_events() -> None:
+    """An owner polling many long runs cannot grow a replica's memory without end."""
+    kept = timeline._Entries(runs=3, events=100)
+    for i in range(5):
+        kept.put(f"run_{i}", _entries(10))
+    assert kept.held == (3, 30)  # the runs read longest ago went first
+    assert kept.get("run_0") == () and len(kept.get("run_4")) == 10
+    kept.put("run_big", _entries(26))  # past a quarter of the bound alone: read whole each time
+    assert kept.get("run_big") == () and kept.held == (3, 30)
+    kept.put("run_4", _entries(25))
+    kept.put("run_5", _entries(25))
+    kept.put("run_6", _entries(25))
+    kept.put("run_7", _entries(25))
+    runs, events = kept.held
+    assert events <= 100 and runs <= 3
+    kept.put("run_7", _entries(24))  # an older snapshot's read never shrinks what is kept
+    assert len(kept.get("run_7")) == 25
+    kept.put("run_7", _entries(30))  # the run grew past the bound: no longer kept
+    assert kept.get("run_7") == () and kept.held[1] <= 75
