@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +178,10 @@ async def submit_and_wait(
     return [i for i, _ in done], elapsed, polled
 
 
-def run(quick: bool) -> dict[str, Any]:
-    runs, per_run = (40, 5) if quick else (40, 50)
-    sequential_n = 60 if quick else 300
-    actions = runs * per_run
+@contextlib.contextmanager
+def fleet() -> Iterator[tuple[CoordinatorProcess, list[WorkerProcess], str]]:
+    """A coordinator on a new SQLite store and 2 real workers online, warmed up (both have
+    taken work once): (coordinator, workers, admin token). Stopped on leaving."""
     with tempfile.TemporaryDirectory() as tmp:
         coordinator = CoordinatorProcess(Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=600.0)
         coordinator.start()
@@ -190,27 +192,34 @@ def run(quick: bool) -> dict[str, Any]:
             for w in workers:
                 w.wait_online(60)
             token = coordinator.admin_token_file.read_text().strip()
-            db = Path(coordinator.db_url.removeprefix("sqlite:///"))
-            address = coordinator.address
-            # Warm-up: both workers have taken work once.
-            asyncio.run(submit_and_wait(address, token, [echoes(4)] * 4))
-            sequential_s = sum(
-                asyncio.run(submit_and_wait(address, token, [echoes(n)]))[1]
-                for n in plan_sizes(actions)
-            )
-            ids, concurrent_s, _ = asyncio.run(
-                submit_and_wait(address, token, [echoes(per_run)] * runs)
-            )
-            steps, created = steps_of(db, ids)
-            _, polled_s, polls = asyncio.run(
-                submit_and_wait(address, token, [echoes(per_run)] * runs, poll_every=POLL_EVERY)
-            )
-            # One plan of sequential no-op actions: the per-action cost inside a running plan.
-            _, one_plan_s, _ = asyncio.run(submit_and_wait(address, token, [echoes(sequential_n)]))
+            asyncio.run(submit_and_wait(coordinator.address, token, [echoes(4)] * 4))
+            yield coordinator, workers, token
         finally:
             for w in workers:
                 w.stop()
             coordinator.stop()
+
+
+def run(quick: bool) -> dict[str, Any]:
+    runs, per_run = (40, 5) if quick else (40, 50)
+    sequential_n = 60 if quick else 300
+    actions = runs * per_run
+    with fleet() as (coordinator, _, token):
+        db = Path(coordinator.db_url.removeprefix("sqlite:///"))
+        address = coordinator.address
+        sequential_s = sum(
+            asyncio.run(submit_and_wait(address, token, [echoes(n)]))[1]
+            for n in plan_sizes(actions)
+        )
+        ids, concurrent_s, _ = asyncio.run(
+            submit_and_wait(address, token, [echoes(per_run)] * runs)
+        )
+        steps, created = steps_of(db, ids)
+        _, polled_s, polls = asyncio.run(
+            submit_and_wait(address, token, [echoes(per_run)] * runs, poll_every=POLL_EVERY)
+        )
+        # One plan of sequential no-op actions: the per-action cost inside a running plan.
+        _, one_plan_s, _ = asyncio.run(submit_and_wait(address, token, [echoes(sequential_n)]))
     echo = raw_echo(400 if quick else 2000)
     return {
         "runs": runs,

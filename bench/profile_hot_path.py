@@ -25,13 +25,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.many_runs import POLL_EVERY, echoes, submit_and_wait
-from tests.harness import CoordinatorProcess, WorkerProcess
+from bench.many_runs import POLL_EVERY, echoes, fleet, submit_and_wait
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 250  # samples a second
@@ -148,32 +146,16 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     actions = args.runs * args.actions
-    with tempfile.TemporaryDirectory() as tmp:
-        coordinator = CoordinatorProcess(Path(tmp) / "coord", heartbeat=1.0, lease=5.0, sweep=600.0)
-        coordinator.start()
-        workers = [WorkerProcess(coordinator, f"w{i}") for i in range(2)]
-        try:
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.wait_online(60)
-            token = coordinator.admin_token_file.read_text().strip()
-            asyncio.run(submit_and_wait(coordinator.address, token, [echoes(4)] * 4))  # warm
-            assert coordinator.proc is not None and workers[0].proc is not None
-            targets = {"coordinator": coordinator.proc.pid, "worker": workers[0].proc.pid}
-            samplers = {
-                name: start_sampling(pid, args.out / f"{name}.raw") for name, pid in targets.items()
-            }
-            time.sleep(1.0)  # py-spy attached
-            seconds = asyncio.run(
-                shape(coordinator.address, token, args.runs, args.actions, args.poll)
-            )
-            for proc in samplers.values():
-                stop_sampling(proc)
-        finally:
-            for w in workers:
-                w.stop()
-            coordinator.stop()
+    with fleet() as (coordinator, workers, token):
+        assert coordinator.proc is not None and workers[0].proc is not None
+        targets = {"coordinator": coordinator.proc.pid, "worker": workers[0].proc.pid}
+        samplers = {
+            name: start_sampling(pid, args.out / f"{name}.raw") for name, pid in targets.items()
+        }
+        time.sleep(1.0)  # py-spy attached
+        seconds = asyncio.run(shape(coordinator.address, token, args.runs, args.actions, args.poll))
+        for proc in samplers.values():
+            stop_sampling(proc)
     doc: dict[str, Any] = {
         "runs": args.runs,
         "actions_per_run": args.actions,

@@ -492,7 +492,7 @@ def of_run(s: Session, run_id: str, now: float, upto: int | None = None) -> Time
         known = tuple(rows)
         _ENTRIES.put(run_id, known)
     if upto is not None and known and known[-1].seq > upto:
-        known = known[: bisect.bisect_right([e.seq for e in known], upto)]
+        known = known[: bisect.bisect_right(known, upto, key=lambda e: e.seq)]
     return build(known, now)
 
 
