@@ -429,14 +429,19 @@ class _Entries:
     status board polling a live run reads and decodes only the events since its last look,
     not the whole journal each time.
 
-    Bounded in runs and in events held in all (an owner polling many long runs must not grow
-    a replica's memory without end): the runs read longest ago are dropped first, and a run
-    whose journal alone is past a quarter of the bound is not kept (read whole each time)."""
+    Bounded in runs, in events and in the stored characters they were decoded from, held in
+    all (an owner polling many long runs, or runs whose events carry results of thousands of
+    characters, must not grow a replica's memory without end): the runs read longest ago are
+    dropped first, and a run whose journal alone is past a quarter of a bound is not kept (read
+    whole each time)."""
 
-    def __init__(self, runs: int, events: int) -> None:
+    def __init__(self, runs: int, events: int, chars: int = 32 << 20) -> None:
         self._runs = runs
         self._events = events
+        self._chars = chars
         self._held = 0
+        self._held_chars = 0
+        self._chars_of: dict[str, int] = {}
         self._lock = threading.Lock()
         self._of: collections.OrderedDict[str, tuple[JournalEntry, ...]] = collections.OrderedDict()
 
@@ -453,21 +458,34 @@ class _Entries:
                 self._of.move_to_end(run_id)
             return found
 
-    def put(self, run_id: str, events: tuple[JournalEntry, ...]) -> None:
+    def put(self, run_id: str, events: tuple[JournalEntry, ...], chars: int = 0) -> None:
+        """Keep `events` of the run, decoded from `chars` stored characters."""
         with self._lock:
             had = self._of.get(run_id, ())
             if len(events) < len(had):  # a reader of an older snapshot never shrinks it
                 return
-            if len(events) > self._events // 4:
-                if had:
-                    self._held -= len(self._of.pop(run_id))
+            if had:
+                self._drop(run_id)
+            if len(events) > self._events // 4 or chars > self._chars // 4:
                 return
             self._of[run_id] = events
-            self._of.move_to_end(run_id)
-            self._held += len(events) - len(had)
-            while len(self._of) > self._runs or self._held > self._events:
-                _, dropped = self._of.popitem(last=False)
-                self._held -= len(dropped)
+            self._chars_of[run_id] = chars
+            self._held += len(events)
+            self._held_chars += chars
+            while (
+                len(self._of) > self._runs
+                or self._held > self._events
+                or self._held_chars > self._chars
+            ):
+                self._drop(next(iter(self._of)))
+
+    def chars_of(self, run_id: str) -> int:
+        with self._lock:
+            return self._chars_of.get(run_id, 0)
+
+    def _drop(self, run_id: str) -> None:
+        self._held -= len(self._of.pop(run_id))
+        self._held_chars -= self._chars_of.pop(run_id)
 
 
 _ENTRIES = _Entries(512, 200_000)
@@ -482,15 +500,17 @@ def of_run(s: Session, run_id: str, now: float, upto: int | None = None) -> Time
     known = _ENTRIES.get(run_id)
     if upto is None or not known or known[-1].seq < upto:
         rows: list[JournalEntry] = list(known)
+        chars = _ENTRIES.chars_of(run_id) if known else 0
         after = rows[-1].seq if rows else 0
         while True:
             page = run_queries.journal_tail(s, run_id, after, _PAGE)
             rows += entries(page)
+            chars += sum(len(row.data or "") for row in page)
             if len(page) < _PAGE:
                 break
             after = page[-1].seq
         known = tuple(rows)
-        _ENTRIES.put(run_id, known)
+        _ENTRIES.put(run_id, known, chars)
     if upto is not None and known and known[-1].seq > upto:
         known = known[: bisect.bisect_right(known, upto, key=lambda e: e.seq)]
     return build(known, now)

@@ -172,3 +172,17 @@ def test_the_decoded_journals_kept_are_bounded_in_runs_and_in_events() -> None:
     assert len(kept.get("run_7")) == 25
     kept.put("run_7", _entries(30))  # the run grew past the bound: no longer kept
     assert kept.get("run_7") == () and kept.held[1] <= 75
+
+
+def test_the_decoded_journals_kept_are_bounded_in_the_characters_they_came_from() -> None:
+    """Events carrying results of thousands of characters are bounded by what they hold,
+    not only by their number."""
+    kept = timeline._Entries(runs=100, events=1000, chars=40_000)
+    for i in range(5):
+        kept.put(f"run_{i}", _entries(2), chars=9_000)
+    assert kept.held == (4, 8)  # 36,000 characters: the fifth run pushed the first out
+    assert kept.get("run_0") == ()
+    kept.put("run_big", _entries(2), chars=10_001)  # past a quarter alone: not kept
+    assert kept.get("run_big") == () and kept.held == (4, 8)
+    kept.put("run_4", _entries(3), chars=9_500)  # a run that grew is counted anew, once
+    assert kept.chars_of("run_4") == 9_500 and kept.held == (4, 9)
