@@ -36,12 +36,13 @@ from coordinator.heart.ledger import (
 )
 from coordinator.model.orders import CancelOrder, Held, IncomingReceipt, Order, ReceiptVerdict
 from coordinator.store import (
+    deferred,
     desktop as desktop_queries,
     quotas,
     refusals as refusal_queries,
     runs as run_queries,
 )
-from coordinator.store.models import ActionRow, ArtifactRow, ReceiptRow, RunRow
+from coordinator.store.models import ActionRow, ArtifactRow, RunRow
 from shared.errors import InvalidArgumentError
 from shared.ids import new_id
 from shared.receipts import (
@@ -230,20 +231,24 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         refused("bad_result")
         reason = " ".join(f"result_json: {exc.message}".split())
         return [verdict(False, reason[:MAX_RESULT_REASON])]
-    row = ReceiptRow(
-        id=new_id("rcp"),
-        run_id=run.id,
-        action_id=action.id,
-        attempt_id=action.attempt_id,
-        epoch=action.epoch,
-        worker_id=receipt.worker_id,
-        status=receipt.status,
-        body=body,
-        sha256=content_hash(body),
-        created_at=ctx.now,
-        traceparent=traced.header() if traced is not None else "",
+    receipt_id, sha256 = new_id("rcp"), content_hash(body)
+    deferred.add(
+        s,
+        deferred.RECEIPTS,
+        {
+            "id": receipt_id,
+            "run_id": run.id,
+            "action_id": action.id,
+            "attempt_id": action.attempt_id,
+            "epoch": action.epoch,
+            "worker_id": receipt.worker_id,
+            "status": receipt.status,
+            "body": body,
+            "sha256": sha256,
+            "created_at": ctx.now,
+            "traceparent": traced.header() if traced is not None else "",
+        },
     )
-    s.add(row)
     quotas.charge(s, run.owner_id, len(body))
     _keep_artifacts(s, run, receipt, result, ctx)
     entry: dict[str, Any] = {
@@ -251,8 +256,8 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         "attempt": action.attempt_id,
         "epoch": action.epoch,
         "status": receipt.status,
-        "receipt": row.id,
-        "sha256": row.sha256,
+        "receipt": receipt_id,
+        "sha256": sha256,
         "error": receipt.error,
     }
     if traced is not None:
@@ -262,7 +267,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     if len(result_text) > ARCHIVE_OVER:
         entry["result_preview"] = result_text[:PREVIEW_CHARS]
         entry["incomplete"] = True
-        entry["archive"] = {"receipt": row.id, "length": len(body)}
+        entry["archive"] = {"receipt": receipt_id, "length": len(body)}
     else:
         entry["result"] = result
     action.lease_expires_at = None
@@ -271,7 +276,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         # was dispatched): what it did is kept as evidence, but the revised run went on without
         # it. Taken as the action's result, a failure failed the revised run and a success
         # turned the replaced action into a completed one.
-        action.receipt_id = row.id
+        action.receipt_id = receipt_id
         record(s, run, ctx, "receipt", **entry, replaced=True)
         return [verdict(True)]
     if action.check_state in postconditions.CHECK_ATTEMPT:
@@ -279,7 +284,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
         action.check_state = postconditions.CHECKING
         record(s, run, ctx, "receipt", **entry, check=True)
         settled = postconditions.settle(
-            s, run, action, receipt.status, receipt.error, result, row.id, ctx
+            s, run, action, receipt.status, receipt.error, result, receipt_id, ctx
         )
         return [verdict(True), *settled]
     was_unknown = action.status == UNKNOWN
@@ -287,7 +292,7 @@ def apply_receipt(s: Session, receipt: IncomingReceipt, ctx: Context) -> list[Or
     move(action, ActionState.SUCCEEDED if succeeded else ActionState.FAILED, ctx)
     action.finished_at = ctx.now
     action.error = "" if succeeded else (receipt.error or receipt.status)
-    action.receipt_id = row.id
+    action.receipt_id = receipt_id
     ctx.notes.finished(action.kind, receipt.status, ctx.now - (action.dispatched_at or ctx.now))
     record(s, run, ctx, "receipt", **entry)
     if succeeded:

@@ -34,6 +34,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
+from coordinator.store import deferred  # noqa: F401  (its session hooks, before ours)
 from shared.errors import (
     FailedPreconditionError,
     InternalError,

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coordinator.store import quotas, runs as run_queries
+from coordinator.store import deferred, quotas, runs as run_queries
 from coordinator.store.models import JournalRow, ReceiptRow, RunRow
 from shared.errors import DataIntegrityError
 from shared.journal_chain import GENESIS, event_hash
@@ -31,18 +31,17 @@ def append(s: Session, run: RunRow, kind: str, data: dict[str, Any], *, charge: 
     text = encode_result(data)
     prev = run.last_hash or GENESIS
     digest = event_hash(prev, run.id, seq, kind, at, text)
-    s.add(
-        JournalRow(
-            run_id=run.id,
-            seq=seq,
-            kind=kind,
-            at=at,
-            data=text,
-            prev_hash=prev,
-            hash=digest,
-            trace_id=run.trace_id,
-        )
-    )
+    row = {
+        "run_id": run.id,
+        "seq": seq,
+        "kind": kind,
+        "at": at,
+        "data": text,
+        "prev_hash": prev,
+        "hash": digest,
+        "trace_id": run.trace_id,
+    }
+    deferred.add(s, deferred.JOURNAL, row)  # inserted with the transaction's other events
     run.last_seq = seq
     run.last_hash = digest
     run.updated_at = at
