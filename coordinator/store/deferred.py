@@ -15,10 +15,12 @@ bypass that check: none of them reads the tables queued here.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, cast
 
-from sqlalchemy import Table, event, insert
+from sqlalchemy import Table, TextClause, event, insert
 from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.sql.util import find_tables
 
 from coordinator.store.models import JournalRow, ReceiptRow
 
@@ -56,16 +58,39 @@ def write(s: Session) -> None:
             conn.execute(_INSERTS[table], batch)
 
 
+# The tables each statement without mapped entities reads, found once per statement object:
+# the hot path's statements are built once, at import, and finding them costs about 70 us.
+_READS: weakref.WeakKeyDictionary[Any, frozenset[Any]] = weakref.WeakKeyDictionary()
+
+
+def _reads(statement: Any) -> frozenset[Any]:
+    """The tables `statement` names anywhere (subqueries included); empty when it cannot be
+    told (a text statement)."""
+    found = _READS.get(statement)
+    if found is None:
+        found = (
+            frozenset()
+            if isinstance(statement, TextClause)
+            else frozenset(find_tables(statement, include_crud=True, include_joins=True))
+        )
+        _READS[statement] = found
+    return found
+
+
 def _before_orm_execute(state: ORMExecuteState) -> None:
     rows: dict[Table, list[dict[str, Any]]] | None = state.session.info.get(KEY)
     if not rows:
         return
     mappers = state.all_mappers
-    # A statement on mapped classes names what it reads; one that names none (text, Core
-    # tables through the session) may read anything, so it is given everything.
-    if mappers and not any(m.local_table in rows for m in mappers):
+    if mappers:  # a statement on mapped classes names what it reads
+        if any(m.local_table in rows for m in mappers):
+            write(state.session)
         return
-    write(state.session)
+    # One on columns or tables alone (scalar subqueries over actions, the line's Core
+    # statements): the tables it names; one that names none (text) may read anything.
+    tables = _reads(state.statement)
+    if not tables or not tables.isdisjoint(rows):
+        write(state.session)
 
 
 @event.listens_for(Session, "before_commit")
