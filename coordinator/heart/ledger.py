@@ -146,9 +146,11 @@ class Stage:
 
 def read_stages_ahead(s: Session, run_ids: Collection[str], ctx: Context) -> None:
     """Read the open stage, and the stage after it, of many runs at once (the runs a batch of
-    receipts names): their `open_stage` calls in this transaction then read nothing."""
+    receipts names, the runs the line serves next): their `open_stage` calls in this
+    transaction then read nothing. Runs whose stage this transaction knows are not read."""
     added = run_queries.units_added(s)
-    for run_id, found in run_queries.open_stages_of(s, run_ids).items():
+    unknown = [r for r in run_ids if (k := ctx._stages.get(r)) is None or k.added != added]
+    for run_id, found in run_queries.open_stages_of(s, unknown).items():
         ctx._stages[run_id] = OpenStage(
             found.stage,
             found.rows,

@@ -43,6 +43,11 @@ def _held(s: Session) -> _Held:
     return held
 
 
+def is_held(s: Session, run_id: str) -> bool:
+    """Whether this transaction holds the run's lock already."""
+    return run_id in _held(s).runs
+
+
 def hold_new_run(s: Session, run: RunRow) -> None:
     """A run this transaction wrote: as good as locked (no other transaction sees it before
     the commit) and with no guidance (none can name it yet), so the line service and the
@@ -131,6 +136,31 @@ def lock_for_messages(
     held.rows += actions
     # A worker naming actions that do not exist costs this query, not one more per message.
     held.missing.update(set(action_ids) - {a.id for a in actions})
+
+
+_LOCK_RUNS = (
+    select(RunRow)
+    .where(RunRow.id.in_(bindparam("run_ids", expanding=True)))
+    .order_by(RunRow.id)
+    .with_for_update()
+)
+
+
+def lock_runs(s: Session, run_ids: Collection[str]) -> None:
+    """Lock the runs the line is about to serve and find which have guidance waiting: two
+    statements for the group, where each run would be locked and looked up on its turn. Runs
+    are locked in id order; those this transaction holds already are left out. Later
+    `run_for_update` calls for them are answered from the session."""
+    held = _held(s)
+    ids = sorted(set(run_ids) - held.runs)
+    if not ids:
+        return
+    runs = s.execute(_LOCK_RUNS, {"run_ids": ids}).scalars().all()
+    held.runs.update(run.id for run in runs)
+    held.rows += runs
+    found = sorted(run.id for run in runs)
+    held.guidance_known.update(found)
+    held.guided.update(s.execute(_GUIDED_RUNS, {"run_ids": found}).scalars())
 
 
 def run_of_owner(s: Session, run_id: str, owner_id: str) -> RunRow | None:

@@ -7,6 +7,7 @@ waiting runs, epoch fencing, retries and hand-backs.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from coordinator.heart import ledger, outcomes, slots
+from coordinator.heart import dispatch, ledger, outcomes, slots
 from coordinator.heart.context import Context
 from coordinator.model.orders import Order, ReceiptVerdict
 from coordinator.store import runs as run_queries
@@ -189,6 +190,35 @@ def test_a_new_runs_stages_are_taken_from_the_rows_just_written(
     # Its change of state to SUCCEEDED measured from when it was written, with no look through
     # the journal for when it entered its state.
     assert selects("FROM journal") == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_runs_a_serving_gives_slots_to_are_locked_and_read_together(
+    store: Store, workers: int
+) -> None:
+    """The runs in line that take the freed slots are locked, and their stages read, as one
+    group: the statements of a batch's transaction do not grow with the runs it serves."""
+    for i in range(workers):
+        store.worker(f"w{i}")
+    slots_ = workers * ledger.MAX_PER_WORKER
+    runs = [store.submit(2) for _ in range(3 * slots_)]
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    batch = [receipt(o) for o in in_flight(store)]
+    event.listen(store.engine, "before_cursor_execute", seen)
+    sent = dispatched(store.run(functools.partial(dispatch._apply_batch, batch=batch)))
+    event.remove(store.engine, "before_cursor_execute", seen)
+    # The runs that waited longest take the slots, one unit each.
+    assert [o.run_id for o in sent] == runs[slots_ : 2 * slots_]
+    selects = [q for q in statements if q.startswith("SELECT")]
+    one_run_locks = [q for q in selects if "FROM runs" in q and "WHERE runs.id = " in q]
+    assert one_run_locks == []
+    # The receipts' runs and actions, their stages and guidance, the line, the served runs
+    # and their stages and guidance, the slot counts: the same few for 4 runs served or 8.
+    assert len(selects) <= 10, selects
 
 
 # ------------------------------------------------------------------ fencing, retry, hand-back
