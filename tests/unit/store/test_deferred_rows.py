@@ -260,3 +260,30 @@ async def test_a_queued_row_that_breaks_a_constraint_fails_the_commit(db: Databa
         return run.last_seq, int(events)
 
     assert await db.read(head) == (1, 1)
+
+
+async def test_plain_reads_in_a_write_transaction_see_its_own_changes(db: Database) -> None:
+    """Views read as plain rows on the connection (a stopped run's view for its waiters, in
+    the transaction that stopped it) see the transaction's changes, as autoflush did."""
+    run_id = new_id("run")
+    action = _action(run_id)
+
+    def setup(s: Session) -> None:
+        s.add(_run(run_id))
+        s.flush()
+        s.add(action)
+
+    await db.write(setup)
+
+    def unit(s: Session) -> tuple[list[str], list[int]]:
+        row = s.get(ActionRow, action.id)
+        assert row is not None
+        row.status = "SUCCEEDED"  # dirty in the session, not flushed
+        statuses = [a.status for a in run_queries.action_views_of(s, run_id)]
+        run = run_queries.run_for_update(s, run_id)
+        assert run is not None
+        journal.append(s, run, "note", {})  # queued, not written
+        seqs = [r.seq for r in run_queries.journal_tail(s, run_id, 0, 10)]
+        return statuses, seqs
+
+    assert await db.write(unit) == (["SUCCEEDED"], [1])
