@@ -190,6 +190,43 @@ def many_runs(quick: bool) -> list[dict[str, Any]]:
     ]
 
 
+def ledger(quick: bool) -> list[dict[str, Any]]:
+    """The ledger's transaction body alone, in process (no gRPC, worker or event loop)."""
+    from bench import ledger_cost
+
+    out = []
+    for runs, workers, what in (
+        (5, 20, "5 runs, batches of 5 receipts"),
+        (40, 2, "40 runs on 8 worker slots, the line served each batch"),
+    ):
+        found = ledger_cost.measure(runs, 12 if quick else 40, workers, profile=False)
+        out.append(
+            figure(
+                "ledger",
+                f"ledger transaction per receipt in process, {what}",
+                found["ms_per_receipt"],
+                "ms",
+                baseline=(
+                    "raw Core writing the same rows in as many transactions",
+                    found["raw_core_ms_per_receipt"],
+                ),
+                params={
+                    k: found[k]
+                    for k in (
+                        "receipts",
+                        "transactions",
+                        "median_batch",
+                        "cpu_ms_per_receipt",
+                        "statements_per_receipt",
+                        "journal_events_per_receipt",
+                    )
+                }
+                | {"store": "SQLite WAL, synchronous=FULL", "source": "bench/ledger_cost.py"},
+            )
+        )
+    return out
+
+
 def fleet_scale(quick: bool) -> list[dict[str, Any]]:
     from bench import fleet_status
 
@@ -637,6 +674,7 @@ def routing(quick: bool) -> list[dict[str, Any]]:
 GROUPS: dict[str, Group] = {
     "round_trip": round_trip_and_ingest,
     "many_runs": many_runs,
+    "ledger": ledger,
     "fleet_scale": fleet_scale,
     "fleet_page": fleet_page,
     "kill_switch": kill_switch,
