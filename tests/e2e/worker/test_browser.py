@@ -466,11 +466,14 @@ def test_the_browser_is_driven_over_a_pipe_and_listens_on_no_port(
     chromium: list[tuple[Any, list[str]]] = []
     for process in psutil.Process().children(recursive=True):
         try:
-            if "chrom" in process.name():
+            # A helper that exited and is not reaped yet (a zombie) shows no command line.
+            if "chrom" in process.name() and process.status() != psutil.STATUS_ZOMBIE:
                 chromium.append((process, process.cmdline()))
         except psutil.Error:  # one that ended meanwhile (or a browser already closed)
             continue
-    browsers = [args for _, args in chromium if not any(a.startswith("--type=") for a in args)]
+    browsers = [
+        args for _, args in chromium if args and not any(a.startswith("--type=") for a in args)
+    ]
     assert browsers, "no Chromium browser process found"
     for args in browsers:
         assert "--remote-debugging-pipe" in args, args
